@@ -1,0 +1,293 @@
+"""Discover the inputs: list SRC, find splits and classes, assign label ids.
+
+Listing happens once, on the machine that launches the job (like TFDS and the
+tensorflow/models scripts), because label ids need the global view: they are
+indices into the sorted union of class names over all splits, so a class that
+is missing from one split never shifts the ids of the others.
+
+:func:`plan_inputs` is pure (relative paths in, plan out) and holds every rule;
+:func:`list_tree` is the only part that touches a file system.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from typing import Iterable, Mapping, Optional, Sequence
+
+from apache_beam.io.filesystems import FileSystems
+
+import record_schema
+
+logger = logging.getLogger(__name__)
+
+# Files that operating systems and tools leave in image folders.
+SYSTEM_FILES = frozenset({"thumbs.db", "desktop.ini", ".ds_store"})
+
+
+class InputError(ValueError):
+    """SRC (or --labels) does not describe a dataset we can convert."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageRef:
+    """One listed input image: where it is and what it is labelled.
+
+    ``relpath`` is relative to SRC, ``/``-separated.
+    """
+
+    split: str
+    relpath: str
+    label: int
+
+    def to_json(self) -> str:
+        return json.dumps([self.split, self.relpath, self.label])
+
+    @classmethod
+    def from_json(cls, line: str) -> "ImageRef":
+        split, relpath, label = json.loads(line)
+        return cls(split, relpath, label)
+
+
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    """What a walk of SRC found: file paths and folder paths, relative to SRC."""
+
+    files: tuple[str, ...]
+    dirs: tuple[str, ...] = ()
+    # Reason -> count of entries the walk itself passed over (symlink loops...).
+    skipped: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputPlan:
+    """The images to convert, their labels and what was skipped.
+
+    Attributes:
+      refs: every image to read, sorted by (split, relpath).
+      classes: class names; label i is ``classes[i]``.
+      skipped: reason -> count of files skipped without reading them.
+    """
+
+    refs: tuple[ImageRef, ...]
+    classes: tuple[str, ...]
+    skipped: Mapping[str, int]
+
+    def split_sizes(self) -> dict[str, int]:
+        counts = collections.Counter(ref.split for ref in self.refs)
+        return {split: counts[split] for split in record_schema.SPLITS if counts[split]}
+
+
+def read_labels_file(path: str) -> list[str]:
+    """Class names from a ``--labels`` file: one per line, line i is label i."""
+    try:
+        with FileSystems.open(path) as handle:
+            text = handle.read().decode("utf-8")
+    except (OSError, ValueError) as err:  # Beam raises BeamIOError (an IOError) or decode errors
+        raise InputError(f"--labels {path!r} could not be read: {err}") from err
+    names = [line.strip() for line in text.splitlines()]
+    while names and not names[-1]:
+        names.pop()
+    if not names:
+        raise InputError(f"--labels {path!r} is empty; it needs one class name per line")
+    for number, name in enumerate(names, start=1):
+        if not name:
+            raise InputError(f"--labels {path!r} line {number} is blank")
+    duplicates = sorted(name for name, count in collections.Counter(names).items() if count > 1)
+    if duplicates:
+        raise InputError(f"--labels {path!r} lists {duplicates} more than once")
+    return names
+
+
+def plan_inputs(
+    listing: Listing,
+    labels: Optional[Sequence[str]] = None,
+    val_fraction: float = 0.0,
+    seed: int = 0,
+    src: str = "SRC",
+) -> InputPlan:
+    """Turn a listing of SRC into the plan of what to convert.
+
+    Layout: when every top-level folder is a split name (train, validation or
+    val, test), each holds class folders; otherwise SRC holds class folders and
+    everything is the train split.
+
+    Raises:
+      InputError: no images, an empty class folder, a class missing from
+        ``labels``, both ``val`` and ``validation``, or ``val_fraction`` on a
+        tree that already has a validation split.
+    """
+    skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    visible = [path for path in listing.files if not _skip_reason(path, skipped)]
+    top_dirs = {path.split("/")[0] for path in visible if "/" in path}
+    top_dirs |= {d.split("/")[0] for d in listing.dirs if not _is_hidden(d)}
+    split_layout = bool(top_dirs) and all(d.lower() in _SPLIT_NAMES for d in top_dirs)
+    if split_layout and len({_SPLIT_NAMES[d.lower()] for d in top_dirs}) < len(top_dirs):
+        raise InputError(f"{src} has split folders {sorted(top_dirs)} naming the same split twice")
+
+    depth = 2 if split_layout else 1  # path parts before the file's class
+    members: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    for path in visible:
+        parts = path.split("/")
+        if len(parts) <= depth:
+            skipped["stray-file"] += 1
+            continue
+        split = _SPLIT_NAMES[parts[0].lower()] if split_layout else "train"
+        members[(split, parts[depth - 1])].append(path)
+
+    class_dirs = {tuple(d.split("/")[:depth]) for d in listing.dirs if len(d.split("/")) >= depth}
+    for parts in sorted(class_dirs):
+        if any(_is_hidden(part) for part in parts):
+            continue
+        split = _SPLIT_NAMES[parts[0].lower()] if split_layout else "train"
+        if (split, parts[-1]) not in members:
+            raise InputError(f"class folder {src}/{'/'.join(parts)} holds no images; remove it or add images")
+    if not members:
+        raise InputError(f"{src} holds no images: expected {src}/<class>/<image> or {src}/<split>/<class>/<image>")
+
+    found = sorted({name for _, name in members})
+    if labels is not None:
+        unknown = [name for name in found if name not in labels]
+        if unknown:
+            raise InputError(f"class folders {unknown} are not in --labels; add them to the file or remove them")
+        classes = tuple(labels)
+    else:
+        classes = tuple(found)
+    label_of = {name: index for index, name in enumerate(classes)}
+
+    if val_fraction > 0:
+        if any(split != "train" for split, _ in members):
+            raise InputError(f"--val-fraction needs a single-split tree, but {src} already has split folders")
+        members = _carve_validation(members, val_fraction, seed)
+
+    refs = sorted(
+        (ImageRef(split, path, label_of[name]) for (split, name), paths in members.items() for path in paths),
+        key=lambda ref: (record_schema.SPLITS.index(ref.split), ref.relpath),
+    )
+    return InputPlan(tuple(refs), classes, dict(sorted(skipped.items())))
+
+
+_SPLIT_NAMES = {name: name for name in record_schema.SPLITS} | dict(record_schema.SPLIT_ALIASES)
+
+
+def _is_hidden(part_or_path: str) -> bool:
+    return any(part.startswith(".") for part in part_or_path.split("/"))
+
+
+def _skip_reason(path: str, skipped: collections.Counter) -> bool:
+    """Count and report files that are never read: hidden and system files."""
+    name = path.rsplit("/", 1)[-1]
+    if name.lower() in SYSTEM_FILES:
+        skipped["system-file"] += 1
+        return True
+    if _is_hidden(path):
+        skipped["hidden"] += 1
+        return True
+    return False
+
+
+def _carve_validation(
+    members: dict[tuple[str, str], list[str]], fraction: float, seed: int
+) -> dict[tuple[str, str], list[str]]:
+    """Move ``round(n * fraction)`` images of each class to validation.
+
+    Stratified per class and deterministic: within a class, the images with the
+    smallest keyed hash go to validation. Every class with two or more images
+    keeps at least one image in each split.
+    """
+    carved: dict[tuple[str, str], list[str]] = {}
+    for (_, name), paths in members.items():
+        ordered = sorted(paths, key=lambda path: keyed_hash(seed, "validation-carve/" + path))
+        count = round(len(ordered) * fraction)
+        if len(ordered) >= 2:
+            count = min(max(count, 1), len(ordered) - 1)
+        if count:
+            carved[("validation", name)] = ordered[:count]
+        carved[("train", name)] = ordered[count:]
+    return carved
+
+
+def keyed_hash(seed: int, key: str) -> bytes:
+    """128-bit keyed BLAKE2b of ``key`` salted with ``seed``: stable everywhere."""
+    return hashlib.blake2b(
+        key.encode("utf-8", "surrogatepass"), digest_size=16, key=seed.to_bytes(8, "little")
+    ).digest()
+
+
+def list_tree(src: str) -> Listing:
+    """List every file and folder under ``src``, relative and ``/``-separated.
+
+    Local folders are walked following symbolic links; a link back to a folder
+    already walked (a loop, or a second route to the same folder) is skipped
+    and counted, so a loop cannot hang the listing or duplicate images. Other
+    file systems (``gs://``, ``s3://``...) are listed through Beam's
+    ``FileSystems``.
+
+    Raises:
+      InputError: ``src`` does not exist or is not a folder.
+    """
+    if FileSystems.get_scheme(src) in (None, "file"):
+        return _list_local(src)
+    return _list_remote(src)
+
+
+def _list_local(src: str) -> Listing:
+    root = src[len("file://"):] if src.startswith("file://") else src
+    if not os.path.isdir(root):
+        raise InputError(f"--src {src!r} is not a folder" if os.path.exists(root) else f"--src {src!r} does not exist")
+    files: list[str] = []
+    dirs: list[str] = []
+    skipped: collections.Counter[str] = collections.Counter()
+    seen = {_identity(root)}
+    stack = [("", root)]
+    while stack:
+        rel, path = stack.pop()
+        try:
+            entries = sorted(os.scandir(path), key=lambda entry: entry.name)
+        except OSError as err:
+            raise InputError(f"folder {path!r} under --src could not be listed: {err}") from err
+        for entry in entries:
+            child = f"{rel}{entry.name}"
+            try:
+                is_dir = entry.is_dir()  # follows symbolic links
+                is_file = not is_dir and entry.is_file()
+            except OSError:
+                skipped["unreadable-entry"] += 1
+                continue
+            if is_dir:
+                identity = _identity(entry.path)
+                if identity in seen:
+                    skipped["repeated-folder-link"] += 1
+                    continue
+                seen.add(identity)
+                dirs.append(child)
+                stack.append((child + "/", entry.path))
+            elif is_file:
+                files.append(child)
+            else:
+                skipped["not-a-regular-file"] += 1  # dangling links, sockets, fifos
+    return Listing(tuple(sorted(files)), tuple(sorted(dirs)), dict(skipped))
+
+
+def _identity(path: str) -> tuple[int, int]:
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino
+
+
+def _list_remote(src: str) -> Listing:
+    base = src.rstrip("/") + "/"
+    matches = FileSystems.match([base + "**"])[0].metadata_list
+    if not matches:
+        raise InputError(f"--src {src!r} holds no files (or does not exist)")
+    files = sorted(meta.path[len(base):] for meta in matches if not meta.path.endswith("/"))
+    return Listing(tuple(files))
+
+
+def iter_refs_jsonl(refs: Iterable[ImageRef]) -> Iterable[str]:
+    """Lines of the input list handed to the pipeline (one JSON array per image)."""
+    for ref in refs:
+        yield ref.to_json() + "\n"

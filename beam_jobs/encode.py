@@ -1,0 +1,225 @@
+"""Per-image work: sniff, validate, and (only when needed) re-encode to JPEG.
+
+Plain functions of bytes, with no Beam and no file system, so every input kind
+is unit-tested directly. :func:`encode_image` returns :class:`Encoded` or
+:class:`Rejected`; it never raises for bad image content.
+
+Policy, in the words of the contract:
+
+* A JPEG whose pixels are RGB or grayscale, with no EXIF rotation, that decodes
+  without a libjpeg warning and fits ``max_side`` is stored byte for byte.
+  It is validated by a 1/8-scale decode (libjpeg's DCT scaling still parses the
+  whole entropy-coded stream, so truncation and corrupt data are caught at a
+  fraction of a full decode's cost); ``simplejpeg``'s strict mode turns
+  libjpeg's recoverable warnings ("Corrupt JPEG data: ...") into errors, which
+  Pillow would silently swallow and TensorFlow would print at training time.
+* Everything else that decodes fully with Pillow is re-encoded as RGB JPEG.
+* Empty files, non-images, undecodable or truncated images, zero-sized images
+  and images with more than ``max_pixels`` pixels are rejected with a reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+import zlib
+from typing import Optional, Union
+
+import numpy as np
+import simplejpeg
+from PIL import Image, ImageOps
+
+from beam_jobs.options import EncodeOptions
+
+# What Pillow raises on malformed input. Pillow's own fuzzers treat this same
+# family as "expected" failures; anything else is a bug worth crashing on.
+DECODE_ERRORS = (
+    OSError,  # includes UnidentifiedImageError and "image file is truncated"
+    SyntaxError,  # "broken PNG file", bad TIFF tags
+    ValueError,
+    EOFError,
+    struct.error,
+    zlib.error,
+    IndexError,
+    Image.DecompressionBombError,
+)
+
+_PIL_FORMATS = {"jpeg": "JPEG", "png": "PNG", "gif": "GIF", "bmp": "BMP", "tiff": "TIFF", "webp": "WEBP"}
+_EXIF_ORIENTATION = 0x0112
+_WHITE = (255, 255, 255)
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+    """An image ready to store.
+
+    Attributes:
+      data: JPEG bytes to store as ``image/encoded``.
+      height, width: size of the stored image.
+      source_format: format found from the content ("jpeg", "png", ...).
+      reencoded_because: empty when ``data`` is the input byte for byte,
+        otherwise why it was re-encoded (e.g. "png", "cmyk", "exif-rotated").
+    """
+
+    data: bytes
+    height: int
+    width: int
+    source_format: str
+    reencoded_because: str = ""
+
+    @property
+    def reencoded(self) -> bool:
+        return bool(self.reencoded_because)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejected:
+    """An input that is not stored.
+
+    Attributes:
+      reason: a short stable code to group by ("empty-file", "not-an-image",
+        "undecodable", "zero-sized", "too-many-pixels", ...).
+      detail: a human explanation, including the library's message.
+    """
+
+    reason: str
+    detail: str
+
+
+EncodeResult = Union[Encoded, Rejected]
+
+
+def sniff_format(data: bytes) -> Optional[str]:
+    """The image format found from magic bytes, or None; extensions are never used."""
+    if data[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if data[:2] == b"BM":
+        return "bmp"
+    if data[:4] in (b"II*\x00", b"MM\x00*"):
+        return "tiff"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
+    """Validate one image file's bytes and return what to store, or why not.
+
+    The result depends only on ``data`` and ``options`` (and the library
+    versions), so a rerun produces byte-identical output.
+    """
+    if not data:
+        return Rejected("empty-file", "the file is empty")
+    fmt = sniff_format(data)
+    if fmt is None:
+        return Rejected("not-an-image", "content is not JPEG, PNG, GIF, BMP, TIFF or WebP")
+    try:
+        img = Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[fmt]])
+    except Image.DecompressionBombError as err:
+        return Rejected("too-many-pixels", str(err))
+    except DECODE_ERRORS as err:
+        return Rejected("undecodable", f"{fmt} header could not be read: {err}")
+    width, height = img.size
+    if width <= 0 or height <= 0:
+        return Rejected("zero-sized", f"image is {width}x{height} pixels")
+    if width * height > options.max_pixels:
+        return Rejected(
+            "too-many-pixels",
+            f"{width}x{height} = {width * height} pixels exceeds the limit of {options.max_pixels}",
+        )
+    fits = options.max_side is None or max(width, height) <= options.max_side
+    if fmt == "jpeg" and fits and img.mode in ("RGB", "L") and _orientation(img) in (None, 1):
+        warning = _libjpeg_warning(data, img.mode)
+        if warning is None:
+            return Encoded(data, height, width, fmt)
+        return _reencode(img, fmt, options, because="corrupt-data")
+    return _reencode(img, fmt, options, because=_reencode_reason(img, fmt, fits))
+
+
+def _orientation(img: Image.Image) -> Optional[int]:
+    try:
+        return img.getexif().get(_EXIF_ORIENTATION)
+    except DECODE_ERRORS:
+        # Unreadable EXIF does not make the pixels unreadable; the decode decides.
+        return None
+
+
+def _libjpeg_warning(data: bytes, mode: str) -> Optional[str]:
+    """libjpeg's first warning or error for ``data``, None when it decodes cleanly."""
+    try:
+        simplejpeg.decode_jpeg(
+            data,
+            colorspace="GRAY" if mode == "L" else "RGB",
+            min_height=1,
+            min_width=1,
+            min_factor=8,
+            strict=True,
+        )
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _reencode_reason(img: Image.Image, fmt: str, fits: bool) -> str:
+    if fmt != "jpeg":
+        return fmt
+    if img.mode not in ("RGB", "L"):
+        return img.mode.lower()  # "cmyk", "ycbcr", ...
+    if _orientation(img) not in (None, 1):
+        return "exif-rotated"
+    if not fits:
+        return "resized"
+    return "jpeg"
+
+
+def _reencode(img: Image.Image, fmt: str, options: EncodeOptions, because: str) -> EncodeResult:
+    """Fully decode ``img`` with Pillow and encode it as an upright RGB JPEG."""
+    try:
+        img.load()
+        img = ImageOps.exif_transpose(img)
+        rgb = _to_rgb(img)
+    except Image.DecompressionBombError as err:
+        return Rejected("too-many-pixels", str(err))
+    except DECODE_ERRORS as err:
+        return Rejected("undecodable", f"{fmt} data could not be decoded: {err}")
+    if options.max_side is not None and max(rgb.size) > options.max_side:
+        rgb = _downsize(rgb, options.max_side)
+    out = io.BytesIO()
+    rgb.save(out, format="JPEG", quality=options.quality)
+    width, height = rgb.size
+    return Encoded(out.getvalue(), height, width, fmt, because)
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """Convert any Pillow mode to 8-bit RGB; transparency is composited on white."""
+    if img.mode.startswith("I") or img.mode == "F":
+        img = Image.fromarray(_to_uint8(np.asarray(img)), mode="L")
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, _WHITE + (255,))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return img.convert("RGB")
+
+
+def _to_uint8(pixels: np.ndarray) -> np.ndarray:
+    """Scale 16-bit, 32-bit or float grayscale to 0..255."""
+    pixels = pixels.astype(np.float64)
+    peak = float(pixels.max()) if pixels.size else 0.0
+    if peak > 255.0:
+        scale = 65535.0 if peak <= 65535.0 else peak
+        pixels = pixels * (255.0 / scale)
+    elif 0.0 < peak <= 1.0:
+        pixels = pixels * 255.0
+    return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
+
+
+def _downsize(img: Image.Image, max_side: int) -> Image.Image:
+    width, height = img.size
+    scale = max_side / max(width, height)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return img.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)

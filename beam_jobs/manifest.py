@@ -1,0 +1,140 @@
+"""Build the manifest and the run summary from what the pipeline wrote.
+
+The manifest is the dataset's table of contents and its commit marker:
+readers take the shard list from it (never from a glob), so stale or partial
+files can never be mixed into a run.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import json
+from typing import Mapping, Optional, Sequence
+
+import record_schema
+from beam_jobs.discover import InputPlan
+from beam_jobs.options import ConvertOptions
+from beam_jobs.write import ShardResult
+
+TOOL = "imgshards"
+
+
+class ShardAccountingError(RuntimeError):
+    """The shards the pipeline wrote do not add up to the plan: a runner bug, never published."""
+
+
+def check_results(results: Sequence[ShardResult], expected_per_split: Mapping[str, int]) -> None:
+    """Every split has shards 0..n-1 exactly once, and they hold every accepted image."""
+    by_split: dict[str, list[ShardResult]] = collections.defaultdict(list)
+    for result in results:
+        by_split[result.split].append(result)
+    for split, expected in expected_per_split.items():
+        shards = sorted(by_split.get(split, []), key=lambda r: r.index)
+        if expected == 0:
+            continue
+        indices = [r.index for r in shards]
+        if not shards or indices != list(range(shards[0].num_shards)):
+            raise ShardAccountingError(f"split {split}: shards {indices} were written, expected a complete set")
+        written = sum(r.num_examples for r in shards)
+        if written != expected:
+            raise ShardAccountingError(f"split {split}: {written} records written, {expected} accepted")
+
+
+def build_manifest(
+    plan: InputPlan,
+    results: Sequence[ShardResult],
+    rejected: Sequence[dict],
+    options: ConvertOptions,
+    duplicates: Optional[dict] = None,
+) -> dict:
+    """The manifest.json content (see the README's "Output" section)."""
+    splits = {}
+    for split in record_schema.SPLITS:
+        shards = sorted((r for r in results if r.split == split), key=lambda r: r.index)
+        if not shards:
+            continue
+        label_counts = [0] * len(plan.classes)
+        reencoded: collections.Counter[str] = collections.Counter()
+        for shard in shards:
+            for label, count in shard.label_counts.items():
+                label_counts[label] += count
+            reencoded.update(shard.reencoded)
+        splits[split] = {
+            "num_examples": sum(s.num_examples for s in shards),
+            "num_bytes": sum(s.num_bytes for s in shards),
+            "num_shards": len(shards),
+            "label_counts": label_counts,
+            "num_reencoded": sum(reencoded.values()),
+            "reencoded_by_reason": dict(sorted(reencoded.items())),
+            "shards": [
+                {"file": s.file, "num_examples": s.num_examples, "num_bytes": s.num_bytes, "sha256": s.sha256}
+                for s in shards
+            ],
+        }
+    reasons = collections.Counter(r["reason"] for r in rejected)
+    return {
+        "format_version": record_schema.FORMAT_VERSION,
+        "tool": TOOL,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "classes": list(plan.classes),
+        "num_classes": len(plan.classes),
+        "features": dict(record_schema.FEATURES),
+        "splits": splits,
+        "num_listed": len(plan.refs),
+        "num_rejected": len(rejected),
+        "rejected_by_reason": dict(sorted(reasons.items())),
+        "num_skipped": sum(plan.skipped.values()),
+        "skipped_by_reason": dict(plan.skipped),
+        "duplicates": duplicates or {"num_groups": 0, "cross_label": [], "cross_split": []},
+        "options": options.to_json(),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertSummary:
+    """What a conversion did, for the CLI's closing summary and for callers."""
+
+    out: str
+    written: Mapping[str, int]
+    shards: Mapping[str, int]
+    num_bytes: int
+    reencoded: int
+    rejected: int
+    skipped: int
+    elapsed_s: float
+
+    @classmethod
+    def from_manifest(cls, out: str, manifest: dict, elapsed_s: float) -> "ConvertSummary":
+        splits = manifest["splits"]
+        return cls(
+            out=out,
+            written={name: s["num_examples"] for name, s in splits.items()},
+            shards={name: s["num_shards"] for name, s in splits.items()},
+            num_bytes=sum(s["num_bytes"] for s in splits.values()),
+            reencoded=sum(s["num_reencoded"] for s in splits.values()),
+            rejected=manifest["num_rejected"],
+            skipped=manifest["num_skipped"],
+            elapsed_s=elapsed_s,
+        )
+
+    @property
+    def images_per_second(self) -> float:
+        return sum(self.written.values()) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def format(self) -> str:
+        """A few human lines."""
+        per_split = ", ".join(f"{name} {count} ({self.shards[name]} shards)" for name, count in self.written.items())
+        return "\n".join(
+            [
+                f"published {self.out}",
+                f"  written:    {per_split}",
+                f"  re-encoded: {self.reencoded}   rejected: {self.rejected}   skipped: {self.skipped}",
+                f"  bytes:      {self.num_bytes:,}",
+                f"  elapsed:    {self.elapsed_s:.1f} s   ({self.images_per_second:.1f} images/s)",
+            ]
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self) | {"images_per_second": self.images_per_second})

@@ -1,0 +1,110 @@
+"""Options of a conversion, as frozen dataclasses validated on construction.
+
+The CLI builds these from flags; Python callers build them directly. Every
+check raises ``ValueError`` naming the option (by its CLI spelling) and the bad
+value, so a typo fails before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import posixpath
+from typing import Optional
+
+DEFAULT_SHARDS = 64
+DEFAULT_QUALITY = 95
+DEFAULT_SEED = 0
+# Larger than any photograph (a 150 MP medium-format frame) yet small enough
+# that one decode cannot exhaust a worker: a 200 MP RGB image is 600 MB.
+DEFAULT_MAX_PIXELS = 200_000_000
+# Real collections carry a few broken files; more than 5% usually means the
+# wrong folder or a broken copy, which should stop the run, not be published.
+DEFAULT_MAX_BAD_FRACTION = 0.05
+OUT_SUFFIX = "-tfrecords"
+
+
+def default_out(src: str) -> str:
+    """Default output folder: ``<SRC>-tfrecords`` beside SRC (never inside it)."""
+    stripped = src.rstrip("/\\")
+    if not stripped or stripped.endswith(":"):
+        raise ValueError(f"--src {src!r} has no folder name to derive --out from; pass --out")
+    return stripped + OUT_SUFFIX
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodeOptions:
+    """How each image is validated and, when needed, re-encoded.
+
+    Attributes:
+      quality: JPEG quality (1-100) for images that must be re-encoded.
+      max_side: if set, images whose longer side exceeds it are downsized to it.
+      max_pixels: images with more pixels are rejected before decoding
+        (decompression bombs).
+    """
+
+    quality: int = DEFAULT_QUALITY
+    max_side: Optional[int] = None
+    max_pixels: int = DEFAULT_MAX_PIXELS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
+            raise ValueError(f"--quality must be an integer in 1..100, got {self.quality!r}")
+        if self.max_side is not None and (not isinstance(self.max_side, int) or self.max_side < 16):
+            raise ValueError(f"--max-side must be an integer >= 16, got {self.max_side!r}")
+        if not isinstance(self.max_pixels, int) or self.max_pixels < 1:
+            raise ValueError(f"--max-pixels must be a positive integer, got {self.max_pixels!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertOptions:
+    """Everything a conversion needs besides the Beam pipeline options.
+
+    Attributes:
+      src: input folder: ``SRC/<class>/...`` or ``SRC/<split>/<class>/...``.
+      out: output folder; defaults to ``<SRC>-tfrecords``.
+      shards: shard count of the train split; other splits get a proportional
+        count (see ``beam_jobs.shard.plan_shard_counts``).
+      val_fraction: fraction of each class carved out as a validation split of
+        a single-split tree (0 disables).
+      seed: salt of the keyed hash that orders the records.
+      labels_file: optional file with one class name per line, pinning label ids.
+      encode: per-image options.
+      max_bad_fraction: the run fails, publishing nothing, when more than this
+        fraction of the listed images is rejected.
+      overwrite: replace an existing dataset in ``out`` once the new one is complete.
+    """
+
+    src: str
+    out: str = ""
+    shards: int = DEFAULT_SHARDS
+    val_fraction: float = 0.0
+    seed: int = DEFAULT_SEED
+    labels_file: Optional[str] = None
+    encode: EncodeOptions = dataclasses.field(default_factory=EncodeOptions)
+    max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.src:
+            raise ValueError("--src is required: the folder holding one sub-folder per class")
+        if not self.out:
+            object.__setattr__(self, "out", default_out(self.src))
+        if posixpath.normpath(self.out.rstrip("/")) == posixpath.normpath(self.src.rstrip("/")):
+            raise ValueError(f"--out {self.out!r} must differ from --src")
+        if not isinstance(self.shards, int) or self.shards < 1:
+            raise ValueError(f"--shards must be a positive integer, got {self.shards!r}")
+        if not (isinstance(self.val_fraction, (int, float)) and 0.0 <= self.val_fraction < 1.0):
+            raise ValueError(f"--val-fraction must be in [0, 1), got {self.val_fraction!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"--seed must be a non-negative integer, got {self.seed!r}")
+        if not (
+            isinstance(self.max_bad_fraction, (int, float))
+            and math.isfinite(self.max_bad_fraction)
+            and 0.0 <= self.max_bad_fraction <= 1.0
+        ):
+            raise ValueError(f"--max-bad-fraction must be in [0, 1], got {self.max_bad_fraction!r}")
+
+    def to_json(self) -> dict:
+        """The options as recorded in the manifest (plain JSON types)."""
+        return dataclasses.asdict(self)

@@ -1,0 +1,321 @@
+"""The conversion as an Apache Beam pipeline, and :func:`run`, which launches and publishes it.
+
+Data flow (element shapes in comments)::
+
+    input list (JSON lines, one per listed image)
+      | ValidateImages   -> accepted: (split, Accepted)     rejected: JSON line
+      | GroupBySplit     -> (split, [Accepted])              keys and paths only
+      | AssignShards     -> ((split, shard, n), (position, Accepted))
+      | GroupByShard     -> ((split, shard, n), [(position, Accepted)])
+      | WriteShards      -> ShardResult JSON (shard file written to staging)
+    rejected | CollectRejections -> rejected.jsonl in staging
+
+Only keys and paths are grouped; image bytes are read in the shard writer, so
+memory does not grow with the dataset's bytes. Shard writing is a plain DoFn
+after a GroupByKey, which every Beam runner supports (no reliance on a sink's
+finalisation step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+import record_schema
+from beam_jobs import discover, publish
+from beam_jobs.manifest import ConvertSummary, build_manifest, check_results
+from beam_jobs.options import ConvertOptions, EncodeOptions
+from beam_jobs.progress import ProgressBars, ProgressWriter
+from beam_jobs.shard import assign_shards, plan_shard_counts
+from beam_jobs.validate import Accepted, RejectedInput, validate_ref
+from beam_jobs.write import ShardResult, write_shard
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "converter"
+
+
+class TooManyRejectedError(RuntimeError):
+    """More inputs were rejected than --max-bad-fraction allows; nothing was published."""
+
+
+class ValidateImagesFn(beam.DoFn):
+    """Listed image (JSON line) -> ``(split, Accepted)``, or a rejection on the tagged output."""
+
+    REJECTED = "rejected"
+
+    def __init__(self, src: str, encode: EncodeOptions, seed: int, progress_dir: str) -> None:
+        self._src, self._encode, self._seed, self._progress_dir = src, encode, seed, progress_dir
+
+    def setup(self) -> None:
+        self._accepted = Metrics.counter(NAMESPACE, "images_accepted")
+        self._rejected = Metrics.counter(NAMESPACE, "images_rejected")
+
+    def start_bundle(self) -> None:
+        self._progress = ProgressWriter(self._progress_dir, "validate")
+
+    def process(self, line: str) -> Iterator:
+        ref = discover.ImageRef.from_json(line)
+        result = validate_ref(self._src, ref, self._encode, self._seed)
+        self._progress.add()
+        if isinstance(result, RejectedInput):
+            self._rejected.inc()
+            Metrics.counter(NAMESPACE, f"rejected_{result.reason}").inc()
+            logger.info("rejected %s: %s", result.relpath, result.detail)
+            yield beam.pvalue.TaggedOutput(self.REJECTED, result.to_json())
+        else:
+            self._accepted.inc()
+            yield ref.split, result
+
+    def finish_bundle(self) -> None:
+        self._progress.flush()
+
+
+def assign_split(element: tuple[str, Iterable[Accepted]], planned: Mapping[str, int]) -> Iterator:
+    """``(split, [Accepted])`` -> one ``((split, shard, n), (position, Accepted))`` per image.
+
+    Sorting by the keyed hash gives the record order; the path breaks the
+    (astronomically unlikely) ties so the order is total.
+    """
+    split, items = element
+    ordered = sorted(items, key=lambda item: (item.sort_key, item.ref.relpath))
+    for shard, num_shards, position, item in assign_shards(ordered, planned[split]):
+        yield (split, shard, num_shards), (position, item)
+
+
+class WriteShardFn(beam.DoFn):
+    """``((split, shard, n), [(position, Accepted)])`` -> ShardResult JSON; writes the shard file."""
+
+    def __init__(self, src: str, staging: str, classes: Sequence[str], encode: EncodeOptions) -> None:
+        self._src, self._staging, self._classes, self._encode = src, staging, tuple(classes), encode
+
+    def setup(self) -> None:
+        self._written = Metrics.counter(NAMESPACE, "images_written")
+        self._reencoded = Metrics.counter(NAMESPACE, "images_reencoded")
+        self._shards = Metrics.counter(NAMESPACE, "shards_written")
+        self._bytes = Metrics.counter(NAMESPACE, "bytes_written")
+
+    def start_bundle(self) -> None:
+        self._progress = ProgressWriter(publish.work_dir(self._staging), "write")
+
+    def process(self, element: tuple[tuple[str, int, int], Iterable[tuple[int, Accepted]]]) -> Iterator[str]:
+        (split, index, num_shards), positioned = element
+        items = [item for _, item in sorted(positioned, key=lambda pair: pair[0])]
+        result = write_shard(
+            self._src, self._staging, split, index, num_shards, items, self._classes, self._encode,
+            on_record=self._progress.add,
+        )
+        publish.write_text(FileSystems.join(publish.work_dir(self._staging), f"{result.file}.json"), result.to_json())
+        self._written.inc(result.num_examples)
+        self._reencoded.inc(sum(result.reencoded.values()))
+        self._shards.inc()
+        self._bytes.inc(result.num_bytes)
+        yield result.to_json()
+
+    def finish_bundle(self) -> None:
+        self._progress.flush()
+
+
+def write_rejections(lines: list[str], path: str) -> None:
+    """Write the rejection report, sorted by path so reruns give the same file."""
+    publish.write_text(path, "".join(line + "\n" for line in sorted(lines)))
+
+
+class ConvertImages(beam.PTransform):
+    """Listed images -> shard files in ``staging`` and ``rejected.jsonl``."""
+
+    def __init__(self, options: ConvertOptions, staging: str, classes: Sequence[str], planned: Mapping[str, int]):
+        super().__init__()
+        self._options, self._staging, self._classes, self._planned = options, staging, classes, dict(planned)
+
+    def expand(self, lines: beam.PCollection) -> beam.PCollection:
+        opts = self._options
+        checked = lines | "ValidateImages" >> beam.ParDo(
+            ValidateImagesFn(opts.src, opts.encode, opts.seed, publish.work_dir(self._staging))
+        ).with_outputs(ValidateImagesFn.REJECTED, main="accepted")
+        _ = (
+            checked[ValidateImagesFn.REJECTED]
+            | "CollectRejections" >> beam.combiners.ToList()
+            | "WriteRejections" >> beam.Map(
+                write_rejections, FileSystems.join(self._staging, record_schema.REJECTED_FILE)
+            )
+        )
+        return (
+            checked.accepted
+            | "GroupBySplit" >> beam.GroupByKey()
+            | "AssignShards" >> beam.FlatMap(assign_split, self._planned)
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, self._staging, self._classes, opts.encode))
+        )
+
+
+def default_pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
+    """Beam options from the user's flags; a local run uses every core by default.
+
+    Without ``--runner``, the DirectRunner runs in multi-processing mode with
+    one worker per core (``--direct_num_workers=0``). Every flag the user gives
+    wins over these defaults.
+    """
+    options = PipelineOptions(list(pipeline_args))
+    standard, direct = options.view_as(StandardOptions), options.view_as(DirectOptions)
+    if standard.runner is None:
+        standard.runner = "DirectRunner"
+        if "--direct_num_workers" not in " ".join(pipeline_args):
+            direct.direct_num_workers = 0
+        if "--direct_running_mode" not in " ".join(pipeline_args):
+            direct.direct_running_mode = "multi_processing"
+    return options
+
+
+def is_local_run(options: PipelineOptions) -> bool:
+    runner = options.view_as(StandardOptions).runner
+    return runner is None or "Direct" in str(runner) or "Prism" in str(runner)
+
+
+def run(
+    options: ConvertOptions,
+    pipeline_args: Sequence[str] = (),
+    show_progress: Optional[bool] = None,
+) -> ConvertSummary:
+    """Convert ``options.src`` into a published dataset at ``options.out``.
+
+    Args:
+      options: the conversion's own options.
+      pipeline_args: Beam pipeline flags (``--runner``, ``--direct_num_workers``...).
+      show_progress: tqdm bars; default on for local runs.
+
+    Returns:
+      What was written; the dataset is complete at ``options.out``.
+
+    Raises:
+      discover.InputError: SRC or --labels is unusable.
+      publish.PublishError: OUT cannot be (over)written.
+      TooManyRejectedError: the error budget was exceeded; nothing published.
+      Exception: anything the runner raised; nothing published.
+    """
+    started = time.monotonic()
+    beam_options = default_pipeline_options(pipeline_args)
+    out = options.out
+    with publish.output_lock(out):
+        publish.recover_and_clean(out)
+        publish.check_out(out, options.overwrite)
+        labels = discover.read_labels_file(options.labels_file) if options.labels_file else None
+        plan = discover.plan_inputs(
+            discover.list_tree(options.src), labels, options.val_fraction, options.seed, src=options.src
+        )
+        if plan.skipped:
+            logger.info("skipped without reading: %s", plan.skipped)
+        planned = plan_shard_counts(plan.split_sizes(), options.shards)
+        staging = publish.new_staging(out)
+        try:
+            manifest = _convert(options, plan, planned, staging, beam_options, show_progress)
+            publish.commit(staging, out, manifest)
+        except BaseException:
+            _remove_quietly(staging)
+            raise
+    _remove_quietly(_rejected_report_path(out))
+    return ConvertSummary.from_manifest(out, manifest, time.monotonic() - started)
+
+
+def _convert(
+    options: ConvertOptions,
+    plan: discover.InputPlan,
+    planned: Mapping[str, int],
+    staging: str,
+    beam_options: PipelineOptions,
+    show_progress: Optional[bool],
+) -> dict:
+    """Run the pipeline into ``staging``; return the manifest to commit."""
+    work = publish.work_dir(staging)
+    input_list = FileSystems.join(work, "inputs.jsonl")
+    publish.write_text(input_list, "".join(discover.iter_refs_jsonl(plan.refs)))
+    publish.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
+
+    progress = is_local_run(beam_options) if show_progress is None else show_progress
+    with ProgressBars(work, len(plan.refs), enabled=progress), _private_tempdir():
+        with beam.Pipeline(options=beam_options) as pipeline:
+            _ = (
+                pipeline
+                | "ReadInputList" >> beam.io.ReadFromText(input_list)
+                | "ConvertImages" >> ConvertImages(options, staging, plan.classes, planned)
+            )
+
+    rejected = [
+        json.loads(line)
+        for line in publish.read_text(FileSystems.join(staging, record_schema.REJECTED_FILE)).splitlines()
+    ]
+    _check_error_budget(options, plan, rejected, staging)
+    split_of = {ref.relpath: ref.split for ref in plan.refs}
+    accepted = dict(plan.split_sizes())
+    for item in rejected:
+        accepted[split_of[item["path"]]] -= 1
+    results = _read_results(work)
+    check_results(results, accepted)
+    return build_manifest(plan, results, rejected, options)
+
+
+def _check_error_budget(
+    options: ConvertOptions, plan: discover.InputPlan, rejected: list[dict], staging: str
+) -> None:
+    """Fail, keeping the rejection report beside OUT, when too many inputs were rejected."""
+    fraction = len(rejected) / len(plan.refs)
+    if fraction <= options.max_bad_fraction and len(rejected) < len(plan.refs):
+        return
+    report = _rejected_report_path(options.out)
+    FileSystems.rename([FileSystems.join(staging, record_schema.REJECTED_FILE)], [report])
+    raise TooManyRejectedError(
+        f"{len(rejected)} of {len(plan.refs)} images ({fraction:.1%}) were rejected, more than "
+        f"--max-bad-fraction {options.max_bad_fraction:g}; nothing was published. "
+        f"The reasons are in {report}"
+    )
+
+
+def _rejected_report_path(out: str) -> str:
+    """Where the rejection report of a run that exceeded the error budget is kept."""
+    return out.rstrip("/") + ".rejected.jsonl"
+
+
+@contextlib.contextmanager
+def _private_tempdir() -> Iterator[None]:
+    """Point temporary files of the runner and its local workers at a folder removed afterwards.
+
+    Beam's portable local runners leave empty ``beam-temp*`` and ``tmp*``
+    folders in the system temp folder on every run; this keeps them contained.
+    Local worker processes inherit ``TMPDIR``.
+    """
+    folder = tempfile.mkdtemp(prefix="imgshards-run-")
+    saved_env, saved_default = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = folder, folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved_default
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _read_results(work: str) -> list[ShardResult]:
+    matches = FileSystems.match([FileSystems.join(work, "*.tfrecord.json")])[0].metadata_list
+    return [ShardResult.from_json(publish.read_text(meta.path)) for meta in matches]
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+    except OSError as err:
+        logger.warning("could not remove %s: %s", path, err)

@@ -1,0 +1,250 @@
+"""Publish a dataset safely: lock OUT, stage beside it, commit all at once.
+
+The contract: a run that fails or is killed at any moment leaves OUT as it
+was (the previous complete dataset, or nothing) or complete, and shard files
+never appear under their final names without their manifest.
+
+On a local (POSIX) file system the whole dataset is built in a hidden sibling
+folder ``.<name>.staging-<run>`` and then swapped in with one atomic
+``rename`` (or ``renameat2(RENAME_EXCHANGE)`` when replacing a dataset, so there
+is no instant without a complete OUT). Object stores have no atomic folder
+rename; there the manifest is written last and is the commit marker (readers
+refuse a folder without one), as Beam's and TFDS's writers do.
+
+Leftovers of killed runs (staging folders, a displaced old dataset) are
+cleaned, or restored, by the next run while it holds the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import json
+import logging
+import os
+import shutil
+import uuid
+from typing import Iterator
+
+from apache_beam.io.filesystems import FileSystems
+
+import record_schema
+
+logger = logging.getLogger(__name__)
+
+# Our files in a published dataset folder; anything else there is not ours.
+_DATASET_FILES = {record_schema.MANIFEST_FILE, record_schema.LABELS_FILE, record_schema.REJECTED_FILE}
+
+
+class PublishError(RuntimeError):
+    """OUT cannot be written or holds something this run must not replace."""
+
+
+class DatasetExistsError(PublishError):
+    """OUT already holds a dataset and --overwrite was not given."""
+
+
+class ConcurrentRunError(PublishError):
+    """Another conversion holds the lock on OUT."""
+
+
+def is_local(path: str) -> bool:
+    return FileSystems.get_scheme(path) in (None, "file")
+
+
+def _local(path: str) -> str:
+    return os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
+
+
+def _sibling(out: str, suffix: str) -> str:
+    out = _local(out)
+    return os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.{suffix}")
+
+
+def new_staging(out: str) -> str:
+    """A fresh, private staging folder for this run (beside OUT when local)."""
+    run = uuid.uuid4().hex[:12]
+    if is_local(out):
+        path = _sibling(out, f"staging-{run}")
+        os.makedirs(path)
+        return path
+    return out.rstrip("/") + f"/.staging-{run}"
+
+
+def work_dir(staging: str) -> str:
+    """Scratch space inside staging (input list, per-shard results); removed before commit."""
+    return FileSystems.join(staging, "_work")
+
+
+@contextlib.contextmanager
+def output_lock(out: str) -> Iterator[None]:
+    """Hold an exclusive lock on OUT for the whole run.
+
+    Uses ``flock`` on a hidden sibling file, released by the kernel if the
+    process dies, so a killed run never leaves a stale lock. The file is
+    removed on exit; the inode check makes that race-free. Object stores have
+    no locks: there the caller is responsible for not running two jobs at once.
+
+    Raises:
+      ConcurrentRunError: another conversion is writing OUT.
+      PublishError: the folder that holds OUT cannot be created or written.
+    """
+    if not is_local(out):
+        logger.warning("no lock is taken on %s: object stores have none; run one conversion at a time", out)
+        yield
+        return
+    parent = os.path.dirname(_local(out))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as err:
+        raise PublishError(f"--out {out!r}: its folder {parent!r} cannot be created: {err}") from err
+    path = _sibling(out, "lock")
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as err:
+            raise PublishError(f"--out {out!r} is not writable: cannot create {path!r}: {err}") from err
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConcurrentRunError(
+                f"another conversion is writing {out!r} (it holds {path!r}); wait for it to finish"
+            ) from None
+        held = os.fstat(fd)
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and (held.st_dev, held.st_ino) == (current.st_dev, current.st_ino):
+            break
+        os.close(fd)  # the previous holder removed the file as we opened it: retry
+    try:
+        yield
+    finally:
+        os.unlink(path)
+        os.close(fd)
+
+
+def recover_and_clean(out: str) -> None:
+    """Undo what killed runs left beside OUT; call while holding the lock.
+
+    A run killed between the two renames of the fallback commit leaves OUT
+    missing and the old dataset displaced: it is put back. Staging folders of
+    dead runs are deleted.
+    """
+    if not is_local(out):
+        return
+    target = _local(out)
+    parent, name = os.path.split(target)
+    old = sorted(entry for entry in os.listdir(parent) if entry.startswith(f".{name}.old-"))
+    if old and not os.path.exists(target):
+        logger.warning("restoring %s from an interrupted run", target)
+        os.rename(os.path.join(parent, old[-1]), target)
+        old = old[:-1]
+    for entry in os.listdir(parent):
+        if entry.startswith(f".{name}.staging-") or entry in old:
+            logger.info("removing %s left by an interrupted run", entry)
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+
+
+def check_out(out: str, overwrite: bool) -> None:
+    """Refuse to start when the run could not publish into OUT.
+
+    OUT may be missing or empty; it may hold a dataset only with ``overwrite``;
+    anything else in it is user data that is never replaced.
+    """
+    if not FileSystems.exists(out):
+        return
+    if is_local(out) and not os.path.isdir(_local(out)):
+        raise PublishError(f"--out {out!r} is a file, not a folder")
+    names = [name for name in _listing(out) if not name.startswith(".staging-")]
+    if not names:
+        return
+    foreign = sorted(n for n in names if n not in _DATASET_FILES and record_schema.parse_shard_filename(n) is None)
+    if foreign:
+        raise PublishError(
+            f"--out {out!r} is not empty and is not a dataset (it holds {foreign[:3]}); "
+            "choose an empty or new folder"
+        )
+    if not overwrite:
+        raise DatasetExistsError(
+            f"--out {out!r} already holds a dataset ({record_schema.MANIFEST_FILE}); "
+            "pass --overwrite to replace it once the new one is complete"
+        )
+
+
+def _listing(folder: str) -> list[str]:
+    if is_local(folder):
+        return os.listdir(_local(folder))
+    base = folder.rstrip("/") + "/"
+    return sorted({m.path[len(base):].split("/")[0] for m in FileSystems.match([base + "*"])[0].metadata_list})
+
+
+def write_text(path: str, text: str) -> None:
+    with FileSystems.create(path) as handle:
+        handle.write(text.encode("utf-8"))
+
+
+def read_text(path: str) -> str:
+    with FileSystems.open(path) as handle:
+        return handle.read().decode("utf-8")
+
+
+def commit(staging: str, out: str, manifest: dict) -> None:
+    """Write the manifest into staging and make staging the dataset at OUT."""
+    FileSystems.delete([work_dir(staging)])
+    body = json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+    if is_local(out):
+        write_text(os.path.join(staging, record_schema.MANIFEST_FILE), body)
+        _swap_in_local(staging, _local(out))
+    else:
+        _publish_remote(staging, out, body)
+
+
+def _swap_in_local(staging: str, target: str) -> None:
+    if not os.path.exists(target) or (os.path.isdir(target) and not os.listdir(target)):
+        os.replace(staging, target)  # atomic; replaces an empty folder
+        return
+    if _exchange(staging, target):  # staging now holds the old dataset
+        shutil.rmtree(staging)
+        return
+    displaced = _sibling(target, f"old-{uuid.uuid4().hex[:12]}")
+    os.rename(target, displaced)  # recover_and_clean() restores it if we die right here
+    os.rename(staging, target)
+    shutil.rmtree(displaced)
+
+
+def _exchange(first: str, second: str) -> bool:
+    """Atomically swap two paths with Linux's renameat2; False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(code, f"cannot swap {first!r} and {second!r}: {os.strerror(code)}")
+
+
+def _publish_remote(staging: str, out: str, manifest_body: str) -> None:
+    """Object-store commit: retract the old manifest, move files, manifest last."""
+    out = out.rstrip("/")
+    names = _listing(out) if FileSystems.exists(out) else []
+    old = [FileSystems.join(out, name) for name in names if not name.startswith(".staging-")]
+    manifest = FileSystems.join(out, record_schema.MANIFEST_FILE)
+    if manifest in old:
+        FileSystems.delete([manifest])  # from here on readers see "no dataset", never a mix
+        old.remove(manifest)
+    if old:
+        FileSystems.delete(old)
+    names = _listing(staging)
+    FileSystems.rename([FileSystems.join(staging, n) for n in names], [FileSystems.join(out, n) for n in names])
+    write_text(manifest, manifest_body)
+    FileSystems.delete([staging])

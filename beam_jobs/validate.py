@@ -1,0 +1,83 @@
+"""Read and check one listed image: accepted (with its sort key) or rejected with a reason.
+
+The validation pass keeps no image bytes: an accepted image travels through the
+pipeline as its path, sort key and source checksum only, and the shard writer
+reads it again. That keeps every grouping step small, so peak memory does not
+grow with the bytes of the dataset on any runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Union
+
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs.discover import ImageRef, keyed_hash
+from beam_jobs.encode import Encoded, encode_image
+from beam_jobs.options import EncodeOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class Accepted:
+    """A listed image that will be written.
+
+    Attributes:
+      ref: the image.
+      sort_key: hex keyed hash of (seed, relpath); its rank orders the split.
+      source_sha256: hex SHA-256 of the input file, so the writer can tell if
+        the file changed between the two reads.
+      reencoded_because: "" when stored byte for byte.
+    """
+
+    ref: ImageRef
+    sort_key: str
+    source_sha256: str
+    reencoded_because: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RejectedInput:
+    """A listed image that will not be written, and why."""
+
+    relpath: str
+    reason: str
+    detail: str
+
+    def to_json(self) -> str:
+        """One line of ``rejected.jsonl``."""
+        return json.dumps({"path": self.relpath, "reason": self.reason, "detail": self.detail}, ensure_ascii=False)
+
+
+def source_path(src: str, relpath: str) -> str:
+    """Full path of an input given SRC and its ``/``-separated relative path."""
+    return FileSystems.join(src, *relpath.split("/"))
+
+
+def read_source(src: str, relpath: str) -> bytes:
+    """The bytes of one input file (raises OSError when it cannot be read)."""
+    with FileSystems.open(source_path(src, relpath)) as handle:
+        return handle.read()
+
+
+def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, seed: int) -> Union[Accepted, RejectedInput]:
+    """Read ``ref`` and decide whether it is written.
+
+    A file that vanished or cannot be read since the listing is rejected, not
+    fatal: the run goes on and the report names it.
+    """
+    try:
+        data = read_source(src, ref.relpath)
+    except OSError as err:  # Beam's BeamIOError is an OSError too
+        return RejectedInput(ref.relpath, "unreadable", f"could not be read: {err}")
+    result = encode_image(data, options)
+    if not isinstance(result, Encoded):
+        return RejectedInput(ref.relpath, result.reason, result.detail)
+    return Accepted(
+        ref=ref,
+        sort_key=keyed_hash(seed, ref.relpath).hex(),
+        source_sha256=hashlib.sha256(data).hexdigest(),
+        reencoded_because=result.reencoded_because,
+    )

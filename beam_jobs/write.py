@@ -1,0 +1,135 @@
+"""Write one shard: read its images in order, encode, frame, stream to a file.
+
+A shard holds one image in memory at a time. The file is written into the
+run's private staging folder under its final name; nothing in OUT changes
+until :mod:`beam_jobs.publish` commits the whole dataset. A runner that retries
+the writer rewrites the same bytes, because every step is deterministic.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+from typing import Callable, Optional, Sequence
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+import record_schema
+from beam_jobs.encode import Encoded, encode_image
+from beam_jobs.options import EncodeOptions
+from beam_jobs.tfrecord import frame_record, serialize_example
+from beam_jobs.validate import Accepted, read_source
+
+
+class SourceChangedError(RuntimeError):
+    """An input file changed between validation and writing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardResult:
+    """What was written to one shard; becomes a manifest entry."""
+
+    split: str
+    index: int
+    num_shards: int
+    file: str
+    num_examples: int
+    num_bytes: int
+    sha256: str
+    label_counts: dict[int, int]
+    reencoded: dict[str, int]
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ShardResult":
+        raw = json.loads(text)
+        raw["label_counts"] = {int(k): v for k, v in raw["label_counts"].items()}
+        return cls(**raw)
+
+
+def build_example(encoded: Encoded, relpath: str, label: int, class_name: str) -> bytes:
+    """The serialized ``tf.train.Example`` of one stored image (keys in record_schema)."""
+    return serialize_example(
+        {
+            record_schema.IMAGE_ENCODED: encoded.data,
+            record_schema.IMAGE_FORMAT: record_schema.IMAGE_FORMAT_JPEG,
+            record_schema.LABEL: label,
+            record_schema.LABEL_TEXT: class_name.encode("utf-8"),
+            record_schema.HEIGHT: encoded.height,
+            record_schema.WIDTH: encoded.width,
+            record_schema.CHANNELS: record_schema.CHANNELS_RGB,
+            record_schema.FILENAME: relpath.encode("utf-8", "backslashreplace"),
+            record_schema.SHA256: hashlib.sha256(encoded.data).hexdigest().encode("ascii"),
+        }
+    )
+
+
+def encode_accepted(src: str, item: Accepted, options: EncodeOptions) -> Encoded:
+    """Re-read an accepted image and encode it exactly as validation did.
+
+    Raises:
+      SourceChangedError: the file changed or vanished since it was validated;
+        writing it now would break the manifest's accounting.
+    """
+    relpath = item.ref.relpath
+    try:
+        data = read_source(src, relpath)
+    except OSError as err:
+        raise SourceChangedError(f"{relpath} vanished during the conversion ({err}); rerun the command") from err
+    if hashlib.sha256(data).hexdigest() != item.source_sha256:
+        raise SourceChangedError(f"{relpath} changed during the conversion; rerun the command")
+    result = encode_image(data, options)
+    if not isinstance(result, Encoded):  # deterministic encode: only a library bug gets here
+        raise RuntimeError(f"{relpath} was accepted, then rejected on the second read: {result.detail}")
+    return result
+
+
+def write_shard(
+    src: str,
+    folder: str,
+    split: str,
+    index: int,
+    num_shards: int,
+    items: Sequence[Accepted],
+    classes: Sequence[str],
+    options: EncodeOptions,
+    on_record: Optional[Callable[[], None]] = None,
+) -> ShardResult:
+    """Write ``items`` (in order) as shard ``index`` of ``split`` into ``folder``.
+
+    ``on_record`` is called after each record (progress reporting).
+    """
+    name = record_schema.shard_filename(split, index, num_shards)
+    digest = hashlib.sha256()
+    labels: collections.Counter[int] = collections.Counter()
+    reencoded: collections.Counter[str] = collections.Counter()
+    num_bytes = 0
+    with FileSystems.create(FileSystems.join(folder, name), compression_type=CompressionTypes.UNCOMPRESSED) as out:
+        for item in items:
+            encoded = encode_accepted(src, item, options)
+            label = item.ref.label
+            record = frame_record(build_example(encoded, item.ref.relpath, label, classes[label]))
+            out.write(record)
+            digest.update(record)
+            num_bytes += len(record)
+            labels[label] += 1
+            if encoded.reencoded:
+                reencoded[encoded.reencoded_because] += 1
+            if on_record is not None:
+                on_record()
+    return ShardResult(
+        split=split,
+        index=index,
+        num_shards=num_shards,
+        file=name,
+        num_examples=len(items),
+        num_bytes=num_bytes,
+        sha256=digest.hexdigest(),
+        label_counts=dict(sorted(labels.items())),
+        reencoded=dict(sorted(reencoded.items())),
+    )

@@ -1,0 +1,130 @@
+"""Parse the command line and call the library; no conversion logic lives here.
+
+``python -m converter --src DIR [options] [Beam pipeline options]`` converts.
+The converter's own flags are parsed here; every other flag goes untouched to
+Beam's ``PipelineOptions`` (the split Beam's wordcount example makes), so
+``--runner``, ``--direct_num_workers``, ``--project`` and friends just work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import logging
+import sys
+from typing import Optional, Sequence
+
+from beam_jobs import options as opts
+
+logger = logging.getLogger("converter")
+
+SUBCOMMANDS = ("convert",)
+
+_EPILOG = """\
+Any other flag is an Apache Beam pipeline option, passed to PipelineOptions untouched, e.g.
+  --runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp --setup_file=./setup.py
+  --direct_num_workers=N   (local runs use every core by default)
+
+Exit status: 0 only when the dataset was published; 1 for a failed conversion; 2 for bad usage.
+"""
+
+
+def build_convert_parser() -> argparse.ArgumentParser:
+    """The flags of a conversion, each with its default in the help."""
+    parser = argparse.ArgumentParser(
+        prog="python -m converter",
+        description="Convert a folder of images (one sub-folder per class, optionally under "
+        "train/validation/test folders) into sharded TFRecord files of tf.train.Example records.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    add = parser.add_argument
+    add("--src", required=True, help="input folder: SRC/<class>/**/<image> or SRC/<split>/<class>/**/<image>")
+    add("--out", default="", help=f"output folder (default: SRC with '{opts.OUT_SUFFIX}' appended, beside SRC)")
+    add("--shards", type=int, default=opts.DEFAULT_SHARDS,
+        help="shards of the train split; other splits get ceil(shards * their size / train size) "
+        "(default: %(default)s; never more shards than images)")
+    add("--val-fraction", type=float, default=0.0,
+        help="carve this fraction of each class out of a single-split tree as a validation split "
+        "(default: %(default)s, off)")
+    add("--seed", type=int, default=opts.DEFAULT_SEED,
+        help="salt of the keyed hash that orders the records and carves validation (default: %(default)s)")
+    add("--labels", dest="labels_file", default=None,
+        help="file with one class name per line: line i gets label i (default: sorted class folder names)")
+    add("--max-side", type=int, default=None,
+        help="downsize images whose longer side exceeds this many pixels (default: keep sizes)")
+    add("--quality", type=int, default=opts.DEFAULT_QUALITY,
+        help="JPEG quality for images that must be re-encoded (default: %(default)s)")
+    add("--max-pixels", type=int, default=opts.DEFAULT_MAX_PIXELS,
+        help="reject images with more pixels than this, before decoding (default: %(default)s)")
+    add("--max-bad-fraction", type=float, default=opts.DEFAULT_MAX_BAD_FRACTION,
+        help="fail and publish nothing when more than this fraction of the images is rejected "
+        "(default: %(default)s)")
+    add("--overwrite", action="store_true",
+        help="replace a dataset already in --out, once the new one is complete (default: refuse)")
+    add("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    add("-v", "--verbose", action="store_true", help="log every rejected file and Beam's own messages")
+    return parser
+
+
+def _reject_near_misses(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> None:
+    """A flag that is almost one of ours is a typo, not a Beam option: say so."""
+    ours = [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+    for arg in unknown:
+        if not arg.startswith("--"):
+            continue
+        name = arg.split("=", 1)[0]
+        close = difflib.get_close_matches(name, ours, n=1, cutoff=0.8)
+        if close:
+            parser.error(f"unknown option {name}; did you mean {close[0]}?")
+
+
+def convert(argv: Sequence[str]) -> int:
+    """``python -m converter [convert] --src ...``."""
+    from beam_jobs import discover, pipeline, publish  # Beam loads only when converting
+
+    parser = build_convert_parser()
+    args, pipeline_args = parser.parse_known_args(argv)
+    _reject_near_misses(parser, pipeline_args)
+    _configure_logging(args.verbose)
+    if not any(arg.startswith("--default_sdk_harness_log_level") for arg in pipeline_args):
+        # Local worker processes log their start-up and Beam's internal flags; show only errors.
+        pipeline_args.append("--default_sdk_harness_log_level=" + ("INFO" if args.verbose else "ERROR"))
+    try:
+        options = opts.ConvertOptions(
+            src=args.src,
+            out=args.out,
+            shards=args.shards,
+            val_fraction=args.val_fraction,
+            seed=args.seed,
+            labels_file=args.labels_file,
+            encode=opts.EncodeOptions(quality=args.quality, max_side=args.max_side, max_pixels=args.max_pixels),
+            max_bad_fraction=args.max_bad_fraction,
+            overwrite=args.overwrite,
+        )
+    except ValueError as err:
+        parser.error(str(err))
+    try:
+        summary = pipeline.run(options, pipeline_args, show_progress=None if args.progress else False)
+    except (discover.InputError, publish.PublishError, pipeline.TooManyRejectedError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(summary.format())
+    return 0
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        # Beam logs each worker's start-up at INFO/WARNING; keep the user's terminal for our own output.
+        logging.getLogger("apache_beam").setLevel(logging.ERROR)
+        logging.getLogger("beam_jobs.pipeline").setLevel(logging.ERROR)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point; returns the process exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "convert":
+        argv = argv[1:]
+    return convert(argv)

@@ -1,0 +1,73 @@
+"""The on-disk contract between the converter (writer) and the reader.
+
+Both sides import this module and nothing else of each other, so a change to a
+key, a file name or the manifest layout is made here once. It deliberately
+imports neither TensorFlow nor Apache Beam: the Beam workers stay light (no
+multi-second TensorFlow import per worker) and the reader never pulls in Beam.
+
+Record keys follow the de-facto standard of the tensorflow/models conversion
+scripts (``image/encoded``, ``image/class/label``, ...), so existing parsers and
+DALI's TFRecord reader work on our shards unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+# Bump when the manifest or record layout changes incompatibly; readers refuse
+# manifests whose version they do not know.
+FORMAT_VERSION: Final = 1
+
+# Feature keys of every tf.train.Example we write.
+IMAGE_ENCODED: Final = "image/encoded"
+IMAGE_FORMAT: Final = "image/format"
+LABEL: Final = "image/class/label"
+LABEL_TEXT: Final = "image/class/text"
+HEIGHT: Final = "image/height"
+WIDTH: Final = "image/width"
+CHANNELS: Final = "image/channels"
+FILENAME: Final = "image/filename"
+SHA256: Final = "image/key/sha256"
+
+# key -> proto value kind ("bytes" or "int64"); every key holds exactly one value.
+FEATURES: Final[dict[str, str]] = {
+    IMAGE_ENCODED: "bytes",
+    IMAGE_FORMAT: "bytes",
+    LABEL: "int64",
+    LABEL_TEXT: "bytes",
+    HEIGHT: "int64",
+    WIDTH: "int64",
+    CHANNELS: "int64",
+    FILENAME: "bytes",
+    SHA256: "bytes",
+}
+
+IMAGE_FORMAT_JPEG: Final = b"jpeg"
+CHANNELS_RGB: Final = 3
+
+# Files in a published dataset directory.
+MANIFEST_FILE: Final = "manifest.json"
+LABELS_FILE: Final = "labels.txt"
+REJECTED_FILE: Final = "rejected.jsonl"
+
+# Split names, in the order they are reported. "val" is accepted on input.
+SPLITS: Final = ("train", "validation", "test")
+SPLIT_ALIASES: Final[dict[str, str]] = {"val": "validation"}
+
+_SHARD_RE: Final = re.compile(r"^(?P<split>[^/]+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.tfrecord$")
+
+
+def shard_filename(split: str, index: int, count: int) -> str:
+    """Name of shard ``index`` (0-based) of ``count`` shards of ``split``."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard index {index} is outside 0..{count - 1}")
+    return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
+
+
+def parse_shard_filename(name: str) -> tuple[str, int, int] | None:
+    """Inverse of :func:`shard_filename`: ``(split, index, count)`` or None."""
+    match = _SHARD_RE.match(name)
+    if match is None:
+        return None
+    return match["split"], int(match["index"]), int(match["count"])

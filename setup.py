@@ -1,0 +1,32 @@
+"""Install with ``pip install .`` (``.[test]`` for the tests, ``.[bench]``, ``.[dask]``).
+
+A ``setup.py`` (not only pyproject) because Beam ships a multi-module job to
+remote workers with ``--setup_file=./setup.py``.
+"""
+
+from setuptools import setup
+
+setup(
+    name="imgshards",
+    version="0.1.0",
+    description="Image folders to sharded TFRecords with Apache Beam, and tf.data pipelines that keep GPUs fed",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["converter", "beam_jobs", "reader"],
+    py_modules=["record_schema"],
+    install_requires=[
+        "apache-beam[tfrecord]>=2.77",
+        "tensorflow>=2.21",
+        "pillow>=12.0",
+        "simplejpeg>=1.9",
+        "google-crc32c>=1.5",
+        "numpy>=2.0",
+        "tqdm>=4.66",
+    ],
+    extras_require={
+        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "psutil>=7.0"],
+        "bench": ["matplotlib>=3.9", "scikit-image>=0.24", "psutil>=7.0"],
+        "dask": ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"],
+    },
+)
