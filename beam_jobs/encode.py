@@ -107,6 +107,32 @@ def sniff_format(data: bytes) -> Optional[str]:
     return None
 
 
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def declared_size(data: bytes, fmt: str) -> Optional[tuple[int, int]]:
+    """(height, width) as the PNG or JPEG header declares it, without decoding; None if unknown.
+
+    Pillow refuses to even identify a zero-sized image, which would hide the
+    real reason behind "cannot identify image file".
+    """
+    if fmt == "png" and len(data) >= 24 and data[12:16] == b"IHDR":
+        width, height = struct.unpack(">II", data[16:24])
+        return height, width
+    if fmt == "jpeg":
+        pos = 2
+        while pos + 9 <= len(data) and data[pos] == 0xFF:
+            marker = data[pos + 1]
+            if marker in _SOF_MARKERS:
+                height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
+                return height, width
+            if marker == 0xFF:  # fill byte
+                pos += 1
+                continue
+            pos += 2 + struct.unpack(">H", data[pos + 2 : pos + 4])[0]
+    return None
+
+
 def encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
     """Validate one image file's bytes and return what to store, or why not.
 
@@ -118,6 +144,9 @@ def encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
     fmt = sniff_format(data)
     if fmt is None:
         return Rejected("not-an-image", "content is not JPEG, PNG, GIF, BMP, TIFF or WebP")
+    declared = declared_size(data, fmt)
+    if declared is not None and 0 in declared:
+        return Rejected("zero-sized", f"{fmt} header declares {declared[1]}x{declared[0]} pixels")
     try:
         img = Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[fmt]])
     except Image.DecompressionBombError as err:

@@ -1,0 +1,112 @@
+"""Listing SRC: layouts, label ids, skipped files, links, and the errors users meet."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import pytest
+
+from beam_jobs.discover import InputError, Listing, list_tree, plan_inputs, read_labels_file
+
+
+def _touch(root, *relpaths):
+    for rel in relpaths:
+        path = os.path.join(root, *rel.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(b"x")
+
+
+def _by_split(plan):
+    out = collections.defaultdict(list)
+    for ref in plan.refs:
+        out[ref.split].append((ref.relpath, plan.classes[ref.label]))
+    return dict(out)
+
+
+def test_class_folders_make_one_train_split_with_sorted_label_ids():
+    plan = plan_inputs(Listing(("dog/b.jpg", "cat/a.jpg", "dog/sub/c.png")))
+    assert plan.classes == ("cat", "dog")
+    assert _by_split(plan) == {"train": [("cat/a.jpg", "cat"), ("dog/b.jpg", "dog"), ("dog/sub/c.png", "dog")]}
+
+
+def test_split_folders_share_label_ids_even_when_a_class_is_missing_from_one():
+    plan = plan_inputs(Listing(("train/cat/1.jpg", "train/dog/2.jpg", "train/emu/3.jpg", "val/emu/4.jpg", "test/dog/5.jpg")))
+    assert plan.classes == ("cat", "dog", "emu")
+    labels = {ref.relpath: ref.label for ref in plan.refs}
+    assert labels["val/emu/4.jpg"] == labels["train/emu/3.jpg"] == 2
+    assert {ref.split for ref in plan.refs} == {"train", "validation", "test"}
+
+
+def test_labels_file_pins_ids_and_unknown_classes_are_an_error(tmp_path):
+    labels = tmp_path / "labels.txt"
+    labels.write_text("zebra\ncat\ndog\n")
+    names = read_labels_file(str(labels))
+    plan = plan_inputs(Listing(("cat/a.jpg", "dog/b.jpg")), labels=names)
+    assert plan.classes == ("zebra", "cat", "dog")
+    assert [ref.label for ref in plan.refs] == [1, 2]
+    with pytest.raises(InputError, match=r"\['emu'\] are not in --labels"):
+        plan_inputs(Listing(("cat/a.jpg", "emu/b.jpg")), labels=names)
+
+
+@pytest.mark.parametrize("text,message", [("", "is empty"), ("a\n\nb\n", "line 2 is blank"), ("a\nb\na\n", "more than once")])
+def test_bad_labels_files_are_explained(tmp_path, text, message):
+    labels = tmp_path / "labels.txt"
+    labels.write_text(text)
+    with pytest.raises(InputError, match=message):
+        read_labels_file(str(labels))
+
+
+def test_hidden_system_and_stray_files_are_skipped_and_counted():
+    plan = plan_inputs(
+        Listing(("README.md", "cat/.DS_Store", "cat/Thumbs.db", "cat/desktop.ini", ".git/x", "cat/.hidden.jpg", "cat/a.jpg"))
+    )
+    assert [ref.relpath for ref in plan.refs] == ["cat/a.jpg"]
+    assert plan.skipped == {"hidden": 2, "stray-file": 1, "system-file": 3}
+
+
+def test_an_empty_class_folder_is_an_error_naming_it():
+    with pytest.raises(InputError, match="SRC/train/dog holds no images"):
+        plan_inputs(Listing(("train/cat/a.jpg",), dirs=("train", "train/cat", "train/dog")))
+
+
+def test_no_images_at_all_is_an_error():
+    with pytest.raises(InputError, match="holds no images"):
+        plan_inputs(Listing(("notes.txt",)))
+
+
+def test_val_and_validation_together_are_an_error():
+    with pytest.raises(InputError, match="same split twice"):
+        plan_inputs(Listing(("val/cat/a.jpg", "validation/cat/b.jpg")))
+
+
+def test_val_fraction_carves_a_stratified_deterministic_validation_split():
+    files = tuple(f"{c}/{i:03d}.jpg" for c in ("cat", "dog") for i in range(50))
+    plan = plan_inputs(Listing(files), val_fraction=0.2, seed=3)
+    val = [ref for ref in plan.refs if ref.split == "validation"]
+    assert collections.Counter(ref.label for ref in val) == {0: 10, 1: 10}
+    assert plan == plan_inputs(Listing(tuple(reversed(files))), val_fraction=0.2, seed=3)
+    other = plan_inputs(Listing(files), val_fraction=0.2, seed=4)
+    assert {r.relpath for r in other.refs if r.split == "validation"} != {r.relpath for r in val}
+
+
+def test_val_fraction_on_a_tree_with_splits_is_an_error():
+    with pytest.raises(InputError, match="single-split"):
+        plan_inputs(Listing(("train/cat/a.jpg", "test/cat/b.jpg")), val_fraction=0.1)
+
+
+def test_listing_follows_links_without_looping_and_keeps_unicode_names(tmp_path):
+    root = tmp_path / "src"
+    _touch(str(root), "chat noir/été 1.jpg", "猫/画像.png", "dog/a.jpg")
+    os.symlink(str(root), str(root / "dog" / "loop"))  # a loop back to the top
+    os.symlink(str(root / "dog" / "a.jpg"), str(root / "dog" / "linked.jpg"))
+    os.symlink(str(root / "missing"), str(root / "dog" / "dangling.jpg"))
+    listing = list_tree(str(root))
+    assert listing.files == ("chat noir/été 1.jpg", "dog/a.jpg", "dog/linked.jpg", "猫/画像.png")
+    assert listing.skipped == {"repeated-folder-link": 1, "not-a-regular-file": 1}
+
+
+def test_missing_src_is_an_error_naming_it(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        list_tree(str(tmp_path / "nope"))

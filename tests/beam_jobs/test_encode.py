@@ -1,0 +1,122 @@
+"""Per-image policy: what is stored as is, re-encoded, or rejected, and why."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from beam_jobs.encode import Encoded, Rejected, encode_image, sniff_format
+from beam_jobs.options import EncodeOptions
+from tests.conftest import REJECTED_KINDS
+
+OPTIONS = EncodeOptions()
+
+PASS_THROUGH = ["jpeg_rgb", "jpeg_gray", "jpeg_progressive", "jpeg_large"]
+REENCODED = {
+    "jpeg_cmyk": "cmyk",
+    "jpeg_exif_rotated": "exif-rotated",
+    "jpeg_corrupt_data": "corrupt-data",
+    "png_rgb": "png",
+    "png_rgba": "png",
+    "png_palette": "png",
+    "png_16bit_gray": "png",
+    "gif": "gif",
+    "bmp": "bmp",
+    "tiff": "tiff",
+    "webp": "webp",
+}
+
+
+def _tf_decode(data: bytes) -> np.ndarray:
+    return tf.io.decode_jpeg(data, channels=3).numpy()
+
+
+@pytest.mark.parametrize("kind", PASS_THROUGH)
+def test_clean_rgb_and_gray_jpegs_are_stored_byte_for_byte(sample_images, kind):
+    result = encode_image(sample_images[kind], OPTIONS)
+    assert isinstance(result, Encoded)
+    assert result.data == sample_images[kind]
+    assert not result.reencoded
+    assert _tf_decode(result.data).shape == (result.height, result.width, 3)
+
+
+@pytest.mark.parametrize("kind,because", sorted(REENCODED.items()))
+def test_other_decodable_inputs_are_reencoded_as_rgb_jpeg(sample_images, kind, because):
+    result = encode_image(sample_images[kind], OPTIONS)
+    assert isinstance(result, Encoded), result
+    assert result.reencoded_because == because
+    assert sniff_format(result.data) == "jpeg"
+    assert Image.open(io.BytesIO(result.data)).mode == "RGB"
+    assert _tf_decode(result.data).shape == (result.height, result.width, 3)
+
+
+@pytest.mark.parametrize("kind,reason", sorted(REJECTED_KINDS.items()))
+def test_bad_inputs_are_rejected_with_a_reason(sample_images, kind, reason):
+    result = encode_image(sample_images[kind], OPTIONS)
+    assert isinstance(result, Rejected)
+    assert result.reason == reason
+    assert result.detail
+
+
+def test_exif_rotated_jpeg_is_stored_upright(sample_images):
+    # The source is 100 wide, 60 high, with "rotate 90" in EXIF: stored 60 wide, 100 high.
+    result = encode_image(sample_images["jpeg_exif_rotated"], OPTIONS)
+    assert (result.height, result.width) == (100, 60)
+
+
+def test_transparent_pixels_are_composited_on_white(sample_images):
+    pixels = _tf_decode(encode_image(sample_images["png_rgba"], OPTIONS).data)
+    assert pixels[:, :30].min() > 240  # the transparent left quarter
+    assert pixels[:, 60:].mean() < 230  # the opaque rest keeps its colours
+
+
+def test_16bit_png_is_scaled_not_clipped(sample_images):
+    pixels = _tf_decode(encode_image(sample_images["png_16bit_gray"], OPTIONS).data)
+    # A full-range ramp must stay a ramp: dark first rows, bright last rows.
+    assert pixels[:5].mean() < 20 and pixels[-5:].mean() > 235
+
+
+def test_corrupt_data_jpeg_is_reencoded_to_a_clean_stream(sample_images):
+    from beam_jobs.encode import _libjpeg_warning
+
+    assert "Corrupt JPEG data" in _libjpeg_warning(sample_images["jpeg_corrupt_data"], "RGB")
+    result = encode_image(sample_images["jpeg_corrupt_data"], OPTIONS)
+    assert _libjpeg_warning(result.data, "RGB") is None
+
+
+def test_max_side_downsizes_keeping_aspect(sample_images):
+    result = encode_image(sample_images["jpeg_large"], EncodeOptions(max_side=200))
+    assert (result.height, result.width) == (150, 200)
+    assert result.reencoded_because == "resized"
+    small = encode_image(sample_images["jpeg_rgb"], EncodeOptions(max_side=200))
+    assert not small.reencoded  # already fits: untouched
+
+
+def test_pixel_limit_rejects_before_decoding(sample_images):
+    result = encode_image(sample_images["jpeg_large"], EncodeOptions(max_pixels=100_000))
+    assert isinstance(result, Rejected) and result.reason == "too-many-pixels"
+    assert "480000" in result.detail
+
+
+def test_quality_option_changes_reencoded_size(sample_images):
+    low = encode_image(sample_images["png_rgb"], EncodeOptions(quality=30)).data
+    high = encode_image(sample_images["png_rgb"], EncodeOptions(quality=95)).data
+    assert len(low) < len(high)
+
+
+def test_encoding_is_deterministic(sample_images):
+    for kind in REENCODED:
+        assert encode_image(sample_images[kind], OPTIONS) == encode_image(sample_images[kind], OPTIONS)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("quality", 0), ("quality", 101), ("max_side", 8), ("max_pixels", 0)],
+)
+def test_encode_options_name_the_bad_flag(field, value):
+    with pytest.raises(ValueError, match=f"--{field.replace('_', '-')}"):
+        EncodeOptions(**{field: value})

@@ -1,0 +1,48 @@
+"""Shard arithmetic: counts per split and balanced, non-empty cuts."""
+
+from __future__ import annotations
+
+import pytest
+
+from beam_jobs.shard import assign_shards, plan_shard_counts, shard_starts
+
+
+def test_train_gets_the_requested_count_and_other_splits_a_proportional_one():
+    assert plan_shard_counts({"train": 10_000, "validation": 1_000, "test": 2_500}, 64) == {
+        "train": 64,
+        "validation": 7,  # ceil(64 * 1000 / 10000)
+        "test": 16,
+    }
+
+
+def test_no_split_gets_more_shards_than_records():
+    assert plan_shard_counts({"train": 5, "validation": 1}, 64) == {"train": 5, "validation": 1}
+
+
+def test_without_train_the_largest_split_takes_the_requested_count():
+    assert plan_shard_counts({"validation": 100, "test": 400}, 8) == {"validation": 2, "test": 8}
+
+
+@pytest.mark.parametrize("records,shards", [(10, 3), (64, 64), (1000, 7), (5, 1), (101, 10)])
+def test_shard_sizes_differ_by_at_most_one_and_none_is_empty(records, shards):
+    starts = shard_starts(records, shards)
+    sizes = [b - a for a, b in zip(starts, starts[1:])]
+    assert sum(sizes) == records
+    assert max(sizes) - min(sizes) <= 1
+    assert min(sizes) >= 1
+
+
+def test_more_shards_than_records_is_refused():
+    with pytest.raises(ValueError, match="non-empty"):
+        shard_starts(3, 4)
+
+
+def test_assignment_keeps_order_and_lowers_the_count_to_the_records():
+    assigned = list(assign_shards(list("abcde"), planned_shards=8))
+    assert [(s, n, p, r) for s, n, p, r in assigned] == [
+        (0, 5, 0, "a"), (1, 5, 0, "b"), (2, 5, 0, "c"), (3, 5, 0, "d"), (4, 5, 0, "e"),
+    ]
+    assigned = list(assign_shards(list("abcdefg"), planned_shards=3))
+    assert [(s, p, r) for s, _, p, r in assigned] == [
+        (0, 0, "a"), (0, 1, "b"), (1, 0, "c"), (1, 1, "d"), (2, 0, "e"), (2, 1, "f"), (2, 2, "g"),
+    ]

@@ -1,0 +1,174 @@
+"""Shared, generated test data: every input kind a user meets, and small converted datasets.
+
+Everything is made here with Pillow and NumPy from fixed seeds; nothing is
+downloaded. Session-scoped fixtures convert once and are shared read-only.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import subprocess
+import sys
+import zlib
+from typing import Callable
+
+import numpy as np
+import pytest
+from PIL import Image
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _photo(seed: int, height: int = 120, width: int = 160) -> np.ndarray:
+    """A smooth, photo-like RGB array (gradients plus a disc), distinct per seed."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float64)
+    pixels = np.stack([x / width * 255, y / height * 255, np.full_like(x, rng.uniform(0, 255))], axis=-1)
+    cy, cx, r = rng.uniform(0.3, 0.7) * height, rng.uniform(0.3, 0.7) * width, min(height, width) / 4
+    pixels[(y - cy) ** 2 + (x - cx) ** 2 < r * r] = rng.uniform(0, 255, size=3)
+    return pixels.astype(np.uint8)
+
+
+def _save(img: Image.Image, fmt: str, **params) -> bytes:
+    out = io.BytesIO()
+    img.save(out, format=fmt, **params)
+    return out.getvalue()
+
+
+def _png_with_size(width: int, height: int) -> bytes:
+    """A PNG whose header declares any size (its pixel data is 1x1)."""
+    data = bytearray(_save(Image.new("RGB", (1, 1)), "PNG"))
+    data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    return bytes(data)
+
+
+def _exif_rotated_jpeg() -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    return _save(Image.fromarray(_photo(3, 60, 100)), "JPEG", quality=90, exif=exif.tobytes())
+
+
+def _corrupt_jpeg() -> bytes:
+    """A JPEG with garbage before a marker: libjpeg warns "Corrupt JPEG data: N extraneous bytes"."""
+    data = _save(Image.fromarray(_photo(4, 200, 240)), "JPEG", quality=90)
+    cut = data.index(b"\xff\xdb")
+    return data[:cut] + b"\x00\x01\x02" + data[cut:]
+
+
+def make_sample_images() -> dict[str, bytes]:
+    """kind -> file bytes, for every kind of input the converter must handle."""
+    rgb = Image.fromarray(_photo(1))
+    rgba = rgb.convert("RGBA")
+    alpha = np.full((120, 160), 255, np.uint8)
+    alpha[:, :40] = 0  # left quarter fully transparent
+    rgba.putalpha(Image.fromarray(alpha))
+    gray16 = Image.fromarray((np.linspace(0, 65535, 120 * 160).reshape(120, 160)).astype(np.uint16))
+    jpeg = _save(rgb, "JPEG", quality=90)
+    return {
+        "jpeg_rgb": jpeg,
+        "jpeg_gray": _save(rgb.convert("L"), "JPEG", quality=90),
+        "jpeg_cmyk": _save(rgb.convert("CMYK"), "JPEG", quality=90),
+        "jpeg_exif_rotated": _exif_rotated_jpeg(),
+        "jpeg_corrupt_data": _corrupt_jpeg(),
+        "jpeg_progressive": _save(rgb, "JPEG", quality=90, progressive=True),
+        "jpeg_large": _save(Image.fromarray(_photo(5, 600, 800)), "JPEG", quality=90),
+        "png_rgb": _save(rgb, "PNG"),
+        "png_rgba": _save(rgba, "PNG"),
+        "png_palette": _save(rgb.convert("P", palette=Image.Palette.ADAPTIVE), "PNG"),
+        "png_16bit_gray": _save(gray16, "PNG"),
+        "gif": _save(rgb.convert("P"), "GIF"),
+        "bmp": _save(rgb, "BMP"),
+        "tiff": _save(rgb, "TIFF"),
+        "webp": _save(rgb, "WEBP", quality=90),
+        # Rejected kinds.
+        "empty": b"",
+        "text": b"this is a text file, not an image\n",
+        "truncated_jpeg": jpeg[: len(jpeg) // 2],
+        "truncated_png": _save(rgb, "PNG")[:200],
+        "garbage_after_magic": b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4,
+        "zero_sized_png": _png_with_size(0, 10),
+        "bomb_png": _png_with_size(50_000, 50_000),
+    }
+
+
+REJECTED_KINDS = {
+    "empty": "empty-file",
+    "text": "not-an-image",
+    "truncated_jpeg": "undecodable",
+    "truncated_png": "undecodable",
+    "garbage_after_magic": "undecodable",
+    "zero_sized_png": "zero-sized",
+    "bomb_png": "too-many-pixels",
+}
+
+
+@pytest.fixture(scope="session")
+def sample_images() -> dict[str, bytes]:
+    return make_sample_images()
+
+
+def run_converter(*args: str, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess:
+    """``python -m converter ARGS`` in a real subprocess, as a user runs it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "converter", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"converter failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def converter() -> Callable[..., subprocess.CompletedProcess]:
+    return run_converter
+
+
+@pytest.fixture(scope="session")
+def demo_src(tmp_path_factory) -> str:
+    """The demo dataset (three classes of shapes), 30 images per class."""
+    from converter.demo import write_demo
+
+    folder = str(tmp_path_factory.mktemp("demo") / "shapes")
+    write_demo(folder, per_class=30, seed=7)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def demo_dataset(tmp_path_factory, demo_src) -> str:
+    """``demo_src`` converted in-process (in-memory DirectRunner) into 4 train shards + validation."""
+    from beam_jobs.options import ConvertOptions
+    from beam_jobs.pipeline import run
+
+    out = str(tmp_path_factory.mktemp("converted") / "shapes-tfrecords")
+    run(
+        ConvertOptions(src=demo_src, out=out, shards=4, val_fraction=0.2, seed=1),
+        ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+        show_progress=False,
+    )
+    return out
+
+
+def read_records(path: str) -> list[dict]:
+    """Every record of a shard file, parsed with real TensorFlow into plain Python values."""
+    import tensorflow as tf
+
+    import record_schema
+
+    rows = []
+    for raw in tf.data.TFRecordDataset(path):
+        example = tf.train.Example.FromString(raw.numpy())
+        row = {}
+        for key, kind in record_schema.FEATURES.items():
+            feature = example.features.feature[key]
+            row[key] = feature.bytes_list.value[0] if kind == "bytes" else feature.int64_list.value[0]
+        rows.append(row)
+    return rows

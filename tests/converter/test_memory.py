@@ -1,0 +1,56 @@
+"""Peak memory does not grow with the bytes of the dataset (the memory rule).
+
+Converting 4x the bytes must not raise the converter's peak RSS by anything
+like those bytes: only keys and paths are grouped, never image bytes. The run
+uses the in-memory runner in one process, the worst case (every stage and
+every grouping lives in the measured process).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import REPO
+
+
+def _noisy_tree(root: str, count: int) -> int:
+    """``count`` incompressible JPEGs (~0.27 MB each); returns their total bytes."""
+    rng = np.random.default_rng(count)
+    total = 0
+    for index in range(count):
+        folder = os.path.join(root, f"class{index % 2}")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{index:05d}.jpg")
+        Image.fromarray(rng.integers(0, 256, size=(420, 560, 3), dtype=np.uint8)).save(path, quality=95)
+        total += os.path.getsize(path)
+    return total
+
+
+def _peak_rss_mb(src: str, out: str) -> float:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "converter", "--src", src, "--out", out, "--shards", "4", "--no-progress",
+         "--direct_running_mode=in_memory", "--direct_num_workers=1"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, proc.stderr.read().decode()
+    return usage.ru_maxrss / 1024  # kB on Linux
+
+
+@pytest.mark.slow
+def test_peak_memory_does_not_grow_with_dataset_bytes(tmp_path):
+    small_bytes = _noisy_tree(str(tmp_path / "small"), 60)
+    large_bytes = _noisy_tree(str(tmp_path / "large"), 400)
+    small = _peak_rss_mb(str(tmp_path / "small"), str(tmp_path / "small-out"))
+    large = _peak_rss_mb(str(tmp_path / "large"), str(tmp_path / "large-out"))
+    extra_mb = (large_bytes - small_bytes) / 2**20
+    assert extra_mb > 75  # the test means something only if the extra bytes are large
+    # Holding the bytes would add ~extra_mb; per-image bookkeeping adds well under 10 MB.
+    assert large - small < 25, f"peak RSS {small:.0f} MB -> {large:.0f} MB for {extra_mb:.0f} MB more images"
