@@ -15,9 +15,10 @@ from typing import Optional
 DEFAULT_SHARDS = 64
 DEFAULT_QUALITY = 95
 DEFAULT_SEED = 0
-# Larger than any photograph (a 150 MP medium-format frame) yet small enough
-# that one decode cannot exhaust a worker: a 200 MP RGB image is 600 MB.
-DEFAULT_MAX_PIXELS = 200_000_000
+# Larger than nearly any photograph (a 100 MP medium-format frame) yet small
+# enough that one decode cannot exhaust a worker (300 MB of RGB). Pillow itself
+# refuses images over ~179 MP as decompression bombs.
+DEFAULT_MAX_PIXELS = 100_000_000
 # Real collections carry a few broken files; more than 5% usually means the
 # wrong folder or a broken copy, which should stop the run, not be published.
 DEFAULT_MAX_BAD_FRACTION = 0.05
