@@ -1,0 +1,49 @@
+"""tf.data input pipelines over the converter's shards, for training on GPUs and TPUs.
+
+>>> import reader
+>>> info = reader.dataset_info("shapes-tfrecords")
+>>> ds = reader.build_dataset("shapes-tfrecords", split="train", batch_size=64, image_size=224)
+
+The stages ``build_dataset`` chains are public too, for trainers who compose
+their own pipeline: :func:`file_order` (shard files per epoch and worker),
+:func:`interleave_records` (parallel interleave of TFRecordDatasets),
+:func:`parse_records` / :func:`parse_record`, and :func:`train_image` /
+:func:`eval_image` (crop-before-decode preprocessing) to map before ``batch``.
+
+This package never imports Apache Beam.
+"""
+
+from reader.info import (
+    DatasetInfo,
+    DatasetNotFoundError,
+    ShardInfo,
+    SplitInfo,
+    dataset_info,
+    steps_per_epoch,
+)
+from reader.options import Augmentation, FeatureKeys
+from reader.pipeline import CacheTooLargeError, build_dataset, distributed_dataset
+from reader.preprocess import eval_image, finish, train_image
+from reader.records import file_order, interleave_records, parse_record, parse_records, read_shard
+
+__all__ = [
+    "Augmentation",
+    "CacheTooLargeError",
+    "DatasetInfo",
+    "DatasetNotFoundError",
+    "FeatureKeys",
+    "ShardInfo",
+    "SplitInfo",
+    "build_dataset",
+    "dataset_info",
+    "distributed_dataset",
+    "eval_image",
+    "file_order",
+    "finish",
+    "interleave_records",
+    "parse_record",
+    "parse_records",
+    "read_shard",
+    "steps_per_epoch",
+    "train_image",
+]

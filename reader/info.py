@@ -1,0 +1,149 @@
+"""What a converted dataset holds, read from its manifest.
+
+The manifest is the only source of the shard list: a glob could pick up stale
+shards of an earlier run or partial files, the manifest cannot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Optional, Sequence
+
+import tensorflow as tf
+
+import record_schema
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """The folder has no manifest.json: it is not a (complete) converted dataset."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    """One shard file of a split."""
+
+    path: str
+    num_examples: int
+    num_bytes: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+    """One split: its shards (in manifest order) and label counts."""
+
+    name: str
+    num_examples: int
+    num_bytes: int
+    shards: tuple[ShardInfo, ...]
+    label_counts: tuple[int, ...]
+
+    @property
+    def files(self) -> list[str]:
+        return [shard.path for shard in self.shards]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+    """A converted dataset: classes, splits, counts and shard files.
+
+    Attributes:
+      data_dir: the dataset folder.
+      classes: class names; label i is ``classes[i]``.
+      splits: split name -> :class:`SplitInfo`.
+      manifest: the raw manifest, for anything else it records.
+    """
+
+    data_dir: str
+    classes: tuple[str, ...]
+    splits: dict[str, SplitInfo]
+    manifest: dict
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def split(self, name: str) -> SplitInfo:
+        """The split called ``name``; ``ValueError`` listing the splits there are otherwise."""
+        name = record_schema.SPLIT_ALIASES.get(name, name)
+        if name not in self.splits:
+            raise ValueError(f"split {name!r} is not in {self.data_dir}; its splits are {sorted(self.splits)}")
+        return self.splits[name]
+
+
+def dataset_info(data_dir: str) -> DatasetInfo:
+    """Read ``data_dir/manifest.json``.
+
+    Raises:
+      DatasetNotFoundError: no manifest (not converted, or a conversion never finished).
+      ValueError: a manifest of an unknown format version or malformed.
+    """
+    path = os.path.join(data_dir, record_schema.MANIFEST_FILE)
+    if not tf.io.gfile.exists(path):
+        raise DatasetNotFoundError(
+            f"{data_dir} has no {record_schema.MANIFEST_FILE}, so it is not a complete converted dataset. "
+            f"Make one with: python -m converter --src IMAGE_FOLDER --out {data_dir}"
+        )
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        try:
+            manifest = json.loads(handle.read().decode("utf-8"))
+        except ValueError as err:
+            raise ValueError(f"{path} is not valid JSON: {err}") from err
+    version = manifest.get("format_version")
+    if version != record_schema.FORMAT_VERSION:
+        raise ValueError(
+            f"{path} has format_version {version!r}; this reader reads version {record_schema.FORMAT_VERSION}"
+        )
+    try:
+        splits = {name: _split_info(data_dir, name, raw) for name, raw in manifest["splits"].items()}
+        return DatasetInfo(data_dir, tuple(manifest["classes"]), splits, manifest)
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"{path} is malformed (missing or bad {err})") from err
+
+
+def _split_info(data_dir: str, name: str, raw: dict) -> SplitInfo:
+    shards = tuple(
+        ShardInfo(os.path.join(data_dir, s["file"]), s["num_examples"], s["num_bytes"], s["sha256"])
+        for s in raw["shards"]
+    )
+    return SplitInfo(name, raw["num_examples"], raw["num_bytes"], shards, tuple(raw.get("label_counts", ())))
+
+
+def steps_per_epoch(data_dir: str, split: str, global_batch_size: int, drop_remainder: bool = True) -> int:
+    """Batches in one epoch of ``split`` at ``global_batch_size``, from the manifest.
+
+    ``drop_remainder=True`` matches the training preset (static batch shape);
+    use False for an eval pass that keeps the final partial batch.
+    """
+    if not isinstance(global_batch_size, int) or global_batch_size < 1:
+        raise ValueError(f"global_batch_size must be a positive integer, got {global_batch_size!r}")
+    examples = dataset_info(data_dir).split(split).num_examples
+    return examples // global_batch_size if drop_remainder else -(-examples // global_batch_size)
+
+
+def split_files(info: DatasetInfo, split: str) -> tuple[list[str], list[int]]:
+    """Shard paths of ``split`` in manifest order, with their record counts."""
+    split_info = info.split(split)
+    return split_info.files, [s.num_examples for s in split_info.shards]
+
+
+def available_memory_bytes() -> Optional[int]:
+    """Memory the system can give without swapping (Linux MemAvailable), None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def label_names(info: DatasetInfo, labels: Sequence[int]) -> list[str]:
+    """Class names of integer labels."""
+    return [info.classes[int(label)] for label in labels]

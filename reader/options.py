@@ -1,0 +1,83 @@
+"""Options of the read pipeline that are more than a plain number, as frozen, validated dataclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence, Union
+
+import tensorflow as tf
+
+import record_schema
+
+# Per-channel statistics of ImageNet on the 0..255 scale (as in TF Model Garden).
+IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+NORMALIZATIONS = (None, "mobilenet", "imagenet")
+DTYPES = (tf.float32, tf.bfloat16, tf.float16, tf.uint8)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureKeys:
+    """Which features hold the image and the label, for shards written by other tools.
+
+    Defaults are ours (the tensorflow/models keys); TFDS writes ``image`` and ``label``.
+    """
+
+    image: str = record_schema.IMAGE_ENCODED
+    label: str = record_schema.LABEL
+
+    @classmethod
+    def tfds(cls) -> "FeatureKeys":
+        return cls(image="image", label="label")
+
+
+@dataclasses.dataclass(frozen=True)
+class Augmentation:
+    """The training preset's random-resized-crop and flip.
+
+    Attributes:
+      area_range: fraction of the image area a crop covers (Inception-style).
+      aspect_ratio_range: crop width / height.
+      max_attempts: tries to sample a crop inside the ranges before using the whole image.
+      flip: random horizontal flip.
+    """
+
+    area_range: tuple[float, float] = (0.08, 1.0)
+    aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
+    max_attempts: int = 10
+    flip: bool = True
+
+    def __post_init__(self) -> None:
+        low, high = self.area_range
+        if not 0 < low <= high <= 1:
+            raise ValueError(f"area_range must satisfy 0 < low <= high <= 1, got {self.area_range!r}")
+        low, high = self.aspect_ratio_range
+        if not 0 < low <= high:
+            raise ValueError(f"aspect_ratio_range must satisfy 0 < low <= high, got {self.aspect_ratio_range!r}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
+
+
+def image_hw(image_size: Union[int, Sequence[int]]) -> tuple[int, int]:
+    """``image_size`` (int or (height, width)) as a validated (height, width)."""
+    if isinstance(image_size, int) and not isinstance(image_size, bool):
+        size = (image_size, image_size)
+    elif isinstance(image_size, (tuple, list)) and len(image_size) == 2:
+        size = (image_size[0], image_size[1])
+    else:
+        raise ValueError(f"image_size must be an int or (height, width), got {image_size!r}")
+    if not all(isinstance(v, int) and v > 0 for v in size):
+        raise ValueError(f"image_size must hold positive integers, got {image_size!r}")
+    return size
+
+
+def check_output(dtype: tf.DType, normalization: Optional[str]) -> tf.DType:
+    """Validate the output dtype and normalization together."""
+    dtype = tf.as_dtype(dtype)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {[d.name for d in DTYPES]}, got {dtype.name}")
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+    if dtype == tf.uint8 and normalization is not None:
+        raise ValueError("normalization needs a float dtype; with dtype=uint8 normalise on the accelerator")
+    return dtype

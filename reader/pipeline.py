@@ -1,0 +1,261 @@
+"""``build_dataset``: the whole input pipeline for training or evaluation.
+
+Training (``training=True``), per epoch e and input pipeline::
+
+    shard files, shuffled by (seed, e), then this pipeline's share  [file_order]
+    -> parallel interleave of TFRecordDatasets                      [interleave_records]
+    -> (cache of the *encoded* records, filled on the first epoch)
+    -> record shuffle buffer keyed by (seed, e), before decoding
+    -> (record, per-example seed (seed, e, i))
+  epochs chained indefinitely, then
+    -> map(parse + crop-before-decode + flip + resize, AUTOTUNE)    fused by TF with ...
+    -> batch(drop_remainder=True)                                   ... the batch (map_and_batch)
+    -> prefetch(AUTOTUNE) [or to a device]
+
+Evaluation: files in manifest order -> interleave (deterministic) -> (cache) ->
+map(parse + centre crop + resize) -> batch keeping the final partial batch
+-> prefetch. Exactly one pass over every record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from typing import Optional, Sequence, Union
+
+import tensorflow as tf
+
+from reader import preprocess
+from reader.info import DatasetInfo, available_memory_bytes, dataset_info
+from reader.options import Augmentation, FeatureKeys, check_output, image_hw
+from reader.records import AUTOTUNE, file_order, interleave_records, parse_record
+
+logger = logging.getLogger(__name__)
+
+# File order when no seed is given: a constant, so that every input pipeline of
+# a run computes the same permutation and their file sets stay disjoint.
+UNSEEDED_FILE_SEED = 0x5EED
+DEFAULT_SHUFFLE_BUFFER = 10_000  # TF Model Garden's classification default
+# A memory cache must fit in this share of available memory (the rest is training's).
+MEMORY_CACHE_FRACTION = 0.8
+
+
+class CacheTooLargeError(MemoryError):
+    """``cache="memory"`` was asked for data that does not fit in memory."""
+
+
+def build_dataset(
+    data_dir: str,
+    split: str = "train",
+    batch_size: int = 64,
+    image_size: Union[int, Sequence[int]] = 224,
+    training: bool = True,
+    seed: Optional[int] = None,
+    deterministic: Optional[bool] = None,
+    cache: Optional[str] = None,
+    input_context: Optional[tf.distribute.InputContext] = None,
+    *,
+    dtype: tf.DType = tf.float32,
+    normalization: Optional[str] = None,
+    augment: Augmentation = Augmentation(),
+    crop_fraction: float = 0.875,
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+    cycle_length: Optional[int] = None,
+    block_length: int = 1,
+    num_epochs: Optional[int] = None,
+    keys: FeatureKeys = FeatureKeys(),
+    label_offset: int = 0,
+    skip_corrupt: bool = False,
+    prefetch_to_device: Optional[str] = None,
+    private_threads: Optional[int] = None,
+    info: Optional[DatasetInfo] = None,
+) -> tf.data.Dataset:
+    """A ``tf.data.Dataset`` of ``(images, labels)`` batches over a converted split.
+
+    Args:
+      data_dir: a folder written by the converter (its manifest lists the shards).
+      split: "train", "validation" (or "val") or "test".
+      batch_size: global batch size; with ``input_context``, each pipeline
+        yields ``input_context.get_per_replica_batch_size(batch_size)``.
+      image_size: output size, an int or ``(height, width)``.
+      training: True for the training preset (random resized crop decoded
+        cropped, flip, shuffles, repeats, static batch shape); False for one
+        deterministic pass with a centre crop, keeping the final partial batch.
+      seed: makes file order, record shuffle and augmentation reproducible.
+      deterministic: element order reproducible; default True with a seed,
+        False (faster) without. Evaluation is always deterministic.
+      cache: None, "memory" (checked against available memory first) or a
+        file path prefix; caches encoded records, never decoded images.
+      input_context: from ``tf.distribute``; each pipeline reads a disjoint
+        share of the shard files (records when there are fewer files than pipelines).
+      dtype: float32, bfloat16, float16, or uint8 (normalise on the accelerator).
+      normalization: None (0..255), "mobilenet" ([-1, 1]) or "imagenet" (mean/std).
+      augment: the training crop's ranges and the flip.
+      crop_fraction: eval centre crop as a fraction of the shorter side.
+      shuffle_buffer: records in the training shuffle buffer (encoded bytes,
+        so 10,000 ImageNet-sized records are about 1.1 GB).
+      cycle_length, block_length: interleave settings; cycle_length None = AUTOTUNE.
+      num_epochs: training epochs to yield; None repeats indefinitely.
+      keys, label_offset: for shards written by other tools (TFDS: ``FeatureKeys.tfds()``;
+        1-based Inception labels: ``label_offset=-1``).
+      skip_corrupt: skip the rest of a corrupt shard with a warning instead of failing.
+      prefetch_to_device: e.g. "/gpu:0", to prefetch batches into device memory.
+      private_threads: size of a private thread pool for this pipeline.
+      info: a :class:`DatasetInfo` already read (saves re-reading the manifest).
+
+    Raises:
+      DatasetNotFoundError: no manifest in ``data_dir``.
+      ValueError: an unknown split (the message lists the splits) or a bad argument.
+      CacheTooLargeError: ``cache="memory"`` and the split does not fit.
+    """
+    info = info or dataset_info(data_dir)
+    split_info = info.split(split)
+    size = image_hw(image_size)
+    dtype = check_output(dtype, normalization)
+    _check_positive(batch_size=batch_size, shuffle_buffer=shuffle_buffer, block_length=block_length)
+    if cycle_length is not None:
+        _check_positive(cycle_length=cycle_length)
+    if num_epochs is not None:
+        _check_positive(num_epochs=num_epochs)
+    if not 0 < crop_fraction <= 1:
+        raise ValueError(f"crop_fraction must be in (0, 1], got {crop_fraction!r}")
+    if cache is not None and not isinstance(cache, str):
+        raise ValueError(f'cache must be None, "memory" or a file path, got {cache!r}')
+
+    pipelines, pipeline_id = (1, 0) if input_context is None else (
+        input_context.num_input_pipelines, input_context.input_pipeline_id)
+    per_pipeline_batch = batch_size if input_context is None else input_context.get_per_replica_batch_size(batch_size)
+    files = split_info.files
+    counts = [shard.num_examples for shard in split_info.shards]
+    by_file = pipelines <= len(files)
+    if not by_file:
+        logger.warning(
+            "%s has %d shard files for %d input pipelines: every pipeline reads all files and keeps 1/%d "
+            "of the records. Convert with --shards >= %d to shard by file.",
+            split_info.name, len(files), pipelines, pipelines, pipelines,
+        )
+    cache_bytes = split_info.num_bytes // pipelines
+    if cache == "memory":
+        _check_memory_cache(split_info.name, cache_bytes)
+
+    if deterministic is None:
+        deterministic = seed is not None
+    base_seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
+    file_seed = seed if seed is not None else UNSEEDED_FILE_SEED
+
+    def records_of_epoch(epoch: "tf.Tensor | int", shuffle: bool, ordered: bool) -> tf.data.Dataset:
+        order = file_order(
+            files, counts, seed=file_seed if shuffle else None, epoch=epoch,
+            num_shards=pipelines if by_file else 1, shard_index=pipeline_id if by_file else 0,
+        )
+        records = interleave_records(order, cycle_length, block_length, deterministic=ordered or deterministic,
+                                     skip_corrupt=skip_corrupt)
+        return records if by_file or pipelines == 1 else records.shard(pipelines, pipeline_id)
+
+    if training:
+        dataset = _training_records(records_of_epoch, cache, pipeline_id, shuffle_buffer, base_seed, num_epochs)
+        dataset = dataset.map(
+            lambda record, example_seed: _train_example(record, example_seed, keys, label_offset, size, augment,
+                                                         dtype, normalization),
+            num_parallel_calls=AUTOTUNE, deterministic=deterministic,
+        )
+        dataset = dataset.batch(per_pipeline_batch, drop_remainder=True)
+    else:
+        records = records_of_epoch(0, shuffle=False, ordered=True)
+        records = _cached(records, cache, pipeline_id)
+        dataset = records.map(
+            lambda record: _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization),
+            num_parallel_calls=AUTOTUNE, deterministic=True,
+        )
+        dataset = dataset.batch(per_pipeline_batch, drop_remainder=False)
+
+    dataset = dataset.with_options(_options(deterministic or not training, input_context, private_threads))
+    if prefetch_to_device:
+        return dataset.apply(tf.data.experimental.prefetch_to_device(prefetch_to_device))
+    return dataset.prefetch(AUTOTUNE)
+
+
+def _training_records(records_of_epoch, cache, pipeline_id, shuffle_buffer, base_seed, num_epochs) -> tf.data.Dataset:
+    """``(record, per-example seed)`` over the training epochs, shuffled before decoding."""
+    if cache is not None:
+        cached = _cached(records_of_epoch(0, shuffle=True, ordered=False), cache, pipeline_id)
+        source = lambda epoch: cached  # noqa: E731 - the cache replays the first epoch's records
+    else:
+        source = lambda epoch: records_of_epoch(epoch, shuffle=True, ordered=False)  # noqa: E731
+
+    def epoch_stream(epoch: tf.Tensor) -> tf.data.Dataset:
+        shuffle_seed = tf.constant(base_seed, tf.int64) * 1_000_003 + epoch
+        records = source(epoch).shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
+        return records.enumerate().map(
+            lambda index, record: (record, tf.stack([tf.constant(base_seed, tf.int64), epoch * (1 << 32) + index]))
+        )
+
+    epochs = tf.data.Dataset.range(num_epochs) if num_epochs is not None else tf.data.Dataset.range(1 << 62)
+    return epochs.flat_map(epoch_stream)
+
+
+def _cached(records: tf.data.Dataset, cache: Optional[str], pipeline_id: int) -> tf.data.Dataset:
+    if cache is None:
+        return records
+    if cache == "memory":
+        return records.cache()
+    path = cache
+    if tf.io.gfile.isdir(path):
+        path = os.path.join(path, "records")
+    return records.cache(f"{path}-{pipeline_id}")
+
+
+def _check_memory_cache(split: str, needed: int) -> None:
+    available = available_memory_bytes()
+    if available is not None and needed > MEMORY_CACHE_FRACTION * available:
+        raise CacheTooLargeError(
+            f'cache="memory" needs {needed:,} bytes for split {split!r} but only {available:,} bytes of memory '
+            f"are available ({MEMORY_CACHE_FRACTION:.0%} may be used); pass cache=PATH to cache on disk instead"
+        )
+
+
+def _train_example(record, example_seed, keys, label_offset, size, augment, dtype, normalization) -> tuple:
+    data, label = parse_record(record, keys, label_offset)
+    image = preprocess.train_image(data, example_seed, size, augment)
+    return preprocess.finish(image, dtype, normalization), label
+
+
+def _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization) -> tuple:
+    data, label = parse_record(record, keys, label_offset)
+    image = preprocess.eval_image(data, size, crop_fraction)
+    return preprocess.finish(image, dtype, normalization), label
+
+
+def _options(deterministic: bool, input_context, private_threads: Optional[int]) -> tf.data.Options:
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    if input_context is not None:
+        # We shard by file ourselves; tf.distribute must not shard again.
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    if private_threads is not None:
+        _check_positive(private_threads=private_threads)
+        options.threading.private_threadpool_size = private_threads
+    return options
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def distributed_dataset(
+    strategy: tf.distribute.Strategy, data_dir: str, split: str = "train", batch_size: int = 64, **kwargs
+) -> tf.distribute.DistributedDataset:
+    """``build_dataset`` per input pipeline through ``strategy.distribute_datasets_from_function``.
+
+    ``batch_size`` is the global batch; each replica gets its share, and each
+    input pipeline reads a disjoint set of shard files.
+    """
+    info = kwargs.pop("info", None) or dataset_info(data_dir)
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return build_dataset(data_dir, split, batch_size, input_context=context, info=info, **kwargs)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)

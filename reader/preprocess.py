@@ -1,0 +1,101 @@
+"""Decode and preprocess one image: the training and eval presets.
+
+Both crop before decoding: ``tf.image.decode_and_crop_jpeg`` decodes only the
+MCU rows and columns the crop needs, so cost follows the crop, not the full
+image. Randomness is stateless and seeded per example, so a seeded pipeline
+gives identical batches on every run even with parallel, non-deterministic
+map scheduling (tensorflow/tensorflow#44491).
+
+Images come out as ``dtype`` in 0..255 (Keras' ``image_dataset_from_directory``
+convention), or normalised when asked.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import tensorflow as tf
+
+from reader.options import IMAGENET_MEAN, IMAGENET_STD, Augmentation
+
+
+def _decode_any(data: tf.Tensor) -> tf.Tensor:
+    """Full decode of a non-JPEG record (PNG, GIF... in foreign shards) to uint8 RGB."""
+    image = tf.io.decode_image(data, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def random_crop_window(shape: tf.Tensor, seed: tf.Tensor, augment: Augmentation) -> tf.Tensor:
+    """A random-resized-crop window ``[y, x, height, width]`` for an image of ``shape`` (h, w, c).
+
+    Sampled by ``stateless_sample_distorted_bounding_box``; for JPEG the shape
+    comes from the header (``extract_jpeg_shape`` reads no pixels).
+    """
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        shape,
+        bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
+        seed=seed,
+        min_object_covered=augment.area_range[0],
+        aspect_ratio_range=augment.aspect_ratio_range,
+        area_range=augment.area_range,
+        max_attempts=augment.max_attempts,
+        use_image_if_no_bounding_boxes=True,
+    )
+    return tf.stack([begin[0], begin[1], size[0], size[1]])
+
+
+def center_crop_window(shape: tf.Tensor, crop_fraction: float) -> tf.Tensor:
+    """The centred square window covering ``crop_fraction`` of the shorter side of ``shape`` (h, w, c)."""
+    height, width = shape[0], shape[1]
+    side = tf.cast(crop_fraction * tf.cast(tf.minimum(height, width), tf.float32), tf.int32)
+    side = tf.maximum(side, 1)
+    return tf.stack([(height - side) // 2, (width - side) // 2, side, side])
+
+
+def _crop_and_decode(data: tf.Tensor, window_fn: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
+    """Crop-before-decode for JPEG; full decode then slice for other formats.
+
+    ``window_fn`` maps an image shape (h, w, c) to a window [y, x, height, width].
+    """
+
+    def jpeg() -> tf.Tensor:
+        window = window_fn(tf.image.extract_jpeg_shape(data))
+        return tf.image.decode_and_crop_jpeg(data, window, channels=3)
+
+    def other() -> tf.Tensor:
+        image = _decode_any(data)
+        y, x, h, w = tf.unstack(window_fn(tf.shape(image)))
+        return image[y : y + h, x : x + w]
+
+    image = tf.cond(tf.io.is_jpeg(data), jpeg, other)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def train_image(
+    data: tf.Tensor, seed: tf.Tensor, size: tuple[int, int], augment: Augmentation
+) -> tf.Tensor:
+    """Training preset: random resized crop (decoded cropped) + random flip, resized to ``size``; float32."""
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=2))
+    image = _crop_and_decode(data, lambda shape: random_crop_window(shape, crop_seed, augment))
+    if augment.flip:
+        image = tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
+    return tf.image.resize(image, size, method="bilinear")
+
+
+def eval_image(data: tf.Tensor, size: tuple[int, int], crop_fraction: float) -> tf.Tensor:
+    """Eval preset: centre crop (decoded cropped) resized to ``size``; float32."""
+    image = _crop_and_decode(data, lambda shape: center_crop_window(shape, crop_fraction))
+    return tf.image.resize(image, size, method="bilinear")
+
+
+def finish(image: tf.Tensor, dtype: tf.DType, normalization: Optional[str]) -> tf.Tensor:
+    """Normalise (optional) and cast a float32 0..255 image."""
+    if normalization == "mobilenet":
+        image = image / 127.5 - 1.0
+    elif normalization == "imagenet":
+        image = (image - tf.constant(IMAGENET_MEAN)) / tf.constant(IMAGENET_STD)
+    if dtype == tf.uint8:
+        return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
+    return tf.cast(image, dtype)
