@@ -19,6 +19,7 @@ from reader.info import (
     ShardInfo,
     SplitInfo,
     dataset_info,
+    foreign_dataset_info,
     steps_per_epoch,
 )
 from reader.options import Augmentation, FeatureKeys
@@ -39,6 +40,7 @@ __all__ = [
     "distributed_dataset",
     "eval_image",
     "file_order",
+    "foreign_dataset_info",
     "finish",
     "interleave_records",
     "parse_record",

@@ -111,6 +111,27 @@ def _split_info(data_dir: str, name: str, raw: dict) -> SplitInfo:
     return SplitInfo(name, raw["num_examples"], raw["num_bytes"], shards, tuple(raw.get("label_counts", ())))
 
 
+def foreign_dataset_info(split_files: dict[str, Sequence[str]], classes: Sequence[str] = ()) -> DatasetInfo:
+    """A :class:`DatasetInfo` for shards written by another tool (no manifest).
+
+    Counts each file's records once (a sequential read of the file), so the
+    pipelines can check every shard and ``steps_per_epoch`` works.
+    """
+    splits = {}
+    for name, files in split_files.items():
+        if not files:
+            raise ValueError(f"split {name!r} lists no files")
+        shards = []
+        for path in files:
+            if not tf.io.gfile.exists(path):
+                raise FileNotFoundError(f"shard file {path} does not exist")
+            count = int(tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+            shards.append(ShardInfo(path, count, tf.io.gfile.stat(path).length, ""))
+        splits[name] = SplitInfo(name, sum(s.num_examples for s in shards), sum(s.num_bytes for s in shards),
+                                 tuple(shards), ())
+    return DatasetInfo("", tuple(classes), splits, {})
+
+
 def steps_per_epoch(data_dir: str, split: str, global_batch_size: int, drop_remainder: bool = True) -> int:
     """Batches in one epoch of ``split`` at ``global_batch_size``, from the manifest.
 

@@ -169,6 +169,10 @@ def build_dataset(
             num_parallel_calls=AUTOTUNE, deterministic=True,
         )
         dataset = dataset.batch(per_pipeline_batch, drop_remainder=False)
+        if not skip_corrupt:
+            # Known length: Keras and progress bars see the number of batches, and a short read fails loudly.
+            records = _eval_records(counts, pipelines, pipeline_id, by_file)
+            dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-records // per_pipeline_batch)))
 
     dataset = dataset.with_options(_options(deterministic or not training, input_context, private_threads))
     if prefetch_to_device:
@@ -177,22 +181,31 @@ def build_dataset(
 
 
 def _training_records(records_of_epoch, cache, pipeline_id, shuffle_buffer, base_seed, num_epochs) -> tf.data.Dataset:
-    """``(record, per-example seed)`` over the training epochs, shuffled before decoding."""
+    """``(record, per-example seed)`` over the training epochs, shuffled before decoding.
+
+    Epochs are chained first and then shuffled by one buffer (the faster
+    "repeat before shuffle" order of the tf.data guide: no refill stall at
+    epoch boundaries, which blur by at most one buffer). Each example's
+    augmentation seed is (seed, position in the stream), so a seeded run
+    repeats exactly whatever the map's parallel scheduling.
+    """
     if cache is not None:
         cached = _cached(records_of_epoch(0, shuffle=True, ordered=False), cache, pipeline_id)
-        source = lambda epoch: cached  # noqa: E731 - the cache replays the first epoch's records
+        stream = cached.repeat(num_epochs)  # the cache replays the first epoch's records
     else:
-        source = lambda epoch: records_of_epoch(epoch, shuffle=True, ordered=False)  # noqa: E731
+        epochs = tf.data.Dataset.range(num_epochs) if num_epochs is not None else tf.data.Dataset.range(1 << 62)
+        stream = epochs.flat_map(lambda epoch: records_of_epoch(epoch, shuffle=True, ordered=False))
+    stream = stream.shuffle(shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True)
+    seed = tf.constant(base_seed, tf.int64)
+    return stream.enumerate().map(lambda index, record: (record, tf.stack([seed, index])))
 
-    def epoch_stream(epoch: tf.Tensor) -> tf.data.Dataset:
-        shuffle_seed = tf.constant(base_seed, tf.int64) * 1_000_003 + epoch
-        records = source(epoch).shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
-        return records.enumerate().map(
-            lambda index, record: (record, tf.stack([tf.constant(base_seed, tf.int64), epoch * (1 << 32) + index]))
-        )
 
-    epochs = tf.data.Dataset.range(num_epochs) if num_epochs is not None else tf.data.Dataset.range(1 << 62)
-    return epochs.flat_map(epoch_stream)
+def _eval_records(counts: Sequence[int], pipelines: int, pipeline_id: int, by_file: bool) -> int:
+    """Records one eval pipeline yields: its files' counts, or its share of every record."""
+    if by_file:
+        return sum(counts[pipeline_id::pipelines])
+    total = sum(counts)
+    return total // pipelines + (1 if pipeline_id < total % pipelines else 0)
 
 
 def _cached(records: tf.data.Dataset, cache: Optional[str], pipeline_id: int) -> tf.data.Dataset:
