@@ -33,7 +33,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 import record_schema
-from beam_jobs import discover, publish
+from beam_jobs import discover, faults, publish
 from beam_jobs.manifest import ConvertSummary, build_manifest, check_results
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.progress import ProgressBars, ProgressWriter
@@ -117,6 +117,7 @@ class WriteShardFn(beam.DoFn):
             on_record=self._progress.add,
         )
         publish.write_text(FileSystems.join(publish.work_dir(self._staging), f"{result.file}.json"), result.to_json())
+        faults.point("shard-written")
         self._written.inc(result.num_examples)
         self._reencoded.inc(sum(result.reencoded.values()))
         self._shards.inc()
@@ -208,6 +209,7 @@ def run(
     beam_options = default_pipeline_options(pipeline_args)
     out = options.out
     with publish.output_lock(out):
+        faults.point("locked")
         publish.recover_and_clean(out)
         publish.check_out(out, options.overwrite)
         labels = discover.read_labels_file(options.labels_file) if options.labels_file else None
@@ -220,7 +222,9 @@ def run(
         staging = publish.new_staging(out)
         try:
             manifest = _convert(options, plan, planned, staging, beam_options, show_progress)
+            faults.point("before-commit")
             publish.commit(staging, out, manifest)
+            faults.point("committed")
         except BaseException:
             _remove_quietly(staging)
             raise
@@ -241,6 +245,7 @@ def _convert(
     input_list = FileSystems.join(work, "inputs.jsonl")
     publish.write_text(input_list, "".join(discover.iter_refs_jsonl(plan.refs)))
     publish.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
+    faults.point("listed")
 
     progress = is_local_run(beam_options) if show_progress is None else show_progress
     with ProgressBars(work, len(plan.refs), enabled=progress), _private_tempdir():
@@ -251,6 +256,7 @@ def _convert(
                 | "ConvertImages" >> ConvertImages(options, staging, plan.classes, planned)
             )
 
+    faults.point("pipeline-done")
     rejected = [
         json.loads(line)
         for line in publish.read_text(FileSystems.join(staging, record_schema.REJECTED_FILE)).splitlines()

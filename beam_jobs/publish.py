@@ -31,6 +31,7 @@ from typing import Iterator
 from apache_beam.io.filesystems import FileSystems
 
 import record_schema
+from beam_jobs import faults
 
 logger = logging.getLogger(__name__)
 
@@ -208,11 +209,12 @@ def _swap_in_local(staging: str, target: str) -> None:
     if not os.path.exists(target) or (os.path.isdir(target) and not os.listdir(target)):
         os.replace(staging, target)  # atomic; replaces an empty folder
         return
-    if _exchange(staging, target):  # staging now holds the old dataset
+    if not faults.fallback_requested() and _exchange(staging, target):  # staging now holds the old dataset
         shutil.rmtree(staging)
         return
     displaced = _sibling(target, f"old-{uuid.uuid4().hex[:12]}")
     os.rename(target, displaced)  # recover_and_clean() restores it if we die right here
+    faults.point("displaced")
     os.rename(staging, target)
     shutil.rmtree(displaced)
 
