@@ -42,6 +42,33 @@ def check_results(results: Sequence[ShardResult], expected_per_split: Mapping[st
             raise ShardAccountingError(f"split {split}: {written} records written, {expected} accepted")
 
 
+# Groups listed by path in the manifest; the counts are always complete.
+MAX_LISTED_DUPLICATES = 1000
+
+
+def summarize_duplicates(groups: Sequence[Sequence[Sequence]], classes: Sequence[str]) -> dict:
+    """Content duplicates for the manifest, from groups of ``(split, label, relpath)`` sharing one SHA-256.
+
+    Identical images under two labels are label noise; in two splits they are
+    train/test leakage. Both are reported; the images are still written.
+    """
+    cross_label, cross_split = [], []
+    for group in groups:
+        members = [{"split": split, "label": classes[label], "path": path} for split, label, path in group]
+        if len({label for _, label, _ in group}) > 1:
+            cross_label.append(members)
+        if len({split for split, _, _ in group}) > 1:
+            cross_split.append(members)
+    return {
+        "num_groups": len(groups),
+        "num_duplicate_images": sum(len(g) - 1 for g in groups),
+        "num_cross_label": len(cross_label),
+        "num_cross_split": len(cross_split),
+        "cross_label": cross_label[:MAX_LISTED_DUPLICATES],
+        "cross_split": cross_split[:MAX_LISTED_DUPLICATES],
+    }
+
+
 def build_manifest(
     plan: InputPlan,
     results: Sequence[ShardResult],
@@ -87,7 +114,7 @@ def build_manifest(
         "rejected_by_reason": dict(sorted(reasons.items())),
         "num_skipped": sum(plan.skipped.values()),
         "skipped_by_reason": dict(plan.skipped),
-        "duplicates": duplicates or {"num_groups": 0, "cross_label": [], "cross_split": []},
+        "duplicates": duplicates or summarize_duplicates([], plan.classes),
         "options": options.to_json(),
     }
 
@@ -104,6 +131,8 @@ class ConvertSummary:
     rejected: int
     skipped: int
     elapsed_s: float
+    cross_label_duplicates: int = 0
+    cross_split_duplicates: int = 0
 
     @classmethod
     def from_manifest(cls, out: str, manifest: dict, elapsed_s: float) -> "ConvertSummary":
@@ -117,6 +146,8 @@ class ConvertSummary:
             rejected=manifest["num_rejected"],
             skipped=manifest["num_skipped"],
             elapsed_s=elapsed_s,
+            cross_label_duplicates=manifest["duplicates"]["num_cross_label"],
+            cross_split_duplicates=manifest["duplicates"]["num_cross_split"],
         )
 
     @property
@@ -126,8 +157,14 @@ class ConvertSummary:
     def format(self) -> str:
         """A few human lines."""
         per_split = ", ".join(f"{name} {count} ({self.shards[name]} shards)" for name, count in self.written.items())
+        warnings = []
+        if self.cross_label_duplicates or self.cross_split_duplicates:
+            warnings.append(
+                f"  warning:    identical images under two labels: {self.cross_label_duplicates} groups; "
+                f"in two splits: {self.cross_split_duplicates} groups (python -m converter inspect {self.out})"
+            )
         return "\n".join(
-            [
+            warnings + [
                 f"published {self.out}",
                 f"  written:    {per_split}",
                 f"  re-encoded: {self.reencoded}   rejected: {self.rejected}   skipped: {self.skipped}",

@@ -34,7 +34,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 import record_schema
 from beam_jobs import discover, faults, publish
-from beam_jobs.manifest import ConvertSummary, build_manifest, check_results
+from beam_jobs.manifest import ConvertSummary, build_manifest, check_results, summarize_duplicates
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.progress import ProgressBars, ProgressWriter
 from beam_jobs.shard import assign_shards, plan_shard_counts
@@ -44,6 +44,7 @@ from beam_jobs.write import ShardResult, write_shard
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "converter"
+DUPLICATES_FILE = "duplicates.json"
 
 
 class TooManyRejectedError(RuntimeError):
@@ -150,6 +151,18 @@ class ConvertImages(beam.PTransform):
             | "CollectRejections" >> beam.combiners.ToList()
             | "WriteRejections" >> beam.Map(
                 write_rejections, FileSystems.join(self._staging, record_schema.REJECTED_FILE)
+            )
+        )
+        _ = (
+            checked.accepted
+            | "KeyByContent" >> beam.MapTuple(lambda split, item: (item.source_sha256, (split, item.ref.label,
+                                                                                        item.ref.relpath)))
+            | "GroupByContent" >> beam.GroupByKey()
+            | "KeepDuplicates" >> beam.FlatMap(lambda kv: [sorted(kv[1])] if len(kv[1]) > 1 else [])
+            | "CollectDuplicates" >> beam.combiners.ToList()
+            | "WriteDuplicates" >> beam.Map(
+                lambda groups, path: publish.write_text(path, json.dumps(sorted(groups))),
+                FileSystems.join(publish.work_dir(self._staging), DUPLICATES_FILE),
             )
         )
         return (
@@ -268,7 +281,15 @@ def _convert(
         accepted[split_of[item["path"]]] -= 1
     results = _read_results(work)
     check_results(results, accepted)
-    return build_manifest(plan, results, rejected, options)
+    groups = json.loads(publish.read_text(FileSystems.join(work, DUPLICATES_FILE)))
+    duplicates = summarize_duplicates(groups, plan.classes)
+    if duplicates["cross_label"] or duplicates["cross_split"]:
+        logger.info(
+            "%d identical images carry different labels and %d sit in more than one split (see manifest.json "
+            "'duplicates', or python -m converter inspect)",
+            duplicates["num_cross_label"], duplicates["num_cross_split"],
+        )
+    return build_manifest(plan, results, rejected, options, duplicates)
 
 
 def _check_error_budget(

@@ -18,9 +18,13 @@ from beam_jobs import options as opts
 
 logger = logging.getLogger("converter")
 
-SUBCOMMANDS = ("convert",)
+SUBCOMMANDS = ("convert", "verify", "inspect")
 
 _EPILOG = """\
+Other commands:
+  python -m converter verify OUT [--sample N]     check every shard and record against the manifest
+  python -m converter inspect OUT [--grid F.png]  classes by split, shard sizes, rejections, duplicates
+
 Any other flag is an Apache Beam pipeline option, passed to PipelineOptions untouched, e.g.
   --runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp --setup_file=./setup.py
   --direct_num_workers=N   (local runs use every core by default)
@@ -82,12 +86,13 @@ def _reject_near_misses(parser: argparse.ArgumentParser, unknown: Sequence[str])
 
 def convert(argv: Sequence[str]) -> int:
     """``python -m converter [convert] --src ...``."""
-    from beam_jobs import discover, pipeline, publish  # Beam loads only when converting
-
     parser = build_convert_parser()
     args, pipeline_args = parser.parse_known_args(argv)
     _reject_near_misses(parser, pipeline_args)
     _configure_logging(args.verbose)
+    from beam_jobs import discover, pipeline, publish  # Beam loads only when converting, after logging is set
+
+
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in pipeline_args):
         # Local worker processes log their start-up and Beam's internal flags; show only errors.
         pipeline_args.append("--default_sdk_harness_log_level=" + ("INFO" if args.verbose else "ERROR"))
@@ -115,16 +120,78 @@ def convert(argv: Sequence[str]) -> int:
 
 
 def _configure_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    """Our warnings and errors; Beam's chatter (and root-logger notices such as
+    "apitools not found") only with ``-v``."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     if not verbose:
-        # Beam logs each worker's start-up at INFO/WARNING; keep the user's terminal for our own output.
-        logging.getLogger("apache_beam").setLevel(logging.ERROR)
-        logging.getLogger("beam_jobs.pipeline").setLevel(logging.ERROR)
+        for name in ("converter", "beam_jobs", "reader"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def verify(argv: Sequence[str]) -> int:
+    """``python -m converter verify OUT [--sample N]``: exit 0 only when every check holds."""
+    parser = argparse.ArgumentParser(
+        prog="python -m converter verify",
+        description="Check a converted dataset: manifest, shard list, every record's CRCs, keys, labels, "
+        "SHA-256 and image decode, and counts, bytes and checksums against the manifest.",
+    )
+    parser.add_argument("out", help="the dataset folder")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="decode only the first N images of each shard (default: all)")
+    args = parser.parse_args(argv)
+    if args.sample is not None and args.sample < 0:
+        parser.error(f"--sample must be >= 0, got {args.sample}")
+    _quiet_tensorflow()
+    from reader.info import DatasetNotFoundError
+    from reader.verify import verify as run_verify
+
+    try:
+        report = run_verify(args.out, sample=args.sample)
+    except (DatasetNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(report.format())
+    return 0 if report.ok else 1
+
+
+def inspect(argv: Sequence[str]) -> int:
+    """``python -m converter inspect OUT [--grid FILE.png]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m converter inspect",
+        description="Show classes by split, shard sizes, rejected inputs by reason and content duplicates.",
+    )
+    parser.add_argument("out", help="the dataset folder")
+    parser.add_argument("--grid", default=None, help="also write a contact sheet of sample images to this PNG")
+    parser.add_argument("--split", default=None, help="split of the contact sheet (default: the first)")
+    parser.add_argument("--per-class", type=int, default=8, help="images per class on the sheet (default: %(default)s)")
+    args = parser.parse_args(argv)
+    _quiet_tensorflow()
+    from reader.info import DatasetNotFoundError
+    from reader.inspect import contact_sheet, summarize
+
+    try:
+        print(summarize(args.out))
+        if args.grid:
+            print(f"contact sheet: {contact_sheet(args.out, args.grid, args.split, args.per_class)}")
+    except (DatasetNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _quiet_tensorflow() -> None:
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point; returns the process exit status."""
+    """Entry point; returns the process exit status.
+
+    ``python -m converter --src ...`` (or ``convert --src ...``) converts;
+    ``verify OUT`` and ``inspect OUT`` check and describe a dataset.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "convert":
-        argv = argv[1:]
-    return convert(argv)
+    command = argv[0] if argv and argv[0] in SUBCOMMANDS else "convert"
+    rest = argv[1:] if argv and argv[0] in SUBCOMMANDS else argv
+    return {"convert": convert, "verify": verify, "inspect": inspect}[command](rest)

@@ -1,0 +1,195 @@
+"""``verify``: check a converted dataset end to end, record by record.
+
+Checks that the manifest is there and well formed; every listed shard exists
+and no unlisted ``{split}-*`` shard file sits beside them; every record's
+length and data CRCs; every record parses with the required keys and a label
+in range; the SHA-256 of ``image/encoded`` matches ``image/key/sha256``; every
+image decodes (or ``sample`` per shard); and counts, bytes and checksums match
+the manifest. Problems are reported per shard and record index; nothing stops
+at the first one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import struct
+from typing import Iterator, Optional
+
+import google_crc32c
+import tensorflow as tf
+from google.protobuf.message import DecodeError
+
+import record_schema
+from reader.info import DatasetInfo, dataset_info
+
+_MASK_DELTA = 0xA282EAD8
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One thing wrong: the file, the record index when there is one, and what."""
+
+    file: str
+    record: Optional[int]
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file if self.record is None else f"{self.file} record {self.record}"
+        return f"{where}: {self.message}"
+
+
+@dataclasses.dataclass
+class Report:
+    """What ``verify`` found."""
+
+    data_dir: str
+    shards_checked: int = 0
+    records_checked: int = 0
+    images_decoded: int = 0
+    problems: list[Problem] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def damaged_files(self) -> list[str]:
+        return sorted({problem.file for problem in self.problems})
+
+    def format(self) -> str:
+        head = (f"{self.data_dir}: {self.shards_checked} shards, {self.records_checked} records, "
+                f"{self.images_decoded} images decoded: ")
+        if self.ok:
+            return head + "OK"
+        lines = [head + f"{len(self.problems)} problems in {len(self.damaged_files())} files"]
+        lines += [f"  {problem}" for problem in self.problems]
+        return "\n".join(lines)
+
+
+class RecordError(ValueError):
+    """A TFRecord frame is damaged."""
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def iter_records(path: str) -> Iterator[bytes]:
+    """The records of a TFRecord file, checking both CRCs of every frame.
+
+    Raises:
+      RecordError: at the first damaged frame; ``args[1]`` is its index.
+    """
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        index = 0
+        while True:
+            header = handle.read(12)
+            if not header:
+                return
+            if len(header) < 12:
+                raise RecordError("truncated record header", index)
+            (length,) = struct.unpack("<Q", header[:8])
+            if struct.unpack("<I", header[8:])[0] != _masked_crc(header[:8]):
+                raise RecordError("length CRC mismatch", index)
+            data = handle.read(length)
+            footer = handle.read(4)
+            if len(data) < length or len(footer) < 4:
+                raise RecordError("truncated record data", index)
+            if struct.unpack("<I", footer)[0] != _masked_crc(data):
+                raise RecordError("data CRC mismatch", index)
+            yield data
+            index += 1
+
+
+def verify(data_dir: str, sample: Optional[int] = None) -> Report:
+    """Check ``data_dir``; ``sample`` decodes only the first N images of each shard.
+
+    Raises:
+      DatasetNotFoundError / ValueError: no manifest, or one that is malformed
+        (nothing else can be checked without it).
+    """
+    info = dataset_info(data_dir)
+    report = Report(data_dir)
+    _check_listing(info, report)
+    for split in info.splits.values():
+        for shard in split.shards:
+            if tf.io.gfile.exists(shard.path):
+                _check_shard(info, shard, sample, report)
+    return report
+
+
+def _check_listing(info: DatasetInfo, report: Report) -> None:
+    listed = {os.path.basename(s.path) for split in info.splits.values() for s in split.shards}
+    for split in info.splits.values():
+        for shard in split.shards:
+            if not tf.io.gfile.exists(shard.path):
+                report.problems.append(Problem(os.path.basename(shard.path), None, "listed in the manifest but missing"))
+    for name in sorted(tf.io.gfile.listdir(info.data_dir)):
+        parsed = record_schema.parse_shard_filename(name)
+        if parsed is not None and name not in listed:
+            report.problems.append(Problem(name, None, "shard file not listed in the manifest (stale or foreign)"))
+
+
+def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report) -> None:
+    name = os.path.basename(shard.path)
+    report.shards_checked += 1
+    count = 0
+    try:
+        for index, data in enumerate(iter_records(shard.path)):
+            count += 1
+            decode = sample is None or index < sample
+            problem = check_record(data, info.num_classes, decode)
+            report.records_checked += 1
+            report.images_decoded += int(decode and problem is None)
+            if problem is not None:
+                report.problems.append(Problem(name, index, problem))
+    except RecordError as err:
+        report.problems.append(Problem(name, err.args[1], f"{err.args[0]}; the rest of the shard is unreadable"))
+    size = tf.io.gfile.stat(shard.path).length
+    if count != shard.num_examples:
+        report.problems.append(Problem(name, None, f"{count} records, the manifest says {shard.num_examples}"))
+    if size != shard.num_bytes:
+        report.problems.append(Problem(name, None, f"{size} bytes, the manifest says {shard.num_bytes}"))
+    if shard.sha256 and _file_sha256(shard.path) != shard.sha256:
+        report.problems.append(Problem(name, None, "SHA-256 differs from the manifest"))
+
+
+def _file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        while chunk := handle.read(8 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_record(data: bytes, num_classes: int, decode: bool) -> Optional[str]:
+    """What is wrong with one serialized record, or None."""
+    try:
+        example = tf.train.Example.FromString(data)
+    except DecodeError as err:
+        return f"not a tf.train.Example: {err}"
+    features = example.features.feature
+    missing = [key for key in record_schema.FEATURES if key not in features]
+    if missing:
+        return f"missing keys {missing}"
+    image = features[record_schema.IMAGE_ENCODED].bytes_list.value
+    labels = features[record_schema.LABEL].int64_list.value
+    if len(image) != 1 or len(labels) != 1:
+        return "image/encoded and image/class/label must hold exactly one value"
+    if not 0 <= labels[0] < num_classes:
+        return f"label {labels[0]} is outside 0..{num_classes - 1}"
+    declared = features[record_schema.SHA256].bytes_list.value
+    if not declared or hashlib.sha256(image[0]).hexdigest().encode() != declared[0]:
+        return "SHA-256 of image/encoded does not match image/key/sha256"
+    if decode:
+        try:
+            pixels = tf.io.decode_jpeg(image[0], channels=3)
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as err:
+            return f"image does not decode: {err.message.splitlines()[0]}"
+        height = features[record_schema.HEIGHT].int64_list.value[0]
+        width = features[record_schema.WIDTH].int64_list.value[0]
+        if tuple(pixels.shape) != (height, width, 3):
+            return f"image decodes to {tuple(pixels.shape)}, the record says ({height}, {width}, 3)"
+    return None

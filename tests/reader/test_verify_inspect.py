@@ -1,0 +1,108 @@
+"""``python -m converter verify`` and ``inspect`` on healthy and damaged datasets."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+import record_schema
+from beam_jobs.tfrecord import frame_record, serialize_example
+from reader.verify import verify
+
+
+@pytest.fixture
+def damaged(tmp_path, demo_dataset):
+    copy = tmp_path / "copy"
+    shutil.copytree(demo_dataset, copy)
+    return copy
+
+
+def _shard(folder, split="train", index=0, count=4):
+    return folder / record_schema.shard_filename(split, index, count)
+
+
+def test_a_healthy_dataset_verifies_and_exits_zero(demo_dataset, converter):
+    report = verify(demo_dataset)
+    assert report.ok and report.records_checked == 90 and report.images_decoded == 90
+    proc = converter("verify", demo_dataset, "--sample", "2", check=True)
+    assert "OK" in proc.stdout and "5 shards, 90 records, 10 images decoded" in proc.stdout
+
+
+def test_damage_is_reported_per_shard_and_record(damaged, converter):
+    data = bytearray(_shard(damaged, index=1).read_bytes())
+    data[len(data) // 2] ^= 0x55  # a flipped bit inside some record
+    _shard(damaged, index=1).write_bytes(bytes(data))
+    os.remove(_shard(damaged, index=2))  # a listed shard is gone
+    shutil.copy(_shard(damaged, index=0), damaged / record_schema.shard_filename("train", 0, 7))  # stale leftover
+    report = verify(str(damaged))
+    messages = [str(p) for p in report.problems]
+    assert any("train-00001-of-00004.tfrecord record" in m and "CRC mismatch" in m for m in messages)
+    assert any(m.startswith("train-00002-of-00004.tfrecord: listed in the manifest but missing") for m in messages)
+    assert any(m.startswith("train-00000-of-00007.tfrecord: shard file not listed") for m in messages)
+    assert report.damaged_files() == ["train-00000-of-00007.tfrecord", "train-00001-of-00004.tfrecord",
+                                      "train-00002-of-00004.tfrecord"]
+    proc = converter("verify", str(damaged))
+    assert proc.returncode == 1 and "train-00001-of-00004.tfrecord" in proc.stdout
+
+
+def test_records_with_bad_labels_hashes_or_images_are_named(damaged, sample_images):
+    import hashlib
+
+    def record(image, label, sha=None):
+        return serialize_example({
+            record_schema.IMAGE_ENCODED: image, record_schema.IMAGE_FORMAT: b"jpeg", record_schema.LABEL: label,
+            record_schema.LABEL_TEXT: b"square", record_schema.HEIGHT: 120, record_schema.WIDTH: 160,
+            record_schema.CHANNELS: 3, record_schema.FILENAME: b"x",
+            record_schema.SHA256: sha or hashlib.sha256(image).hexdigest().encode(),
+        })
+
+    jpeg = sample_images["jpeg_rgb"]
+    records = [record(jpeg, 1, sha=b"0" * 64), record(b"not a jpeg", 1), record(jpeg, 7),
+               serialize_example({"only": 1}), record(jpeg, 2)]
+    _shard(damaged, "validation", 0, 1).write_bytes(b"".join(frame_record(r) for r in records))
+    problems = [p for p in verify(str(damaged)).problems if p.file.startswith("validation")]
+    assert [(p.record, p.message.split(":")[0]) for p in problems[:4]] == [
+        (0, "SHA-256 of image/encoded does not match image/key/sha256"),
+        (1, "image does not decode"),
+        (2, "label 7 is outside 0..2"),
+        (3, "missing keys ['image/encoded', 'image/format', 'image/class/label', 'image/class/text', "
+            "'image/height', 'image/width', 'image/channels', 'image/filename', 'image/key/sha256']"),
+    ]
+    assert [p.message for p in problems[4:]][0] == "5 records, the manifest says 18"
+
+
+def test_a_folder_without_manifest_is_an_error(tmp_path, converter):
+    proc = converter("verify", str(tmp_path))
+    assert proc.returncode == 1 and "manifest.json" in proc.stderr
+
+
+def test_inspect_shows_counts_shards_rejections_duplicates_and_writes_a_contact_sheet(tmp_path, demo_src, converter,
+                                                                                       sample_images):
+    src = tmp_path / "src"
+    for split in ("train", "test"):
+        shutil.copytree(os.path.join(demo_src, "circle"), src / split / "circle")
+    shutil.copytree(os.path.join(demo_src, "square"), src / "train" / "square")
+    shutil.copy(src / "train" / "circle" / "circle_0001.jpg", src / "train" / "square" / "copy.jpg")
+    (src / "train" / "square" / "broken.jpg").write_bytes(sample_images["truncated_jpeg"])
+    out = tmp_path / "out"
+    proc = converter("--src", str(src), "--out", str(out), "--shards", "2", "--no-progress",
+                     "--direct_running_mode=in_memory", check=True)
+    assert "identical images under two labels: 1 groups; in two splits: 30 groups" in proc.stdout
+    manifest = json.loads((out / record_schema.MANIFEST_FILE).read_text())
+    assert manifest["duplicates"]["num_cross_split"] == 30 and manifest["duplicates"]["num_cross_label"] == 1
+
+    grid = tmp_path / "sheet.png"
+    proc = converter("inspect", str(out), "--grid", str(grid), check=True)
+    lines = proc.stdout.splitlines()
+    assert any(line.split() == ["circle", "30", "30"] for line in lines)
+    assert any(line.split() == ["square", "31", "0"] for line in lines)
+    assert "  undecodable: 1 (train/square/broken.jpg)" in lines
+    assert "  under two labels (label noise): 1" in lines
+    assert "  in two splits (train/test leakage): 30" in lines
+    from PIL import Image
+
+    sheet = Image.open(grid)
+    assert sheet.size[1] == 2 * (96 + 4)  # one row per class
