@@ -47,6 +47,10 @@ NAMESPACE = "converter"
 DUPLICATES_FILE = "duplicates.json"
 
 
+class ConversionFailedError(RuntimeError):
+    """The Beam pipeline failed (a worker raised, a disk filled up...); nothing was published."""
+
+
 class TooManyRejectedError(RuntimeError):
     """More inputs were rejected than --max-bad-fraction allows; nothing was published."""
 
@@ -216,7 +220,8 @@ def run(
       discover.InputError: SRC or --labels is unusable.
       publish.PublishError: OUT cannot be (over)written.
       TooManyRejectedError: the error budget was exceeded; nothing published.
-      Exception: anything the runner raised; nothing published.
+      ConversionFailedError: the pipeline failed (disk full, an input changed
+        during the run...); nothing published.
     """
     started = time.monotonic()
     beam_options = default_pipeline_options(pipeline_args)
@@ -262,12 +267,17 @@ def _convert(
 
     progress = is_local_run(beam_options) if show_progress is None else show_progress
     with ProgressBars(work, len(plan.refs), enabled=progress), _private_tempdir():
-        with beam.Pipeline(options=beam_options) as pipeline:
-            _ = (
-                pipeline
-                | "ReadInputList" >> beam.io.ReadFromText(input_list)
-                | "ConvertImages" >> ConvertImages(options, staging, plan.classes, planned)
-            )
+        try:
+            with beam.Pipeline(options=beam_options) as pipeline:
+                _ = (
+                    pipeline
+                    | "ReadInputList" >> beam.io.ReadFromText(input_list)
+                    | "ConvertImages" >> ConvertImages(options, staging, plan.classes, planned)
+                )
+        except Exception as err:  # runners re-raise worker errors as assorted types; name the outcome
+            raise ConversionFailedError(
+                f"the conversion failed and nothing was published ({options.out} is unchanged): {_first_line(err)}"
+            ) from err
 
     faults.point("pipeline-done")
     rejected = [
@@ -290,6 +300,13 @@ def _convert(
             duplicates["num_cross_label"], duplicates["num_cross_split"],
         )
     return build_manifest(plan, results, rejected, options, duplicates)
+
+
+def _first_line(err: BaseException) -> str:
+    """The gist of a runner's error: the last line that names an exception, without Beam's stack dump."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = [line for line in lines if "Error" in line.split(":")[0]]
+    return (named[-1] if named else lines[-1] if lines else type(err).__name__)[:500]
 
 
 def _check_error_budget(

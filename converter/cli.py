@@ -94,8 +94,8 @@ def convert(argv: Sequence[str]) -> int:
 
 
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in pipeline_args):
-        # Local worker processes log their start-up and Beam's internal flags; show only errors.
-        pipeline_args.append("--default_sdk_harness_log_level=" + ("INFO" if args.verbose else "ERROR"))
+        # Local worker processes log their start-up, internal flags and failures; we report failures once.
+        pipeline_args.append("--default_sdk_harness_log_level=" + ("INFO" if args.verbose else "CRITICAL"))
     try:
         options = opts.ConvertOptions(
             src=args.src,
@@ -115,6 +115,9 @@ def convert(argv: Sequence[str]) -> int:
     except (discover.InputError, publish.PublishError, pipeline.TooManyRejectedError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except pipeline.ConversionFailedError as err:
+        print(f"error: {err}" + ("" if args.verbose else "\n(run with -v for the full trace)"), file=sys.stderr)
+        return 1
     print(summary.format())
     return 0
 
@@ -126,6 +129,8 @@ def _configure_logging(verbose: bool) -> None:
     if not verbose:
         for name in ("converter", "beam_jobs", "reader"):
             logging.getLogger(name).setLevel(logging.WARNING)
+        # A failed pipeline is reported once, by us; Beam would log the worker's whole stack first.
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 
 def verify(argv: Sequence[str]) -> int:

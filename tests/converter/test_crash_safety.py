@@ -145,3 +145,36 @@ def test_out_that_cannot_be_created_is_a_clear_error(tmp_path, demo_src):
     blocker.write_text("not a folder")
     proc = run_converter("--src", demo_src, "--out", str(blocker / "out"), *FAST)
     assert proc.returncode == 1 and str(blocker) in proc.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MB file system (tmpfs), to fill up; needs root, as on the project's machines and CI."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_fails_clearly_and_leaves_the_previous_dataset(tmp_path, demo_src, small_disk):
+    import shutil
+
+    tiny = tmp_path / "tiny"
+    for shape in ("circle", "square"):
+        (tiny / shape).mkdir(parents=True)
+        for name in sorted(os.listdir(os.path.join(demo_src, shape)))[:3]:
+            shutil.copy(os.path.join(demo_src, shape, name), tiny / shape / name)
+    out = small_disk / "out"
+    run_converter("--src", str(tiny), "--out", str(out), "--shards", "2", *FAST, check=True)
+    before = _snapshot(out)
+    big = tmp_path / "big"
+    for copy in range(4):  # ~2.5 MB of images: more than the disk holds
+        shutil.copytree(demo_src, big / f"c{copy}", dirs_exist_ok=True)
+    proc = run_converter("--src", str(big), "--out", str(out), "--overwrite", *FAST)
+    assert proc.returncode == 1
+    assert "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+    assert _snapshot(out) == before
+    assert sorted(os.listdir(small_disk)) == ["out"]
