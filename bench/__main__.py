@@ -1,0 +1,53 @@
+"""``python -m bench``: make the photo dataset, convert it, measure, and write bench/results/.
+
+    python -m bench                      # defaults: 3000 images, 3 rounds
+    python -m bench --images 600 --rounds 1 --out /tmp/bench   # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+from bench import convert_bench, data, read_bench, report
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=3000, help="images in the large set (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per comparison (default: %(default)s)")
+    parser.add_argument("--batches", type=int, default=20, help="timed batches per reader measurement")
+    parser.add_argument("--slow-batches", type=int, default=4, help="timed batches for ImageDataGenerator")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    parser.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    work = args.work or tempfile.mkdtemp(prefix="imgshards-bench-")
+    try:
+        small_n, large_n = args.images // 2, args.images
+        small, large = os.path.join(work, "small"), os.path.join(work, "large")
+        data.make_photo_dataset(small, small_n, seed=1)
+        data.make_photo_dataset(large, large_n, seed=2)
+        print(f"made {small_n} + {large_n} photos in {work}", flush=True)
+        results = {"date": datetime.date.today().isoformat(), "images": large_n, "machine": report.machine()}
+        results["convert"] = convert_bench.bench_converter((small, small_n), (large, large_n), work, args.rounds)
+        print("converter done", flush=True)
+        shards = os.path.join(work, "shards")
+        convert_bench.timed_run(convert_bench.ours(large, shards, 16))
+        results["read"] = read_bench.bench_reader(large, shards, args.rounds, args.batches, args.slow_batches)
+        paths = report.write(results, args.out)
+        print(report.markdown(results))
+        print("wrote " + ", ".join(paths.values()))
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Converter benchmark: ``python -m converter`` against the tutorial's plain loop, and the hardware bound.
+
+Both converters run as real subprocesses on the same files, alternating, at two
+dataset sizes. Per-image cost is the slope between the sizes; start-up is what
+is left at the small size. Peak memory is the largest sum of RSS over the
+process tree (the converter's workers are separate processes).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Sequence
+
+import psutil
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def timed_run(command: Sequence[str]) -> tuple[float, int]:
+    """Wall time and peak tree RSS (bytes) of a subprocess."""
+    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    started = time.perf_counter()
+    proc = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    root = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            tree = [root] + root.children(recursive=True)
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"{command[:4]} failed: {proc.stderr.read().decode()[-2000:]}")
+    return elapsed, peak
+
+
+def ours(src: str, out: str, shards: int) -> list[str]:
+    return [sys.executable, "-m", "converter", "--src", src, "--out", out, "--shards", str(shards), "--no-progress"]
+
+
+def plain(src: str, out: str, shards: int) -> list[str]:
+    return [sys.executable, "-m", "bench.plain_loop", src, out, "--shards", str(shards)]
+
+
+def _validate_file(path: str) -> bool:
+    from beam_jobs.encode import Encoded, encode_image
+    from beam_jobs.options import EncodeOptions
+
+    with open(path, "rb") as handle:
+        return isinstance(encode_image(handle.read(), EncodeOptions()), Encoded)
+
+
+def hardware_bound(src: str, processes: int) -> float:
+    """Images/s of the per-image work alone (read + validating decode) on ``processes`` cores."""
+    files = [os.path.join(root, name) for root, _, names in os.walk(src) for name in names]
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
+        pool.map(_validate_file, files[: processes * 4])  # warm the workers
+        started = time.perf_counter()
+        accepted = sum(pool.map(_validate_file, files, chunksize=16))
+        elapsed = time.perf_counter() - started
+    assert accepted == len(files)
+    return len(files) / elapsed
+
+
+def bench_converter(small: tuple[str, int], large: tuple[str, int], work: str, rounds: int, shards: int = 8) -> dict:
+    """Time both converters at both sizes, alternating; returns every measurement and the derived numbers."""
+    tools = {"ours": ours, "plain_loop": plain}
+    times: dict = {tool: {"small": [], "large": []} for tool in tools}
+    peaks: dict = {tool: {"small": [], "large": []} for tool in tools}
+    for round_index in range(rounds):
+        order = list(tools) if round_index % 2 == 0 else list(reversed(tools))
+        for size, (src, _) in (("small", small), ("large", large)):
+            for tool in order:
+                out = os.path.join(work, f"{tool}-{size}")
+                shutil.rmtree(out, ignore_errors=True)
+                elapsed, peak = timed_run(tools[tool](src, out, shards))
+                times[tool][size].append(elapsed)
+                peaks[tool][size].append(peak)
+                shutil.rmtree(out, ignore_errors=True)
+    result: dict = {"sizes": {"small": small[1], "large": large[1]}, "rounds": rounds, "tools": {}}
+    extra = large[1] - small[1]
+    for tool in tools:
+        t_small, t_large = statistics.median(times[tool]["small"]), statistics.median(times[tool]["large"])
+        per_image = (t_large - t_small) / extra
+        result["tools"][tool] = {
+            "seconds": times[tool],
+            "median_seconds": {"small": t_small, "large": t_large},
+            "per_image_ms": per_image * 1000,
+            "images_per_s": 1 / per_image if per_image > 0 else float("inf"),
+            "startup_s": t_small - small[1] * per_image,
+            "end_to_end_images_per_s": large[1] / t_large,
+            "peak_rss_mb": {size: max(peaks[tool][size]) / 2**20 for size in ("small", "large")},
+            "peak_rss_mb_per_1000_more_images": (max(peaks[tool]["large"]) - max(peaks[tool]["small"]))
+            / 2**20 / extra * 1000,
+        }
+    ratio = result["tools"]["ours"]["images_per_s"] / result["tools"]["plain_loop"]["images_per_s"]
+    result["ratio_ours_over_plain_per_image"] = ratio
+    result["hardware_bound_images_per_s"] = {
+        "all_cores": hardware_bound(large[0], os.cpu_count() or 1),
+        "one_core": hardware_bound(large[0], 1),
+    }
+    return result

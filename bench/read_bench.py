@@ -1,0 +1,157 @@
+"""Reader benchmark: our presets against what users would pick instead, and the decode bound.
+
+All pipelines run in this one process on the same images (the JPEG files, and
+the shards converted from them), 224 px, batch 64, alternating in rounds;
+throughput is images per second after a few warm-up batches. Once with a
+warm page cache and once cold (every file evicted with
+``posix_fadvise(DONTNEED)`` before each measurement).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import statistics
+import time
+from typing import Callable
+
+import psutil
+import tensorflow as tf
+
+import reader
+
+SIZE = 224
+BATCH = 64
+
+
+def evict(paths: list[str]) -> None:
+    """Drop the files from the page cache, so the next read comes from disk."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def throughput(make: Callable[[], object], batches: int, warmup: int = 2) -> float:
+    """Images/s of a fresh iterator over ``batches`` batches after ``warmup`` batches."""
+    iterator = iter(make())
+    for _ in range(warmup):
+        next(iterator)
+    images = 0
+    started = time.perf_counter()
+    for _ in range(batches):
+        batch = next(iterator)
+        images += int(batch[0].shape[0])
+    return images / (time.perf_counter() - started)
+
+
+def pipelines(images_dir: str, shards_dir: str) -> dict[str, Callable[[], object]]:
+    """name -> factory of a fresh dataset/iterator yielding (images, labels) batches."""
+    files = sorted(glob.glob(os.path.join(images_dir, "*", "*.jpg")))
+    info = reader.dataset_info(shards_dir)
+
+    def ours_train():
+        return reader.build_dataset(shards_dir, "train", BATCH, SIZE, training=True, info=info)
+
+    def ours_eval():
+        return reader.build_dataset(shards_dir, "train", BATCH, SIZE, training=False, info=info).repeat()
+
+    def image_dataset_from_directory():
+        return tf.keras.utils.image_dataset_from_directory(images_dir, image_size=(SIZE, SIZE), batch_size=BATCH,
+                                                           label_mode="int", verbose=False).repeat()
+
+    def image_data_generator():
+        from tf_keras.preprocessing.image import ImageDataGenerator
+
+        generator = ImageDataGenerator(rescale=1 / 255, zoom_range=0.1, rotation_range=45, shear_range=0.1,
+                                       horizontal_flip=True, vertical_flip=True)
+        return generator.flow_from_directory(images_dir, target_size=(SIZE, SIZE), batch_size=BATCH,
+                                             class_mode="sparse")
+
+    def article_tf_data():
+        def load(path):
+            image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+            return tf.image.resize(image, (SIZE, SIZE)), tf.strings.split(path, os.sep)[-2]
+
+        dataset = tf.data.Dataset.list_files(os.path.join(images_dir, "*", "*.jpg"))
+        return dataset.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH).prefetch(tf.data.AUTOTUNE).repeat()
+
+    encoded = [open(path, "rb").read() for path in files]
+
+    def decode_bound():
+        def decode(data):
+            return tf.image.resize(tf.io.decode_jpeg(data, channels=3), (SIZE, SIZE)), 0
+
+        dataset = tf.data.Dataset.from_tensor_slices(encoded)
+        return dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH).prefetch(tf.data.AUTOTUNE).repeat()
+
+    return {
+        "ours_train": ours_train,
+        "ours_eval": ours_eval,
+        "image_dataset_from_directory": image_dataset_from_directory,
+        "image_data_generator": image_data_generator,
+        "article_tf_data": article_tf_data,
+        "decode_bound_in_memory": decode_bound,
+    }
+
+
+def bench_reader(images_dir: str, shards_dir: str, rounds: int, batches: int, slow_batches: int) -> dict:
+    """Throughput of every pipeline, warm and cold, alternating in rounds."""
+    makers = pipelines(images_dir, shards_dir)
+    all_files = glob.glob(os.path.join(images_dir, "*", "*.jpg")) + glob.glob(os.path.join(shards_dir, "*"))
+    results: dict = {"batch": BATCH, "image_size": SIZE, "rounds": rounds, "pipelines": {}}
+    for cache_state in ("warm", "cold"):
+        samples: dict = {name: [] for name in makers}
+        for round_index in range(rounds):
+            names = list(makers) if round_index % 2 == 0 else list(reversed(makers))
+            for name in names:
+                if cache_state == "cold":
+                    evict(all_files)
+                count = slow_batches if name == "image_data_generator" else batches
+                samples[name].append(throughput(makers[name], count))
+        for name, values in samples.items():
+            results["pipelines"].setdefault(name, {})[cache_state] = {
+                "images_per_s": statistics.median(values), "min": min(values), "max": max(values),
+                "samples": values,
+            }
+    warm = {name: r["warm"]["images_per_s"] for name, r in results["pipelines"].items()}
+    results["ratios_warm"] = {
+        "train_over_image_dataset_from_directory": warm["ours_train"] / warm["image_dataset_from_directory"],
+        "train_over_image_data_generator": warm["ours_train"] / warm["image_data_generator"],
+        "eval_over_decode_bound": warm["ours_eval"] / warm["decode_bound_in_memory"],
+        "train_over_article_tf_data": warm["ours_train"] / warm["article_tf_data"],
+    }
+    results["caches"] = bench_caches(shards_dir)
+    return results
+
+
+def bench_caches(shards_dir: str) -> dict:
+    """File-cache bytes and memory-cache resident growth, over the shards' bytes."""
+    import tempfile
+
+    shard_bytes = reader.dataset_info(shards_dir).split("train").num_bytes
+    with tempfile.TemporaryDirectory() as folder:
+        prefix = os.path.join(folder, "cache")
+        dataset = reader.build_dataset(shards_dir, "train", BATCH, 64, training=False, cache=prefix)
+        for _ in dataset:
+            pass
+        file_bytes = sum(os.path.getsize(p) for p in glob.glob(prefix + "*"))
+    process = psutil.Process()
+    for _ in reader.build_dataset(shards_dir, "train", BATCH, 64, training=False):
+        pass  # the same pipeline uncached first, so its own allocations are not counted
+    dataset = reader.build_dataset(shards_dir, "train", BATCH, 64, training=False, cache="memory")
+    iterator = iter(dataset.repeat(2))
+    before = process.memory_info().rss
+    for _ in iterator:
+        pass
+    grown = process.memory_info().rss - before
+    return {
+        "shard_bytes": shard_bytes,
+        "file_cache_bytes": file_bytes,
+        "file_cache_over_shards": file_bytes / shard_bytes,
+        "memory_cache_rss_growth_bytes": grown,
+        "memory_cache_over_shards": grown / shard_bytes,
+    }

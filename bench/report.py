@@ -1,0 +1,115 @@
+"""Write the benchmark's numbers as JSON, a markdown table and a PNG bar chart."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    import apache_beam
+    import psutil
+    import tensorflow as tf
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "python": platform.python_version(), "tensorflow": tf.__version__, "apache_beam": apache_beam.__version__}
+
+
+TARGETS = {
+    "converter per-image speed vs plain loop": (">= 2.5x", lambda r: r["convert"]["ratio_ours_over_plain_per_image"], 2.5),
+    "converter start-up (s)": ("< 5 s", lambda r: r["convert"]["tools"]["ours"]["startup_s"], None),
+    "converter peak RSS growth per 1000 images (MB)": ("<= 10 MB",
+        lambda r: r["convert"]["tools"]["ours"]["peak_rss_mb_per_1000_more_images"], None),
+    "train preset vs image_dataset_from_directory": (">= 1.3x",
+        lambda r: r["read"]["ratios_warm"]["train_over_image_dataset_from_directory"], 1.3),
+    "train preset vs ImageDataGenerator": (">= 20x",
+        lambda r: r["read"]["ratios_warm"]["train_over_image_data_generator"], 20),
+    "eval preset vs in-memory decode bound": (">= 0.95x", lambda r: r["read"]["ratios_warm"]["eval_over_decode_bound"], 0.95),
+    "file cache / shard bytes": ("<= 1.1x", lambda r: r["read"]["caches"]["file_cache_over_shards"], None),
+}
+
+
+def _met(name: str, value: float) -> bool:
+    if name == "converter start-up (s)":
+        return value < 5
+    if name == "converter peak RSS growth per 1000 images (MB)":
+        return value <= 10
+    if name == "file cache / shard bytes":
+        return value <= 1.1
+    return value >= TARGETS[name][2]
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [f"Measured {results['date']} on {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, "
+             f"Python {m['python']}, TF {m['tensorflow']}, Beam {m['apache_beam']}; "
+             f"{results['images']} photos (300-500 px), one run.", "",
+             "| target | goal | measured | met |", "|---|---|---|---|"]
+    for name, (goal, get, _) in TARGETS.items():
+        value = get(results)
+        lines.append(f"| {name} | {goal} | {value:.2f} | {'yes' if _met(name, value) else 'no'} |")
+    convert = results["convert"]["tools"]
+    lines += ["", "| converter | images/s (per image) | start-up s | end-to-end images/s | peak RSS MB (small / large) |",
+              "|---|---|---|---|---|"]
+    for tool, r in convert.items():
+        lines.append(f"| {tool} | {r['images_per_s']:.0f} | {r['startup_s']:.1f} | {r['end_to_end_images_per_s']:.0f} "
+                     f"| {r['peak_rss_mb']['small']:.0f} / {r['peak_rss_mb']['large']:.0f} |")
+    bound = results["convert"]["hardware_bound_images_per_s"]
+    lines.append(f"| read + validate only (bound) | {bound['all_cores']:.0f} all cores, {bound['one_core']:.0f} one core | | | |")
+    lines += ["", "| reader (224 px, batch 64) | warm images/s (min-max) | cold images/s (min-max) |", "|---|---|---|"]
+    for name, r in results["read"]["pipelines"].items():
+        lines.append(f"| {name} | {r['warm']['images_per_s']:.0f} ({r['warm']['min']:.0f}-{r['warm']['max']:.0f}) "
+                     f"| {r['cold']['images_per_s']:.0f} ({r['cold']['min']:.0f}-{r['cold']['max']:.0f}) |")
+    caches = results["read"]["caches"]
+    lines += ["", f"Caches: file cache {caches['file_cache_over_shards']:.3f}x the shards' bytes; memory cache "
+              f"resident growth {caches['memory_cache_over_shards']:.2f}x."]
+    return "\n".join(lines) + "\n"
+
+
+def chart(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    convert = results["convert"]["tools"]
+    bound = results["convert"]["hardware_bound_images_per_s"]
+    names = ["plain loop", "ours", "bound (all cores)"]
+    values = [convert["plain_loop"]["images_per_s"], convert["ours"]["images_per_s"], bound["all_cores"]]
+    left.bar(names, values, color=["#999999", "#1f77b4", "#cccccc"])
+    left.set_title("converter: images/s (per image, start-up removed)")
+    pipelines = results["read"]["pipelines"]
+    names = list(pipelines)
+    warm = [pipelines[n]["warm"]["images_per_s"] for n in names]
+    cold = [pipelines[n]["cold"]["images_per_s"] for n in names]
+    positions = range(len(names))
+    right.barh([p + 0.2 for p in positions], warm, height=0.4, label="warm page cache")
+    right.barh([p - 0.2 for p in positions], cold, height=0.4, label="cold")
+    right.set_yticks(list(positions), names)
+    right.set_xscale("log")
+    right.set_title("reader: images/s at 224 px, batch 64 (log scale)")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(results: dict, folder: str) -> dict:
+    os.makedirs(folder, exist_ok=True)
+    paths = {"json": os.path.join(folder, "results.json"), "markdown": os.path.join(folder, "results.md"),
+             "chart": os.path.join(folder, "results.png")}
+    with open(paths["json"], "w", encoding="utf-8") as handle:
+        json.dump(results, handle, indent=2)
+    with open(paths["markdown"], "w", encoding="utf-8") as handle:
+        handle.write(markdown(results))
+    chart(results, paths["chart"])
+    return paths
