@@ -155,9 +155,10 @@ def build_dataset(
 
     if training:
         dataset = _training_records(records_of_epoch, cache, pipeline_id, shuffle_buffer, base_seed, num_epochs)
+        seed_tensor = tf.constant(base_seed, tf.int64)
         dataset = dataset.map(
-            lambda record, example_seed: _train_example(record, example_seed, keys, label_offset, size, augment,
-                                                         dtype, normalization),
+            lambda index, record: _train_example(record, tf.stack([seed_tensor, index]), keys, label_offset, size,
+                                                 augment, dtype, normalization),
             num_parallel_calls=AUTOTUNE, deterministic=deterministic,
         )
         dataset = dataset.batch(per_pipeline_batch, drop_remainder=True)
@@ -181,7 +182,7 @@ def build_dataset(
 
 
 def _training_records(records_of_epoch, cache, pipeline_id, shuffle_buffer, base_seed, num_epochs) -> tf.data.Dataset:
-    """``(record, per-example seed)`` over the training epochs, shuffled before decoding.
+    """``(position, record)`` over the training epochs, shuffled before decoding.
 
     Epochs are chained first and then shuffled by one buffer (the faster
     "repeat before shuffle" order of the tf.data guide: no refill stall at
@@ -196,8 +197,7 @@ def _training_records(records_of_epoch, cache, pipeline_id, shuffle_buffer, base
         epochs = tf.data.Dataset.range(num_epochs) if num_epochs is not None else tf.data.Dataset.range(1 << 62)
         stream = epochs.flat_map(lambda epoch: records_of_epoch(epoch, shuffle=True, ordered=False))
     stream = stream.shuffle(shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True)
-    seed = tf.constant(base_seed, tf.int64)
-    return stream.enumerate().map(lambda index, record: (record, tf.stack([seed, index])))
+    return stream.enumerate()
 
 
 def _eval_records(counts: Sequence[int], pipelines: int, pipeline_id: int, by_file: bool) -> int:
