@@ -2,16 +2,20 @@
 
 Data flow (element shapes in comments)::
 
-    input list (JSON lines, one per listed image)
-      | ValidateImages   -> accepted: (split, Accepted)     rejected: JSON line
-      | GroupBySplit     -> (split, [Accepted])              keys and paths only
-      | AssignShards     -> ((split, shard, n), (position, Accepted))
-      | GroupByShard     -> ((split, shard, n), [(position, Accepted)])
+    input list (JSON lines, one chunk of CHUNK listed images each)
+      | SpreadChunks     -> the same, spread over the workers
+      | ValidateImages   -> accepted: (split, [Accepted])    rejected: JSON lines    content: [(sha, ...)]
+      | GroupBySplit     -> (split, [[Accepted]])             keys and paths only
+      | AssignShards     -> ((split, shard, n), [Accepted in order])   one element per shard
+      | SpreadShards     -> the same, spread over the workers
       | WriteShards      -> ShardResult JSON (shard file written to staging)
     rejected | CollectRejections -> rejected.jsonl in staging
+    content  | CollectContentHashes -> duplicates.json in staging
 
 Only keys and paths are grouped; image bytes are read in the shard writer, so
-memory does not grow with the dataset's bytes. Shard writing is a plain DoFn
+memory does not grow with the dataset's bytes. Elements are chunks of images
+and whole shards, never single images: Beam's per-element cost in Python
+would otherwise rival the per-image work. Shard writing is a plain DoFn
 after a GroupByKey, which every Beam runner supports (no reliance on a sink's
 finalisation step).
 """
@@ -55,10 +59,20 @@ class TooManyRejectedError(RuntimeError):
     """More inputs were rejected than --max-bad-fraction allows; nothing was published."""
 
 
+# Images per pipeline element (see discover.iter_refs_jsonl).
+CHUNK = 64
+
+
 class ValidateImagesFn(beam.DoFn):
-    """Listed image (JSON line) -> ``(split, Accepted)``, or a rejection on the tagged output."""
+    """A chunk of listed images (one JSON line) -> ``(split, [Accepted])`` per split in it.
+
+    Rejections go to the ``rejected`` output (JSON lines); ``(sha256, split,
+    label, path)`` of every accepted image goes to ``content``, for the
+    duplicate report.
+    """
 
     REJECTED = "rejected"
+    CONTENT = "content"
 
     def __init__(self, src: str, encode: EncodeOptions, seed: int, progress_dir: str) -> None:
         self._src, self._encode, self._seed, self._progress_dir = src, encode, seed, progress_dir
@@ -71,36 +85,53 @@ class ValidateImagesFn(beam.DoFn):
         self._progress = ProgressWriter(self._progress_dir, "validate")
 
     def process(self, line: str) -> Iterator:
-        ref = discover.ImageRef.from_json(line)
-        result = validate_ref(self._src, ref, self._encode, self._seed)
-        self._progress.add()
-        if isinstance(result, RejectedInput):
-            self._rejected.inc()
-            Metrics.counter(NAMESPACE, f"rejected_{result.reason}").inc()
-            logger.info("rejected %s: %s", result.relpath, result.detail)
-            yield beam.pvalue.TaggedOutput(self.REJECTED, result.to_json())
-        else:
-            self._accepted.inc()
-            yield ref.split, result
+        by_split: dict[str, list[Accepted]] = {}
+        content = []
+        for ref in discover.refs_from_jsonl(line):
+            result = validate_ref(self._src, ref, self._encode, self._seed)
+            self._progress.add()
+            if isinstance(result, RejectedInput):
+                self._rejected.inc()
+                Metrics.counter(NAMESPACE, f"rejected_{result.reason}").inc()
+                logger.info("rejected %s: %s", result.relpath, result.detail)
+                yield beam.pvalue.TaggedOutput(self.REJECTED, result.to_json())
+            else:
+                self._accepted.inc()
+                by_split.setdefault(ref.split, []).append(result)
+                content.append((result.source_sha256, ref.split, ref.label, ref.relpath))
+        yield from by_split.items()
+        if content:
+            yield beam.pvalue.TaggedOutput(self.CONTENT, content)
 
     def finish_bundle(self) -> None:
         self._progress.flush()
 
 
-def assign_split(element: tuple[str, Iterable[Accepted]], planned: Mapping[str, int]) -> Iterator:
-    """``(split, [Accepted])`` -> one ``((split, shard, n), (position, Accepted))`` per image.
+def assign_split(element: tuple[str, Iterable[list[Accepted]]], planned: Mapping[str, int]) -> Iterator:
+    """``(split, [[Accepted]])`` -> one ``((split, shard, n), [Accepted in order])`` per shard.
 
     Sorting by the keyed hash gives the record order; the path breaks the
     (astronomically unlikely) ties so the order is total.
     """
-    split, items = element
-    ordered = sorted(items, key=lambda item: (item.sort_key, item.ref.relpath))
-    for shard, num_shards, position, item in assign_shards(ordered, planned[split]):
-        yield (split, shard, num_shards), (position, item)
+    split, chunks = element
+    ordered = sorted((item for chunk in chunks for item in chunk), key=lambda item: (item.sort_key, item.ref.relpath))
+    shards: dict[tuple[str, int, int], list[Accepted]] = {}
+    for shard, num_shards, _, item in assign_shards(ordered, planned[split]):
+        shards.setdefault((split, shard, num_shards), []).append(item)
+    yield from shards.items()
+
+
+def find_duplicates(chunks: Iterable[list[tuple]]) -> list[list[tuple]]:
+    """Groups of ``(split, label, path)`` whose images have the same SHA-256, sorted."""
+    by_hash: dict[str, list[tuple]] = {}
+    for chunk in chunks:
+        for sha, split, label, path in chunk:
+            by_hash.setdefault(sha, []).append((split, label, path))
+    return sorted(sorted(group) for group in by_hash.values() if len(group) > 1)
 
 
 class WriteShardFn(beam.DoFn):
-    """``((split, shard, n), [(position, Accepted)])`` -> ShardResult JSON; writes the shard file."""
+    """``((split, shard, n), [Accepted])`` -> ShardResult JSON; writes the shard file."""
 
     def __init__(self, src: str, staging: str, classes: Sequence[str], encode: EncodeOptions) -> None:
         self._src, self._staging, self._classes, self._encode = src, staging, tuple(classes), encode
@@ -114,9 +145,8 @@ class WriteShardFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._progress = ProgressWriter(publish.work_dir(self._staging), "write")
 
-    def process(self, element: tuple[tuple[str, int, int], Iterable[tuple[int, Accepted]]]) -> Iterator[str]:
-        (split, index, num_shards), positioned = element
-        items = [item for _, item in sorted(positioned, key=lambda pair: pair[0])]
+    def process(self, element: tuple[tuple[str, int, int], list[Accepted]]) -> Iterator[str]:
+        (split, index, num_shards), items = element
         result = write_shard(
             self._src, self._staging, split, index, num_shards, items, self._classes, self._encode,
             on_record=self._progress.add,
@@ -147,9 +177,15 @@ class ConvertImages(beam.PTransform):
 
     def expand(self, lines: beam.PCollection) -> beam.PCollection:
         opts = self._options
-        checked = lines | "ValidateImages" >> beam.ParDo(
-            ValidateImagesFn(opts.src, opts.encode, opts.seed, publish.work_dir(self._staging))
-        ).with_outputs(ValidateImagesFn.REJECTED, main="accepted")
+        work = publish.work_dir(self._staging)
+        checked = (
+            lines
+            # Spread the chunks over the workers: a small input list is a single bundle otherwise.
+            | "SpreadChunks" >> beam.Reshuffle()
+            | "ValidateImages" >> beam.ParDo(ValidateImagesFn(opts.src, opts.encode, opts.seed, work)).with_outputs(
+                ValidateImagesFn.REJECTED, ValidateImagesFn.CONTENT, main="accepted"
+            )
+        )
         _ = (
             checked[ValidateImagesFn.REJECTED]
             | "CollectRejections" >> beam.combiners.ToList()
@@ -158,22 +194,19 @@ class ConvertImages(beam.PTransform):
             )
         )
         _ = (
-            checked.accepted
-            | "KeyByContent" >> beam.MapTuple(lambda split, item: (item.source_sha256, (split, item.ref.label,
-                                                                                        item.ref.relpath)))
-            | "GroupByContent" >> beam.GroupByKey()
-            | "KeepDuplicates" >> beam.FlatMap(lambda kv: [sorted(kv[1])] if len(kv[1]) > 1 else [])
-            | "CollectDuplicates" >> beam.combiners.ToList()
+            checked[ValidateImagesFn.CONTENT]
+            | "CollectContentHashes" >> beam.combiners.ToList()
             | "WriteDuplicates" >> beam.Map(
-                lambda groups, path: publish.write_text(path, json.dumps(sorted(groups))),
-                FileSystems.join(publish.work_dir(self._staging), DUPLICATES_FILE),
+                lambda chunks, path: publish.write_text(path, json.dumps(find_duplicates(chunks))),
+                FileSystems.join(work, DUPLICATES_FILE),
             )
         )
         return (
             checked.accepted
             | "GroupBySplit" >> beam.GroupByKey()
             | "AssignShards" >> beam.FlatMap(assign_split, self._planned)
-            | "GroupByShard" >> beam.GroupByKey()
+            # One element per shard; spread them so shards are written in parallel.
+            | "SpreadShards" >> beam.Reshuffle()
             | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, self._staging, self._classes, opts.encode))
         )
 
@@ -261,7 +294,7 @@ def _convert(
     """Run the pipeline into ``staging``; return the manifest to commit."""
     work = publish.work_dir(staging)
     input_list = FileSystems.join(work, "inputs.jsonl")
-    publish.write_text(input_list, "".join(discover.iter_refs_jsonl(plan.refs)))
+    publish.write_text(input_list, "".join(discover.iter_refs_jsonl(plan.refs, CHUNK)))
     publish.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
     faults.point("listed")
 

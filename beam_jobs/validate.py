@@ -30,12 +30,15 @@ class Accepted:
       source_sha256: hex SHA-256 of the input file, so the writer can tell if
         the file changed between the two reads.
       reencoded_because: "" when stored byte for byte.
+      height, width: size of the stored image.
     """
 
     ref: ImageRef
     sort_key: str
     source_sha256: str
     reencoded_because: str
+    height: int
+    width: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,4 +83,6 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, seed: int) -> 
         sort_key=keyed_hash(seed, ref.relpath).hex(),
         source_sha256=hashlib.sha256(data).hexdigest(),
         reencoded_because=result.reencoded_because,
+        height=result.height,
+        width=result.width,
     )

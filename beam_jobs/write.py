@@ -83,6 +83,9 @@ def encode_accepted(src: str, item: Accepted, options: EncodeOptions) -> Encoded
         raise SourceChangedError(f"{relpath} vanished during the conversion ({err}); rerun the command") from err
     if hashlib.sha256(data).hexdigest() != item.source_sha256:
         raise SourceChangedError(f"{relpath} changed during the conversion; rerun the command")
+    if not item.reencoded_because:
+        # Validated as storable byte for byte, and these are the very bytes validated.
+        return Encoded(data, item.height, item.width, "jpeg")
     result = encode_image(data, options)
     if not isinstance(result, Encoded):  # deterministic encode: only a library bug gets here
         raise RuntimeError(f"{relpath} was accepted, then rejected on the second read: {result.detail}")
