@@ -6,6 +6,10 @@ remote workers with ``--setup_file=./setup.py``.
 
 from setuptools import setup
 
+BENCH = ["matplotlib>=3.9", "scikit-image>=0.24", "scikit-learn>=1.5", "tf-keras>=2.21", "scipy>=1.13",
+         "psutil>=7.0"]
+DASK = ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"]
+
 setup(
     name="imgshards",
     version="0.1.0",
@@ -13,7 +17,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["converter", "beam_jobs", "reader"],
+    packages=["converter", "beam_jobs", "reader", "bench"],
     py_modules=["record_schema"],
     install_requires=[
         "apache-beam[tfrecord]>=2.77",
@@ -25,8 +29,9 @@ setup(
         "tqdm>=4.66",
     ],
     extras_require={
-        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "psutil>=7.0"],
-        "bench": ["matplotlib>=3.9", "scikit-image>=0.24", "psutil>=7.0"],
-        "dask": ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"],
+        "bench": BENCH,
+        "dask": DASK,
+        # The tests also smoke-test the benchmark and run a real Dask cluster.
+        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100"] + BENCH + DASK,
     },
 )

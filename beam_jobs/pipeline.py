@@ -186,14 +186,14 @@ class ConvertImages(beam.PTransform):
                 ValidateImagesFn.REJECTED, ValidateImagesFn.CONTENT, main="accepted"
             )
         )
-        _ = (
+        rejections_written = (
             checked[ValidateImagesFn.REJECTED]
             | "CollectRejections" >> beam.combiners.ToList()
             | "WriteRejections" >> beam.Map(
                 write_rejections, FileSystems.join(self._staging, record_schema.REJECTED_FILE)
             )
         )
-        _ = (
+        duplicates_written = (
             checked[ValidateImagesFn.CONTENT]
             | "CollectContentHashes" >> beam.combiners.ToList()
             | "WriteDuplicates" >> beam.Map(
@@ -201,13 +201,20 @@ class ConvertImages(beam.PTransform):
                 FileSystems.join(work, DUPLICATES_FILE),
             )
         )
-        return (
+        shards_written = (
             checked.accepted
             | "GroupBySplit" >> beam.GroupByKey()
             | "AssignShards" >> beam.FlatMap(assign_split, self._planned)
             # One element per shard; spread them so shards are written in parallel.
             | "SpreadShards" >> beam.Reshuffle()
             | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, self._staging, self._classes, opts.encode))
+        )
+        # One terminal step that depends on every branch: Beam's DaskRunner computes only the
+        # graph behind the last transform, so side branches would silently not run there.
+        return (
+            (shards_written, rejections_written, duplicates_written)
+            | "JoinBranches" >> beam.Flatten()
+            | "Done" >> beam.Map(lambda _: None)
         )
 
 
@@ -216,10 +223,18 @@ def default_pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
 
     Without ``--runner``, the DirectRunner runs in multi-processing mode with
     one worker per core (``--direct_num_workers=0``). Every flag the user gives
-    wins over these defaults.
+    wins over these defaults. ``--runner=dask`` (or ``DaskRunner``) is short for
+    Beam's ``apache_beam.runners.dask.dask_runner.DaskRunner``.
     """
     options = PipelineOptions(list(pipeline_args))
     standard, direct = options.view_as(StandardOptions), options.view_as(DirectOptions)
+    if str(standard.runner).lower() in ("dask", "daskrunner") or "dask_runner" in str(standard.runner):
+        try:
+            # Registers DaskOptions (--dask_client_address...) before Beam reads them.
+            from apache_beam.runners.dask import dask_runner
+        except ImportError as err:
+            raise ImportError("--runner=DaskRunner needs the dask extra: pip install '.[dask]'") from err
+        standard.runner = f"{dask_runner.__name__}.DaskRunner"
     if standard.runner is None:
         standard.runner = "DirectRunner"
         if "--direct_num_workers" not in " ".join(pipeline_args):

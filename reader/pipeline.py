@@ -69,6 +69,8 @@ def build_dataset(
     skip_corrupt: bool = False,
     prefetch_to_device: Optional[str] = None,
     private_threads: Optional[int] = None,
+    service: Optional[str] = None,
+    service_job_name: Optional[str] = None,
     info: Optional[DatasetInfo] = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of ``(images, labels)`` batches over a converted split.
@@ -102,6 +104,14 @@ def build_dataset(
       skip_corrupt: skip the rest of a corrupt shard with a warning instead of failing.
       prefetch_to_device: e.g. "/gpu:0", to prefetch batches into device memory.
       private_threads: size of a private thread pool for this pipeline.
+      service: address of a tf.data service dispatcher (``grpc://host:port``):
+        reading, decoding and batching run on its workers in the
+        ``distributed_epoch`` processing mode, which deals shard files (in
+        evaluation) or whole epochs (in training) out to the workers, so every
+        record is processed exactly once per epoch. Batches are formed on the
+        workers, so in evaluation each worker's last batch may be partial.
+      service_job_name: consumers that name the same job share its stream
+        (e.g. every replica of one trainer); default: each pipeline its own job.
       info: a :class:`DatasetInfo` already read (saves re-reading the manifest).
 
     Raises:
@@ -122,6 +132,8 @@ def build_dataset(
         raise ValueError(f"crop_fraction must be in (0, 1], got {crop_fraction!r}")
     if cache is not None and not isinstance(cache, str):
         raise ValueError(f'cache must be None, "memory" or a file path, got {cache!r}')
+    if service is not None and (input_context is not None or cache is not None):
+        raise ValueError("service distributes the work itself: do not combine it with input_context or cache")
 
     pipelines, pipeline_id = (1, 0) if input_context is None else (
         input_context.num_input_pipelines, input_context.input_pipeline_id)
@@ -156,26 +168,31 @@ def build_dataset(
     if training:
         dataset = _training_records(records_of_epoch, cache, pipeline_id, shuffle_buffer, base_seed, num_epochs)
         seed_tensor = tf.constant(base_seed, tf.int64)
-        dataset = dataset.map(
-            lambda index, record: _train_example(record, tf.stack([seed_tensor, index]), keys, label_offset, size,
-                                                 augment, dtype, normalization),
-            num_parallel_calls=AUTOTUNE, deterministic=deterministic,
-        )
+
+        def train_example(index: tf.Tensor, record: tf.Tensor) -> tuple:
+            return _train_example(record, tf.stack([seed_tensor, index]), keys, label_offset, size, augment, dtype,
+                                  normalization)
+
+        dataset = dataset.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
         dataset = dataset.batch(per_pipeline_batch, drop_remainder=True)
     else:
         records = records_of_epoch(0, shuffle=False, ordered=True)
         records = _cached(records, cache, pipeline_id)
-        dataset = records.map(
-            lambda record: _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization),
-            num_parallel_calls=AUTOTUNE, deterministic=True,
-        )
+        def eval_example(record: tf.Tensor) -> tuple:
+            return _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization)
+
+        dataset = records.map(eval_example, num_parallel_calls=AUTOTUNE, deterministic=True)
         dataset = dataset.batch(per_pipeline_batch, drop_remainder=False)
-        if not skip_corrupt:
+        if not skip_corrupt and service is None:
             # Known length: Keras and progress bars see the number of batches, and a short read fails loudly.
             records = _eval_records(counts, pipelines, pipeline_id, by_file)
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-records // per_pipeline_batch)))
 
     dataset = dataset.with_options(_options(deterministic or not training, input_context, private_threads))
+    if service is not None:
+        dataset = dataset.apply(tf.data.experimental.service.distribute(
+            processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC, service=service,
+            job_name=service_job_name))
     if prefetch_to_device:
         return dataset.apply(tf.data.experimental.prefetch_to_device(prefetch_to_device))
     return dataset.prefetch(AUTOTUNE)

@@ -1,0 +1,30 @@
+"""A tiny run of the benchmark code (not the benchmark: its numbers mean nothing at this size)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--images", "36", "--rounds", "1", "--batches", "1", "--slow-batches", "1",
+         "--out", str(out)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(os.listdir(out)) == ["results.json", "results.md", "results.png"]
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["convert"]["tools"]) == {"ours", "plain_loop"}
+    assert set(results["read"]["pipelines"]) == {"ours_train", "ours_eval", "image_dataset_from_directory",
+                                                 "image_data_generator", "article_tf_data", "decode_bound_in_memory"}
+    assert "| target | goal | measured | met |" in (out / "results.md").read_text()

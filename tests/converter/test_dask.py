@@ -1,0 +1,71 @@
+"""The converter on a real Dask cluster (scheduler and two workers on loopback) through Beam's DaskRunner."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, run_converter
+
+distributed = pytest.importorskip("distributed", reason="the dask extra is not installed: pip install '.[dask]'")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """``dask scheduler`` + two ``dask worker`` processes on 127.0.0.1; yields the scheduler address."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": REPO}
+    bindir = os.path.dirname(sys.executable)
+    procs = [subprocess.Popen([os.path.join(bindir, "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--no-dashboard"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    for index in range(2):
+        procs.append(subprocess.Popen(
+            [os.path.join(bindir, "dask"), "worker", address, "--nthreads", "1", "--name", f"w{index}",
+             "--no-dashboard", "--local-directory", str(tmp_path / f"w{index}")],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    client = distributed.Client(address, timeout=60)
+    try:
+        client.wait_for_workers(2, timeout=60)
+        yield address, client
+    finally:
+        client.close()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_conversion_on_a_dask_cluster_matches_the_direct_runner_byte_for_byte(tmp_path, demo_src, dask_cluster):
+    address, client = dask_cluster
+    common = ["--src", demo_src, "--shards", "4", "--val-fraction", "0.2", "--no-progress"]
+    started = time.time()
+    run_converter(*common, "--out", str(tmp_path / "dask"), "--runner=dask", f"--dask_client_address={address}",
+                  check=True, timeout=600)
+    run_converter(*common, "--out", str(tmp_path / "direct"), check=True)
+
+    # The work ran on the cluster: both workers executed tasks.
+    transitions = client.run(lambda dask_worker: dask_worker.state.transition_counter)
+    assert len(transitions) == 2 and all(count > 0 for count in transitions.values()), transitions
+    assert time.time() - started < 600
+
+    def shards(folder):
+        return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder)) if name.endswith(".tfrecord")}
+
+    dask_shards = shards(tmp_path / "dask")
+    assert len(dask_shards) == 5
+    assert dask_shards == shards(tmp_path / "direct")
+    for name in ("labels.txt", "rejected.jsonl"):
+        assert (tmp_path / "dask" / name).read_bytes() == (tmp_path / "direct" / name).read_bytes()
