@@ -2,9 +2,10 @@
 
 Data flow (element shapes in comments)::
 
-    input list (JSON lines, one chunk of CHUNK listed images each)
+    chunk spans ((offset, length) of each line of the input list, a JSON array of CHUNK listed images)
       | SpreadChunks     -> the same, spread over the workers
-      | ValidateImages   -> accepted: (split, [Accepted])    rejected: JSON lines    content: [(sha, ...)]
+      | ValidateImages   -> ("accepted", (split, [Accepted])) | ("rejected", JSON line) | ("content", [(sha, ...)])
+      | SelectAccepted   -> (split, [Accepted])
       | GroupBySplit     -> (split, [[Accepted]])             keys and paths only
       | AssignShards     -> ((split, shard, n), [Accepted in order])   one element per shard
       | SpreadShards     -> the same, spread over the workers
@@ -34,7 +35,7 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 import record_schema
 from beam_jobs import discover, faults, publish
@@ -64,18 +65,27 @@ CHUNK = 64
 
 
 class ValidateImagesFn(beam.DoFn):
-    """A chunk of listed images (one JSON line) -> ``(split, [Accepted])`` per split in it.
+    """A chunk of listed images -> ``("accepted", (split, [Accepted]))`` per split in it.
 
-    Rejections go to the ``rejected`` output (JSON lines); ``(sha256, split,
-    label, path)`` of every accepted image goes to ``content``, for the
+    Outputs are tagged in the element, not with ``TaggedOutput``: Beam's
+    DaskRunner mixes a DoFn's tagged outputs into its main output.
+    The element is the chunk's ``(offset, length)`` in the input list file: the
+    pipeline graph then stays tiny however many images there are (Dataflow
+    caps a job graph at 10 MB), and no read transform is needed (Beam's
+    DaskRunner cannot run ``ReadFromText``).
+
+    Rejections come out as ``("rejected", JSON line)``; ``("content",
+    [(sha256, split, label, path)])`` lists every accepted image, for the
     duplicate report.
     """
 
+    ACCEPTED = "accepted"
     REJECTED = "rejected"
     CONTENT = "content"
 
-    def __init__(self, src: str, encode: EncodeOptions, seed: int, progress_dir: str) -> None:
+    def __init__(self, src: str, encode: EncodeOptions, seed: int, progress_dir: str, input_list: str) -> None:
         self._src, self._encode, self._seed, self._progress_dir = src, encode, seed, progress_dir
+        self._input_list = input_list
 
     def setup(self) -> None:
         self._accepted = Metrics.counter(NAMESPACE, "images_accepted")
@@ -84,7 +94,11 @@ class ValidateImagesFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._progress = ProgressWriter(self._progress_dir, "validate")
 
-    def process(self, line: str) -> Iterator:
+    def process(self, span: tuple[int, int]) -> Iterator:
+        offset, length = span
+        with FileSystems.open(self._input_list) as handle:
+            handle.seek(offset)
+            line = handle.read(length).decode("utf-8")
         by_split: dict[str, list[Accepted]] = {}
         content = []
         for ref in discover.refs_from_jsonl(line):
@@ -94,17 +108,25 @@ class ValidateImagesFn(beam.DoFn):
                 self._rejected.inc()
                 Metrics.counter(NAMESPACE, f"rejected_{result.reason}").inc()
                 logger.info("rejected %s: %s", result.relpath, result.detail)
-                yield beam.pvalue.TaggedOutput(self.REJECTED, result.to_json())
+                yield self.REJECTED, result.to_json()
             else:
                 self._accepted.inc()
                 by_split.setdefault(ref.split, []).append(result)
-                content.append((result.source_sha256, ref.split, ref.label, ref.relpath))
-        yield from by_split.items()
+                # 128 bits of the hash are plenty to find duplicates, and halve this list's memory.
+                content.append((result.source_sha256[:32], ref.split, ref.label, ref.relpath))
+        for split_and_items in by_split.items():
+            yield self.ACCEPTED, split_and_items
         if content:
-            yield beam.pvalue.TaggedOutput(self.CONTENT, content)
+            yield self.CONTENT, content
 
     def finish_bundle(self) -> None:
         self._progress.flush()
+
+
+def select(element: tuple[str, object], tag: str) -> Iterator:
+    """The payload of ``element`` if it carries ``tag``."""
+    if element[0] == tag:
+        yield element[1]
 
 
 def assign_split(element: tuple[str, Iterable[list[Accepted]]], planned: Mapping[str, int]) -> Iterator:
@@ -171,30 +193,33 @@ def write_rejections(lines: list[str], path: str) -> None:
 class ConvertImages(beam.PTransform):
     """Listed images -> shard files in ``staging`` and ``rejected.jsonl``."""
 
-    def __init__(self, options: ConvertOptions, staging: str, classes: Sequence[str], planned: Mapping[str, int]):
+    def __init__(self, options: ConvertOptions, staging: str, classes: Sequence[str], planned: Mapping[str, int],
+                 input_list: str):
         super().__init__()
         self._options, self._staging, self._classes, self._planned = options, staging, classes, dict(planned)
+        self._input_list = input_list
 
-    def expand(self, lines: beam.PCollection) -> beam.PCollection:
+    def expand(self, spans: beam.PCollection) -> beam.PCollection:
         opts = self._options
         work = publish.work_dir(self._staging)
+        validate = ValidateImagesFn(opts.src, opts.encode, opts.seed, work, self._input_list)
         checked = (
-            lines
-            # Spread the chunks over the workers: a small input list is a single bundle otherwise.
+            spans
+            # Spread the chunks over the workers: a small input is a single bundle otherwise.
             | "SpreadChunks" >> beam.Reshuffle()
-            | "ValidateImages" >> beam.ParDo(ValidateImagesFn(opts.src, opts.encode, opts.seed, work)).with_outputs(
-                ValidateImagesFn.REJECTED, ValidateImagesFn.CONTENT, main="accepted"
-            )
+            | "ValidateImages" >> beam.ParDo(validate)
         )
         rejections_written = (
-            checked[ValidateImagesFn.REJECTED]
+            checked
+            | "SelectRejections" >> beam.FlatMap(select, ValidateImagesFn.REJECTED)
             | "CollectRejections" >> beam.combiners.ToList()
             | "WriteRejections" >> beam.Map(
                 write_rejections, FileSystems.join(self._staging, record_schema.REJECTED_FILE)
             )
         )
         duplicates_written = (
-            checked[ValidateImagesFn.CONTENT]
+            checked
+            | "SelectContentHashes" >> beam.FlatMap(select, ValidateImagesFn.CONTENT)
             | "CollectContentHashes" >> beam.combiners.ToList()
             | "WriteDuplicates" >> beam.Map(
                 lambda chunks, path: publish.write_text(path, json.dumps(find_duplicates(chunks))),
@@ -202,7 +227,8 @@ class ConvertImages(beam.PTransform):
             )
         )
         shards_written = (
-            checked.accepted
+            checked
+            | "SelectAccepted" >> beam.FlatMap(select, ValidateImagesFn.ACCEPTED)
             | "GroupBySplit" >> beam.GroupByKey()
             | "AssignShards" >> beam.FlatMap(assign_split, self._planned)
             # One element per shard; spread them so shards are written in parallel.
@@ -222,26 +248,37 @@ def default_pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
     """Beam options from the user's flags; a local run uses every core by default.
 
     Without ``--runner``, the DirectRunner runs in multi-processing mode with
-    one worker per core (``--direct_num_workers=0``). Every flag the user gives
-    wins over these defaults. ``--runner=dask`` (or ``DaskRunner``) is short for
-    Beam's ``apache_beam.runners.dask.dask_runner.DaskRunner``.
+    one worker per core (``--direct_num_workers=0``). ``--runner=dask`` (or
+    ``DaskRunner``) is short for Beam's ``...dask.dask_runner.DaskRunner``,
+    with one element per Dask partition. Every flag the user gives wins over
+    these defaults.
     """
-    options = PipelineOptions(list(pipeline_args))
-    standard, direct = options.view_as(StandardOptions), options.view_as(DirectOptions)
-    if str(standard.runner).lower() in ("dask", "daskrunner") or "dask_runner" in str(standard.runner):
+    args = list(pipeline_args)
+    runner = PipelineOptions(args).view_as(StandardOptions).runner
+    if runner is None:
+        defaults = ["--runner=DirectRunner", "--direct_num_workers=0", "--direct_running_mode=multi_processing"]
+        return PipelineOptions(_with_defaults(args, defaults))
+    if str(runner).lower() in ("dask", "daskrunner") or "dask_runner" in str(runner):
         try:
-            # Registers DaskOptions (--dask_client_address...) before Beam reads them.
+            # Registers DaskOptions (--dask_client_address...) before Beam parses them.
             from apache_beam.runners.dask import dask_runner
         except ImportError as err:
             raise ImportError("--runner=DaskRunner needs the dask extra: pip install '.[dask]'") from err
-        standard.runner = f"{dask_runner.__name__}.DaskRunner"
-    if standard.runner is None:
-        standard.runner = "DirectRunner"
-        if "--direct_num_workers" not in " ".join(pipeline_args):
-            direct.direct_num_workers = 0
-        if "--direct_running_mode" not in " ".join(pipeline_args):
-            direct.direct_running_mode = "multi_processing"
-    return options
+        args = [arg for arg in args if not arg.startswith("--runner")]
+        # Our elements are coarse (chunks of images, whole shards): one per Dask partition
+        # spreads them over the workers (Beam's default packs 128 into one partition).
+        defaults = [f"--runner={dask_runner.__name__}.DaskRunner", "--dask_partition_size=1"]
+        return PipelineOptions(_with_defaults(args, defaults, exclusive={"--dask_partition_size": "--dask_npartitions"}))
+    return PipelineOptions(args)
+
+
+def _with_defaults(args: list[str], defaults: list[str], exclusive: Optional[dict[str, str]] = None) -> list[str]:
+    """``args`` plus each default flag the user did not give (nor its mutually exclusive partner)."""
+    given = {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
+    exclusive = exclusive or {}
+    extra = [flag for flag in defaults
+             if flag.split("=", 1)[0] not in given and exclusive.get(flag.split("=", 1)[0]) not in given]
+    return args + extra
 
 
 def is_local_run(options: PipelineOptions) -> bool:
@@ -309,7 +346,12 @@ def _convert(
     """Run the pipeline into ``staging``; return the manifest to commit."""
     work = publish.work_dir(staging)
     input_list = FileSystems.join(work, "inputs.jsonl")
-    publish.write_text(input_list, "".join(discover.iter_refs_jsonl(plan.refs, CHUNK)))
+    lines = [line.encode("utf-8") for line in discover.iter_refs_jsonl(plan.refs, CHUNK)]
+    publish.write_text(input_list, b"".join(lines).decode("utf-8"))
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    spans = [(start, end - start) for start, end in zip(offsets, offsets[1:])]
     publish.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
     faults.point("listed")
 
@@ -319,8 +361,8 @@ def _convert(
             with beam.Pipeline(options=beam_options) as pipeline:
                 _ = (
                     pipeline
-                    | "ReadInputList" >> beam.io.ReadFromText(input_list)
-                    | "ConvertImages" >> ConvertImages(options, staging, plan.classes, planned)
+                    | "ListChunks" >> beam.Create(spans)
+                    | "ConvertImages" >> ConvertImages(options, staging, plan.classes, planned, input_list)
                 )
         except Exception as err:  # runners re-raise worker errors as assorted types; name the outcome
             raise ConversionFailedError(

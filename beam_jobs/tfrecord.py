@@ -16,6 +16,7 @@ hardware-accelerated implementation Beam itself prefers.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Mapping, Union
 
@@ -27,6 +28,8 @@ _MASK_DELTA = 0xA282EAD8
 
 
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _SMALL_VARINTS[value]
     if value < 0:
         value += 1 << 64  # int64 is encoded as its two's complement
     out = bytearray()
@@ -37,9 +40,18 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_SMALL_VARINTS = [bytes([v]) for v in range(0x80)]
+
+
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited field (wire type 2)."""
     return _varint((number << 3) | 2) + _varint(len(payload)) + payload
+
+
+@functools.lru_cache(maxsize=256)
+def _key_field(key: str) -> bytes:
+    """``MapEntry.key`` of one feature name (the same few keys every record)."""
+    return _field(1, key.encode("utf-8"))
 
 
 def _feature(value: FeatureValue) -> bytes:
@@ -55,10 +67,7 @@ def serialize_example(features: Mapping[str, FeatureValue]) -> bytes:
 
     Equal to ``tf.train.Example(...).SerializeToString(deterministic=True)``.
     """
-    entries = b"".join(
-        _field(1, _field(1, key.encode("utf-8")) + _field(2, _feature(features[key])))
-        for key in sorted(features)
-    )
+    entries = b"".join(_field(1, _key_field(key) + _field(2, _feature(features[key]))) for key in sorted(features))
     return _field(1, entries)
 
 

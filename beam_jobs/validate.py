@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Union
+from typing import NamedTuple, Union
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -20,9 +20,8 @@ from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.options import EncodeOptions
 
 
-@dataclasses.dataclass(frozen=True)
-class Accepted:
-    """A listed image that will be written.
+class Accepted(NamedTuple):
+    """A listed image that will be written (a NamedTuple: it is pickled between stages).
 
     Attributes:
       ref: the image.
@@ -41,7 +40,7 @@ class Accepted:
     width: int
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class RejectedInput:
     """A listed image that will not be written, and why."""
 

@@ -52,8 +52,13 @@ class ShardResult:
         return cls(**raw)
 
 
-def build_example(encoded: Encoded, relpath: str, label: int, class_name: str) -> bytes:
-    """The serialized ``tf.train.Example`` of one stored image (keys in record_schema)."""
+def build_example(
+    encoded: Encoded, relpath: str, label: int, class_name: str, sha256_hex: Optional[str] = None
+) -> bytes:
+    """The serialized ``tf.train.Example`` of one stored image (keys in record_schema).
+
+    ``sha256_hex`` of ``encoded.data`` may be passed when already known.
+    """
     return serialize_example(
         {
             record_schema.IMAGE_ENCODED: encoded.data,
@@ -64,7 +69,7 @@ def build_example(encoded: Encoded, relpath: str, label: int, class_name: str) -
             record_schema.WIDTH: encoded.width,
             record_schema.CHANNELS: record_schema.CHANNELS_RGB,
             record_schema.FILENAME: relpath.encode("utf-8", "backslashreplace"),
-            record_schema.SHA256: hashlib.sha256(encoded.data).hexdigest().encode("ascii"),
+            record_schema.SHA256: (sha256_hex or hashlib.sha256(encoded.data).hexdigest()).encode("ascii"),
         }
     )
 
@@ -116,7 +121,9 @@ def write_shard(
         for item in items:
             encoded = encode_accepted(src, item, options)
             label = item.ref.label
-            record = frame_record(build_example(encoded, item.ref.relpath, label, classes[label]))
+            # A pass-through image is the source file, whose SHA-256 validation already computed.
+            known = None if encoded.reencoded else item.source_sha256
+            record = frame_record(build_example(encoded, item.ref.relpath, label, classes[label], known))
             out.write(record)
             digest.update(record)
             num_bytes += len(record)
