@@ -86,6 +86,8 @@ def chart(results: dict, path: str) -> None:
     names = ["plain loop", "ours", "bound (all cores)"]
     values = [convert["plain_loop"]["images_per_s"], convert["ours"]["images_per_s"], bound["all_cores"]]
     left.bar(names, values, color=["#999999", "#1f77b4", "#cccccc"])
+    for index, value in enumerate(values):
+        left.text(index, value, f"{value:.0f}", ha="center", va="bottom", fontsize=9)
     left.set_title("converter: images/s (per image, start-up removed)")
     pipelines = results["read"]["pipelines"]
     names = list(pipelines)
@@ -93,11 +95,13 @@ def chart(results: dict, path: str) -> None:
     cold = [pipelines[n]["cold"]["images_per_s"] for n in names]
     positions = range(len(names))
     right.barh([p + 0.2 for p in positions], warm, height=0.4, label="warm page cache")
-    right.barh([p - 0.2 for p in positions], cold, height=0.4, label="cold")
+    right.barh([p - 0.2 for p in positions], cold, height=0.4, label="cold (evicted)")
+    for position, value in zip(positions, warm):
+        right.text(value, position + 0.2, f" {value:.0f}", va="center", fontsize=8)
     right.set_yticks(list(positions), names)
-    right.set_xscale("log")
-    right.set_title("reader: images/s at 224 px, batch 64 (log scale)")
-    right.legend()
+    right.set_xlim(0, max(warm + cold) * 1.25)
+    right.set_title("reader: images/s at 224 px, batch 64")
+    right.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -113,3 +117,11 @@ def write(results: dict, folder: str) -> dict:
         handle.write(markdown(results))
     chart(results, paths["chart"])
     return paths
+
+
+if __name__ == "__main__":
+    import sys
+
+    # Re-render the markdown and the chart from a results.json: python -m bench.report bench/results/results.json
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        write(json.load(handle), os.path.dirname(os.path.abspath(sys.argv[1])))
