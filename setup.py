@@ -32,6 +32,6 @@ setup(
         "bench": BENCH,
         "dask": DASK,
         # The tests also smoke-test the benchmark and run a real Dask cluster.
-        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100"] + BENCH + DASK,
+        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6"] + BENCH + DASK,
     },
 )

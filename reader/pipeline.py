@@ -123,17 +123,8 @@ def build_dataset(
     split_info = info.split(split)
     size = image_hw(image_size)
     dtype = check_output(dtype, normalization)
-    _check_positive(batch_size=batch_size, shuffle_buffer=shuffle_buffer, block_length=block_length)
-    if cycle_length is not None:
-        _check_positive(cycle_length=cycle_length)
-    if num_epochs is not None:
-        _check_positive(num_epochs=num_epochs)
-    if not 0 < crop_fraction <= 1:
-        raise ValueError(f"crop_fraction must be in (0, 1], got {crop_fraction!r}")
-    if cache is not None and not isinstance(cache, str):
-        raise ValueError(f'cache must be None, "memory" or a file path, got {cache!r}')
-    if service is not None and (input_context is not None or cache is not None):
-        raise ValueError("service distributes the work itself: do not combine it with input_context or cache")
+    _check_arguments(batch_size, shuffle_buffer, block_length, cycle_length, num_epochs, crop_fraction, cache,
+                     service, input_context)
 
     pipelines, pipeline_id = (1, 0) if input_context is None else (
         input_context.num_input_pipelines, input_context.input_pipeline_id)
@@ -267,6 +258,22 @@ def _options(deterministic: bool, input_context, private_threads: Optional[int])
         _check_positive(private_threads=private_threads)
         options.threading.private_threadpool_size = private_threads
     return options
+
+
+def _check_arguments(batch_size, shuffle_buffer, block_length, cycle_length, num_epochs, crop_fraction, cache,
+                     service, input_context) -> None:
+    """``ValueError`` naming the first bad argument of :func:`build_dataset`."""
+    _check_positive(batch_size=batch_size, shuffle_buffer=shuffle_buffer, block_length=block_length)
+    if cycle_length is not None:
+        _check_positive(cycle_length=cycle_length)
+    if num_epochs is not None:
+        _check_positive(num_epochs=num_epochs)
+    if not 0 < crop_fraction <= 1:
+        raise ValueError(f"crop_fraction must be in (0, 1], got {crop_fraction!r}")
+    if cache is not None and not isinstance(cache, str):
+        raise ValueError(f'cache must be None, "memory" or a file path, got {cache!r}')
+    if service is not None and (input_context is not None or cache is not None):
+        raise ValueError("service distributes the work itself: do not combine it with input_context or cache")
 
 
 def _check_positive(**values: int) -> None:

@@ -50,7 +50,7 @@ def test_records_match_the_manifest_and_decode_to_their_declared_size(demo_datas
     labels = open(os.path.join(demo_dataset, record_schema.LABELS_FILE), encoding="utf-8").read().splitlines()
     assert labels == manifest["classes"]
     seen = set()
-    for split, info in manifest["splits"].items():
+    for info in manifest["splits"].values():
         label_counts = collections.Counter()
         for shard in info["shards"]:
             path = os.path.join(demo_dataset, shard["file"])
