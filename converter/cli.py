@@ -12,6 +12,7 @@ import argparse
 import difflib
 import logging
 import sys
+import traceback
 from typing import Optional, Sequence
 
 from beam_jobs import options as opts
@@ -116,6 +117,8 @@ def convert(argv: Sequence[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except pipeline.ConversionFailedError as err:
+        if args.verbose:
+            traceback.print_exception(err.__cause__ or err, file=sys.stderr)
         print(f"error: {err}" + ("" if args.verbose else "\n(run with -v for the full trace)"), file=sys.stderr)
         return 1
     print(summary.format())

@@ -120,3 +120,23 @@ def test_encoding_is_deterministic(sample_images):
 def test_encode_options_name_the_bad_flag(field, value):
     with pytest.raises(ValueError, match=f"--{field.replace('_', '-')}"):
         EncodeOptions(**{field: value})
+
+
+def test_the_pillow_free_jpeg_path_takes_only_clean_upright_jpegs(sample_images):
+    from beam_jobs.encode import _clean_jpeg
+
+    for kind in PASS_THROUGH:
+        assert _clean_jpeg(sample_images[kind], OPTIONS) == encode_image(sample_images[kind], OPTIONS)
+    for kind in ("jpeg_cmyk", "jpeg_exif_rotated", "jpeg_corrupt_data", "truncated_jpeg"):
+        assert _clean_jpeg(sample_images[kind], OPTIONS) is None
+    assert _clean_jpeg(sample_images["jpeg_large"], EncodeOptions(max_side=200)) is None
+    assert _clean_jpeg(sample_images["jpeg_large"], EncodeOptions(max_pixels=1000)) is None
+
+
+def test_exif_orientation_one_is_still_stored_byte_for_byte():
+    exif = Image.Exif()
+    exif[0x0112] = 1
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 30), (10, 200, 30)).save(buffer, "JPEG", exif=exif.tobytes())
+    result = encode_image(buffer.getvalue(), OPTIONS)
+    assert result.data == buffer.getvalue() and not result.reencoded
