@@ -67,8 +67,8 @@ class ValidateImagesFn(beam.DoFn):
     REJECTED = "rejected"
     CONTENT = "content"
 
-    def __init__(self, src: str, encode: EncodeOptions, seed: int, progress_dir: str, input_list: str) -> None:
-        self._src, self._encode, self._seed, self._progress_dir = src, encode, seed, progress_dir
+    def __init__(self, src: str, encode: EncodeOptions, progress_dir: str, input_list: str) -> None:
+        self._src, self._encode, self._progress_dir = src, encode, progress_dir
         self._input_list = input_list
 
     def setup(self) -> None:
@@ -86,7 +86,7 @@ class ValidateImagesFn(beam.DoFn):
         by_split: dict[str, list[Accepted]] = {}
         content = []
         for ref in discover.refs_from_jsonl(line):
-            result = validate_ref(self._src, ref, self._encode, self._seed)
+            result = validate_ref(self._src, ref, self._encode)
             self._progress.add()
             if isinstance(result, RejectedInput):
                 self._rejected.inc()
@@ -97,7 +97,7 @@ class ValidateImagesFn(beam.DoFn):
                 self._accepted.inc()
                 by_split.setdefault(ref.split, []).append(result)
                 # 128 bits of the hash are plenty to find duplicates, and halve this list's memory.
-                content.append((result.source_sha256[:32], ref.split, ref.label, ref.relpath))
+                content.append((result.source_sha256[:16], ref.split, ref.label, ref.relpath))
         for split_and_items in by_split.items():
             yield self.ACCEPTED, split_and_items
         if content:
@@ -113,14 +113,19 @@ def select(element: tuple[str, object], tag: str) -> Iterator:
         yield element[1]
 
 
-def assign_split(element: tuple[str, Iterable[list[Accepted]]], planned: Mapping[str, int]) -> Iterator:
+def assign_split(element: tuple[str, Iterable[list[Accepted]]], planned: Mapping[str, int], seed: int) -> Iterator:
     """``(split, [[Accepted]])`` -> one ``((split, shard, n), [Accepted in order])`` per shard.
 
-    Sorting by the keyed hash gives the record order; the path breaks the
-    (astronomically unlikely) ties so the order is total.
+    Sorting by the keyed hash of (seed, path) gives the record order; the path
+    breaks the (astronomically unlikely) ties so the order is total. The hash
+    is computed here rather than carried from validation: it is cheap, and
+    every byte carried per image is held in memory by the grouping steps.
     """
     split, chunks = element
-    ordered = sorted((item for chunk in chunks for item in chunk), key=lambda item: (item.sort_key, item.ref.relpath))
+    ordered = sorted(
+        (item for chunk in chunks for item in chunk),
+        key=lambda item: (discover.keyed_hash(seed, item.ref.relpath), item.ref.relpath),
+    )
     shards: dict[tuple[str, int, int], list[Accepted]] = {}
     for shard, num_shards, _, item in assign_shards(ordered, planned[split]):
         shards.setdefault((split, shard, num_shards), []).append(item)
@@ -129,7 +134,7 @@ def assign_split(element: tuple[str, Iterable[list[Accepted]]], planned: Mapping
 
 def find_duplicates(chunks: Iterable[list[tuple]]) -> list[list[tuple]]:
     """Groups of ``(split, label, path)`` whose images have the same SHA-256, sorted."""
-    by_hash: dict[str, list[tuple]] = {}
+    by_hash: dict[bytes, list[tuple]] = {}
     for chunk in chunks:
         for sha, split, label, path in chunk:
             by_hash.setdefault(sha, []).append((split, label, path))
@@ -186,7 +191,7 @@ class ConvertImages(beam.PTransform):
     def expand(self, spans: beam.PCollection) -> beam.PCollection:
         opts = self._options
         work = publish.work_dir(self._staging)
-        validate = ValidateImagesFn(opts.src, opts.encode, opts.seed, work, self._input_list)
+        validate = ValidateImagesFn(opts.src, opts.encode, work, self._input_list)
         checked = (
             spans
             # Spread the chunks over the workers: a small input is a single bundle otherwise.
@@ -214,7 +219,7 @@ class ConvertImages(beam.PTransform):
             checked
             | "SelectAccepted" >> beam.FlatMap(select, ValidateImagesFn.ACCEPTED)
             | "GroupBySplit" >> beam.GroupByKey()
-            | "AssignShards" >> beam.FlatMap(assign_split, self._planned)
+            | "AssignShards" >> beam.FlatMap(assign_split, self._planned, opts.seed)
             # One element per shard; spread them so shards are written in parallel.
             | "SpreadShards" >> beam.Reshuffle()
             | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, self._staging, self._classes, opts.encode))

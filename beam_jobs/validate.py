@@ -15,7 +15,7 @@ from typing import NamedTuple, Union
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs.discover import ImageRef, keyed_hash
+from beam_jobs.discover import ImageRef
 from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.options import EncodeOptions
 
@@ -25,16 +25,14 @@ class Accepted(NamedTuple):
 
     Attributes:
       ref: the image.
-      sort_key: hex keyed hash of (seed, relpath); its rank orders the split.
-      source_sha256: hex SHA-256 of the input file, so the writer can tell if
+      source_sha256: SHA-256 digest (32 bytes) of the input file, so the writer can tell if
         the file changed between the two reads.
       reencoded_because: "" when stored byte for byte.
       height, width: size of the stored image.
     """
 
     ref: ImageRef
-    sort_key: str
-    source_sha256: str
+    source_sha256: bytes
     reencoded_because: str
     height: int
     width: int
@@ -64,7 +62,7 @@ def read_source(src: str, relpath: str) -> bytes:
         return handle.read()
 
 
-def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, seed: int) -> Union[Accepted, RejectedInput]:
+def validate_ref(src: str, ref: ImageRef, options: EncodeOptions) -> Union[Accepted, RejectedInput]:
     """Read ``ref`` and decide whether it is written.
 
     A file that vanished or cannot be read since the listing is rejected, not
@@ -79,8 +77,7 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, seed: int) -> 
         return RejectedInput(ref.relpath, result.reason, result.detail)
     return Accepted(
         ref=ref,
-        sort_key=keyed_hash(seed, ref.relpath).hex(),
-        source_sha256=hashlib.sha256(data).hexdigest(),
+        source_sha256=hashlib.sha256(data).digest(),
         reencoded_because=result.reencoded_because,
         height=result.height,
         width=result.width,

@@ -86,7 +86,7 @@ def encode_accepted(src: str, item: Accepted, options: EncodeOptions) -> Encoded
         data = read_source(src, relpath)
     except OSError as err:
         raise SourceChangedError(f"{relpath} vanished during the conversion ({err}); rerun the command") from err
-    if hashlib.sha256(data).hexdigest() != item.source_sha256:
+    if hashlib.sha256(data).digest() != item.source_sha256:
         raise SourceChangedError(f"{relpath} changed during the conversion; rerun the command")
     if not item.reencoded_because:
         # Validated as storable byte for byte, and these are the very bytes validated.
@@ -122,7 +122,7 @@ def write_shard(
             encoded = encode_accepted(src, item, options)
             label = item.ref.label
             # A pass-through image is the source file, whose SHA-256 validation already computed.
-            known = None if encoded.reencoded else item.source_sha256
+            known = None if encoded.reencoded else item.source_sha256.hex()
             record = frame_record(build_example(encoded, item.ref.relpath, label, classes[label], known))
             out.write(record)
             digest.update(record)
