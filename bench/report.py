@@ -51,11 +51,11 @@ def markdown(results: dict) -> str:
     m = results["machine"]
     lines = [f"Measured {results['date']} on {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, "
              f"Python {m['python']}, TF {m['tensorflow']}, Beam {m['apache_beam']}; "
-             f"{results['images']} photos (300-500 px), one run.", "",
+             f"{results['images']} photos (300-500 px), one run, medians of {results['convert']['rounds']} rounds.", "",
              "| target | goal | measured | met |", "|---|---|---|---|"]
     for name, (goal, get, _) in TARGETS.items():
         value = get(results)
-        lines.append(f"| {name} | {goal} | {value:.2f} | {'yes' if _met(name, value) else 'no'} |")
+        lines.append(f"| {name} | {goal} | {value:.3f} | {'yes' if _met(name, value) else 'no'} |")
     convert = results["convert"]["tools"]
     lines += ["", "| converter | images/s (per image) | start-up s | end-to-end images/s | peak RSS MB (small / large) |",
               "|---|---|---|---|---|"]
