@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+import google_crc32c
+
 # Bump when the manifest or record layout changes incompatibly; readers refuse
 # manifests whose version they do not know.
 FORMAT_VERSION: Final = 1
@@ -56,6 +58,16 @@ SPLITS: Final = ("train", "validation", "test")
 SPLIT_ALIASES: Final[dict[str, str]] = {"val": "validation"}
 
 _SHARD_RE: Final = re.compile(r"^(?P<split>[^/]+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.tfrecord$")
+
+
+# TFRecord framing: uint64 length, uint32 masked_crc32c(length), data, uint32 masked_crc32c(data).
+_CRC_MASK_DELTA: Final = 0xA282EAD8
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC32C of ``data`` (``google-crc32c``, the implementation Beam prefers)."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
 
 
 def shard_filename(split: str, index: int, count: int) -> str:

@@ -45,14 +45,6 @@ class ImageRef(NamedTuple):
     relpath: str
     label: int
 
-    def to_json(self) -> str:
-        return json.dumps([self.split, self.relpath, self.label])
-
-    @classmethod
-    def from_json(cls, line: str) -> "ImageRef":
-        split, relpath, label = json.loads(line)
-        return cls(split, relpath, label)
-
 
 @dataclasses.dataclass(frozen=True)
 class Listing:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
-import json
 from typing import Mapping, Optional, Sequence
 
 import record_schema
@@ -172,6 +171,3 @@ class ConvertSummary:
                 f"  elapsed:    {self.elapsed_s:.1f} s   ({self.images_per_second:.1f} images/s)",
             ]
         )
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self) | {"images_per_second": self.images_per_second})

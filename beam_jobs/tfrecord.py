@@ -10,8 +10,7 @@ real TensorFlow).
 
 The TFRecord frame is ``uint64 length, uint32 masked_crc32c(length), data,
 uint32 masked_crc32c(data)``, little-endian, as TensorFlow's record writer and
-Beam's ``WriteToTFRecord`` write it. CRC32C comes from ``google-crc32c``, the
-hardware-accelerated implementation Beam itself prefers.
+Beam's ``WriteToTFRecord`` write it (the CRC is ``record_schema.masked_crc32c``).
 """
 
 from __future__ import annotations
@@ -20,12 +19,9 @@ import functools
 import struct
 from typing import Mapping, Union
 
-import google_crc32c
+from record_schema import masked_crc32c
 
 FeatureValue = Union[bytes, int]
-
-_MASK_DELTA = 0xA282EAD8
-
 
 def _varint(value: int) -> bytes:
     if 0 <= value < 0x80:
@@ -70,11 +66,6 @@ def serialize_example(features: Mapping[str, FeatureValue]) -> bytes:
     entries = b"".join(_field(1, _key_field(key) + _field(2, _feature(features[key]))) for key in sorted(features))
     return _field(1, entries)
 
-
-def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC32C of ``data``."""
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
 def frame_record(data: bytes) -> bytes:

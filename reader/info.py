@@ -144,12 +144,6 @@ def steps_per_epoch(data_dir: str, split: str, global_batch_size: int, drop_rema
     return examples // global_batch_size if drop_remainder else -(-examples // global_batch_size)
 
 
-def split_files(info: DatasetInfo, split: str) -> tuple[list[str], list[int]]:
-    """Shard paths of ``split`` in manifest order, with their record counts."""
-    split_info = info.split(split)
-    return split_info.files, [s.num_examples for s in split_info.shards]
-
-
 def available_memory_bytes() -> Optional[int]:
     """Memory the system can give without swapping (Linux MemAvailable), None if unknown."""
     try:
@@ -164,7 +158,3 @@ def available_memory_bytes() -> Optional[int]:
     except (ValueError, OSError, AttributeError):
         return None
 
-
-def label_names(info: DatasetInfo, labels: Sequence[int]) -> list[str]:
-    """Class names of integer labels."""
-    return [info.classes[int(label)] for label in labels]

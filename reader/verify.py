@@ -17,14 +17,12 @@ import os
 import struct
 from typing import Iterator, Optional
 
-import google_crc32c
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 import record_schema
 from reader.info import DatasetInfo, dataset_info
 
-_MASK_DELTA = 0xA282EAD8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,11 +69,6 @@ class RecordError(ValueError):
     """A TFRecord frame is damaged."""
 
 
-def _masked_crc(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-
-
 def iter_records(path: str) -> Iterator[bytes]:
     """The records of a TFRecord file, checking both CRCs of every frame.
 
@@ -91,13 +84,13 @@ def iter_records(path: str) -> Iterator[bytes]:
             if len(header) < 12:
                 raise RecordError("truncated record header", index)
             (length,) = struct.unpack("<Q", header[:8])
-            if struct.unpack("<I", header[8:])[0] != _masked_crc(header[:8]):
+            if struct.unpack("<I", header[8:])[0] != record_schema.masked_crc32c(header[:8]):
                 raise RecordError("length CRC mismatch", index)
             data = handle.read(length)
             footer = handle.read(4)
             if len(data) < length or len(footer) < 4:
                 raise RecordError("truncated record data", index)
-            if struct.unpack("<I", footer)[0] != _masked_crc(data):
+            if struct.unpack("<I", footer)[0] != record_schema.masked_crc32c(data):
                 raise RecordError("data CRC mismatch", index)
             yield data
             index += 1
