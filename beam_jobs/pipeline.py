@@ -171,7 +171,9 @@ def _convert(
             with beam.Pipeline(options=beam_options) as pipeline:
                 _ = (
                     pipeline
-                    | "ListChunks" >> beam.Create(spans)
+                    # Create spreads its elements over the workers itself (a Reshuffle inside,
+                    # or partitions on Dask), so no further reshuffle is needed.
+                    | "ListChunks" >> beam.Create(spans, reshuffle=True)
                     | "ConvertImages" >> ConvertImages(options, staging, plan.classes, planned, input_list)
                 )
         except Exception as err:  # runners re-raise worker errors as assorted types; name the outcome

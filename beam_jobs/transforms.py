@@ -2,8 +2,8 @@
 
 Data flow (element shapes in comments)::
 
-    chunk spans ((offset, length) of each line of the input list, a JSON array of CHUNK listed images)
-      | SpreadChunks     -> the same, spread over the workers
+    chunk spans ((offset, length) of each line of the input list, a JSON array of CHUNK listed images),
+    spread over the workers by the Create that makes them
       | ValidateImages   -> ("accepted", (split, [Accepted])) | ("rejected", JSON line) | ("content", [(sha, ...)])
       | SelectAccepted   -> (split, [Accepted])
       | GroupBySplit     -> (split, [[Accepted]])             keys and paths only
@@ -192,12 +192,7 @@ class ConvertImages(beam.PTransform):
         opts = self._options
         work = publish.work_dir(self._staging)
         validate = ValidateImagesFn(opts.src, opts.encode, work, self._input_list)
-        checked = (
-            spans
-            # Spread the chunks over the workers: a small input is a single bundle otherwise.
-            | "SpreadChunks" >> beam.Reshuffle()
-            | "ValidateImages" >> beam.ParDo(validate)
-        )
+        checked = spans | "ValidateImages" >> beam.ParDo(validate)
         rejections_written = (
             checked
             | "SelectRejections" >> beam.FlatMap(select, ValidateImagesFn.REJECTED)

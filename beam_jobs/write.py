@@ -20,7 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 import record_schema
 from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.options import EncodeOptions
-from beam_jobs.tfrecord import frame_record, serialize_example
+from beam_jobs.tfrecord import frame_parts, serialize_example
 from beam_jobs.validate import Accepted, read_source
 
 
@@ -123,10 +123,12 @@ def write_shard(
             label = item.ref.label
             # A pass-through image is the source file, whose SHA-256 validation already computed.
             known = None if encoded.reencoded else item.source_sha256.hex()
-            record = frame_record(build_example(encoded, item.ref.relpath, label, classes[label], known))
-            out.write(record)
-            digest.update(record)
-            num_bytes += len(record)
+            example = build_example(encoded, item.ref.relpath, label, classes[label], known)
+            header, footer = frame_parts(example)
+            for part in (header, example, footer):
+                out.write(part)
+                digest.update(part)
+            num_bytes += len(header) + len(example) + len(footer)
             labels[label] += 1
             if encoded.reencoded:
                 reencoded[encoded.reencoded_because] += 1

@@ -54,12 +54,15 @@ class DatasetInfo:
       classes: class names; label i is ``classes[i]``.
       splits: split name -> :class:`SplitInfo`.
       manifest: the raw manifest, for anything else it records.
+      all_jpeg: every record's image is a JPEG (true of every dataset the
+        converter writes), so the pipelines decode without checking the format.
     """
 
     data_dir: str
     classes: tuple[str, ...]
     splits: dict[str, SplitInfo]
     manifest: dict
+    all_jpeg: bool = False
 
     @property
     def num_classes(self) -> int:
@@ -98,7 +101,7 @@ def dataset_info(data_dir: str) -> DatasetInfo:
         )
     try:
         splits = {name: _split_info(data_dir, name, raw) for name, raw in manifest["splits"].items()}
-        return DatasetInfo(data_dir, tuple(manifest["classes"]), splits, manifest)
+        return DatasetInfo(data_dir, tuple(manifest["classes"]), splits, manifest, all_jpeg=True)
     except (KeyError, TypeError) as err:
         raise ValueError(f"{path} is malformed (missing or bad {err})") from err
 

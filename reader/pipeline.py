@@ -162,7 +162,7 @@ def build_dataset(
 
         def train_example(index: tf.Tensor, record: tf.Tensor) -> tuple:
             return _train_example(record, tf.stack([seed_tensor, index]), keys, label_offset, size, augment, dtype,
-                                  normalization)
+                                  normalization, info.all_jpeg)
 
         dataset = dataset.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
         dataset = dataset.batch(per_pipeline_batch, drop_remainder=True)
@@ -170,7 +170,7 @@ def build_dataset(
         records = records_of_epoch(0, shuffle=False, ordered=True)
         records = _cached(records, cache, pipeline_id)
         def eval_example(record: tf.Tensor) -> tuple:
-            return _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization)
+            return _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization, info.all_jpeg)
 
         dataset = records.map(eval_example, num_parallel_calls=AUTOTUNE, deterministic=True)
         dataset = dataset.batch(per_pipeline_batch, drop_remainder=False)
@@ -236,15 +236,15 @@ def _check_memory_cache(split: str, needed: int) -> None:
         )
 
 
-def _train_example(record, example_seed, keys, label_offset, size, augment, dtype, normalization) -> tuple:
+def _train_example(record, example_seed, keys, label_offset, size, augment, dtype, normalization, all_jpeg) -> tuple:
     data, label = parse_record(record, keys, label_offset)
-    image = preprocess.train_image(data, example_seed, size, augment)
+    image = preprocess.train_image(data, example_seed, size, augment, all_jpeg)
     return preprocess.finish(image, dtype, normalization), label
 
 
-def _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization) -> tuple:
+def _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization, all_jpeg) -> tuple:
     data, label = parse_record(record, keys, label_offset)
-    image = preprocess.eval_image(data, size, crop_fraction)
+    image = preprocess.eval_image(data, size, crop_fraction, all_jpeg)
     return preprocess.finish(image, dtype, normalization), label
 
 
