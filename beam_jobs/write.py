@@ -41,6 +41,7 @@ class ShardResult:
     sha256: str
     label_counts: dict[int, int]
     reencoded: dict[str, int]
+    max_side: int = 0  # the longest side of any stored image (readers skip reduced-scale decoding below 2x their size)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -116,7 +117,7 @@ def write_shard(
     digest = hashlib.sha256()
     labels: collections.Counter[int] = collections.Counter()
     reencoded: collections.Counter[str] = collections.Counter()
-    num_bytes = 0
+    num_bytes = max_side = 0
     with FileSystems.create(FileSystems.join(folder, name), compression_type=CompressionTypes.UNCOMPRESSED) as out:
         for item in items:
             encoded = encode_accepted(src, item, options)
@@ -130,6 +131,7 @@ def write_shard(
                 digest.update(part)
             num_bytes += len(header) + len(example) + len(footer)
             labels[label] += 1
+            max_side = max(max_side, encoded.height, encoded.width)
             if encoded.reencoded:
                 reencoded[encoded.reencoded_because] += 1
             if on_record is not None:
@@ -144,4 +146,5 @@ def write_shard(
         sha256=digest.hexdigest(),
         label_counts=dict(sorted(labels.items())),
         reencoded=dict(sorted(reencoded.items())),
+        max_side=max_side,
     )

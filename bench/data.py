@@ -36,8 +36,12 @@ def source_photos() -> list[Image.Image]:
     return photos
 
 
-def make_photo_dataset(folder: str, count: int, seed: int = 0) -> int:
-    """Write ``count`` distinct JPEGs; returns their total bytes."""
+def make_photo_dataset(folder: str, count: int, seed: int = 0, sides: tuple[int, int] = (300, 500)) -> int:
+    """Write ``count`` distinct JPEGs whose longer side is in ``sides``; returns their total bytes.
+
+    Sides past the source photos' own (about 512-640 px) are upscaled, with
+    mild sensor-like noise so the JPEGs stay as dense as real photos'.
+    """
     rng = np.random.default_rng(seed)
     photos = source_photos()
     total = 0
@@ -51,10 +55,13 @@ def make_photo_dataset(folder: str, count: int, seed: int = 0) -> int:
         left = int(rng.integers(0, width - crop_w + 1))
         top = int(rng.integers(0, height - crop_h + 1))
         image = photo.crop((left, top, left + crop_w, top + crop_h))
-        side = int(rng.integers(300, 501))
+        side = int(rng.integers(sides[0], sides[1] + 1))
         scale = side / max(image.size)
         image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
                              Image.Resampling.BILINEAR)
+        if scale > 1:
+            noisy = np.asarray(image, np.int16) + rng.normal(0, 4, (image.height, image.width, 1)).astype(np.int16)
+            image = Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))
         if rng.random() < 0.5:
             image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         image = ImageEnhance.Color(image).enhance(rng.uniform(0.8, 1.2))

@@ -32,13 +32,14 @@ class ShardInfo:
 
 @dataclasses.dataclass(frozen=True)
 class SplitInfo:
-    """One split: its shards (in manifest order) and label counts."""
+    """One split: its shards (in manifest order), label counts, and its largest image side (None: unknown)."""
 
     name: str
     num_examples: int
     num_bytes: int
     shards: tuple[ShardInfo, ...]
     label_counts: tuple[int, ...]
+    max_side: Optional[int] = None
 
     @property
     def files(self) -> list[str]:
@@ -111,7 +112,8 @@ def _split_info(data_dir: str, name: str, raw: dict) -> SplitInfo:
         ShardInfo(os.path.join(data_dir, s["file"]), s["num_examples"], s["num_bytes"], s["sha256"])
         for s in raw["shards"]
     )
-    return SplitInfo(name, raw["num_examples"], raw["num_bytes"], shards, tuple(raw.get("label_counts", ())))
+    return SplitInfo(name, raw["num_examples"], raw["num_bytes"], shards, tuple(raw.get("label_counts", ())),
+                     raw.get("max_side"))
 
 
 def foreign_dataset_info(split_files: dict[str, Sequence[str]], classes: Sequence[str] = ()) -> DatasetInfo:

@@ -27,7 +27,7 @@ from typing import Optional, Sequence, Union
 import tensorflow as tf
 
 from reader import preprocess
-from reader.info import DatasetInfo, available_memory_bytes, dataset_info
+from reader.info import DatasetInfo, SplitInfo, available_memory_bytes, dataset_info
 from reader.options import Augmentation, FeatureKeys, check_output, image_hw
 from reader.records import AUTOTUNE, file_order, interleave_records, parse_record
 
@@ -142,6 +142,7 @@ def build_dataset(
     if cache == "memory":
         _check_memory_cache(split_info.name, cache_bytes)
 
+    decode = _decode_choices(info, split_info, size)
     if deterministic is None:
         deterministic = seed is not None
     base_seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
@@ -162,7 +163,7 @@ def build_dataset(
 
         def train_example(index: tf.Tensor, record: tf.Tensor) -> tuple:
             return _train_example(record, tf.stack([seed_tensor, index]), keys, label_offset, size, augment, dtype,
-                                  normalization, info.all_jpeg)
+                                  normalization, decode)
 
         dataset = dataset.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
         dataset = dataset.batch(per_pipeline_batch, drop_remainder=True)
@@ -170,7 +171,7 @@ def build_dataset(
         records = records_of_epoch(0, shuffle=False, ordered=True)
         records = _cached(records, cache, pipeline_id)
         def eval_example(record: tf.Tensor) -> tuple:
-            return _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization, info.all_jpeg)
+            return _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization, decode)
 
         dataset = records.map(eval_example, num_parallel_calls=AUTOTUNE, deterministic=True)
         dataset = dataset.batch(per_pipeline_batch, drop_remainder=False)
@@ -208,6 +209,17 @@ def _training_records(records_of_epoch, cache, pipeline_id, shuffle_buffer, base
     return stream.enumerate()
 
 
+def _decode_choices(info: DatasetInfo, split_info: SplitInfo, size: tuple[int, int]) -> dict:
+    """What the decode step may skip, decided once from the manifest rather than per record.
+
+    A converted dataset holds only JPEGs (no format check), and a split whose
+    largest image is under twice the output size never gains from a
+    reduced-scale decode (no choice of scale).
+    """
+    large = split_info.max_side is None or split_info.max_side >= 2 * min(size)
+    return {"all_jpeg": info.all_jpeg, "scaled_decode": large}
+
+
 def _eval_records(counts: Sequence[int], pipelines: int, pipeline_id: int, by_file: bool) -> int:
     """Records one eval pipeline yields: its files' counts, or its share of every record."""
     if by_file:
@@ -236,15 +248,15 @@ def _check_memory_cache(split: str, needed: int) -> None:
         )
 
 
-def _train_example(record, example_seed, keys, label_offset, size, augment, dtype, normalization, all_jpeg) -> tuple:
+def _train_example(record, example_seed, keys, label_offset, size, augment, dtype, normalization, decode) -> tuple:
     data, label = parse_record(record, keys, label_offset)
-    image = preprocess.train_image(data, example_seed, size, augment, all_jpeg)
+    image = preprocess.train_image(data, example_seed, size, augment, **decode)
     return preprocess.finish(image, dtype, normalization), label
 
 
-def _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization, all_jpeg) -> tuple:
+def _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization, decode) -> tuple:
     data, label = parse_record(record, keys, label_offset)
-    image = preprocess.eval_image(data, size, crop_fraction, all_jpeg)
+    image = preprocess.eval_image(data, size, crop_fraction, **decode)
     return preprocess.finish(image, dtype, normalization), label
 
 

@@ -239,3 +239,52 @@ def test_reader_never_imports_apache_beam():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert out.stdout.strip() == "False"
+
+
+@pytest.fixture(scope="module")
+def large_photos_dataset(tmp_path_factory) -> str:
+    """Six 960x1280 photos (two classes), converted: large enough for reduced-scale decoding at 224 px."""
+    from PIL import Image
+
+    from beam_jobs.options import ConvertOptions
+    from beam_jobs.pipeline import run
+    from tests.conftest import _photo
+
+    src = tmp_path_factory.mktemp("large") / "photos"
+    for index in range(6):
+        folder = src / ("a" if index % 2 else "b")
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(_photo(index, 960, 1280)).save(folder / f"{index}.jpg", quality=92)
+    out = str(tmp_path_factory.mktemp("large-converted") / "photos-tfrecords")
+    run(ConvertOptions(src=str(src), out=out, shards=2, seed=1),
+        ["--direct_running_mode=in_memory", "--direct_num_workers=1"], show_progress=False)
+    return out
+
+
+def test_a_large_crop_is_decoded_at_reduced_scale_matching_a_filtered_full_decode(large_photos_dataset):
+    record = next(iter(tf.data.TFRecordDataset(reader.dataset_info(large_photos_dataset).split("train").files[0])))
+    data, _ = reader.parse_record(record)
+    full = tf.io.decode_jpeg(data, channels=3)
+    window = tf.constant([50, 200, 900, 1000])  # 900 / 224 >= 4: decoded at 1/4 scale
+    got = reader_pipeline.preprocess.decode_jpeg_window(data, window, scale_to=(224, 224))
+    assert got.shape == (225, 250, 3)
+    expected = tf.image.resize(full[50:950, 200:1200], (225, 250), antialias=True)
+    assert float(tf.reduce_mean(tf.abs(tf.cast(got, tf.float32) - expected))) < 2.0
+    small = reader_pipeline.preprocess.decode_jpeg_window(data, tf.constant([0, 0, 300, 300]), scale_to=(224, 224))
+    assert small.shape == (300, 300, 3)  # under twice the output: full scale
+
+
+def test_manifest_records_the_largest_side_and_presets_use_it(large_photos_dataset, demo_dataset):
+    assert reader.dataset_info(large_photos_dataset).split("train").max_side == 1280
+    assert reader.dataset_info(demo_dataset).split("train").max_side < 2 * 224
+    # The eval preset on large photos still gives the centre crop of a full decode (filtered, not aliased).
+    batch, _ = next(iter(reader.build_dataset(large_photos_dataset, "train", 6, 224, training=False)))
+    expected = []
+    for record in tf.data.TFRecordDataset(reader.dataset_info(large_photos_dataset).split("train").files):
+        full = tf.io.decode_jpeg(reader.parse_record(record)[0], channels=3)
+        side = int(0.875 * 960)
+        top, left = (960 - side) // 2, (1280 - side) // 2
+        expected.append(tf.image.resize(full[top:top + side, left:left + side], (224, 224), antialias=True))
+    assert float(tf.reduce_mean(tf.abs(batch - tf.stack(expected)))) < 2.0
+    train, _ = next(iter(reader.build_dataset(large_photos_dataset, "train", 6, 224, training=True, seed=3)))
+    assert train.shape == (6, 224, 224, 3)
