@@ -16,6 +16,8 @@ import tempfile
 
 from bench import convert_bench, data, read_bench, report
 
+LARGE_SIDES = (1200, 1600)  # longer side of the large photos, like a phone photo downsized for the web
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
@@ -24,6 +26,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per comparison (default: %(default)s)")
     parser.add_argument("--batches", type=int, default=20, help="timed batches per reader measurement")
     parser.add_argument("--slow-batches", type=int, default=4, help="timed batches for ImageDataGenerator")
+    parser.add_argument("--large-images", type=int, default=640,
+                        help="photos of 1200-1600 px for the large-photo reader comparison; 0 skips it "
+                        "(default: %(default)s)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     parser.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
     args = parser.parse_args(argv)
@@ -42,6 +47,14 @@ def main(argv=None) -> int:
         shards = os.path.join(work, "shards")
         convert_bench.timed_run(convert_bench.ours(large, shards, 16))
         results["read"] = read_bench.bench_reader(large, shards, args.rounds, args.batches, args.slow_batches)
+        if args.large_images:
+            photos, photo_shards = os.path.join(work, "large-photos"), os.path.join(work, "large-photo-shards")
+            data.make_photo_dataset(photos, args.large_images, seed=3, sides=LARGE_SIDES)
+            convert_bench.timed_run(convert_bench.ours(photos, photo_shards, 8))
+            results["read_large_photos"] = {
+                "images": args.large_images, "sides": list(LARGE_SIDES),
+                **read_bench.bench_large_photos(photos, photo_shards, args.rounds, max(1, args.batches // 2)),
+            }
         paths = report.write(results, args.out)
         print(report.markdown(results))
         print("wrote " + ", ".join(paths.values()))

@@ -68,6 +68,14 @@ def markdown(results: dict) -> str:
     for name, r in results["read"]["pipelines"].items():
         lines.append(f"| {name} | {r['warm']['images_per_s']:.0f} ({r['warm']['min']:.0f}-{r['warm']['max']:.0f}) "
                      f"| {r['cold']['images_per_s']:.0f} ({r['cold']['min']:.0f}-{r['cold']['max']:.0f}) |")
+    large = results.get("read_large_photos")
+    if large:
+        lines += ["", f"Large photos ({large['images']} photos, {large['sides'][0]}-{large['sides'][1]} px, warm): "
+                  f"train preset {large['ratios']['train_over_image_dataset_from_directory']:.2f}x and eval preset "
+                  f"{large['ratios']['eval_over_image_dataset_from_directory']:.2f}x `image_dataset_from_directory`.",
+                  "", "| reader, large photos | warm images/s (min-max) |", "|---|---|"]
+        for name, r in large["pipelines"].items():
+            lines.append(f"| {name} | {r['images_per_s']:.0f} ({r['min']:.0f}-{r['max']:.0f}) |")
     caches = results["read"]["caches"]
     lines += ["", f"Caches: file cache {caches['file_cache_over_shards']:.3f}x the shards' bytes; memory cache "
               f"resident growth {caches['memory_cache_over_shards']:.2f}x."]

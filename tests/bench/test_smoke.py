@@ -16,7 +16,7 @@ from tests.conftest import REPO
 def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_path):
     out = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--images", "36", "--rounds", "1", "--batches", "1", "--slow-batches", "1",
+        [sys.executable, "-m", "bench", "--images", "36", "--rounds", "1", "--batches", "1", "--slow-batches", "1", "--large-images", "8",
          "--out", str(out)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
         capture_output=True, text=True, timeout=900,
@@ -27,4 +27,6 @@ def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_
     assert set(results["convert"]["tools"]) == {"ours", "plain_loop"}
     assert set(results["read"]["pipelines"]) == {"ours_train", "ours_eval", "image_dataset_from_directory",
                                                  "image_data_generator", "article_tf_data", "decode_bound_in_memory"}
+    assert set(results["read_large_photos"]["pipelines"]) == {"ours_train", "ours_eval", "image_dataset_from_directory"}
     assert "| target | goal | measured | met |" in (out / "results.md").read_text()
+    assert "| reader, large photos |" in (out / "results.md").read_text()
