@@ -4,10 +4,10 @@ Data flow (element shapes in comments)::
 
     chunk spans ((offset, length) of each line of the input list, a JSON array of CHUNK listed images),
     spread over the workers by the Create that makes them
-      | ValidateImages   -> ("accepted", (split, [Accepted])) | ("rejected", JSON line) | ("content", [(sha, ...)])
-      | SelectAccepted   -> (split, [Accepted])
-      | GroupBySplit     -> (split, [[Accepted]])             keys and paths only
-      | AssignShards     -> ((split, shard, n), [Accepted in order])   one element per shard
+      | ValidateImages   -> ("accepted", (split, AcceptedBatch)) | ("rejected", JSON line) | ("content", [(sha, ...)])
+      | SelectAccepted   -> (split, AcceptedBatch)
+      | GroupBySplit     -> (split, [AcceptedBatch])          keys and paths only
+      | AssignShards     -> ((split, shard, n), AcceptedBatch in order)   one element per shard
       | SpreadShards     -> the same, spread over the workers
       | WriteShards      -> ShardResult JSON (shard file written to staging)
     rejected | CollectRejections -> rejected.jsonl in staging
@@ -36,7 +36,7 @@ from beam_jobs import discover, faults, publish
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.progress import ProgressWriter
 from beam_jobs.shard import assign_shards
-from beam_jobs.validate import Accepted, RejectedInput, validate_ref
+from beam_jobs.validate import Accepted, AcceptedBatch, RejectedInput, validate_ref
 from beam_jobs.write import write_shard
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ CHUNK = 64
 
 
 class ValidateImagesFn(beam.DoFn):
-    """A chunk of listed images -> ``("accepted", (split, [Accepted]))`` per split in it.
+    """A chunk of listed images -> ``("accepted", (split, AcceptedBatch))`` per split in it.
 
     Outputs are tagged in the element, not with ``TaggedOutput``: Beam's
     DaskRunner mixes a DoFn's tagged outputs into its main output.
@@ -98,8 +98,8 @@ class ValidateImagesFn(beam.DoFn):
                 by_split.setdefault(ref.split, []).append(result)
                 # 128 bits of the hash are plenty to find duplicates, and halve this list's memory.
                 content.append((result.source_sha256[:16], ref.split, ref.label, ref.relpath))
-        for split_and_items in by_split.items():
-            yield self.ACCEPTED, split_and_items
+        for split, items in by_split.items():
+            yield self.ACCEPTED, (split, AcceptedBatch(tuple(items)))
         if content:
             yield self.CONTENT, content
 
@@ -113,8 +113,8 @@ def select(element: tuple[str, object], tag: str) -> Iterator:
         yield element[1]
 
 
-def assign_split(element: tuple[str, Iterable[list[Accepted]]], planned: Mapping[str, int], seed: int) -> Iterator:
-    """``(split, [[Accepted]])`` -> one ``((split, shard, n), [Accepted in order])`` per shard.
+def assign_split(element: tuple[str, Iterable[AcceptedBatch]], planned: Mapping[str, int], seed: int) -> Iterator:
+    """``(split, [AcceptedBatch])`` -> one ``((split, shard, n), AcceptedBatch in order)`` per shard.
 
     Sorting by the keyed hash of (seed, path) gives the record order; the path
     breaks the (astronomically unlikely) ties so the order is total. The hash
@@ -123,13 +123,14 @@ def assign_split(element: tuple[str, Iterable[list[Accepted]]], planned: Mapping
     """
     split, chunks = element
     ordered = sorted(
-        (item for chunk in chunks for item in chunk),
+        (item for chunk in chunks for item in chunk.items),
         key=lambda item: (discover.keyed_hash(seed, item.ref.relpath), item.ref.relpath),
     )
     shards: dict[tuple[str, int, int], list[Accepted]] = {}
     for shard, num_shards, _, item in assign_shards(ordered, planned[split]):
         shards.setdefault((split, shard, num_shards), []).append(item)
-    yield from shards.items()
+    for key, items in shards.items():
+        yield key, AcceptedBatch(tuple(items))
 
 
 def find_duplicates(chunks: Iterable[list[tuple]]) -> list[list[tuple]]:
@@ -142,7 +143,7 @@ def find_duplicates(chunks: Iterable[list[tuple]]) -> list[list[tuple]]:
 
 
 class WriteShardFn(beam.DoFn):
-    """``((split, shard, n), [Accepted])`` -> ShardResult JSON; writes the shard file."""
+    """``((split, shard, n), AcceptedBatch)`` -> ShardResult JSON; writes the shard file."""
 
     def __init__(self, src: str, staging: str, classes: Sequence[str], encode: EncodeOptions) -> None:
         self._src, self._staging, self._classes, self._encode = src, staging, tuple(classes), encode
@@ -156,10 +157,10 @@ class WriteShardFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._progress = ProgressWriter(publish.work_dir(self._staging), "write")
 
-    def process(self, element: tuple[tuple[str, int, int], list[Accepted]]) -> Iterator[str]:
-        (split, index, num_shards), items = element
+    def process(self, element: tuple[tuple[str, int, int], AcceptedBatch]) -> Iterator[str]:
+        (split, index, num_shards), batch = element
         result = write_shard(
-            self._src, self._staging, split, index, num_shards, items, self._classes, self._encode,
+            self._src, self._staging, split, index, num_shards, batch.items, self._classes, self._encode,
             on_record=self._progress.add,
         )
         publish.write_text(FileSystems.join(publish.work_dir(self._staging), f"{result.file}.json"), result.to_json())

@@ -40,6 +40,19 @@ class Accepted(NamedTuple):
     width: int
 
 
+@dataclasses.dataclass(frozen=True)
+class AcceptedBatch:
+    """Accepted images that travel together between pipeline stages (a chunk, or a shard's worth).
+
+    A wrapper rather than a list: Beam's default coder pickles each NamedTuple
+    of a list on its own (about nine pickles per image over the pipeline, a
+    tenth of the per-image CPU), while an unknown object like this one is
+    pickled once, as a whole.
+    """
+
+    items: tuple[Accepted, ...]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RejectedInput:
     """A listed image that will not be written, and why."""
