@@ -1,6 +1,6 @@
 """``python -m bench``: make the photo dataset, convert it, measure, and write bench/results/.
 
-    python -m bench                      # defaults: 6000 + 1000 images, 3 rounds (about 10 minutes on 2 cores)
+    python -m bench                      # defaults: 6000 + 1000 images, 5 rounds (about 15 minutes on 2 cores)
     python -m bench --images 1200 --rounds 1 --out /tmp/bench   # quicker, noisier
 """
 
@@ -23,7 +23,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=6000,
                         help="images in the large set; the small set has a sixth (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per comparison (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per comparison (default: %(default)s)")
     parser.add_argument("--batches", type=int, default=20, help="timed batches per reader measurement")
     parser.add_argument("--slow-batches", type=int, default=4, help="timed batches for ImageDataGenerator")
     parser.add_argument("--large-images", type=int, default=640,
