@@ -166,7 +166,7 @@ def _convert(
     faults.point("listed")
 
     progress = is_local_run(beam_options) if show_progress is None else show_progress
-    with ProgressBars(work, len(plan.refs), enabled=progress), _private_tempdir():
+    with ProgressBars(work, len(plan.refs), enabled=progress), _private_tempdir(work):
         try:
             with beam.Pipeline(options=beam_options) as pipeline:
                 _ = (
@@ -233,14 +233,16 @@ def _rejected_report_path(out: str) -> str:
 
 
 @contextlib.contextmanager
-def _private_tempdir() -> Iterator[None]:
+def _private_tempdir(work: str) -> Iterator[None]:
     """Point temporary files of the runner and its local workers at a folder removed afterwards.
 
     Beam's portable local runners leave empty ``beam-temp*`` and ``tmp*``
     folders in the system temp folder on every run; this keeps them contained.
-    Local worker processes inherit ``TMPDIR``.
+    Local worker processes inherit ``TMPDIR``. The folder is inside the run's
+    local work folder when there is one, so even a killed run's temporary
+    files go when the next run clears its staging folder.
     """
-    folder = tempfile.mkdtemp(prefix="imgshards-run-")
+    folder = tempfile.mkdtemp(prefix="tmp-", dir=work if os.path.isdir(work) else None)
     saved_env, saved_default = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"], tempfile.tempdir = folder, folder
     try:

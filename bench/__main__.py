@@ -1,6 +1,6 @@
 """``python -m bench``: make the photo dataset, convert it, measure, and write bench/results/.
 
-    python -m bench                      # defaults: 6000 + 1000 images, 5 rounds (about 15 minutes on 2 cores)
+    python -m bench                      # defaults: 12000 + 1000 images, 5 rounds (about 20 minutes on 2 cores)
     python -m bench --images 1200 --rounds 1 --out /tmp/bench   # quicker, noisier
 """
 
@@ -21,8 +21,8 @@ LARGE_SIDES = (1200, 1600)  # longer side of the large photos, like a phone phot
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=6000,
-                        help="images in the large set; the small set has a sixth (default: %(default)s)")
+    parser.add_argument("--images", type=int, default=12000,
+                        help="images in the large set; the small set has a twelfth (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per comparison (default: %(default)s)")
     parser.add_argument("--batches", type=int, default=20, help="timed batches per reader measurement")
     parser.add_argument("--slow-batches", type=int, default=4, help="timed batches for ImageDataGenerator")
@@ -35,8 +35,9 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING)
     work = args.work or tempfile.mkdtemp(prefix="imgshards-bench-")
     try:
-        # Per-image cost is the slope between the sizes: the gap must dwarf start-up noise (about 1 s).
-        small_n, large_n = max(args.images // 6, 10), args.images
+        # Per-image cost is the slope between the sizes: the gap must dwarf start-up noise (up to 1-2 s
+        # on a shared machine; with 6000 images the plain loop's slope swung 3x between rounds).
+        small_n, large_n = max(args.images // 12, 10), args.images
         small, large = os.path.join(work, "small"), os.path.join(work, "large")
         data.make_photo_dataset(small, small_n, seed=1)
         data.make_photo_dataset(large, large_n, seed=2)

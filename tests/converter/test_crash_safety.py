@@ -46,9 +46,9 @@ def _command(src, out, shards):
     return ["--src", src, "--out", str(out), "--shards", str(shards), "--overwrite", *FAST]
 
 
-def _killed_run(args, fault):
+def _killed_run(args, fault, tmpdir):
     proc = subprocess.run([sys.executable, "-m", "converter", *args], capture_output=True, text=True, timeout=300,
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, faults.ENV: fault})
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, faults.ENV: fault, "TMPDIR": str(tmpdir)})
     return proc
 
 
@@ -68,14 +68,16 @@ KILL_CASES = [(p, prev) for p in faults.POINTS for prev in (False, True) if prev
 @pytest.mark.parametrize("point,previous", KILL_CASES,
                          ids=[f"{p}-{'over-a-dataset' if prev else 'into-nothing'}" for p, prev in KILL_CASES])
 def test_sigkill_at_each_point_leaves_out_old_or_complete_and_a_rerun_recovers(
-    tmp_path, demo_src, reference, point, previous
+    tmp_path, tmp_path_factory, demo_src, reference, point, previous
 ):
     out = tmp_path / "out"
     if previous:
         run_converter(*_command(demo_src, out, 2), check=True)  # a different, complete dataset
     before = _snapshot(out)
-    proc = _killed_run(_command(demo_src, out, 3), f"kill@{point}")
+    system_tmp = tmp_path_factory.mktemp("system-tmp")
+    proc = _killed_run(_command(demo_src, out, 3), f"kill@{point}", system_tmp)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert os.listdir(system_tmp) == []  # the runner's temporary files live in the staging folder
     if point == "displaced":
         # Only the fallback commit (no renameat2 RENAME_EXCHANGE: not Linux) has this window:
         # OUT is missing, the old dataset sits beside it, and the next run puts it back first.
