@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -22,9 +23,16 @@ import psutil
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def timed_run(command: Sequence[str]) -> tuple[float, int]:
-    """Wall time and peak tree RSS (bytes) of a subprocess."""
+def _children_cpu() -> float:
+    """CPU seconds of every finished child process tree so far (workers are reaped by their launcher)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_run(command: Sequence[str]) -> tuple[float, int, float]:
+    """Wall time, peak tree RSS (bytes) and CPU seconds of a subprocess and its descendants."""
     env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    cpu_before = _children_cpu()
     started = time.perf_counter()
     proc = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     root = psutil.Process(proc.pid)
@@ -39,7 +47,7 @@ def timed_run(command: Sequence[str]) -> tuple[float, int]:
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"{command[:4]} failed: {proc.stderr.read().decode()[-2000:]}")
-    return elapsed, peak
+    return elapsed, peak, _children_cpu() - cpu_before
 
 
 def ours(src: str, out: str, shards: int) -> list[str]:
@@ -81,27 +89,32 @@ def bench_converter(small: tuple[str, int], large: tuple[str, int], work: str, r
     tools = {"ours": ours, "plain_loop": plain}
     times: dict = {tool: {"small": [], "large": []} for tool in tools}
     peaks: dict = {tool: {"small": [], "large": []} for tool in tools}
+    cpus: dict = {tool: {"small": [], "large": []} for tool in tools}
     for round_index in range(rounds):
         order = list(tools) if round_index % 2 == 0 else list(reversed(tools))
         for tool in order:
             for size, (src, _) in (("small", small), ("large", large)):
                 out = os.path.join(work, f"{tool}-{size}")
                 shutil.rmtree(out, ignore_errors=True)
-                elapsed, peak = timed_run(tools[tool](src, out, shards))
+                elapsed, peak, cpu = timed_run(tools[tool](src, out, shards))
                 times[tool][size].append(elapsed)
                 peaks[tool][size].append(peak)
+                cpus[tool][size].append(cpu)
                 shutil.rmtree(out, ignore_errors=True)
     result: dict = {"sizes": {"small": small[1], "large": large[1]}, "rounds": rounds, "tools": {}}
     extra = large[1] - small[1]
     for tool in tools:
         slopes = [(t_large - t_small) / extra for t_small, t_large in zip(times[tool]["small"], times[tool]["large"])]
         per_image = statistics.median(slopes)
+        cpu_slopes = [(c_large - c_small) / extra for c_small, c_large in zip(cpus[tool]["small"], cpus[tool]["large"])]
         t_small, t_large = statistics.median(times[tool]["small"]), statistics.median(times[tool]["large"])
         result["tools"][tool] = {
             "seconds": times[tool],
             "median_seconds": {"small": t_small, "large": t_large},
             "per_image_ms": per_image * 1000,
             "per_image_ms_by_round": [slope * 1000 for slope in slopes],
+            "cpu_per_image_ms": statistics.median(cpu_slopes) * 1000,
+            "cpu_seconds": cpus[tool],
             "images_per_s": 1 / per_image if per_image > 0 else float("inf"),
             "startup_s": t_small - small[1] * per_image,
             "end_to_end_images_per_s": large[1] / t_large,
@@ -111,6 +124,9 @@ def bench_converter(small: tuple[str, int], large: tuple[str, int], work: str, r
         }
     ratio = result["tools"]["ours"]["images_per_s"] / result["tools"]["plain_loop"]["images_per_s"]
     result["ratio_ours_over_plain_per_image"] = ratio
+    # What the cores allow: the plain loop's CPU per image over ours, times the cores ours can use.
+    cpu_ratio = result["tools"]["plain_loop"]["cpu_per_image_ms"] / result["tools"]["ours"]["cpu_per_image_ms"]
+    result["ratio_ceiling_all_cores"] = cpu_ratio * (os.cpu_count() or 1)
     result["hardware_bound_images_per_s"] = {
         "all_cores": hardware_bound(large[0], os.cpu_count() or 1),
         "one_core": hardware_bound(large[0], 1),

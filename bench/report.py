@@ -57,13 +57,18 @@ def markdown(results: dict) -> str:
         value = get(results)
         lines.append(f"| {name} | {goal} | {value:.3f} | {'yes' if _met(name, value) else 'no'} |")
     convert = results["convert"]["tools"]
-    lines += ["", "| converter | images/s (per image) | start-up s | end-to-end images/s | peak RSS MB (small / large) |",
-              "|---|---|---|---|---|"]
+    lines += ["", "| converter | images/s (per image) | CPU ms per image | start-up s | end-to-end images/s "
+              "| peak RSS MB (small / large) |", "|---|---|---|---|---|---|"]
     for tool, r in convert.items():
-        lines.append(f"| {tool} | {r['images_per_s']:.0f} | {r['startup_s']:.1f} | {r['end_to_end_images_per_s']:.0f} "
+        cpu = f"{r['cpu_per_image_ms']:.3f}" if "cpu_per_image_ms" in r else ""
+        lines.append(f"| {tool} | {r['images_per_s']:.0f} | {cpu} | {r['startup_s']:.1f} | {r['end_to_end_images_per_s']:.0f} "
                      f"| {r['peak_rss_mb']['small']:.0f} / {r['peak_rss_mb']['large']:.0f} |")
     bound = results["convert"]["hardware_bound_images_per_s"]
-    lines.append(f"| read + validate only (bound) | {bound['all_cores']:.0f} all cores, {bound['one_core']:.0f} one core | | | |")
+    lines.append(f"| read + validate only (bound) | {bound['all_cores']:.0f} all cores, {bound['one_core']:.0f} one core "
+                 "| | | | |")
+    if "ratio_ceiling_all_cores" in results["convert"]:
+        lines += ["", f"CPU ceiling of the converter ratio on {m['cores']} cores (plain loop's CPU per image over "
+                  f"ours, times the cores): {results['convert']['ratio_ceiling_all_cores']:.2f}x."]
     lines += ["", "| reader (224 px, batch 64) | warm images/s (min-max) | cold images/s (min-max) |", "|---|---|---|"]
     for name, r in results["read"]["pipelines"].items():
         lines.append(f"| {name} | {r['warm']['images_per_s']:.0f} ({r['warm']['min']:.0f}-{r['warm']['max']:.0f}) "

@@ -25,6 +25,9 @@ def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_
     assert sorted(os.listdir(out)) == ["results.json", "results.md", "results.png"]
     results = json.loads((out / "results.json").read_text())
     assert set(results["convert"]["tools"]) == {"ours", "plain_loop"}
+    # At this size the slopes are noise (even negative); only their presence is checked.
+    assert all(isinstance(tool["cpu_per_image_ms"], float) for tool in results["convert"]["tools"].values())
+    assert isinstance(results["convert"]["ratio_ceiling_all_cores"], float)
     assert set(results["read"]["pipelines"]) == {"ours_train", "ours_eval", "image_dataset_from_directory",
                                                  "image_data_generator", "article_tf_data", "decode_bound_in_memory"}
     assert set(results["read_large_photos"]["pipelines"]) == {"ours_train", "ours_eval", "image_dataset_from_directory"}
