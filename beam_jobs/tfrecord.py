@@ -88,15 +88,15 @@ def serialize_example(features: Mapping[str, FeatureValue]) -> bytes:
     parts = []
     for key in sorted(features):
         value = features[key]
-        if isinstance(value, int) and not isinstance(value, bool):
-            parts.append(_int_entry(key, value))
+        if isinstance(value, int):  # bools too: _entry_parts rejects them, as it rejects any other type
+            parts.append(_repeated_entry(key, value))
         else:
             parts.extend(_entry_parts(key, value))
     return _header(1, sum(map(len, parts))) + b"".join(parts)
 
 
-@functools.lru_cache(maxsize=4096)
-def _int_entry(key: str, value: int) -> bytes:
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True must not hit the cached entry of 1
+def _repeated_entry(key: str, value: int) -> bytes:
     """An int64 entry: labels, sizes and channels take few distinct values, so these repeat."""
     return b"".join(_entry_parts(key, value))
 

@@ -115,7 +115,10 @@ def bench_reader(images_dir: str, shards_dir: str, rounds: int, batches: int, sl
     makers = pipelines(images_dir, shards_dir)
     all_files = glob.glob(os.path.join(images_dir, "*", "*.jpg")) + glob.glob(os.path.join(shards_dir, "*"))
     results: dict = {"batch": BATCH, "image_size": SIZE, "rounds": rounds, "pipelines": {}}
-    count = lambda name: slow_batches if name == "image_data_generator" else batches  # noqa: E731
+
+    def count(name: str) -> int:
+        return slow_batches if name == "image_data_generator" else batches
+
     for cache_state, before in (("warm", lambda: None), ("cold", lambda: evict(all_files))):
         for name, numbers in alternating_rounds(makers, rounds, count, before).items():
             results["pipelines"].setdefault(name, {})[cache_state] = numbers

@@ -96,17 +96,12 @@ def _crop_and_decode(
         window = window_fn(tf.image.extract_jpeg_shape(data))
         return decode_jpeg_window(data, window, scale_to)
 
-    if all_jpeg:
-        image = jpeg()
-        image.set_shape([None, None, 3])
-        return image
-
     def other() -> tf.Tensor:
         image = _decode_any(data)
         y, x, h, w = tf.unstack(window_fn(tf.shape(image)))
         return image[y : y + h, x : x + w]
 
-    image = tf.cond(tf.io.is_jpeg(data), jpeg, other)
+    image = jpeg() if all_jpeg else tf.cond(tf.io.is_jpeg(data), jpeg, other)
     image.set_shape([None, None, 3])
     return image
 

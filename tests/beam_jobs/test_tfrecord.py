@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import tensorflow as tf
 
 from beam_jobs.tfrecord import frame_record, serialize_example
@@ -43,3 +44,10 @@ def test_framed_records_read_back_with_tensorflow_crc_checks(tmp_path):
         for record in records:
             writer.write(record)
     assert (tmp_path / "tf.tfrecord").read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("value", [True, 1.5, [1], "text"])
+def test_values_other_than_bytes_or_int_are_refused_by_name(value):
+    serialize_example({"k": 1})  # an int entry of the same key is cached; a bool must not hit it
+    with pytest.raises(TypeError, match="feature values must be bytes or int, got"):
+        serialize_example({"k": value})
