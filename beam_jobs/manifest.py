@@ -74,8 +74,13 @@ def build_manifest(
     rejected: Sequence[dict],
     options: ConvertOptions,
     duplicates: Optional[dict] = None,
+    runner: str = "",
 ) -> dict:
-    """The manifest.json content (see the README's "Output" section)."""
+    """The manifest.json content (see the README's "Output" section).
+
+    ``runner`` names the Beam runner that wrote the shards; it is recorded with
+    Beam's version, so a dataset says what produced it.
+    """
     splits = {}
     for split in record_schema.SPLITS:
         shards = sorted((r for r in results if r.split == split), key=lambda r: r.index)
@@ -116,7 +121,14 @@ def build_manifest(
         "skipped_by_reason": dict(plan.skipped),
         "duplicates": duplicates or summarize_duplicates([], plan.classes),
         "options": options.to_json(),
+        "written_by": {"runner": runner, "apache_beam": _beam_version()},
     }
+
+
+def _beam_version() -> str:
+    import apache_beam
+
+    return apache_beam.__version__
 
 
 @dataclasses.dataclass(frozen=True)

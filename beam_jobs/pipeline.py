@@ -19,10 +19,9 @@ from typing import Iterator, Mapping, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 import record_schema
-from beam_jobs import discover, faults, publish
+from beam_jobs import discover, faults, publish, runners
 from beam_jobs.manifest import ConvertSummary, build_manifest, check_results, summarize_duplicates
 from beam_jobs.options import ConvertOptions
 from beam_jobs.progress import ProgressBars
@@ -39,61 +38,6 @@ class ConversionFailedError(RuntimeError):
 
 class TooManyRejectedError(RuntimeError):
     """More inputs were rejected than --max-bad-fraction allows; nothing was published."""
-
-
-def default_pipeline_options(pipeline_args: Sequence[str]) -> PipelineOptions:
-    """Beam options from the user's flags; a local run uses every core by default.
-
-    Without ``--runner``, the DirectRunner runs in multi-processing mode with
-    one worker per core (``--direct_num_workers=0``). ``--runner=dask`` (or
-    ``DaskRunner``) is short for Beam's ``...dask.dask_runner.DaskRunner``,
-    with one element per Dask partition. Every flag the user gives wins over
-    these defaults.
-    """
-    args = list(pipeline_args)
-    runner = PipelineOptions(args).view_as(StandardOptions).runner
-    if runner is None:
-        defaults = ["--runner=DirectRunner", "--direct_num_workers=0", "--direct_running_mode=multi_processing"]
-        return PipelineOptions(_with_defaults(args, defaults))
-    if str(runner).lower() in ("dask", "daskrunner") or "dask_runner" in str(runner):
-        try:
-            # Registers DaskOptions (--dask_client_address...) before Beam parses them.
-            from apache_beam.runners.dask import dask_runner
-        except ImportError as err:
-            raise ImportError("--runner=DaskRunner needs the dask extra: pip install '.[dask]'") from err
-        args = [arg for arg in args if not arg.startswith("--runner")]
-        # Beam's default packs 128 of our coarse elements (chunks of 64 images) into one Dask
-        # partition, leaving workers idle; one per partition costs ~0.1 s of task overhead each.
-        # Two partitions per worker thread balances the two.
-        defaults = [f"--runner={dask_runner.__name__}.DaskRunner",
-                    f"--dask_npartitions={2 * _dask_threads(PipelineOptions(args).view_as(dask_runner.DaskOptions))}"]
-        return PipelineOptions(_with_defaults(args, defaults, exclusive={"--dask_npartitions": "--dask_partition_size"}))
-    return PipelineOptions(args)
-
-
-def _dask_threads(options: PipelineOptions) -> int:
-    """Worker threads of the Dask cluster the run will use (this machine's cores for a local cluster)."""
-    address = options.get_all_options().get("address")
-    if not address:
-        return os.cpu_count() or 1
-    import distributed
-
-    with distributed.Client(address, timeout=30) as client:
-        return max(1, sum(client.nthreads().values()))
-
-
-def _with_defaults(args: list[str], defaults: list[str], exclusive: Optional[dict[str, str]] = None) -> list[str]:
-    """``args`` plus each default flag the user did not give (nor its mutually exclusive partner)."""
-    given = {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
-    exclusive = exclusive or {}
-    extra = [flag for flag in defaults
-             if flag.split("=", 1)[0] not in given and exclusive.get(flag.split("=", 1)[0]) not in given]
-    return args + extra
-
-
-def is_local_run(options: PipelineOptions) -> bool:
-    runner = options.view_as(StandardOptions).runner
-    return runner is None or "Direct" in str(runner) or "Prism" in str(runner)
 
 
 def run(
@@ -119,7 +63,7 @@ def run(
         during the run...); nothing published.
     """
     started = time.monotonic()
-    beam_options = default_pipeline_options(pipeline_args)
+    choice = runners.choose_runner(pipeline_args)
     out = options.out
     with publish.output_lock(out):
         faults.point("locked")
@@ -134,7 +78,7 @@ def run(
         planned = plan_shard_counts(plan.split_sizes(), options.shards)
         staging = publish.new_staging(out)
         try:
-            manifest = _convert(options, plan, planned, staging, beam_options, show_progress)
+            manifest = _convert(options, plan, planned, staging, choice, show_progress)
             faults.point("before-commit")
             publish.commit(staging, out, manifest)
             faults.point("committed")
@@ -150,7 +94,7 @@ def _convert(
     plan: discover.InputPlan,
     planned: Mapping[str, int],
     staging: str,
-    beam_options: PipelineOptions,
+    choice: runners.RunnerChoice,
     show_progress: Optional[bool],
 ) -> dict:
     """Run the pipeline into ``staging``; return the manifest to commit."""
@@ -165,10 +109,10 @@ def _convert(
     publish.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
     faults.point("listed")
 
-    progress = is_local_run(beam_options) if show_progress is None else show_progress
+    progress = choice.local if show_progress is None else show_progress
     with ProgressBars(work, len(plan.refs), enabled=progress), _private_tempdir(work):
         try:
-            with beam.Pipeline(options=beam_options) as pipeline:
+            with beam.Pipeline(runner=choice.runner, options=choice.options) as pipeline:
                 _ = (
                     pipeline
                     # Create spreads its elements over the workers itself (a Reshuffle inside,
@@ -201,7 +145,7 @@ def _convert(
             "'duplicates', or python -m converter inspect)",
             duplicates["num_cross_label"], duplicates["num_cross_split"],
         )
-    return build_manifest(plan, results, rejected, options, duplicates)
+    return build_manifest(plan, results, rejected, options, duplicates, runner=choice.description)
 
 
 def _first_line(err: BaseException) -> str:

@@ -9,11 +9,13 @@ Beam's ``PipelineOptions`` (the split Beam's wordcount example makes), so
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import logging
+import signal
 import sys
 import traceback
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from beam_jobs import options as opts
 
@@ -73,9 +75,13 @@ def build_convert_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _our_flags(parser: argparse.ArgumentParser) -> list[str]:
+    return [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+
+
 def _reject_near_misses(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> None:
     """A flag that is almost one of ours is a typo, not a Beam option: say so."""
-    ours = [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+    ours = _our_flags(parser)
     for arg in unknown:
         if not arg.startswith("--"):
             continue
@@ -91,7 +97,7 @@ def convert(argv: Sequence[str]) -> int:
     args, pipeline_args = parser.parse_known_args(argv)
     _reject_near_misses(parser, pipeline_args)
     _configure_logging(args.verbose)
-    from beam_jobs import discover, pipeline, publish  # Beam loads only when converting, after logging is set
+    from beam_jobs import discover, pipeline, publish, runners  # Beam loads only now, after logging is set
 
 
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in pipeline_args):
@@ -112,7 +118,18 @@ def convert(argv: Sequence[str]) -> int:
     except ValueError as err:
         parser.error(str(err))
     try:
-        summary = pipeline.run(options, pipeline_args, show_progress=None if args.progress else False)
+        with _interrupt_on_sigterm():
+            summary = pipeline.run(options, pipeline_args, show_progress=None if args.progress else False)
+    except KeyboardInterrupt as err:
+        # Cleanup (staging folder, lock) ran on the way out; nothing else is worth a traceback.
+        name = "terminated" if isinstance(err, Terminated) else "interrupted"
+        print(f"\n{name}: nothing was published; {options.out} is unchanged", file=sys.stderr)
+        return 143 if isinstance(err, Terminated) else 130
+    except runners.UnknownFlagError as err:
+        if err.flag.startswith("-"):
+            hint = runners.suggest(err.flag, _our_flags(parser) + runners.beam_flag_names())
+            parser.error(f"unknown option {err.flag}{hint} (not an option of the converter nor of Apache Beam)")
+        parser.error(str(err))
     except (discover.InputError, publish.PublishError, pipeline.TooManyRejectedError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -123,6 +140,24 @@ def convert(argv: Sequence[str]) -> int:
         return 1
     print(summary.format())
     return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (timeout, Slurm, Kubernetes), raised where Ctrl-C's KeyboardInterrupt would be."""
+
+
+@contextlib.contextmanager
+def _interrupt_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM into an exception for the duration, so the run cleans up as on Ctrl-C."""
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _configure_logging(verbose: bool) -> None:

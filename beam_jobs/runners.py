@@ -1,0 +1,197 @@
+"""Which Beam runner a conversion runs on, and the pipeline options it gets.
+
+Without ``--runner`` (or with ``--runner=DirectRunner``) a conversion runs on
+Beam's FnApiRunner in multi-processing mode, one worker process per core:
+the runner every test and benchmark of this project exercises. We build it
+ourselves instead of letting Beam's DirectRunner choose, because since Beam
+2.68 the DirectRunner first tries the Prism runner, a Go binary it downloads
+from GitHub at run time: online users would silently get a different runner
+(one that ignores ``--direct_num_workers``) and a user behind a slow proxy
+would wait for a download. Prism runs only when asked for
+(``--runner=PrismRunner``). Every other runner is Beam's own, by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+from typing import Optional, Sequence
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+# The runner names that mean "the local runner we test".
+_LOCAL_NAMES = ("directrunner", "fnapirunner")
+# Running mode the FnApiRunner does not know, so it keeps the worker environment we give it.
+_OWN_WORKERS = "multi_processing/beam_jobs.local_worker"
+
+
+class UnknownFlagError(ValueError):
+    """A command-line flag that neither the converter nor Beam's pipeline options define.
+
+    ``flag`` is the flag (or stray value) at fault, so a caller that owns other
+    flags can suggest among them too.
+    """
+
+    def __init__(self, message: str, flag: str) -> None:
+        super().__init__(message)
+        self.flag = flag
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerChoice:
+    """The runner of a run and its options.
+
+    Attributes:
+      options: Beam pipeline options, with our defaults filled in.
+      runner: a runner object to hand to ``beam.Pipeline``, or None to let Beam
+        create the one ``options`` names.
+      description: what the manifest records, e.g. ``FnApiRunner (multi_processing, 2 workers)``.
+      local: the run's workers are processes or threads of this machine.
+    """
+
+    options: PipelineOptions
+    runner: Optional[beam.runners.PipelineRunner]
+    description: str
+    local: bool
+
+
+def choose_runner(pipeline_args: Sequence[str]) -> RunnerChoice:
+    """The runner and options for ``pipeline_args`` (the flags the converter does not own).
+
+    Every flag the user gives wins over our defaults.
+
+    Raises:
+      UnknownFlagError: a flag no Beam options class defines (a typo would
+        otherwise be dropped by Beam with a log line nobody sees).
+      ImportError: ``--runner=dask`` without the dask extra.
+    """
+    args = list(pipeline_args)
+    runner = PipelineOptions(args).view_as(StandardOptions).runner
+    name = str(runner or "").rsplit(".", 1)[-1].lower()
+    if runner is None or name in _LOCAL_NAMES:
+        args = [arg for arg in args if not arg.startswith("--runner")]
+        defaults = ["--direct_num_workers=0", "--direct_running_mode=multi_processing"]
+        options = PipelineOptions(_with_defaults(args, defaults))
+        check_known_flags(args)
+        runner_object, description = _local_runner(options)
+        return RunnerChoice(options, runner_object, description, local=True)
+    if name in ("dask", "daskrunner") or "dask_runner" in str(runner):
+        options = _dask_options(args)
+        check_known_flags(args)
+        return RunnerChoice(options, None, "DaskRunner", local=False)
+    options = PipelineOptions(args)
+    check_known_flags(args)
+    return RunnerChoice(options, None, str(runner).rsplit(".", 1)[-1], local=name == "prismrunner")
+
+
+def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner, str]:
+    """Beam's FnApiRunner, set up as the DirectRunner sets it up when it falls back from Prism.
+
+    Workers get the pipeline options through the provision info; in
+    multi-processing mode they are started as ``python -m beam_jobs.local_worker``,
+    Beam's SDK harness with its start-up chatter off unless the harness log
+    level asks for it.
+    """
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+    from apache_beam.transforms import environments
+
+    direct = options.view_as(DirectOptions)
+    workers = direct.direct_num_workers or os.cpu_count() or 1
+    mode = direct.direct_running_mode
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+    environment = None
+    if mode == "multi_processing":
+        command = f"exec {sys.executable} -m beam_jobs.local_worker"  # exec: no shell in between
+        environment = environments.SubprocessSDKEnvironment.from_command_string(command_string=command)
+        # FnApiRunner.run_pipeline replaces its environment with Beam's own worker command when it
+        # sees this mode; the workers already have the options (above), so the runner sees our name.
+        direct.direct_running_mode = _OWN_WORKERS
+    runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
+    return runner, f"FnApiRunner ({mode}, {workers} worker{'s' if workers != 1 else ''})"
+
+
+def _dask_options(args: list[str]) -> PipelineOptions:
+    """``--runner=dask`` is short for Beam's DaskRunner, with one element per Dask partition."""
+    try:
+        # Registers DaskOptions (--dask_client_address...) before Beam parses them.
+        from apache_beam.runners.dask import dask_runner
+    except ImportError as err:
+        raise ImportError("--runner=DaskRunner needs the dask extra: pip install '.[dask]'") from err
+    args = [arg for arg in args if not arg.startswith("--runner")]
+    # Beam's default packs 128 of our coarse elements (chunks of 64 images) into one Dask
+    # partition, leaving workers idle; one per partition costs ~0.1 s of task overhead each.
+    # Two partitions per worker thread balances the two.
+    threads = _dask_threads(PipelineOptions(args).view_as(dask_runner.DaskOptions))
+    defaults = [f"--runner={dask_runner.__name__}.DaskRunner", f"--dask_npartitions={2 * threads}"]
+    return PipelineOptions(_with_defaults(args, defaults, exclusive={"--dask_npartitions": "--dask_partition_size"}))
+
+
+def _dask_threads(options: PipelineOptions) -> int:
+    """Worker threads of the Dask cluster the run will use (this machine's cores for a local cluster)."""
+    address = options.get_all_options().get("address")
+    if not address:
+        return os.cpu_count() or 1
+    import distributed
+
+    with distributed.Client(address, timeout=30) as client:
+        return max(1, sum(client.nthreads().values()))
+
+
+def _with_defaults(args: list[str], defaults: list[str], exclusive: Optional[dict[str, str]] = None) -> list[str]:
+    """``args`` plus each default flag the user did not give (nor its mutually exclusive partner)."""
+    given = {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
+    exclusive = exclusive or {}
+    extra = [flag for flag in defaults
+             if flag.split("=", 1)[0] not in given and exclusive.get(flag.split("=", 1)[0]) not in given]
+    return args + extra
+
+
+def beam_flag_names() -> list[str]:
+    """Every ``--flag`` of the pipeline options classes imported so far."""
+    return sorted({s for action in _beam_parser()._actions for s in action.option_strings if s.startswith("--")})
+
+
+def _beam_parser():
+    """The parser Beam builds in ``PipelineOptions.get_all_options`` (every options class registered)."""
+    from apache_beam.options.pipeline_options import _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    classes: dict[str, type] = {}
+    for cls in PipelineOptions.__subclasses__():
+        classes.setdefault(str(cls), cls)
+    for cls in classes.values():
+        cls._add_argparse_args(parser)  # noqa: SLF001 - the same call Beam makes
+    return parser
+
+
+def check_known_flags(args: Sequence[str], ours: Sequence[str] = ()) -> None:
+    """Refuse flags Beam would drop: Beam only logs "Discarding unparseable args" and runs on.
+
+    Raises:
+      UnknownFlagError: naming the first unknown flag (or stray value), with a
+        suggestion among ``ours`` and Beam's flags when one is close.
+    """
+    _, unknown = _beam_parser().parse_known_args(list(args))
+    if not unknown:
+        return
+    arg = unknown[0]
+    if not arg.startswith("-"):
+        raise UnknownFlagError(f"unexpected argument {arg!r}: every option is a --flag (e.g. --src {arg})", arg)
+    flag = arg.split("=", 1)[0]
+    raise UnknownFlagError(f"unknown option {flag}{suggest(flag, list(ours) + beam_flag_names())}", flag)
+
+
+def suggest(arg: str, candidates: Sequence[str]) -> str:
+    """``"; did you mean --x?"`` for the candidate closest to ``arg``, or ``""``."""
+    name = "--" + arg.split("=", 1)[0].lstrip("-")
+    if name in candidates:  # e.g. -shards for --shards
+        return f"; did you mean {name}?"
+    prefixed = [c for c in candidates if c.startswith(name) or name.startswith(c) and len(c) > 3]
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75) or sorted(prefixed, key=len)[:1]
+    return f"; did you mean {close[0]}?" if close else ""
