@@ -64,11 +64,14 @@ class InputPlan:
       refs: every image to read, sorted by (split, relpath).
       classes: class names; label i is ``classes[i]``.
       skipped: reason -> count of files skipped without reading them.
+      warnings: oddities worth telling the user that do not stop the run
+        (a single class, classes without images, validation larger than train...).
     """
 
     refs: tuple[ImageRef, ...]
     classes: tuple[str, ...]
     skipped: Mapping[str, int]
+    warnings: tuple[str, ...] = ()
 
     def split_sizes(self) -> dict[str, int]:
         counts = collections.Counter(ref.split for ref in self.refs)
@@ -140,9 +143,15 @@ def plan_inputs(
         if (split, parts[-1]) not in members:
             raise InputError(f"class folder {src}/{'/'.join(parts)} holds no images; remove it or add images")
     if not members:
-        raise InputError(f"{src} holds no images: expected {src}/<class>/<image> or {src}/<split>/<class>/<image>")
+        raise InputError(_no_images_message(src, visible, depth))
 
     found = sorted({name for _, name in members})
+    for name in found:
+        if display_path(name) != name:
+            raise InputError(
+                f"class folder {src}/{display_path(name)} has a name that is not valid UTF-8, so it cannot "
+                "be a class name (class names are stored as text in every record); rename it"
+            )
     if labels is not None:
         unknown = [name for name in found if name not in labels]
         if unknown:
@@ -151,17 +160,55 @@ def plan_inputs(
     else:
         classes = tuple(found)
     label_of = {name: index for index, name in enumerate(classes)}
+    warnings = _class_warnings(src, found, classes, labels is not None)
 
     if val_fraction > 0:
         if any(split != "train" for split, _ in members):
             raise InputError(f"--val-fraction needs a single-split tree, but {src} already has split folders")
+        single = sorted(name for (_, name), paths in members.items() if len(paths) < 2)
+        if single:
+            warnings.append(f"--val-fraction: classes {_few(single)} have a single image, which stays in train "
+                            "(a class is split only when it has two or more images)")
         members = _carve_validation(members, val_fraction, seed)
 
     refs = sorted(
         (ImageRef(split, path, label_of[name]) for (split, name), paths in members.items() for path in paths),
         key=lambda ref: (record_schema.SPLITS.index(ref.split), ref.relpath),
     )
-    return InputPlan(tuple(refs), classes, dict(sorted(skipped.items())))
+    sizes = collections.Counter(ref.split for ref in refs)
+    for split in ("validation", "test"):
+        if sizes["train"] and sizes[split] > sizes["train"]:
+            warnings.append(f"split {split} has {sizes[split]} images, more than train's {sizes['train']}"
+                            + (f" (--val-fraction {val_fraction:g})" if val_fraction > 0 else ""))
+    return InputPlan(tuple(refs), classes, dict(sorted(skipped.items())), tuple(warnings))
+
+
+def _few(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _class_warnings(src: str, found: Sequence[str], classes: Sequence[str], from_labels: bool) -> list[str]:
+    warnings = []
+    if len(found) == 1:
+        warnings.append(f"{src} has a single class ({found[0]}): every record gets label 0. If {src}/{found[0]} "
+                        "holds the class folders, pass it as --src")
+    if from_labels:
+        empty = [name for name in classes if name not in set(found)]
+        if empty:
+            warnings.append(f"--labels names {len(empty)} classes with no images: {_few(empty)}")
+    return warnings
+
+
+def _no_images_message(src: str, visible: Sequence[str], depth: int) -> str:
+    """What was found instead of images in class folders, and the layout expected."""
+    layout = f"expected {src}/<class>/<image> or {src}/<split>/<class>/<image>"
+    stray = [path for path in visible if len(path.split("/")) <= depth]
+    if stray:
+        where = "at its top level" if depth == 1 else "directly in its split folders"
+        return (f"{src} has no class folders: {len(stray)} files sit {where} ({_few(stray, 3)}); {layout}. "
+                f"Move each class's images into a folder named after the class")
+    return f"{src} holds no images: {layout}"
 
 
 _SPLIT_NAMES = {name: name for name in record_schema.SPLITS} | dict(record_schema.SPLIT_ALIASES)
@@ -202,6 +249,21 @@ def _carve_validation(
             carved[("validation", name)] = ordered[:count]
         carved[("train", name)] = ordered[count:]
     return carved
+
+
+def display_path(relpath: str) -> str:
+    """``relpath`` as valid text: bytes of a name that is not UTF-8 become ``\\xNN`` escapes.
+
+    On POSIX a file name is bytes; Python lists one that is not UTF-8 with
+    surrogate escapes, which no text format (JSON, Beam's string coder, a
+    record's UTF-8 ``image/filename``) can hold. Such a file is still read by
+    its real name; reports and records name it like this (``caf\\xe9.jpg``).
+    """
+    try:
+        relpath.encode("utf-8")
+        return relpath
+    except UnicodeEncodeError:
+        return relpath.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def keyed_hash(seed: int, key: str) -> bytes:

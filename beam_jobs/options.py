@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import posixpath
 from typing import Optional
 
@@ -25,12 +26,51 @@ DEFAULT_MAX_BAD_FRACTION = 0.05
 OUT_SUFFIX = "-tfrecords"
 
 
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _local(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
 def default_out(src: str) -> str:
-    """Default output folder: ``<SRC>-tfrecords`` beside SRC (never inside it)."""
-    stripped = src.rstrip("/\\")
-    if not stripped or stripped.endswith(":"):
+    """Default output folder: ``<SRC>-tfrecords`` beside SRC (never inside it).
+
+    ``--src .`` or ``--src ..`` name their folder only once resolved: the
+    default is then beside the resolved folder (``/data/imgs-tfrecords``), not a
+    hidden ``.-tfrecords`` inside it.
+    """
+    if _is_local(src):
+        normal = os.path.normpath(_local(src)) if src else ""
+        if os.path.basename(normal) in ("", ".", ".."):
+            normal = os.path.abspath(normal or ".")
+        if normal in ("/", "") or os.path.basename(normal) == "":
+            raise ValueError(f"--src {src!r} has no folder name to derive --out from; pass --out")
+        return normal + OUT_SUFFIX
+    stripped = src.rstrip("/")
+    if stripped.endswith(":") or stripped.endswith(":/"):
         raise ValueError(f"--src {src!r} has no folder name to derive --out from; pass --out")
     return stripped + OUT_SUFFIX
+
+
+def check_out_and_src(src: str, out: str) -> None:
+    """OUT must not be SRC, nor inside it (later runs would ingest it as images), nor hold it."""
+    if _is_local(src) and _is_local(out):
+        real_src, real_out = os.path.realpath(_local(src)), os.path.realpath(_local(out))
+    elif not _is_local(src) and not _is_local(out):
+        real_src, real_out = posixpath.normpath(src.rstrip("/")), posixpath.normpath(out.rstrip("/"))
+    else:
+        return
+    if real_out == real_src:
+        raise ValueError(f"--out {out!r} must differ from --src {src!r}")
+    if real_out.startswith(real_src.rstrip("/") + "/"):
+        raise ValueError(
+            f"--out {out!r} is inside --src {src!r}: later runs would read the dataset as images. "
+            f"Put it beside the images, e.g. --out {default_out(src)}"
+        )
+    if real_src.startswith(real_out.rstrip("/") + "/"):
+        raise ValueError(f"--src {src!r} is inside --out {out!r}: the output would replace the images")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +131,7 @@ class ConvertOptions:
             raise ValueError("--src is required: the folder holding one sub-folder per class")
         if not self.out:
             object.__setattr__(self, "out", default_out(self.src))
-        if posixpath.normpath(self.out.rstrip("/")) == posixpath.normpath(self.src.rstrip("/")):
-            raise ValueError(f"--out {self.out!r} must differ from --src")
+        check_out_and_src(self.src, self.out)
         if not isinstance(self.shards, int) or self.shards < 1:
             raise ValueError(f"--shards must be a positive integer, got {self.shards!r}")
         if not (isinstance(self.val_fraction, (int, float)) and 0.0 <= self.val_fraction < 1.0):

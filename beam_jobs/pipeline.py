@@ -75,6 +75,8 @@ def run(
         )
         if plan.skipped:
             logger.info("skipped without reading: %s", plan.skipped)
+        for warning in plan.warnings:
+            logger.warning("%s", warning)
         planned = plan_shard_counts(plan.split_sizes(), options.shards)
         staging = publish.new_staging(out)
         try:
@@ -131,7 +133,7 @@ def _convert(
         for line in publish.read_text(FileSystems.join(staging, record_schema.REJECTED_FILE)).splitlines()
     ]
     _check_error_budget(options, plan, rejected, staging)
-    split_of = {ref.relpath: ref.split for ref in plan.refs}
+    split_of = {discover.display_path(ref.relpath): ref.split for ref in plan.refs}
     accepted = dict(plan.split_sizes())
     for item in rejected:
         accepted[split_of[item["path"]]] -= 1

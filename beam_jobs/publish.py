@@ -100,13 +100,17 @@ def output_lock(out: str) -> Iterator[None]:
     try:
         os.makedirs(parent, exist_ok=True)
     except OSError as err:
-        raise PublishError(f"--out {out!r}: its folder {parent!r} cannot be created: {err}") from err
+        raise PublishError(f"--out {out!r}: the folder that holds it, {parent!r}, cannot be created: {err}") from err
     path = _sibling(out, "lock")
     while True:
         try:
             fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
         except OSError as err:
-            raise PublishError(f"--out {out!r} is not writable: cannot create {path!r}: {err}") from err
+            raise PublishError(
+                f"--out {out!r}: the folder that holds it, {parent!r}, is not writable ({err.strerror}). "
+                "The converter writes a lock file and a staging folder beside OUT, then renames the staging "
+                "folder to OUT, so that folder must be writable"
+            ) from err
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -165,6 +169,11 @@ def check_out(out: str, overwrite: bool) -> None:
     if not names:
         return
     foreign = sorted(n for n in names if n not in _DATASET_FILES and record_schema.parse_shard_filename(n) is None)
+    if foreign and record_schema.MANIFEST_FILE in names:
+        raise PublishError(
+            f"--out {out!r} holds a dataset and also {len(foreign)} files that are not part of it "
+            f"({foreign[:5]}); a conversion replaces the whole folder, so move them elsewhere first"
+        )
     if foreign:
         raise PublishError(
             f"--out {out!r} is not empty and is not a dataset (it holds {foreign[:3]}); "

@@ -22,7 +22,9 @@ def plan_shard_counts(split_sizes: Mapping[str, int], train_shards: int) -> dict
     ``train_shards`` applies to the train split (to the largest split when there
     is no train split). Every other split gets ``ceil(train_shards * n / n_train)``
     shards, at least one, so all splits have records per shard of the same
-    size. No split gets more shards than records.
+    size; but never more than ``train_shards`` (a validation split carved
+    larger than train would otherwise get thousands of one-image shards). No
+    split gets more shards than records.
     """
     sizes = {split: n for split, n in split_sizes.items() if n > 0}
     if not sizes:
@@ -30,7 +32,7 @@ def plan_shard_counts(split_sizes: Mapping[str, int], train_shards: int) -> dict
     base = "train" if "train" in sizes else max(sizes, key=lambda split: (sizes[split], split))
     counts = {}
     for split, n in sizes.items():
-        wanted = train_shards if split == base else math.ceil(train_shards * n / sizes[base])
+        wanted = train_shards if split == base else min(train_shards, math.ceil(train_shards * n / sizes[base]))
         counts[split] = max(1, min(wanted, n))
     return counts
 

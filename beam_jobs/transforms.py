@@ -97,7 +97,7 @@ class ValidateImagesFn(beam.DoFn):
                 self._accepted.inc()
                 by_split.setdefault(ref.split, []).append(result)
                 # 128 bits of the hash are plenty to find duplicates, and halve this list's memory.
-                content.append((result.source_sha256[:16], ref.split, ref.label, ref.relpath))
+                content.append((result.source_sha256[:16], ref.split, ref.label, discover.display_path(ref.relpath)))
         for split, items in by_split.items():
             yield self.ACCEPTED, (split, AcceptedBatch(tuple(items)))
         if content:

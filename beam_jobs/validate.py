@@ -17,7 +17,7 @@ from typing import NamedTuple, Union
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs.discover import ImageRef
+from beam_jobs.discover import ImageRef, display_path
 from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.options import EncodeOptions
 
@@ -57,7 +57,7 @@ class AcceptedBatch:
 class RejectedInput:
     """A listed image that will not be written, and why."""
 
-    relpath: str
+    relpath: str  # as text (discover.display_path)
     reason: str
     detail: str
 
@@ -101,10 +101,11 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions) -> Union[Accep
     try:
         data = read_source(src, ref.relpath)
     except OSError as err:  # Beam's BeamIOError is an OSError too
-        return RejectedInput(ref.relpath, "unreadable", f"could not be read: {err}")
+        return RejectedInput(display_path(ref.relpath), "unreadable",
+                             f"could not be read: {display_path(str(err))}")
     result = encode_image(data, options)
     if not isinstance(result, Encoded):
-        return RejectedInput(ref.relpath, result.reason, result.detail)
+        return RejectedInput(display_path(ref.relpath), result.reason, result.detail)
     return Accepted(
         ref=ref,
         source_sha256=hashlib.sha256(data).digest(),

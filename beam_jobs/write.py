@@ -18,6 +18,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 import record_schema
+from beam_jobs.discover import display_path
 from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.options import EncodeOptions
 from beam_jobs.tfrecord import frame_parts, serialize_example
@@ -69,7 +70,7 @@ def build_example(
             record_schema.HEIGHT: encoded.height,
             record_schema.WIDTH: encoded.width,
             record_schema.CHANNELS: record_schema.CHANNELS_RGB,
-            record_schema.FILENAME: relpath.encode("utf-8", "backslashreplace"),
+            record_schema.FILENAME: display_path(relpath).encode("utf-8"),
             record_schema.SHA256: (sha256_hex or hashlib.sha256(encoded.data).hexdigest()).encode("ascii"),
         }
     )
@@ -86,15 +87,15 @@ def encode_accepted(src: str, item: Accepted, options: EncodeOptions) -> Encoded
     try:
         data = read_source(src, relpath)
     except OSError as err:
-        raise SourceChangedError(f"{relpath} vanished during the conversion ({err}); rerun the command") from err
+        raise SourceChangedError(f"{display_path(relpath)} vanished during the conversion ({err}); rerun the command") from err
     if hashlib.sha256(data).digest() != item.source_sha256:
-        raise SourceChangedError(f"{relpath} changed during the conversion; rerun the command")
+        raise SourceChangedError(f"{display_path(relpath)} changed during the conversion; rerun the command")
     if not item.reencoded_because:
         # Validated as storable byte for byte, and these are the very bytes validated.
         return Encoded(data, item.height, item.width, "jpeg")
     result = encode_image(data, options)
     if not isinstance(result, Encoded):  # deterministic encode: only a library bug gets here
-        raise RuntimeError(f"{relpath} was accepted, then rejected on the second read: {result.detail}")
+        raise RuntimeError(f"{display_path(relpath)} was accepted, then rejected on the second read: {result.detail}")
     return result
 
 

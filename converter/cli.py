@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import difflib
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -210,9 +211,11 @@ def inspect(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     _quiet_tensorflow()
     from reader.info import DatasetNotFoundError
-    from reader.inspect import contact_sheet, summarize
+    from reader.inspect import check_sheet_path, contact_sheet, summarize
 
     try:
+        if args.grid:
+            check_sheet_path(args.grid)
         print(summarize(args.out))
         if args.grid:
             print(f"contact sheet: {contact_sheet(args.out, args.grid, args.split, args.per_class)}")
@@ -223,9 +226,27 @@ def inspect(argv: Sequence[str]) -> int:
 
 
 def _quiet_tensorflow() -> None:
-    import os
+    """Load TensorFlow and its devices without its C++ start-up lines on the user's terminal.
 
+    TensorFlow's native code logs through absl before absl is initialised
+    ("Could not find cuda drivers", "failed call to cuInit" on a machine
+    without a GPU), which ``TF_CPP_MIN_LOG_LEVEL`` does not silence; so the
+    import and the first device set-up run with file descriptor 2 pointed at
+    /dev/null. Python errors still surface: they are raised, not printed, there.
+    """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow as tf
+
+        tf.config.list_logical_devices()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

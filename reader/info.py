@@ -7,6 +7,7 @@ shards of an earlier run or partial files, the manifest cannot.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from typing import Optional, Sequence
@@ -69,6 +70,26 @@ class DatasetInfo:
     def num_classes(self) -> int:
         return len(self.classes)
 
+    @property
+    def converted(self) -> bool:
+        """Written by the converter (labels in range are guaranteed), not foreign shards."""
+        return bool(self.manifest)
+
+    @property
+    def fingerprint(self) -> str:
+        """12 hex digits that change whenever the dataset does (a new conversion, other shards).
+
+        From the manifest, which records each shard's SHA-256 and the time of
+        its conversion; for foreign shards, from their paths, sizes and counts.
+        Caches carry it in their file names, so a cache never outlives its data.
+        """
+        if self.manifest:
+            basis = json.dumps(self.manifest, sort_keys=True)
+        else:
+            basis = json.dumps({name: [(s.path, s.num_bytes, s.num_examples) for s in split.shards]
+                                for name, split in sorted(self.splits.items())})
+        return hashlib.sha256(basis.encode("utf-8")).hexdigest()[:12]
+
     def split(self, name: str) -> SplitInfo:
         """The split called ``name``; ``ValueError`` listing the splits there are otherwise."""
         name = record_schema.SPLIT_ALIASES.get(name, name)
@@ -86,10 +107,7 @@ def dataset_info(data_dir: str) -> DatasetInfo:
     """
     path = os.path.join(data_dir, record_schema.MANIFEST_FILE)
     if not tf.io.gfile.exists(path):
-        raise DatasetNotFoundError(
-            f"{data_dir} has no {record_schema.MANIFEST_FILE}, so it is not a complete converted dataset. "
-            f"Make one with: python -m converter --src IMAGE_FOLDER --out {data_dir}"
-        )
+        raise DatasetNotFoundError(_not_found_message(data_dir))
     with tf.io.gfile.GFile(path, "rb") as handle:
         try:
             manifest = json.loads(handle.read().decode("utf-8"))
@@ -105,6 +123,23 @@ def dataset_info(data_dir: str) -> DatasetInfo:
         return DatasetInfo(data_dir, tuple(manifest["classes"]), splits, manifest, all_jpeg=True)
     except (KeyError, TypeError) as err:
         raise ValueError(f"{path} is malformed (missing or bad {err})") from err
+
+
+def _not_found_message(data_dir: str) -> str:
+    """Why ``data_dir`` is not a dataset, and the command that makes one."""
+    base = f"{data_dir} has no {record_schema.MANIFEST_FILE}, so it is not a complete converted dataset"
+    if not tf.io.gfile.isdir(data_dir):
+        return (f"{data_dir} does not exist. Convert a folder of images into it with: "
+                f"python -m converter --src IMAGE_FOLDER --out {data_dir}")
+    entries = tf.io.gfile.listdir(data_dir)
+    if any(record_schema.parse_shard_filename(name.rstrip("/")) for name in entries):
+        return base + " (its shards are there: a conversion into it did not finish, or it was written by " \
+            "another tool; for shards without a manifest pass info=reader.foreign_dataset_info(...))"
+    if entries:
+        return (base + f"; it looks like a folder of images. Convert it with: python -m converter --src "
+                f"{data_dir} (the dataset is written beside it, to {data_dir.rstrip('/')}-tfrecords), "
+                "then read that folder")
+    return base + f". Convert a folder of images into it with: python -m converter --src IMAGE_FOLDER --out {data_dir}"
 
 
 def _split_info(data_dir: str, name: str, raw: dict) -> SplitInfo:
@@ -142,11 +177,22 @@ def steps_per_epoch(data_dir: str, split: str, global_batch_size: int, drop_rema
 
     ``drop_remainder=True`` matches the training preset (static batch shape);
     use False for an eval pass that keeps the final partial batch.
+
+    Raises:
+      ValueError: the split is smaller than one batch (never returns 0, which
+        Keras's ``fit`` would take as "no limit").
     """
-    if not isinstance(global_batch_size, int) or global_batch_size < 1:
+    if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
         raise ValueError(f"global_batch_size must be a positive integer, got {global_batch_size!r}")
     examples = dataset_info(data_dir).split(split).num_examples
-    return examples // global_batch_size if drop_remainder else -(-examples // global_batch_size)
+    steps = examples // global_batch_size if drop_remainder else -(-examples // global_batch_size)
+    if steps == 0:
+        # Keras would read steps_per_epoch=0 as "no limit" and an infinite training set never ends.
+        raise ValueError(
+            f"split {split!r} of {data_dir} has {examples} examples, fewer than one batch of {global_batch_size}: "
+            "an epoch would have 0 steps. Use a smaller batch size (or drop_remainder=False for a partial batch)"
+        )
+    return steps
 
 
 def available_memory_bytes() -> Optional[int]:

@@ -77,13 +77,30 @@ def _duplicates(info: DatasetInfo) -> list[str]:
     return lines
 
 
+def check_sheet_path(path: str) -> str:
+    """Pillow's format for ``path``'s extension, checked before any work is done."""
+    folder = os.path.dirname(path) or "."
+    if not tf.io.gfile.isdir(folder):
+        raise ValueError(f"cannot write the contact sheet {path}: the folder {folder} does not exist")
+    extension = os.path.splitext(path)[1].lower()
+    image_format = Image.registered_extensions().get(extension)
+    if image_format not in ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF"):
+        raise ValueError(f"cannot write the contact sheet {path}: name it .png (or .jpg, .webp)")
+    return image_format
+
+
 def contact_sheet(data_dir: str, path: str, split: Optional[str] = None, per_class: int = 8,
                   thumb: int = 96) -> str:
     """Write a PNG grid: one row per class, ``per_class`` sample images labelled with the class name.
 
     Rows are filled from the records in shard order, so a person can see at a
-    glance that the images under each label are what the label says.
+    glance that the images under each label are what the label says. The
+    image format follows the extension of ``path`` (.png, .jpg, .webp...).
+
+    Raises:
+      ValueError: ``path``'s folder does not exist or its extension is not an image format.
     """
+    image_format = check_sheet_path(path)
     info = dataset_info(data_dir)
     chosen = info.split(split or next(iter(info.splits)))
     samples: dict[int, list[Image.Image]] = collections.defaultdict(list)
@@ -108,6 +125,6 @@ def contact_sheet(data_dir: str, path: str, split: Optional[str] = None, per_cla
             sheet.paste(image, (name_width + column * (thumb + 4), top))
     with tf.io.gfile.GFile(path, "wb") as handle:
         buffer = io.BytesIO()
-        sheet.save(buffer, format="PNG")
+        sheet.save(buffer, format=image_format)
         handle.write(buffer.getvalue())
     return path

@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
+import tempfile
 from typing import Optional, Sequence, Union
 
 import tensorflow as tf
@@ -29,7 +31,7 @@ import tensorflow as tf
 from reader import preprocess
 from reader.info import DatasetInfo, SplitInfo, available_memory_bytes, dataset_info
 from reader.options import Augmentation, FeatureKeys, check_output, image_hw
-from reader.records import AUTOTUNE, file_order, interleave_records, parse_record
+from reader.records import AUTOTUNE, LabelRange, file_order, interleave_records, parse_record
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +127,10 @@ def build_dataset(
     dtype = check_output(dtype, normalization)
     _check_arguments(batch_size, shuffle_buffer, block_length, cycle_length, num_epochs, crop_fraction, cache,
                      service, input_context)
+    _check_seed(seed)
+    _check_shards_present(split_info, skip_corrupt)
+    label_range = None if info.converted and label_offset == 0 and keys == FeatureKeys() else (
+        LabelRange(keys.label, label_offset, info.num_classes))
 
     pipelines, pipeline_id = (1, 0) if input_context is None else (
         input_context.num_input_pipelines, input_context.input_pipeline_id)
@@ -141,6 +147,8 @@ def build_dataset(
     cache_bytes = split_info.num_bytes // pipelines
     if cache == "memory":
         _check_memory_cache(split_info.name, cache_bytes)
+    elif cache is not None:
+        cache = _cache_prefix(cache, info, split_info.name, pipelines)
 
     decode = _decode_choices(info, split_info, size)
     if deterministic is None:
@@ -154,7 +162,7 @@ def build_dataset(
             num_shards=pipelines if by_file else 1, shard_index=pipeline_id if by_file else 0,
         )
         records = interleave_records(order, cycle_length, block_length, deterministic=ordered or deterministic,
-                                     skip_corrupt=skip_corrupt)
+                                     skip_corrupt=skip_corrupt, labels=label_range)
         return records if by_file or pipelines == 1 else records.shard(pipelines, pipeline_id)
 
     if training:
@@ -233,10 +241,41 @@ def _cached(records: tf.data.Dataset, cache: Optional[str], pipeline_id: int) ->
         return records
     if cache == "memory":
         return records.cache()
-    path = cache
-    if tf.io.gfile.isdir(path):
-        path = os.path.join(path, "records")
-    return records.cache(f"{path}-{pipeline_id}")
+    return records.cache(f"{cache}-{pipeline_id}")
+
+
+def _cache_prefix(cache: str, info: DatasetInfo, split: str, pipelines: int) -> str:
+    """File prefix of a file cache of ``split``: ``PATH-<split>-<fingerprint>-of<pipelines>``.
+
+    The dataset's fingerprint in the name means a cache is never served for
+    another version of the dataset (a reconversion with ``--overwrite``
+    changes it): a new version writes a new cache. Files of other versions are
+    named in a warning, for the user to delete.
+
+    Raises:
+      ValueError: the cache's folder does not exist or is not writable.
+    """
+    path = os.path.join(cache, "records") if tf.io.gfile.isdir(cache) else cache
+    folder = os.path.dirname(path) or "."
+    if not tf.io.gfile.isdir(folder):
+        raise ValueError(f"cache={cache!r}: the folder {folder!r} does not exist; create it or pass another path")
+    if "://" not in folder:
+        try:  # a real write: access() says yes to root on read-only mounts
+            handle, probe = tempfile.mkstemp(prefix=".cache-probe-", dir=folder)
+            os.close(handle)
+            os.unlink(probe)
+        except OSError as err:
+            raise ValueError(f"cache={cache!r}: the folder {folder!r} is not writable ({err.strerror})") from err
+    prefix = f"{path}-{split}-{info.fingerprint}-of{pipelines}"
+    stale = sorted(name for name in tf.io.gfile.glob(f"{path}-{split}-*")
+                   if not name.startswith(prefix) and _CACHE_NAME.match(name[len(path):]))
+    if stale:
+        logger.warning("cache %s: %d files belong to other versions of this dataset (%s...) and are never read "
+                       "again; delete them to free their space", path, len(stale), stale[0])
+    return prefix
+
+
+_CACHE_NAME = re.compile(r"^-[a-z]+-[0-9a-f]{12}-of\d+-\d+[._]")
 
 
 def _check_memory_cache(split: str, needed: int) -> None:
@@ -284,8 +323,46 @@ def _check_arguments(batch_size, shuffle_buffer, block_length, cycle_length, num
         raise ValueError(f"crop_fraction must be in (0, 1], got {crop_fraction!r}")
     if cache is not None and not isinstance(cache, str):
         raise ValueError(f'cache must be None, "memory" or a file path, got {cache!r}')
+    if isinstance(cache, str) and cache != "memory" and cache.strip().lower() in ("memory", "mem", "ram", ""):
+        raise ValueError(f'cache={cache!r}: did you mean cache="memory"? A file cache takes a path such as '
+                         '"/tmp/cache/train"')
     if service is not None and (input_context is not None or cache is not None):
         raise ValueError("service distributes the work itself: do not combine it with input_context or cache")
+
+
+def _check_seed(seed: object) -> None:
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 1 << 63):
+        raise ValueError(f"seed must be None or an integer in [0, 2**63), got {seed!r}")
+
+
+def _check_shards_present(split_info: SplitInfo, skip_corrupt: bool) -> None:
+    """Every shard the manifest lists is there (one listing per folder), or fail naming the missing ones.
+
+    The read itself checks again (a file can vanish later); this fails at
+    once, before any thread starts.
+    """
+    missing = []
+    by_folder: dict[str, list[str]] = {}
+    for path in split_info.files:
+        by_folder.setdefault(os.path.dirname(path), []).append(path)
+    for folder, paths in by_folder.items():
+        try:
+            present = {name.rstrip("/") for name in tf.io.gfile.listdir(folder or ".")}
+        except tf.errors.NotFoundError:
+            present = set()
+        missing += [path for path in paths if os.path.basename(path) not in present]
+    if not missing:
+        return
+    names = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    if skip_corrupt:
+        logger.warning("split %s: %d listed shards are missing and will be skipped: %s",
+                       split_info.name, len(missing), names)
+        return
+    raise FileNotFoundError(
+        f"split {split_info.name!r}: {len(missing)} of its {len(split_info.files)} shards are listed in the "
+        f"manifest but missing: {names}. The dataset is incomplete: restore them, reconvert, or pass "
+        "skip_corrupt=True to read the rest"
+    )
 
 
 def _check_positive(**values: int) -> None:

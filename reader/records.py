@@ -10,6 +10,7 @@ warning naming it and the number of records lost.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Optional, Sequence
 
@@ -57,19 +58,41 @@ def file_order(
     return dataset
 
 
-def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = False) -> tf.data.Dataset:
+@dataclasses.dataclass(frozen=True)
+class LabelRange:
+    """Labels a shard's records must carry: ``0 <= label + offset < num_classes`` (no upper bound if 0).
+
+    Checked while reading shards that the converter did not write, so a
+    foreign shard with a stray label fails naming the shard instead of
+    training on it (or reaching a loss function as an out-of-range index).
+    """
+
+    key: str
+    offset: int = 0
+    num_classes: int = 0
+
+
+def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = False,
+               labels: Optional[LabelRange] = None) -> tf.data.Dataset:
     """Serialized records of one shard, checked against its expected record count.
 
     ``num_records`` < 0 skips the check (files not listed in a manifest).
+    ``labels`` also checks every record's label (see :class:`LabelRange`);
+    with ``skip_corrupt`` such records are dropped with a warning.
 
     The check costs next to nothing: records are counted in batches of
     :data:`CHECK_BATCH` (a function call per record would cost more than
     reading the record) and an empty batch marks the end of the shard, which
     ``unbatch`` then drops by itself.
     """
-    batches = tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES)
     # A corrupt record ends the shard here; the count check below reports it with the file's name.
-    batches = batches.ignore_errors().batch(CHECK_BATCH)
+    # ignore_errors must only ever see record errors: a file that cannot be opened makes
+    # TFRecordDataset fail on every call, which ignore_errors would retry forever (a hang).
+    records = tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES).ignore_errors()
+    # Opening the file first, outside ignore_errors, makes an unreadable file fail at once with
+    # TensorFlow's error, which names it; the probe's byte itself is dropped.
+    probe = tf.data.FixedLengthRecordDataset(path, 1).take(1).filter(lambda _: False)
+    batches = probe.concatenate(records).batch(CHECK_BATCH)
     end = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
 
     def step(count: tf.Tensor, batch: tf.Tensor) -> tuple:
@@ -91,9 +114,55 @@ def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = Fal
             with tf.control_dependencies([check]):
                 return tf.identity(batch)
 
-        return count + size, tf.cond(tf.equal(size, 0), at_end, lambda: batch)
+        if labels is None:
+            return count + size, tf.cond(tf.equal(size, 0), at_end, lambda: batch)
+        return count + size, tf.cond(tf.equal(size, 0), at_end,
+                                     lambda: _check_labels(batch, path, count, labels, skip_corrupt))
 
-    return batches.concatenate(end).scan(tf.constant(0, tf.int64), step).unbatch()
+    checked = batches.concatenate(end).scan(tf.constant(0, tf.int64), step).unbatch()
+    return _if_present(path, checked, skip_corrupt)
+
+
+def _check_labels(batch: tf.Tensor, path: tf.Tensor, first: tf.Tensor, labels: LabelRange,
+                  skip_corrupt: bool) -> tf.Tensor:
+    """``batch`` (records ``first``... of ``path``) if every label is in range; else fail or drop."""
+    values = tf.io.parse_example(batch, {labels.key: tf.io.FixedLenFeature([], tf.int64)})[labels.key] + labels.offset
+    good = values >= 0
+    if labels.num_classes:
+        good = tf.logical_and(good, values < labels.num_classes)
+    bad = tf.where(tf.logical_not(good))[:, 0]
+    index = tf.concat([bad, tf.zeros([1], tf.int64)], 0)[0]  # the first bad record (0 when there is none)
+    valid = f"[0, {labels.num_classes})" if labels.num_classes else ">= 0"
+    message = tf.strings.format(
+        "shard {} record {} has label {} (after label_offset {}), outside " + valid + "; {} such records in this batch",
+        (path, first + index, tf.gather(values, index), labels.offset, tf.size(bad)))
+    ok = tf.equal(tf.size(bad), 0)
+    if skip_corrupt:
+        check = tf.cond(ok, tf.no_op, lambda: tf.print("WARNING: skipping records:", message, output_stream=sys.stderr))
+        with tf.control_dependencies([check]):
+            return tf.boolean_mask(batch, good)
+    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
+        return tf.identity(batch)
+
+
+def _if_present(path: tf.Tensor, records: tf.data.Dataset, skip_corrupt: bool) -> tf.data.Dataset:
+    """``records``, or for a missing file an error naming it (with ``skip_corrupt``, a warning and nothing)."""
+    found = tf.size(tf.io.matching_files(_glob_escape(path))) > 0
+    message = tf.strings.format("shard {} is listed in the manifest but does not exist", path)
+    if skip_corrupt:
+        warn = tf.cond(found, tf.no_op,
+                       lambda: tf.print("WARNING: skipping", message, "(all its records)", output_stream=sys.stderr))
+        with tf.control_dependencies([warn]):
+            found = tf.identity(found)
+        return records.take(tf.where(found, tf.constant(-1, tf.int64), 0))
+    with tf.control_dependencies([tf.debugging.Assert(found, [message])]):
+        found = tf.identity(found)
+    return records.take(tf.where(found, tf.constant(-1, tf.int64), 0))
+
+
+def _glob_escape(path: tf.Tensor) -> tf.Tensor:
+    """``path`` as a pattern that matches only itself (``matching_files`` globs ``*?[`` and ``\\``)."""
+    return tf.strings.regex_replace(path, r"([*?\[\]\\])", r"\\\1")
 
 
 def interleave_records(
@@ -102,6 +171,7 @@ def interleave_records(
     block_length: int = 1,
     deterministic: Optional[bool] = None,
     skip_corrupt: bool = False,
+    labels: Optional[LabelRange] = None,
 ) -> tf.data.Dataset:
     """Parallel interleave of the shards in ``files`` (``(path, num_records)`` elements).
 
@@ -110,7 +180,7 @@ def interleave_records(
     ``deterministic=False`` lets a slow shard be overtaken.
     """
     return files.interleave(
-        lambda path, count: read_shard(path, count, skip_corrupt),
+        lambda path, count: read_shard(path, count, skip_corrupt, labels),
         cycle_length=cycle_length if cycle_length is not None else AUTOTUNE,
         block_length=block_length,
         num_parallel_calls=AUTOTUNE,

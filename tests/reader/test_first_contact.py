@@ -1,0 +1,151 @@
+"""The reader's answers to a new user's mistakes and damaged datasets: never a hang, never stale data.
+
+Each test pins one behaviour a user met on first contact (see the README's
+"When something is wrong" notes): a missing or unreadable shard, a cache of an
+earlier version of the dataset, a split smaller than one batch, bad arguments,
+foreign shards with labels out of range.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+import tensorflow as tf
+
+import reader
+from tests.conftest import make_sample_images
+
+
+def _labels(dataset):
+    return [int(v) for _, labels in dataset for v in labels.numpy()]
+
+
+@pytest.fixture()
+def copy_of(demo_dataset, tmp_path):
+    """A private copy of the converted demo dataset, to damage."""
+    folder = tmp_path / "copy"
+    shutil.copytree(demo_dataset, folder)
+    return folder
+
+
+def _shard(folder, split="train", index=1):
+    return folder / os.path.basename(reader.dataset_info(str(folder)).split(split).shards[index].path)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_a_missing_shard_fails_at_build_naming_it(copy_of, training):
+    victim = _shard(copy_of)
+    victim.unlink()
+    with pytest.raises(FileNotFoundError, match=victim.name):
+        reader.build_dataset(str(copy_of), batch_size=8, image_size=16, training=training)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_a_shard_that_vanishes_after_build_fails_within_seconds_naming_it(copy_of, training):
+    ds = reader.build_dataset(str(copy_of), batch_size=8, image_size=16, training=training, seed=1)
+    victim = _shard(copy_of, index=3)
+    victim.unlink()
+    started = time.monotonic()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{victim.name}.* does not exist"):
+        for _ in ds.take(100):  # training repeats: 100 batches is several epochs
+            pass
+    assert time.monotonic() - started < 30
+
+
+def test_a_missing_shard_is_skipped_with_a_warning_on_request(copy_of, capfd):
+    ds = reader.build_dataset(str(copy_of), batch_size=8, image_size=16, training=False, skip_corrupt=True)
+    victim = _shard(copy_of)
+    lost = reader.dataset_info(str(copy_of)).split("train").shards[1].num_examples
+    victim.unlink()
+    assert len(_labels(ds)) == 72 - lost
+    err = capfd.readouterr().err
+    assert victim.name in err and "skipping" in err
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_an_unreadable_shard_fails_at_once_naming_it(copy_of, training):
+    """A shard that is present but cannot be read (a folder in its place: root ignores file permissions)."""
+    victim = _shard(copy_of, index=2)
+    victim.unlink()
+    victim.mkdir()
+    ds = reader.build_dataset(str(copy_of), batch_size=8, image_size=16, training=training, seed=1)
+    started = time.monotonic()
+    with pytest.raises(tf.errors.OpError, match=victim.name):
+        for _ in ds.take(100):
+            pass
+    assert time.monotonic() - started < 30
+
+
+def _convert(src, out, labels_file=None, seed=1):
+    from beam_jobs.options import ConvertOptions
+    from beam_jobs.pipeline import run
+
+    run(ConvertOptions(src=src, out=str(out), shards=2, seed=seed, labels_file=labels_file, overwrite=True),
+        ["--direct_running_mode=in_memory", "--direct_num_workers=1"], show_progress=False)
+
+
+def test_a_file_cache_is_never_served_for_a_reconverted_dataset(demo_src, tmp_path, caplog):
+    out = tmp_path / "data"
+    _convert(demo_src, out)
+    cache = str(tmp_path / "cache")
+    first = _labels(reader.build_dataset(str(out), batch_size=16, image_size=16, training=False, cache=cache))
+    # The same images converted again with other label ids, into the same folder.
+    reversed_labels = tmp_path / "labels.txt"
+    reversed_labels.write_text("triangle\nsquare\ncircle\n")
+    _convert(demo_src, out, labels_file=str(reversed_labels))
+    fresh = _labels(reader.build_dataset(str(out), batch_size=16, image_size=16, training=False))
+    cached = _labels(reader.build_dataset(str(out), batch_size=16, image_size=16, training=False, cache=cache))
+    assert cached == fresh != first
+    assert "other versions of this dataset" in caplog.text  # the old version's files are named for deletion
+
+
+def test_steps_per_epoch_is_never_zero(demo_dataset):
+    with pytest.raises(ValueError, match=r"validation.* 18 examples, fewer than one batch of 64"):
+        reader.steps_per_epoch(demo_dataset, "validation", 64)
+    assert reader.steps_per_epoch(demo_dataset, "validation", 64, drop_remainder=False) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [({"seed": "abc"}, "seed"), ({"seed": 1.5}, "seed"), ({"seed": True}, "seed"), ({"seed": -1}, "seed"),
+     ({"cache": "Memory"}, 'did you mean cache="memory"'), ({"cache": "/no/such/folder/cache"}, "/no/such/folder"),
+     ({"cache": "/proc/cache"}, "not writable")],
+)
+def test_bad_arguments_fail_at_build_naming_them(demo_dataset, kwargs, named, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=named):
+        reader.build_dataset(demo_dataset, batch_size=8, image_size=16, **kwargs)
+    assert os.listdir(tmp_path) == []  # no cache files written anywhere
+
+
+def _foreign_shard(path, labels):
+    jpeg = make_sample_images()["jpeg_rgb"]
+    with tf.io.TFRecordWriter(path) as writer:
+        for label in labels:
+            example = tf.train.Example(features=tf.train.Features(feature={
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[jpeg])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+            }))
+            writer.write(example.SerializeToString())
+
+
+@pytest.mark.parametrize(("labels", "offset", "bad"), [((0, 1, 2, 4, 1), 0, 4), ((1, 2, 0, 3), -1, -1)])
+def test_foreign_labels_out_of_range_fail_naming_the_shard_or_are_skipped(tmp_path, labels, offset, bad, capfd):
+    good = str(tmp_path / "good.tfrecord")
+    foreign = str(tmp_path / "foreign.tfrecord")
+    _foreign_shard(good, [1 - offset] * 3)
+    _foreign_shard(foreign, labels)
+    info = reader.foreign_dataset_info({"train": [good, foreign]}, classes=["a", "b", "c"])
+    for training in (False, True):
+        ds = reader.build_dataset("", batch_size=2, image_size=16, training=training, info=info, label_offset=offset,
+                                  num_epochs=1)
+        with pytest.raises(tf.errors.InvalidArgumentError, match=rf"foreign.tfrecord\W* record \d+ has label {bad}"):
+            _labels(ds)
+    skipping = reader.build_dataset("", batch_size=1, image_size=16, training=False, info=info, label_offset=offset,
+                                    skip_corrupt=True)
+    kept = _labels(skipping)
+    assert len(kept) == 3 + len(labels) - 1 and all(0 <= label < 3 for label in kept)
+    assert "foreign.tfrecord" in capfd.readouterr().err
