@@ -200,10 +200,15 @@ def _class_warnings(src: str, found: Sequence[str], classes: Sequence[str], from
     return warnings
 
 
+_IMAGE_EXTENSIONS = frozenset("jpg jpeg jpe png gif bmp tif tiff webp ppm pgm pbm tga heic heif avif jp2".split())
+
+
 def _no_images_message(src: str, visible: Sequence[str], depth: int) -> str:
     """What was found instead of images in class folders, and the layout expected."""
     layout = f"expected {src}/<class>/<image> or {src}/<split>/<class>/<image>"
-    stray = [path for path in visible if len(path.split("/")) <= depth]
+    # Only a hint for the message (formats are sniffed from content when converting).
+    stray = [path for path in visible if len(path.split("/")) <= depth
+             and path.rsplit(".", 1)[-1].lower() in _IMAGE_EXTENSIONS]
     if stray:
         where = "at its top level" if depth == 1 else "directly in its split folders"
         return (f"{src} has no class folders: {len(stray)} files sit {where} ({_few(stray, 3)}); {layout}. "
@@ -237,14 +242,14 @@ def _carve_validation(
 
     Stratified per class and deterministic: within a class, the images with the
     smallest keyed hash go to validation. Every class with two or more images
-    keeps at least one image in each split.
+    keeps at least one image in each split; a class with one image stays in
+    train (validating on a class never trained on measures nothing).
     """
     carved: dict[tuple[str, str], list[str]] = {}
     for (_, name), paths in members.items():
         ordered = sorted(paths, key=lambda path: keyed_hash(seed, "validation-carve/" + path))
-        count = round(len(ordered) * fraction)
-        if len(ordered) >= 2:
-            count = min(max(count, 1), len(ordered) - 1)
+        # At least one image on each side; a class with a single image stays in train.
+        count = min(max(round(len(ordered) * fraction), 1), len(ordered) - 1)
         if count:
             carved[("validation", name)] = ordered[:count]
         carved[("train", name)] = ordered[count:]

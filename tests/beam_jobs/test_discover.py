@@ -110,3 +110,31 @@ def test_listing_follows_links_without_looping_and_keeps_unicode_names(tmp_path)
 def test_missing_src_is_an_error_naming_it(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         list_tree(str(tmp_path / "nope"))
+
+
+def test_images_directly_in_src_are_named_with_the_layout_expected():
+    with pytest.raises(InputError, match=r"3 files sit at its top level \(a.jpg, b.jpg, c.png\); expected SRC/<class>"):
+        plan_inputs(Listing(("a.jpg", "b.jpg", "c.png")))
+
+
+def test_a_single_class_is_a_warning_naming_the_likely_mistake():
+    plan = plan_inputs(Listing(("cat/a.jpg", "cat/b.jpg")), src="imgs")
+    assert plan.warnings == ("imgs has a single class (cat): every record gets label 0. If imgs/cat holds the "
+                             "class folders, pass it as --src",)
+
+
+def test_classes_in_labels_without_images_are_listed():
+    plan = plan_inputs(Listing(("cat/a.jpg", "dog/b.jpg")), labels=["cat", "dog", "emu", "fox"])
+    assert plan.warnings == ("--labels names 2 classes with no images: emu, fox",)
+
+
+def test_val_fraction_states_the_one_image_rule_and_warns_when_validation_outgrows_train():
+    files = tuple(f"cat/{i}.jpg" for i in range(10)) + ("dog/only.jpg",)
+    plan = plan_inputs(Listing(files), val_fraction=0.9)
+    splits = _by_split(plan)
+    assert ("dog/only.jpg", "dog") in splits["train"] and len(splits["validation"]) == 9
+    assert plan.warnings == (
+        "--val-fraction: classes dog have a single image, which stays in train (a class is split only when it "
+        "has two or more images)",
+        "split validation has 9 images, more than train's 2 (--val-fraction 0.9)",
+    )

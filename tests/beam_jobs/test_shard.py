@@ -46,3 +46,8 @@ def test_assignment_keeps_order_and_lowers_the_count_to_the_records():
     assert [(s, p, r) for s, _, p, r in assigned] == [
         (0, 0, "a"), (0, 1, "b"), (1, 0, "c"), (1, 1, "d"), (2, 0, "e"), (2, 1, "f"), (2, 2, "g"),
     ]
+
+
+def test_a_split_larger_than_train_gets_no_more_shards_than_asked_for():
+    """--val-fraction 0.999 on 3,000 images: 3 train images must not make validation 2,997 one-image shards."""
+    assert plan_shard_counts({"train": 3, "validation": 2997}, 64) == {"train": 3, "validation": 64}

@@ -122,3 +122,110 @@ def test_ctrl_c_and_sigterm_print_one_line_and_leave_nothing_beside_out(tmp_path
     time.sleep(1)
     workers = subprocess.run(["pgrep", "-f", "beam_jobs.local_worker"], capture_output=True, text=True).stdout
     assert workers.strip() == ""
+
+
+def _tree(root, files):
+    for rel, data in files.items():
+        path = os.path.join(str(root), *rel.split("/")) if isinstance(rel, str) else os.path.join(os.fsencode(str(root)), *rel.split(b"/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+
+
+def test_a_file_whose_name_is_not_utf8_is_converted_with_its_name_escaped(tmp_path, sample_images, converter):
+    from tests.conftest import read_records
+
+    jpeg = sample_images["jpeg_rgb"]
+    _tree(tmp_path / "src", {"cat/a.jpg": jpeg, "dog/b.jpg": jpeg, b"cat/caf\xe9.jpg": jpeg, b"dog/\xff.png": b"junk"})
+    out = tmp_path / "out"
+    converter("--src", str(tmp_path / "src"), "--out", str(out), "--shards", "1", "--max-bad-fraction", "0.5", *FAST,
+              check=True)
+    names = {row[record_schema.FILENAME] for row in read_records(str(out / record_schema.shard_filename("train", 0, 1)))}
+    assert names == {b"cat/a.jpg", b"dog/b.jpg", b"cat/caf\\xe9.jpg"}
+    rejected = [json.loads(line) for line in open(out / record_schema.REJECTED_FILE, encoding="utf-8")]
+    assert [(r["path"], r["reason"]) for r in rejected] == [("dog/\\xff.png", "not-an-image")]
+
+
+def test_a_class_folder_whose_name_is_not_utf8_is_an_input_error_naming_it(tmp_path, sample_images, converter):
+    _tree(tmp_path / "src", {"cat/a.jpg": sample_images["jpeg_rgb"], b"b\xe4r/b.jpg": sample_images["jpeg_rgb"]})
+    proc = converter("--src", str(tmp_path / "src"), "--out", str(tmp_path / "out"), *FAST)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"error: class folder {tmp_path / 'src'}/b\\xe4r has a name that is not valid "
+                                   "UTF-8, so it cannot be a class name (class names are stored as text in every "
+                                   "record); rename it")
+
+
+def test_out_inside_src_is_refused_and_the_default_out_sits_beside_a_dot_src(tmp_path, demo_src, converter):
+    src = tmp_path / "imgs"
+    shutil.copytree(demo_src, src)
+    proc = converter("--src", str(src), "--out", str(src / "out"), *FAST)
+    assert proc.returncode == 2 and "is inside --src" in proc.stderr and not (src / "out").exists()
+    proc = converter("--src", str(src / "circle"), "--out", str(src), *FAST)
+    assert proc.returncode == 2 and "is inside --out" in proc.stderr
+    # --src . from inside the image folder: the dataset lands beside it, not hidden inside it.
+    proc = subprocess.run([sys.executable, "-m", "converter", "--src", ".", *FAST], cwd=src, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": REPO}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["imgs", "imgs-tfrecords"]
+    assert sorted(os.listdir(src)) == ["circle", "square", "triangle"]
+
+
+def test_images_at_the_top_of_src_get_the_layout_expected(tmp_path, sample_images, converter):
+    _tree(tmp_path / "src", {"a.jpg": sample_images["jpeg_rgb"], "b.jpg": sample_images["jpeg_rgb"]})
+    proc = converter("--src", str(tmp_path / "src"), *FAST)
+    assert proc.returncode == 1
+    assert "2 files sit at its top level (a.jpg, b.jpg); expected" in proc.stderr
+
+
+def test_oddities_are_warned_about_on_stderr(tmp_path, demo_src, converter):
+    labels = tmp_path / "labels.txt"
+    labels.write_text("circle\nsquare\ntriangle\nhexagon\n")
+    proc = converter("--src", demo_src, "--out", str(tmp_path / "out"), "--labels", str(labels), *FAST, check=True)
+    assert proc.stderr.strip() == "WARNING beam_jobs.pipeline: --labels names 1 classes with no images: hexagon"
+    shutil.copytree(os.path.join(demo_src, "circle"), tmp_path / "one" / "circle")
+    proc = converter("--src", str(tmp_path / "one"), "--shards", "2", *FAST)
+    assert proc.returncode == 0 and "has a single class (circle)" in proc.stderr
+
+
+def test_a_dataset_folder_holding_a_user_file_is_named_as_such(tmp_path, demo_src, converter):
+    out = tmp_path / "out"
+    converter("--src", demo_src, "--out", str(out), *FAST, check=True)
+    (out / "notes.txt").write_text("mine")
+    proc = converter("--src", demo_src, "--out", str(out), "--overwrite", *FAST)
+    assert proc.returncode == 1
+    assert "holds a dataset and also 1 files that are not part of it (['notes.txt'])" in proc.stderr
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_an_unwritable_parent_of_out_is_named_as_the_parent(tmp_path, demo_src, converter):
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {proc.stderr.decode().strip()}")
+    try:
+        result = converter("--src", demo_src, "--out", str(mount / "out"), *FAST)
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    assert result.returncode == 1
+    assert f"the folder that holds it, '{mount}', is not writable" in result.stderr
+
+
+def test_verify_and_inspect_print_no_tensorflow_noise_and_grid_paths_are_checked(demo_dataset, tmp_path, converter):
+    proc = converter("verify", demo_dataset, check=True)
+    assert proc.stderr == ""
+    proc = converter("inspect", demo_dataset, "--grid", str(tmp_path / "sheet.jpg"), check=True)
+    assert proc.stderr == ""
+    assert (tmp_path / "sheet.jpg").read_bytes()[:3] == b"\xff\xd8\xff"  # a JPEG, as its name says
+    proc = converter("inspect", demo_dataset, "--grid", str(tmp_path / "missing" / "sheet.png"))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip() == (f"error: cannot write the contact sheet {tmp_path / 'missing' / 'sheet.png'}: "
+                                   f"the folder {tmp_path / 'missing'} does not exist")
+
+
+def test_reading_the_image_folder_itself_advises_converting_it(demo_src):
+    import reader
+
+    with pytest.raises(reader.DatasetNotFoundError, match=r"looks like a folder of images. Convert it with: "
+                                                          r"python -m converter --src .*shapes \(the dataset"):
+        reader.dataset_info(demo_src)
