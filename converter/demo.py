@@ -52,7 +52,7 @@ def draw_shape(rng: np.random.Generator, shape: str, height: int, width: int) ->
     return img
 
 
-def write_demo(folder: str, per_class: int = 100, seed: int = 0, size_range: tuple[int, int] = (96, 192)) -> int:
+def write_demo(folder: str, per_class: int = 200, seed: int = 0, size_range: tuple[int, int] = (96, 192)) -> int:
     """Write ``per_class`` JPEGs of each class under ``folder``; returns the number written."""
     rng = np.random.default_rng(seed)
     written = 0
@@ -69,7 +69,7 @@ def write_demo(folder: str, per_class: int = 100, seed: int = 0, size_range: tup
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m converter.demo", description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="where to write DIR/<class>/<image>.jpg")
-    parser.add_argument("--per-class", type=int, default=100, help="images per class (default: %(default)s)")
+    parser.add_argument("--per-class", type=int, default=200, help="images per class (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     args = parser.parse_args(argv)
     count = write_demo(args.folder, args.per_class, args.seed)

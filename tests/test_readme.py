@@ -1,11 +1,26 @@
-"""The README's set-up commands are the ones CI runs."""
+"""The README is executed: its set-up commands (twice), then every code block in order, as written.
+
+A block that needs what this machine lacks (a cloud project, a cluster, twenty
+minutes) is preceded by ``<!-- readme-test: skip: REASON -->``; the reason
+names the test that covers it instead. Everything else runs in a copy of this
+checkout, where a new user would run it.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import shutil
+import subprocess
+import sys
+
+import pytest
 
 from tests.conftest import REPO
+
+SKIP = re.compile(r"<!-- readme-test: skip: (.+?) -->\n$")
+BLOCK = re.compile(r"```(\w*)\n(.*?)\n```", flags=re.S)
 
 
 def _read(*parts):
@@ -13,13 +28,93 @@ def _read(*parts):
         return handle.read()
 
 
+def _setup_commands(readme: str) -> list[str]:
+    setup = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.*?)\n```", setup, flags=re.S)
+
+
+def readme_blocks(readme: str) -> list[tuple[str, str, str]]:
+    """``(language, code, skip reason or "")`` of every fenced block, in order."""
+    blocks = []
+    for match in BLOCK.finditer(readme):
+        before = readme[:match.start()]
+        skip = SKIP.search(before[-300:])
+        blocks.append((match.group(1), match.group(2), skip.group(1) if skip else ""))
+    return blocks
+
+
 def test_readme_opens_with_exactly_two_setup_commands_and_ci_runs_the_test_one():
     readme = _read("README.md")
-    setup = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
-    commands = re.findall(r"```bash\n(.*?)\n```", setup, flags=re.S)
-    assert len(commands) == 2
+    commands = _setup_commands(readme)[:2]
     install_and_run, test = commands
     assert "pip install ." in install_and_run and "python -m converter " in install_and_run
     assert test == 'pip install ".[test]" && python -m pytest'
     ci = _read(".ci", "run")
     assert test in ci.splitlines()
+    # "Exactly two set-up commands": the block after them is the optional next step, not set-up.
+    assert readme.split("## Set up", 1)[1].index(test) < readme.split("## Set up", 1)[1].index("Next:")
+
+
+def test_every_block_is_run_or_skipped_for_a_stated_reason():
+    blocks = readme_blocks(_read("README.md"))
+    for language, code, reason in blocks:
+        assert language in ("bash", "python", "text"), f"block without a known language:\n{code}"
+        if reason:
+            assert language == "bash" and len(reason) > 20
+    skipped = [code for _, code, reason in blocks if reason]
+    assert len(skipped) <= 6  # cloud, cluster and 20-minute blocks only
+
+
+def _checkout_copy(folder) -> str:
+    """The tracked files of this checkout, as a fresh clone has them."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for rel in files.decode().split("\0"):
+        if rel and os.path.exists(os.path.join(REPO, rel)):
+            os.makedirs(os.path.join(folder, os.path.dirname(rel)), exist_ok=True)
+            shutil.copy2(os.path.join(REPO, rel), os.path.join(folder, rel))
+    return str(folder)
+
+
+def _run(language: str, code: str, cwd: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("PYTHONPATH", None)  # what the user has: the installed package, run from the checkout
+    if language == "bash":
+        argv = ["bash", "-euo", "pipefail", "-c", code]
+    else:
+        argv = [sys.executable, "-c", code]
+    bin_dir = os.path.dirname(sys.executable)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")  # `python` and `pip` are this environment's
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _shards(folder):
+    return {name: hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest()
+            for name in sorted(os.listdir(folder)) if name.endswith(".tfrecord")}
+
+
+@pytest.mark.slow
+def test_every_readme_block_runs_as_written_after_the_setup_commands(tmp_path):
+    checkout = _checkout_copy(tmp_path / "checkout")
+    readme = _read("README.md")
+    install_and_run, test_command = _setup_commands(readme)[:2]
+    # Set-up command 1, twice: the second run must succeed too, with the same bytes.
+    first = _run("bash", install_and_run, checkout)
+    assert first.returncode == 0, first.stdout + first.stderr
+    dataset = os.path.join(checkout, "demo", "shapes-tfrecords")
+    shards = _shards(dataset)
+    assert len(shards) == 10  # 8 train + 2 validation
+    second = _run("bash", install_and_run, checkout)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert _shards(dataset) == shards
+
+    ran = 0
+    for language, code, reason in readme_blocks(readme):
+        if language == "text" or reason or code in (install_and_run, test_command):
+            continue
+        proc = _run(language, code, checkout)
+        assert proc.returncode == 0, f"README block failed:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        if "train_classifier.py" in code and "--mirrored" not in code:
+            accuracy = float(re.findall(r'"val_accuracy": ([0-9.]+)', proc.stdout)[-1])
+            assert accuracy >= 0.9, proc.stdout  # the demo trains to a clearly useful accuracy
+        ran += 1
+    assert ran >= 6

@@ -60,7 +60,8 @@ def test_a_small_cnn_learns_the_shapes_far_above_chance(shapes):
 def test_mobilenet_example_trains_under_mirrored_strategy_on_two_logical_cpus(shapes, tmp_path):
     metrics = tmp_path / "metrics.json"
     proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "examples", "train_mobilenet.py"), "--data", shapes, "--mirrored",
+        [sys.executable, os.path.join(REPO, "examples", "train_classifier.py"), "--data", shapes, "--model", "mobilenet",
+         "--mirrored",
          "--cpu-replicas", "2", "--epochs", "1", "--steps-per-epoch", "3", "--batch-size", "8",
          "--image-size", "64", "--seed", "1", "--metrics-json", str(metrics)],
         capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": REPO},
