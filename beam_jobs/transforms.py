@@ -13,8 +13,9 @@ Data flow (element shapes in comments)::
     rejected | CollectRejections -> rejected.jsonl in staging
     content  | CollectContentHashes -> duplicates.json in staging
 
-Only keys and paths are grouped; image bytes are read in the shard writer, so
-memory does not grow with the dataset's bytes. Elements are chunks of images
+Only keys and paths are grouped; image bytes are read in the shard writer (the
+source file, or the bytes a re-encoded image was spilled to during
+validation), so memory does not grow with the dataset's bytes. Elements are chunks of images
 and whole shards, never single images: Beam's per-element cost in Python
 would otherwise rival the per-image work. Shard writing is a plain DoFn after
 a GroupByKey, which every Beam runner supports (no reliance on a sink's
@@ -36,7 +37,7 @@ from beam_jobs import discover, faults, publish
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.progress import ProgressWriter
 from beam_jobs.shard import assign_shards
-from beam_jobs.validate import Accepted, AcceptedBatch, RejectedInput, validate_ref
+from beam_jobs.validate import Accepted, AcceptedBatch, RejectedInput, validate_chunk
 from beam_jobs.write import write_shard
 
 logger = logging.getLogger(__name__)
@@ -67,8 +68,8 @@ class ValidateImagesFn(beam.DoFn):
     REJECTED = "rejected"
     CONTENT = "content"
 
-    def __init__(self, src: str, encode: EncodeOptions, progress_dir: str, input_list: str) -> None:
-        self._src, self._encode, self._progress_dir = src, encode, progress_dir
+    def __init__(self, src: str, encode: EncodeOptions, work: str, input_list: str) -> None:
+        self._src, self._encode, self._work = src, encode, work
         self._input_list = input_list
 
     def setup(self) -> None:
@@ -76,7 +77,7 @@ class ValidateImagesFn(beam.DoFn):
         self._rejected = Metrics.counter(NAMESPACE, "images_rejected")
 
     def start_bundle(self) -> None:
-        self._progress = ProgressWriter(self._progress_dir, "validate")
+        self._progress = ProgressWriter(self._work, "validate")
 
     def process(self, span: tuple[int, int]) -> Iterator:
         offset, length = span
@@ -85,8 +86,8 @@ class ValidateImagesFn(beam.DoFn):
             line = handle.read(length).decode("utf-8")
         by_split: dict[str, list[Accepted]] = {}
         content = []
-        for ref in discover.refs_from_jsonl(line):
-            result = validate_ref(self._src, ref, self._encode)
+        for result in validate_chunk(self._src, discover.refs_from_jsonl(line), self._encode, self._work,
+                                     offset):
             self._progress.add()
             if isinstance(result, RejectedInput):
                 self._rejected.inc()
@@ -94,6 +95,7 @@ class ValidateImagesFn(beam.DoFn):
                 logger.info("rejected %s: %s", result.relpath, result.detail)
                 yield self.REJECTED, result.to_json()
             else:
+                ref = result.ref
                 self._accepted.inc()
                 by_split.setdefault(ref.split, []).append(result)
                 # 128 bits of the hash are plenty to find duplicates, and halve this list's memory.
@@ -161,7 +163,7 @@ class WriteShardFn(beam.DoFn):
         (split, index, num_shards), batch = element
         result = write_shard(
             self._src, self._staging, split, index, num_shards, batch.items, self._classes, self._encode,
-            on_record=self._progress.add,
+            on_record=self._progress.add, work=publish.work_dir(self._staging),
         )
         publish.write_text(FileSystems.join(publish.work_dir(self._staging), f"{result.file}.json"), result.to_json())
         faults.point("shard-written")

@@ -1,9 +1,13 @@
-"""Read and check one listed image: accepted (with its sort key) or rejected with a reason.
+"""Read and check each listed image: accepted or rejected with a reason, each image decoded once.
 
-The validation pass keeps no image bytes: an accepted image travels through the
-pipeline as its path, sort key and source checksum only, and the shard writer
-reads it again. That keeps every grouping step small, so peak memory does not
-grow with the bytes of the dataset on any runner.
+The validation pass keeps no image bytes in the pipeline: an accepted image
+travels as its path, source checksum and size only, so every grouping step
+stays small and peak memory does not grow with the bytes of the dataset on any
+runner. An image stored byte for byte is read again by the shard writer. An
+image that had to be re-encoded is not decoded and encoded a second time: its
+JPEG bytes are spilled, one file per chunk of images, into the run's work
+folder (removed before the dataset is published), and the writer copies them
+from there. So each image is decoded at most once and encoded at most once.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import dataclasses
 import functools
 import hashlib
 import json
-from typing import NamedTuple, Union
+from typing import NamedTuple, Sequence, Union
 
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 from apache_beam.io.filesystems import FileSystems
@@ -31,6 +35,9 @@ class Accepted(NamedTuple):
         the file changed between the two reads.
       reencoded_because: "" when stored byte for byte.
       height, width: size of the stored image.
+      spill: where a re-encoded image's JPEG bytes wait for the writer:
+        (chunk id, byte offset, length) in the chunk's spill file; () when
+        stored byte for byte.
     """
 
     ref: ImageRef
@@ -38,6 +45,7 @@ class Accepted(NamedTuple):
     reencoded_because: str
     height: int
     width: int
+    spill: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +100,8 @@ def read_source(src: str, relpath: str) -> bytes:
         return handle.read()
 
 
-def validate_ref(src: str, ref: ImageRef, options: EncodeOptions) -> Union[Accepted, RejectedInput]:
-    """Read ``ref`` and decide whether it is written.
+def validate_ref(src: str, ref: ImageRef, options: EncodeOptions) -> Union[tuple[Accepted, Encoded], RejectedInput]:
+    """Read ``ref`` and decide whether it is written: ``(Accepted, Encoded)`` or the rejection.
 
     A file that vanished or cannot be read since the listing is rejected, not
     fatal: the run goes on and the report names it.
@@ -106,10 +114,52 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions) -> Union[Accep
     result = encode_image(data, options)
     if not isinstance(result, Encoded):
         return RejectedInput(display_path(ref.relpath), result.reason, result.detail)
-    return Accepted(
-        ref=ref,
-        source_sha256=hashlib.sha256(data).digest(),
-        reencoded_because=result.reencoded_because,
-        height=result.height,
-        width=result.width,
-    )
+    accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width)
+    return accepted, result
+
+
+def spill_path(work: str, chunk: int) -> str:
+    """The spill file of chunk ``chunk`` (its offset in the input list) in the work folder."""
+    return FileSystems.join(work, f"spill-{chunk:012d}.jpeg-bytes")
+
+
+def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, work: str,
+                   chunk: int) -> list[Union[Accepted, RejectedInput]]:
+    """Validate a chunk of images; re-encoded ones leave their bytes in the chunk's spill file.
+
+    The spill file is written whole before this returns (a retried chunk
+    rewrites the same bytes: encoding is deterministic), and only when some
+    image of the chunk was re-encoded.
+    """
+    results: list[Union[Accepted, RejectedInput]] = []
+    spill = None
+    offset = 0
+    try:
+        for ref in refs:
+            result = validate_ref(src, ref, options)
+            if isinstance(result, RejectedInput):
+                results.append(result)
+                continue
+            accepted, encoded = result
+            if encoded.reencoded:
+                if spill is None:
+                    spill = FileSystems.create(spill_path(work, chunk), compression_type=CompressionTypes.UNCOMPRESSED)
+                spill.write(encoded.data)
+                accepted = accepted._replace(spill=(chunk, offset, len(encoded.data)))
+                offset += len(encoded.data)
+            results.append(accepted)
+    finally:
+        if spill is not None:
+            spill.close()
+    return results
+
+
+def read_spilled(work: str, item: Accepted) -> bytes:
+    """The re-encoded JPEG bytes of ``item`` from its chunk's spill file."""
+    chunk, offset, length = item.spill
+    with source_filesystem(work).open(spill_path(work, chunk), compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.seek(offset)
+        data = f.read(length)
+    if len(data) != length:
+        raise OSError(f"spill file of chunk {chunk} is short: {len(data)} of {length} bytes at {offset}")
+    return data

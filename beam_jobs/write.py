@@ -22,7 +22,7 @@ from beam_jobs.discover import display_path
 from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.options import EncodeOptions
 from beam_jobs.tfrecord import frame_parts, serialize_example
-from beam_jobs.validate import Accepted, read_source
+from beam_jobs.validate import Accepted, read_source, read_spilled
 
 
 class SourceChangedError(RuntimeError):
@@ -76,14 +76,17 @@ def build_example(
     )
 
 
-def encode_accepted(src: str, item: Accepted, options: EncodeOptions) -> Encoded:
-    """Re-read an accepted image and encode it exactly as validation did.
+def encode_accepted(src: str, item: Accepted, options: EncodeOptions, work: str = "") -> Encoded:
+    """The stored bytes of an accepted image: its spilled re-encoding, or the source re-read.
 
     Raises:
-      SourceChangedError: the file changed or vanished since it was validated;
-        writing it now would break the manifest's accounting.
+      SourceChangedError: a pass-through file changed or vanished since it was
+        validated; writing it now would break the manifest's accounting.
     """
     relpath = item.ref.relpath
+    if item.spill:
+        # Encoded once, by validation (see beam_jobs.validate): copy, never decode again.
+        return Encoded(read_spilled(work, item), item.height, item.width, "", item.reencoded_because)
     try:
         data = read_source(src, relpath)
     except OSError as err:
@@ -93,7 +96,7 @@ def encode_accepted(src: str, item: Accepted, options: EncodeOptions) -> Encoded
     if not item.reencoded_because:
         # Validated as storable byte for byte, and these are the very bytes validated.
         return Encoded(data, item.height, item.width, "jpeg")
-    result = encode_image(data, options)
+    result = encode_image(data, options)  # an Accepted made without a spill file (tests, old callers)
     if not isinstance(result, Encoded):  # deterministic encode: only a library bug gets here
         raise RuntimeError(f"{display_path(relpath)} was accepted, then rejected on the second read: {result.detail}")
     return result
@@ -109,10 +112,12 @@ def write_shard(
     classes: Sequence[str],
     options: EncodeOptions,
     on_record: Optional[Callable[[], None]] = None,
+    work: str = "",
 ) -> ShardResult:
     """Write ``items`` (in order) as shard ``index`` of ``split`` into ``folder``.
 
-    ``on_record`` is called after each record (progress reporting).
+    ``on_record`` is called after each record (progress reporting); ``work``
+    holds the spill files of re-encoded images.
     """
     name = record_schema.shard_filename(split, index, num_shards)
     digest = hashlib.sha256()
@@ -121,7 +126,7 @@ def write_shard(
     num_bytes = max_side = 0
     with FileSystems.create(FileSystems.join(folder, name), compression_type=CompressionTypes.UNCOMPRESSED) as out:
         for item in items:
-            encoded = encode_accepted(src, item, options)
+            encoded = encode_accepted(src, item, options, work)
             label = item.ref.label
             # A pass-through image is the source file, whose SHA-256 validation already computed.
             known = None if encoded.reencoded else item.source_sha256.hex()

@@ -36,8 +36,9 @@ def source_photos() -> list[Image.Image]:
     return photos
 
 
-def make_photo_dataset(folder: str, count: int, seed: int = 0, sides: tuple[int, int] = (300, 500)) -> int:
-    """Write ``count`` distinct JPEGs whose longer side is in ``sides``; returns their total bytes.
+def make_photo_dataset(folder: str, count: int, seed: int = 0, sides: tuple[int, int] = (300, 500),
+                       image_format: str = "JPEG") -> int:
+    """Write ``count`` distinct photos (JPEG, or PNG) whose longer side is in ``sides``; returns their total bytes.
 
     Sides past the source photos' own (about 512-640 px) are upscaled, with
     mild sensor-like noise so the JPEGs stay as dense as real photos'.
@@ -67,7 +68,8 @@ def make_photo_dataset(folder: str, count: int, seed: int = 0, sides: tuple[int,
         image = ImageEnhance.Color(image).enhance(rng.uniform(0.8, 1.2))
         label = "cat" if index % 2 == 0 else "dog"
         os.makedirs(os.path.join(folder, label), exist_ok=True)
-        path = os.path.join(folder, label, f"{label}.{index:06d}.jpg")
-        image.save(path, quality=int(rng.integers(75, 96)))
+        quality = int(rng.integers(75, 96))  # drawn for PNG too, so both formats hold the same pictures
+        path = os.path.join(folder, label, f"{label}.{index:06d}.{'jpg' if image_format == 'JPEG' else 'png'}")
+        image.save(path, format=image_format, **({"quality": quality} if image_format == "JPEG" else {}))
         total += os.path.getsize(path)
     return total

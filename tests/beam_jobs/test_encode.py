@@ -9,9 +9,10 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from beam_jobs import encode as encode_module
 from beam_jobs.encode import Encoded, Rejected, encode_image, sniff_format
 from beam_jobs.options import EncodeOptions
-from tests.conftest import REJECTED_KINDS
+from tests.conftest import REJECTED_KINDS, _save
 
 OPTIONS = EncodeOptions()
 
@@ -140,3 +141,33 @@ def test_exif_orientation_one_is_still_stored_byte_for_byte():
     Image.new("RGB", (40, 30), (10, 200, 30)).save(buffer, "JPEG", exif=exif.tobytes())
     result = encode_image(buffer.getvalue(), OPTIONS)
     assert result.data == buffer.getvalue() and not result.reencoded
+
+
+def _large_photo_jpeg(width=1600, height=1200):
+    from tests.conftest import _photo
+
+    pixels = _photo(9, height, width).astype(np.int16) + np.random.default_rng(0).normal(0, 6, (height, width, 1)).astype(np.int16)
+    return _save(Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)), "JPEG", quality=90)
+
+
+def test_a_jpeg_downsized_2x_or_more_is_decoded_at_reduced_scale_without_visible_loss():
+    data = _large_photo_jpeg()
+    result = encode_image(data, EncodeOptions(max_side=256))
+    assert (result.width, result.height, result.reencoded_because) == (256, 192, "resized")
+    # The reference: a full-size decode, then the same LANCZOS resize.
+    full = Image.open(io.BytesIO(data)).convert("RGB").resize((256, 192), Image.Resampling.LANCZOS)
+    ours = np.asarray(Image.open(io.BytesIO(result.data)).convert("RGB"), np.float64)
+    mse = ((ours - np.asarray(full, np.float64)) ** 2).mean()
+    assert 10 * np.log10(255**2 / mse) > 35  # dB: the JPEG re-encode itself costs about as much
+    # And the decode really was reduced: Pillow's draft picked 1/2 scale (800x600 >= 2 x 256).
+    img = Image.open(io.BytesIO(data))
+    encode_module._draft_for(img, 256)
+    img.load()
+    assert img.size == (800, 600)
+
+
+def test_a_jpeg_downsized_less_than_2x_is_decoded_at_full_size():
+    img = Image.open(io.BytesIO(_large_photo_jpeg(400, 300)))
+    encode_module._draft_for(img, 256)
+    img.load()
+    assert img.size == (400, 300)

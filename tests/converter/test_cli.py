@@ -208,3 +208,24 @@ def test_missing_src_and_empty_class_are_clear_errors(tmp_path, converter):
     (tmp_path / "src" / "cat" / "a.jpg").write_bytes(b"x")
     proc = converter("--src", str(tmp_path / "src"), *FAST)
     assert proc.returncode == 1 and "src/dog holds no images" in proc.stderr
+
+
+def test_reencoded_and_downsized_images_are_byte_identical_across_runs_and_worker_counts(tmp_path, sample_images,
+                                                                                           converter):
+    """Re-encoded images are spilled once at validation and copied by the writer; the bytes never depend on who."""
+    src = tmp_path / "mixed"
+    for index, (kind, data) in enumerate(sorted(sample_images.items())):
+        if kind not in REJECTED_KINDS:
+            folder = src / ("alpha" if index % 2 else "beta")
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{kind}.img").write_bytes(data)
+    outs = []
+    for workers in ("1", "2", "2"):
+        out = tmp_path / f"out-{len(outs)}"
+        converter("--src", str(src), "--out", str(out), "--shards", "3", "--max-side", "64",
+                  f"--direct_num_workers={workers}", "--no-progress", check=True)
+        outs.append(out)
+        assert [name for name in os.listdir(tmp_path) if name.startswith(".")] == []  # spill files went with staging
+    manifest = _manifest(outs[0])
+    assert manifest["splits"]["train"]["num_reencoded"] == manifest["splits"]["train"]["num_examples"]
+    assert _shard_bytes(outs[0]) == _shard_bytes(outs[1]) == _shard_bytes(outs[2])
