@@ -8,6 +8,7 @@ process tree (the converter's workers are separate processes).
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import resource
@@ -16,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import psutil
 
@@ -29,57 +30,67 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed_run(command: Sequence[str]) -> tuple[float, int, float]:
-    """Wall time, peak tree RSS (bytes) and CPU seconds of a subprocess and its descendants."""
+def timed_run(command: Sequence[str]) -> tuple[float, int, float, int]:
+    """Wall time, peak tree RSS (bytes), CPU seconds and the largest single process's peak RSS (bytes)."""
     env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"}
     cpu_before = _children_cpu()
     started = time.perf_counter()
     proc = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     root = psutil.Process(proc.pid)
-    peak = 0
+    peak = largest = 0
     while proc.poll() is None:
         try:
             tree = [root] + root.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            sizes = [p.memory_info().rss for p in tree if p.is_running()]
+            peak, largest = max(peak, sum(sizes)), max([largest] + sizes)
         except psutil.Error:
             pass
         time.sleep(0.05)
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"{command[:4]} failed: {proc.stderr.read().decode()[-2000:]}")
-    return elapsed, peak, _children_cpu() - cpu_before
+    return elapsed, peak, _children_cpu() - cpu_before, largest
 
 
-def ours(src: str, out: str, shards: int) -> list[str]:
-    return [sys.executable, "-m", "converter", "--src", src, "--out", out, "--shards", str(shards), "--no-progress"]
+def ours(src: str, out: str, shards: int, extra: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "converter", "--src", src, "--out", out, "--shards", str(shards), "--no-progress",
+            *extra]
 
 
-def plain(src: str, out: str, shards: int) -> list[str]:
-    return [sys.executable, "-m", "bench.plain_loop", src, out, "--shards", str(shards)]
+def plain(src: str, out: str, shards: int, extra: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "bench.plain_loop", src, out, "--shards", str(shards), *extra]
 
 
-def _validate_file(path: str) -> bool:
+def _validate_file(path: str, max_side: Optional[int] = None) -> bool:
     from beam_jobs.encode import Encoded, encode_image
     from beam_jobs.options import EncodeOptions
 
     with open(path, "rb") as handle:
-        return isinstance(encode_image(handle.read(), EncodeOptions()), Encoded)
+        return isinstance(encode_image(handle.read(), EncodeOptions(max_side=max_side)), Encoded)
 
 
-def hardware_bound(src: str, processes: int) -> float:
-    """Images/s of the per-image work alone (read + validating decode) on ``processes`` cores."""
+def _max_side(extra: Sequence[str]) -> Optional[int]:
+    return int(extra[list(extra).index("--max-side") + 1]) if "--max-side" in extra else None
+
+
+def hardware_bound(src: str, processes: int, max_side: Optional[int] = None) -> float:
+    """Images/s of the per-image work alone (read + validate, and re-encode where needed) on ``processes`` cores."""
     files = [os.path.join(root, name) for root, _, names in os.walk(src) for name in names]
+    work = functools.partial(_validate_file, max_side=max_side)
     with multiprocessing.get_context("fork").Pool(processes) as pool:
-        pool.map(_validate_file, files[: processes * 4])  # warm the workers
+        pool.map(work, files[: processes * 4])  # warm the workers
         started = time.perf_counter()
-        accepted = sum(pool.map(_validate_file, files, chunksize=16))
+        accepted = sum(pool.map(work, files, chunksize=16))
         elapsed = time.perf_counter() - started
     assert accepted == len(files)
     return len(files) / elapsed
 
 
-def bench_converter(small: tuple[str, int], large: tuple[str, int], work: str, rounds: int, shards: int = 8) -> dict:
+def bench_converter(small: tuple[str, int], large: tuple[str, int], work: str, rounds: int, shards: int = 8,
+                    extra: Sequence[str] = ()) -> dict:
     """Time both converters at both sizes, alternating; returns every measurement and the derived numbers.
+
+    ``extra`` flags go to both tools (``--max-side 256``: both downsize).
 
     Each round runs one tool at the small then the large size back to back, so
     the pair shares the machine's momentary speed; the per-image cost is the
@@ -89,6 +100,7 @@ def bench_converter(small: tuple[str, int], large: tuple[str, int], work: str, r
     tools = {"ours": ours, "plain_loop": plain}
     times: dict = {tool: {"small": [], "large": []} for tool in tools}
     peaks: dict = {tool: {"small": [], "large": []} for tool in tools}
+    largest: dict = {tool: {"small": [], "large": []} for tool in tools}
     cpus: dict = {tool: {"small": [], "large": []} for tool in tools}
     for round_index in range(rounds):
         order = list(tools) if round_index % 2 == 0 else list(reversed(tools))
@@ -96,17 +108,19 @@ def bench_converter(small: tuple[str, int], large: tuple[str, int], work: str, r
             for size, (src, _) in (("small", small), ("large", large)):
                 out = os.path.join(work, f"{tool}-{size}")
                 shutil.rmtree(out, ignore_errors=True)
-                elapsed, peak, cpu = timed_run(tools[tool](src, out, shards))
+                elapsed, peak, cpu, biggest = timed_run(tools[tool](src, out, shards, extra))
                 times[tool][size].append(elapsed)
+                largest[tool][size].append(biggest)
                 peaks[tool][size].append(peak)
                 cpus[tool][size].append(cpu)
                 shutil.rmtree(out, ignore_errors=True)
-    result: dict = {"sizes": {"small": small[1], "large": large[1]}, "rounds": rounds, "tools": {}}
-    extra = large[1] - small[1]
+    result: dict = {"sizes": {"small": small[1], "large": large[1]}, "rounds": rounds, "flags": list(extra),
+                    "tools": {}}
+    more = large[1] - small[1]
     for tool in tools:
-        slopes = [(t_large - t_small) / extra for t_small, t_large in zip(times[tool]["small"], times[tool]["large"])]
+        slopes = [(t_large - t_small) / more for t_small, t_large in zip(times[tool]["small"], times[tool]["large"])]
         per_image = statistics.median(slopes)
-        cpu_slopes = [(c_large - c_small) / extra for c_small, c_large in zip(cpus[tool]["small"], cpus[tool]["large"])]
+        cpu_slopes = [(c_large - c_small) / more for c_small, c_large in zip(cpus[tool]["small"], cpus[tool]["large"])]
         t_small, t_large = statistics.median(times[tool]["small"]), statistics.median(times[tool]["large"])
         result["tools"][tool] = {
             "seconds": times[tool],
@@ -120,7 +134,8 @@ def bench_converter(small: tuple[str, int], large: tuple[str, int], work: str, r
             "end_to_end_images_per_s": large[1] / t_large,
             "peak_rss_mb": {size: max(peaks[tool][size]) / 2**20 for size in ("small", "large")},
             "peak_rss_mb_per_1000_more_images": (max(peaks[tool]["large"]) - max(peaks[tool]["small"]))
-            / 2**20 / extra * 1000,
+            / 2**20 / more * 1000,
+            "largest_process_peak_rss_mb": {size: max(largest[tool][size]) / 2**20 for size in ("small", "large")},
         }
     ratio = result["tools"]["ours"]["images_per_s"] / result["tools"]["plain_loop"]["images_per_s"]
     result["ratio_ours_over_plain_per_image"] = ratio
@@ -128,7 +143,7 @@ def bench_converter(small: tuple[str, int], large: tuple[str, int], work: str, r
     cpu_ratio = result["tools"]["plain_loop"]["cpu_per_image_ms"] / result["tools"]["ours"]["cpu_per_image_ms"]
     result["ratio_ceiling_all_cores"] = cpu_ratio * (os.cpu_count() or 1)
     result["hardware_bound_images_per_s"] = {
-        "all_cores": hardware_bound(large[0], os.cpu_count() or 1),
-        "one_core": hardware_bound(large[0], 1),
+        "all_cores": hardware_bound(large[0], os.cpu_count() or 1, _max_side(extra)),
+        "one_core": hardware_bound(large[0], 1, _max_side(extra)),
     }
     return result

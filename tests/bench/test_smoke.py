@@ -17,7 +17,7 @@ def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_
     out = tmp_path / "results"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--images", "36", "--rounds", "1", "--batches", "1", "--slow-batches", "1", "--large-images", "8",
-         "--out", str(out)],
+         "--downsize-images", "12", "--png-images", "12", "--out", str(out)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
         capture_output=True, text=True, timeout=900,
     )
@@ -33,3 +33,10 @@ def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_
     assert set(results["read_large_photos"]["pipelines"]) == {"ours_train", "ours_eval", "image_dataset_from_directory"}
     assert "| target | goal | measured | met |" in (out / "results.md").read_text()
     assert "| reader, large photos |" in (out / "results.md").read_text()
+    for section in ("convert_downsize", "convert_png"):
+        assert set(results[section]["tools"]) == {"ours", "plain_loop"}
+    assert results["convert_downsize"]["flags"] == ["--max-side", "256"]
+    workflow = results["downsize_workflow"]
+    assert workflow["images"] == 8 and workflow["convert_seconds"] > 0 and "break_even_epochs" in workflow
+    markdown = (out / "results.md").read_text()
+    assert "Downsizing workflow" in markdown and "--max-side 256 on 1200-1600 px JPEGs, vs plain loop" in markdown
