@@ -72,6 +72,7 @@ class InputPlan:
     classes: tuple[str, ...]
     skipped: Mapping[str, int]
     warnings: tuple[str, ...] = ()
+    class_text: tuple[str, ...] = ()  # each class's text for the records (--synsets); default: its name
 
     def split_sizes(self) -> dict[str, int]:
         counts = collections.Counter(ref.split for ref in self.refs)
@@ -144,18 +145,36 @@ def plan_inputs(
             raise InputError(f"class folder {src}/{'/'.join(parts)} holds no images; remove it or add images")
     if not members:
         raise InputError(_no_images_message(src, visible, depth))
-
-    found = sorted({name for _, name in members})
-    for name in found:
+    for _, name in members:
         if display_path(name) != name:
             raise InputError(
                 f"class folder {src}/{display_path(name)} has a name that is not valid UTF-8, so it cannot "
                 "be a class name (class names are stored as text in every record); rename it"
             )
+    return plan_from_members(members, labels, val_fraction, seed, src, skipped, what="class folders")
+
+
+def plan_from_members(
+    members: Mapping[tuple[str, str], list[str]],
+    labels: Optional[Sequence[str]],
+    val_fraction: float,
+    seed: int,
+    src: str,
+    skipped: Mapping[str, int],
+    what: str = "classes",
+) -> InputPlan:
+    """The plan of every input source: ``(split, class name) -> relative paths`` in, refs with label ids out.
+
+    Label ids index the sorted union of class names over all splits (or
+    ``labels``), so a class missing from one split never shifts the others;
+    ``val_fraction`` carves validation out of train; oddities become warnings.
+    """
+    members = {key: list(paths) for key, paths in members.items()}
+    found = sorted({name for _, name in members})
     if labels is not None:
         unknown = [name for name in found if name not in labels]
         if unknown:
-            raise InputError(f"class folders {unknown} are not in --labels; add them to the file or remove them")
+            raise InputError(f"{what} {unknown[:10]} are not in --labels; add them to the file or remove them")
         classes = tuple(labels)
     else:
         classes = tuple(found)
@@ -164,7 +183,7 @@ def plan_inputs(
 
     if val_fraction > 0:
         if any(split != "train" for split, _ in members):
-            raise InputError(f"--val-fraction needs a single-split tree, but {src} already has split folders")
+            raise InputError(f"--val-fraction needs a single-split input, but {src} already has splits {sorted({s for s, _ in members})}")
         single = sorted(name for (_, name), paths in members.items() if len(paths) < 2)
         if single:
             warnings.append(f"--val-fraction: classes {_few(single)} have a single image, which stays in train "

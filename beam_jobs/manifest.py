@@ -111,6 +111,7 @@ def build_manifest(
         "tool": TOOL,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "classes": list(plan.classes),
+        "class_text": list(plan.class_text or plan.classes),
         "num_classes": len(plan.classes),
         "features": dict(record_schema.FEATURES),
         "splits": splits,

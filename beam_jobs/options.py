@@ -114,6 +114,12 @@ class ConvertOptions:
       max_bad_fraction: the run fails, publishing nothing, when more than this
         fraction of the listed images is rejected.
       overwrite: replace an existing dataset in ``out`` once the new one is complete.
+      annotations: a label file (CSV, TSV or JSON Lines of path, label[, split])
+        listing the images under ``src`` instead of class folders.
+      val_labels: a ground-truth file labelling a flat ``src/val/`` folder
+        (ImageNet's ``LOC_val_solution.csv`` or one class per line).
+      synsets: ``ID text`` per line: each class's text in the records (ImageNet's
+        ``LOC_synset_mapping.txt``).
     """
 
     src: str
@@ -125,6 +131,9 @@ class ConvertOptions:
     encode: EncodeOptions = dataclasses.field(default_factory=EncodeOptions)
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
     overwrite: bool = False
+    annotations: Optional[str] = None
+    val_labels: Optional[str] = None
+    synsets: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not self.src:
@@ -132,6 +141,10 @@ class ConvertOptions:
         if not self.out:
             object.__setattr__(self, "out", default_out(self.src))
         check_out_and_src(self.src, self.out)
+        if self.annotations and self.val_labels:
+            raise ValueError("--annotations and --val-labels are two ways to label images; give one")
+        if self.val_labels and self.val_fraction:
+            raise ValueError("--val-labels labels the validation folder; --val-fraction would carve another")
         if not isinstance(self.shards, int) or self.shards < 1:
             raise ValueError(f"--shards must be a positive integer, got {self.shards!r}")
         if not (isinstance(self.val_fraction, (int, float)) and 0.0 <= self.val_fraction < 1.0):

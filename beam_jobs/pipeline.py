@@ -9,6 +9,7 @@ shards add up, builds the manifest and commits the dataset atomically.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -21,7 +22,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 import record_schema
-from beam_jobs import discover, faults, publish, runners
+from beam_jobs import discover, faults, publish, runners, sources
+from beam_jobs.sources import imagenet
 from beam_jobs.manifest import ConvertSummary, build_manifest, check_results, summarize_duplicates
 from beam_jobs.options import ConvertOptions
 from beam_jobs.progress import ProgressBars
@@ -69,10 +71,9 @@ def run(
         faults.point("locked")
         publish.recover_and_clean(out)
         publish.check_out(out, options.overwrite)
-        labels = discover.read_labels_file(options.labels_file) if options.labels_file else None
-        plan = discover.plan_inputs(
-            discover.list_tree(options.src), labels, options.val_fraction, options.seed, src=options.src
-        )
+        plan = sources.plan_inputs(options)
+        if options.synsets:
+            plan = dataclasses.replace(plan, class_text=imagenet.read_synsets(options.synsets, plan.classes))
         if plan.skipped:
             logger.info("skipped without reading: %s", plan.skipped)
         for warning in plan.warnings:
@@ -120,7 +121,8 @@ def _convert(
                     # Create spreads its elements over the workers itself (a Reshuffle inside,
                     # or partitions on Dask), so no further reshuffle is needed.
                     | "ListChunks" >> beam.Create(spans, reshuffle=True)
-                    | "ConvertImages" >> ConvertImages(options, staging, plan.classes, planned, input_list)
+                    | "ConvertImages" >> ConvertImages(options, staging, plan.class_text or plan.classes, planned,
+                                                     input_list)
                 )
         except Exception as err:  # runners re-raise worker errors as assorted types; name the outcome
             raise ConversionFailedError(

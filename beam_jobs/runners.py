@@ -192,6 +192,6 @@ def suggest(arg: str, candidates: Sequence[str]) -> str:
     name = "--" + arg.split("=", 1)[0].lstrip("-")
     if name in candidates:  # e.g. -shards for --shards
         return f"; did you mean {name}?"
-    prefixed = [c for c in candidates if c.startswith(name) or name.startswith(c) and len(c) > 3]
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75) or sorted(prefixed, key=len)[:1]
-    return f"; did you mean {close[0]}?" if close else ""
+    prefixed = sorted({c for c in candidates if c.startswith(name) or name.startswith(c) and len(c) > 3})
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75) or prefixed[:3]
+    return f"; did you mean {' or '.join(close)}?" if close else ""

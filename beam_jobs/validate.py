@@ -109,6 +109,8 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions) -> Union[tuple
     try:
         data = read_source(src, ref.relpath)
     except OSError as err:  # Beam's BeamIOError is an OSError too
+        if not FileSystems.exists(source_path(src, ref.relpath)):  # gone since listing, or a label file's typo
+            return RejectedInput(display_path(ref.relpath), "missing-file", "listed, but no such file under --src")
         return RejectedInput(display_path(ref.relpath), "unreadable",
                              f"could not be read: {display_path(str(err))}")
     result = encode_image(data, options)

@@ -60,6 +60,14 @@ def build_convert_parser() -> argparse.ArgumentParser:
         help="salt of the keyed hash that orders the records and carves validation (default: %(default)s)")
     add("--labels", dest="labels_file", default=None,
         help="file with one class name per line: line i gets label i (default: sorted class folder names)")
+    add("--annotations", default=None,
+        help="label file listing the images instead of class folders: CSV/TSV with a header, or JSON Lines, "
+        "with columns path, label and optionally split (train, validation/val, test); paths relative to --src")
+    add("--val-labels", default=None,
+        help="ImageNet-style: labels of a flat SRC/val/ folder (LOC_val_solution.csv, or one class id per line "
+        "in file-name order); train stays SRC/train/<class>/")
+    add("--synsets", default=None, help="'ID text' per line: each class's text in the records "
+        "(ImageNet's LOC_synset_mapping.txt)")
     add("--max-side", type=int, default=None,
         help="downsize images whose longer side exceeds this many pixels (default: keep sizes)")
     add("--quality", type=int, default=opts.DEFAULT_QUALITY,
@@ -115,6 +123,9 @@ def convert(argv: Sequence[str]) -> int:
             encode=opts.EncodeOptions(quality=args.quality, max_side=args.max_side, max_pixels=args.max_pixels),
             max_bad_fraction=args.max_bad_fraction,
             overwrite=args.overwrite,
+            annotations=args.annotations,
+            val_labels=args.val_labels,
+            synsets=args.synsets,
         )
     except ValueError as err:
         parser.error(str(err))

@@ -139,7 +139,8 @@ def test_an_input_that_vanishes_after_listing_is_rejected_and_the_run_goes_on(tm
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
     rejected = [json.loads(line) for line in open(out / record_schema.REJECTED_FILE)]
-    assert rejected[0]["path"] == "circle/circle_0003.jpg" and rejected[0]["reason"] == "unreadable"
+    # Gone since the listing: rejected as missing (a file listed by a label file but absent gets the same).
+    assert rejected[0]["path"] == "circle/circle_0003.jpg" and rejected[0]["reason"] == "missing-file"
 
 
 def test_out_that_cannot_be_created_is_a_clear_error(tmp_path, demo_src):

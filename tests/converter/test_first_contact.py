@@ -72,7 +72,7 @@ def test_unknown_flags_are_usage_errors_naming_them(tmp_path, demo_src, converte
     last = proc.stderr.strip().splitlines()[-1]
     assert named in last
     if hint:
-        assert f"did you mean {hint}?" in last
+        assert "did you mean" in last and hint in last.split("did you mean", 1)[1]
     assert not out.exists() and "Traceback" not in proc.stderr
 
 

@@ -1,0 +1,35 @@
+"""Input sources: each turns what the user points at into the same :class:`beam_jobs.discover.InputPlan`.
+
+* class folders (``SRC/<class>/...`` or ``SRC/<split>/<class>/...``):
+  :func:`beam_jobs.discover.plan_inputs` over a listing of SRC;
+* a label file (``--annotations``: CSV, TSV or JSON Lines of path, label and
+  optionally split): :mod:`beam_jobs.sources.label_file`;
+* ImageNet as it ships (class folders for train, a flat ``val/`` labelled by a
+  ground-truth file, ``--val-labels``): :mod:`beam_jobs.sources.imagenet`.
+
+Everything after the plan (validation, shards, manifest) is the same for all.
+"""
+
+from __future__ import annotations
+
+from beam_jobs import discover
+from beam_jobs.options import ConvertOptions
+
+
+def plan_inputs(options: ConvertOptions) -> discover.InputPlan:
+    """The plan of ``options.src`` according to the source the options name.
+
+    Raises:
+      discover.InputError: the source cannot be planned (a message naming the file, line or folder).
+    """
+    labels = discover.read_labels_file(options.labels_file) if options.labels_file else None
+    if options.annotations:
+        from beam_jobs.sources import label_file
+
+        return label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed)
+    listing = discover.list_tree(options.src)
+    if options.val_labels:
+        from beam_jobs.sources import imagenet
+
+        return imagenet.plan(options.src, listing, options.val_labels, labels, options.seed)
+    return discover.plan_inputs(listing, labels, options.val_fraction, options.seed, src=options.src)

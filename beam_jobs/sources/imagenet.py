@@ -1,0 +1,116 @@
+"""ImageNet (ILSVRC-2012) as it ships: class folders for train, a flat ``val/`` labelled by a file.
+
+::
+
+    SRC/train/n01440764/n01440764_10026.JPEG ...    (one folder per wnid)
+    SRC/val/ILSVRC2012_val_00000001.JPEG ...        (flat)
+
+``--val-labels FILE`` labels the flat folder, in either published form:
+
+* the Kaggle release's ``LOC_val_solution.csv`` (``ImageId,PredictionString``;
+  the first token of the prediction string is the wnid);
+* the TF models repository's ``imagenet_2012_validation_synset_labels.txt``:
+  one wnid per line, for the validation images in file-name order.
+
+``--synsets FILE`` (``LOC_synset_mapping.txt``: ``n01440764 tench, Tinca
+tinca``) gives each class its text; label ids stay the sorted wnids, as the
+TF models scripts assign them (0-based here). The same flag pair works for any
+dataset whose train split is class folders and whose validation split is flat.
+ImageNet's odd files (a PNG named ``.JPEG``, CMYK and grayscale JPEGs) are
+handled by the converter's per-image policy like any other input.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import io
+import posixpath
+from typing import Optional, Sequence
+
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs import discover
+from beam_jobs.discover import InputError, InputPlan, Listing
+
+_FLAT_SPLITS = {"val": "validation", "validation": "validation"}
+
+
+def plan(src: str, listing: Listing, val_labels: str, labels: Optional[Sequence[str]], seed: int) -> InputPlan:
+    """The plan of an ImageNet-shaped SRC: ``train/<class>/...`` plus a flat validation folder."""
+    flat = [path for path in listing.files if path.count("/") == 1 and path.split("/")[0].lower() in _FLAT_SPLITS
+            and not discover._is_hidden(path)]
+    if not flat:
+        raise InputError(f"--val-labels needs a flat validation folder: {src}/val/<image> (found none)")
+    folder = flat[0].split("/")[0]
+    train_listing = Listing(tuple(p for p in listing.files if p.split("/")[0].lower() == "train"),
+                            tuple(d for d in listing.dirs if d.split("/")[0].lower() == "train"), listing.skipped)
+    if not train_listing.files:
+        raise InputError(f"{src} has no train/<class>/<image> folders beside {folder}/")
+    train = discover.plan_inputs(train_listing, labels, 0.0, seed, src=src)
+    label_of_file = read_val_labels(val_labels, sorted(posixpath.basename(p) for p in flat))
+    members: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    for ref in train.refs:
+        members[("train", train.classes[ref.label])].append(ref.relpath)
+    unknown = sorted({name for name in label_of_file.values() if name not in train.classes})
+    if unknown:
+        raise InputError(f"--val-labels {val_labels} names classes with no train folder: {unknown[:5]}")
+    for path in flat:
+        members[("validation", label_of_file[posixpath.basename(path)])].append(path)
+    return discover.plan_from_members(members, train.classes, 0.0, seed, src, train.skipped, what="classes")
+
+
+def read_val_labels(path: str, names: Sequence[str]) -> dict[str, str]:
+    """File name -> wnid for every image of the flat folder, from either published form.
+
+    Raises:
+      InputError: unreadable or malformed, or it does not cover the folder's images.
+    """
+    try:
+        with FileSystems.open(path) as handle:
+            text = handle.read().decode("utf-8-sig")
+    except (OSError, ValueError) as err:
+        raise InputError(f"--val-labels {path!r} could not be read: {err}") from err
+    lines = text.splitlines()
+    if lines and lines[0].replace(" ", "").lower().startswith("imageid,predictionstring"):
+        by_stem = {}
+        for number, row in enumerate(csv.reader(io.StringIO("\n".join(lines[1:]))), start=2):
+            if not row:
+                continue
+            if len(row) != 2 or not row[1].split():
+                raise InputError(f"--val-labels {path} line {number} is not 'ImageId,PredictionString': {row}")
+            by_stem[row[0].strip()] = row[1].split()[0]
+        missing = [name for name in names if posixpath.splitext(name)[0] not in by_stem]
+        if missing:
+            raise InputError(f"--val-labels {path} has no label for {len(missing)} of the {len(names)} validation "
+                             f"images (e.g. {missing[0]})")
+        return {name: by_stem[posixpath.splitext(name)[0]] for name in names}
+    wnids = [line.strip() for line in lines if line.strip()]
+    if len(wnids) != len(names):
+        raise InputError(f"--val-labels {path} has {len(wnids)} labels, one per line for the validation images in "
+                         f"file-name order, but the validation folder holds {len(names)} images")
+    for number, wnid in enumerate(wnids, start=1):
+        if len(wnid.split()) != 1:
+            raise InputError(f"--val-labels {path} line {number} is not a single class id: {wnid!r}")
+    return dict(zip(names, wnids))
+
+
+def read_synsets(path: str, classes: Sequence[str]) -> tuple[str, ...]:
+    """Each class's text from a synset mapping (``n01440764 tench, Tinca tinca`` per line)."""
+    try:
+        with FileSystems.open(path) as handle:
+            text = handle.read().decode("utf-8-sig")
+    except (OSError, ValueError) as err:
+        raise InputError(f"--synsets {path!r} could not be read: {err}") from err
+    mapping = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        wnid, _, words = line.strip().partition(" ")
+        if not words.strip():
+            raise InputError(f"--synsets {path} line {number} is not 'ID text': {line!r}")
+        mapping[wnid] = words.strip()
+    missing = [name for name in classes if name not in mapping]
+    if missing:
+        raise InputError(f"--synsets {path} has no text for classes {missing[:5]}")
+    return tuple(mapping[name] for name in classes)

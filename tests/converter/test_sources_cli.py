@@ -1,0 +1,89 @@
+"""``python -m converter`` on label files and on an ImageNet-shaped tree, with real images."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import record_schema
+from tests.conftest import read_records
+
+FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
+
+
+def _records(out):
+    with open(os.path.join(out, record_schema.MANIFEST_FILE), encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    rows = []
+    for split, info in manifest["splits"].items():
+        for shard in info["shards"]:
+            rows += [(split, row) for row in read_records(os.path.join(out, shard["file"]))]
+    return manifest, rows
+
+
+def test_a_csv_label_file_converts_with_splits_and_a_missing_file_is_rejected(tmp_path, sample_images, converter):
+    src = tmp_path / "images"
+    (src / "batch1").mkdir(parents=True)
+    for name in ("a.jpg", "b.png", "c.jpg", "d.webp"):
+        kind = {"a.jpg": "jpeg_rgb", "b.png": "png_rgb", "c.jpg": "jpeg_gray", "d.webp": "webp"}[name]
+        (src / "batch1" / name).write_bytes(sample_images[kind])
+    (src / "unlisted.jpg").write_bytes(sample_images["jpeg_rgb"])  # not in the label file: not converted
+    table = tmp_path / "train.csv"
+    table.write_text("path,label,split\nbatch1/a.jpg,dog,train\nbatch1/b.png,cat,train\nbatch1/c.jpg,dog,val\n"
+                     "batch1/d.webp,cat,test\nbatch1/typo.jpg,cat,train\n")
+    out = tmp_path / "out"
+    converter("--src", str(src), "--annotations", str(table), "--out", str(out), "--shards", "1",
+              "--max-bad-fraction", "0.5", *FAST, check=True)
+    manifest, rows = _records(out)
+    assert manifest["classes"] == ["cat", "dog"]
+    got = {(split, row[record_schema.FILENAME].decode(), row[record_schema.LABEL]) for split, row in rows}
+    assert got == {("train", "batch1/a.jpg", 1), ("train", "batch1/b.png", 0), ("validation", "batch1/c.jpg", 1),
+                   ("test", "batch1/d.webp", 0)}
+    assert manifest["rejected_by_reason"] == {"missing-file": 1}
+
+
+def test_a_malformed_label_file_is_an_error_naming_the_line(tmp_path, converter):
+    (tmp_path / "src").mkdir()
+    table = tmp_path / "labels.csv"
+    table.write_text("path,label\na.jpg,x\na.jpg,y\n")
+    proc = converter("--src", str(tmp_path / "src"), "--annotations", str(table), *FAST)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"error: --annotations {table} lists 'a.jpg' twice: lines 2 and 3"
+
+
+def test_an_imagenet_shaped_tree_converts_with_every_label_right(tmp_path, sample_images, converter):
+    """train/<wnid>/*.JPEG, a flat val/ labelled by LOC_val_solution.csv, text from LOC_synset_mapping.txt,
+    and ImageNet's odd files: a PNG named .JPEG, a CMYK JPEG, a grayscale JPEG."""
+    src = tmp_path / "CLS-LOC"
+    wnids = {"n01440764": "tench, Tinca tinca", "n01443537": "goldfish, Carassius auratus",
+             "n02119789": "kit fox, Vulpes macrotis"}
+    kinds = ["jpeg_rgb", "png_rgb", "jpeg_cmyk", "jpeg_gray", "jpeg_progressive", "jpeg_exif_rotated"]
+    expected = {}
+    for index, wnid in enumerate(sorted(wnids)):
+        (src / "train" / wnid).mkdir(parents=True)
+        for i in range(2):
+            name = f"train/{wnid}/{wnid}_{i}.JPEG"
+            (src / name).write_bytes(sample_images[kinds[(2 * index + i) % len(kinds)]])
+            expected[name] = ("train", index)
+    (src / "val").mkdir()
+    truth = ["n02119789", "n01440764", "n01443537", "n02119789"]
+    lines = ["ImageId,PredictionString"]
+    for i, wnid in enumerate(truth, start=1):
+        name = f"ILSVRC2012_val_{i:08d}"
+        (src / "val" / f"{name}.JPEG").write_bytes(sample_images[kinds[i % len(kinds)]])
+        lines.append(f"{name},{wnid} 10 20 30 40")
+        expected[f"val/{name}.JPEG"] = ("validation", sorted(wnids).index(wnid))
+    (tmp_path / "LOC_val_solution.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "LOC_synset_mapping.txt").write_text("".join(f"{w} {t}\n" for w, t in wnids.items()))
+    out = tmp_path / "imagenet-tfrecords"
+    converter("--src", str(src), "--out", str(out), "--val-labels", str(tmp_path / "LOC_val_solution.csv"),
+              "--synsets", str(tmp_path / "LOC_synset_mapping.txt"), "--shards", "2", *FAST, check=True)
+    manifest, rows = _records(out)
+    assert manifest["classes"] == sorted(wnids)
+    assert manifest["class_text"] == [wnids[w] for w in sorted(wnids)]
+    got = {row[record_schema.FILENAME].decode(): (split, row[record_schema.LABEL]) for split, row in rows}
+    assert got == expected
+    for _, row in rows:
+        assert row[record_schema.LABEL_TEXT].decode() == wnids[sorted(wnids)[row[record_schema.LABEL]]]
+    assert manifest["num_rejected"] == 0
+    assert manifest["splits"]["train"]["reencoded_by_reason"] == {"cmyk": 1, "exif-rotated": 1, "png": 1}
