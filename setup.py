@@ -22,7 +22,7 @@ setup(
     install_requires=[
         "apache-beam[tfrecord]>=2.77",
         "tensorflow>=2.21",
-        "pillow>=12.0",
+        "pillow>=12.3",  # the 2026 security fixes (14 advisories, July 2026)
         "simplejpeg>=1.9",
         "google-crc32c>=1.5",
         "numpy>=2.0",

@@ -23,7 +23,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
+import re
 import struct
+import warnings
 import zlib
 from typing import Optional, Union
 
@@ -140,8 +142,26 @@ def encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
     The result depends only on ``data`` and ``options`` (and the library
     versions), so a rerun produces byte-identical output.
     """
+    result = _encode_image(data, options)
+    if isinstance(result, Rejected):
+        # Library messages may carry memory addresses ("<_io.BytesIO object at 0x7f...>"); the report
+        # must be byte-identical across runs, like the shards.
+        return Rejected(result.reason, _ADDRESS.sub("", result.detail))
+    return result
+
+
+_ADDRESS = re.compile(r" (object )?at 0x[0-9a-fA-F]+")
+# We enforce --max-pixels ourselves (see _encode_image); Pillow's warning below twice the limit is noise.
+warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+
+
+def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
     if not data:
         return Rejected("empty-file", "the file is empty")
+    # --max-pixels is the one limit: Pillow's own decompression-bomb check (178,956,970 pixels by
+    # default) would otherwise refuse images the user allowed. Ours runs on the declared size
+    # before any pixel is allocated; Pillow's then guards the same number.
+    Image.MAX_IMAGE_PIXELS = options.max_pixels
     fmt = sniff_format(data)
     if fmt is None:
         return Rejected("not-an-image", "content is not JPEG, PNG, GIF, BMP, TIFF or WebP")

@@ -171,3 +171,20 @@ def test_a_jpeg_downsized_less_than_2x_is_decoded_at_full_size():
     encode_module._draft_for(img, 256)
     img.load()
     assert img.size == (400, 300)
+
+
+def test_max_pixels_is_the_one_limit_even_above_pillows_own():
+    """A 196 MP image with --max-pixels 300000000 gets past Pillow's 179 MP bomb check (this one is then
+    rejected only because its pixel data is a stub); without the option, ours rejects it first."""
+    from tests.conftest import _png_with_size
+
+    data = _png_with_size(14_000, 14_000)
+    allowed = encode_image(data, EncodeOptions(max_pixels=300_000_000))
+    assert allowed.reason == "undecodable" and "truncated" in allowed.detail
+    refused = encode_image(data, EncodeOptions())
+    assert refused == Rejected("too-many-pixels", "14000x14000 = 196000000 pixels exceeds the limit of 100000000")
+
+
+def test_rejection_details_carry_no_memory_addresses():
+    result = encode_image(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, EncodeOptions())
+    assert result.reason == "undecodable" and " at 0x" not in result.detail
