@@ -47,6 +47,7 @@ FEATURES: Final[dict[str, str]] = {
 
 IMAGE_FORMAT_JPEG: Final = b"jpeg"
 CHANNELS_RGB: Final = 3
+CHANNELS_GRAY: Final = 1  # a grayscale JPEG stored byte for byte; decode with channels=3 for RGB
 
 # Files in a published dataset directory.
 MANIFEST_FILE: Final = "manifest.json"

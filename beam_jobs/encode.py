@@ -63,6 +63,8 @@ class Encoded:
       source_format: format found from the content ("jpeg", "png", ...).
       reencoded_because: empty when ``data`` is the input byte for byte,
         otherwise why it was re-encoded (e.g. "png", "cmyk", "exif-rotated").
+      channels: what ``data`` decodes to: 3, or 1 for a grayscale JPEG stored
+        byte for byte (re-encoded images are always RGB).
     """
 
     data: bytes
@@ -70,6 +72,7 @@ class Encoded:
     width: int
     source_format: str
     reencoded_because: str = ""
+    channels: int = 3
 
     @property
     def reencoded(self) -> bool:
@@ -190,7 +193,7 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
     if fmt == "jpeg" and fits and img.mode in ("RGB", "L") and _orientation(img) in (None, 1):
         warning = _libjpeg_warning(data, img.mode)
         if warning is None:
-            return Encoded(data, height, width, fmt)
+            return Encoded(data, height, width, fmt, channels=1 if img.mode == "L" else 3)
         return _reencode(img, fmt, options, because="corrupt-data")
     return _reencode(img, fmt, options, because=_reencode_reason(img, fmt, fits))
 
@@ -214,7 +217,7 @@ def _clean_jpeg(data: bytes, options: EncodeOptions) -> Optional[Encoded]:
         return None
     if _libjpeg_warning(data, "L" if colorspace == "Gray" else "RGB") is not None:
         return None
-    return Encoded(data, height, width, "jpeg")
+    return Encoded(data, height, width, "jpeg", channels=1 if colorspace == "Gray" else 3)
 
 
 _XMP_SIGNATURE = b"http://ns.adobe.com/xap/1.0/"

@@ -100,6 +100,7 @@ def build_manifest(
             "num_reencoded": sum(reencoded.values()),
             "reencoded_by_reason": dict(sorted(reencoded.items())),
             "max_side": max(s.max_side for s in shards),
+            "num_grayscale": sum(s.grayscale for s in shards),
             "shards": [
                 {"file": s.file, "num_examples": s.num_examples, "num_bytes": s.num_bytes, "sha256": s.sha256}
                 for s in shards

@@ -46,6 +46,7 @@ class Accepted(NamedTuple):
     height: int
     width: int
     spill: tuple = ()
+    channels: int = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +117,8 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions) -> Union[tuple
     result = encode_image(data, options)
     if not isinstance(result, Encoded):
         return RejectedInput(display_path(ref.relpath), result.reason, result.detail)
-    accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width)
+    accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
+                        channels=result.channels)
     return accepted, result
 
 

@@ -43,6 +43,7 @@ class ShardResult:
     label_counts: dict[int, int]
     reencoded: dict[str, int]
     max_side: int = 0  # the longest side of any stored image (readers skip reduced-scale decoding below 2x their size)
+    grayscale: int = 0  # records whose JPEG has one channel (image/channels = 1)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -69,7 +70,7 @@ def build_example(
             record_schema.LABEL_TEXT: class_name.encode("utf-8"),
             record_schema.HEIGHT: encoded.height,
             record_schema.WIDTH: encoded.width,
-            record_schema.CHANNELS: record_schema.CHANNELS_RGB,
+            record_schema.CHANNELS: encoded.channels,
             record_schema.FILENAME: display_path(relpath).encode("utf-8"),
             record_schema.SHA256: (sha256_hex or hashlib.sha256(encoded.data).hexdigest()).encode("ascii"),
         }
@@ -95,7 +96,7 @@ def encode_accepted(src: str, item: Accepted, options: EncodeOptions, work: str 
         raise SourceChangedError(f"{display_path(relpath)} changed during the conversion; rerun the command")
     if not item.reencoded_because:
         # Validated as storable byte for byte, and these are the very bytes validated.
-        return Encoded(data, item.height, item.width, "jpeg")
+        return Encoded(data, item.height, item.width, "jpeg", channels=item.channels)
     result = encode_image(data, options)  # an Accepted made without a spill file (tests, old callers)
     if not isinstance(result, Encoded):  # deterministic encode: only a library bug gets here
         raise RuntimeError(f"{display_path(relpath)} was accepted, then rejected on the second read: {result.detail}")
@@ -123,7 +124,7 @@ def write_shard(
     digest = hashlib.sha256()
     labels: collections.Counter[int] = collections.Counter()
     reencoded: collections.Counter[str] = collections.Counter()
-    num_bytes = max_side = 0
+    num_bytes = max_side = grayscale = 0
     with FileSystems.create(FileSystems.join(folder, name), compression_type=CompressionTypes.UNCOMPRESSED) as out:
         for item in items:
             encoded = encode_accepted(src, item, options, work)
@@ -138,6 +139,7 @@ def write_shard(
             num_bytes += len(header) + len(example) + len(footer)
             labels[label] += 1
             max_side = max(max_side, encoded.height, encoded.width)
+            grayscale += encoded.channels == 1
             if encoded.reencoded:
                 reencoded[encoded.reencoded_because] += 1
             if on_record is not None:
@@ -153,4 +155,5 @@ def write_shard(
         label_counts=dict(sorted(labels.items())),
         reencoded=dict(sorted(reencoded.items())),
         max_side=max_side,
+        grayscale=grayscale,
     )

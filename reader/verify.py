@@ -178,11 +178,12 @@ def check_record(data: bytes, num_classes: int, decode: bool) -> Optional[str]:
         return "SHA-256 of image/encoded does not match image/key/sha256"
     if decode:
         try:
-            pixels = tf.io.decode_jpeg(image[0], channels=3)
+            pixels = tf.io.decode_jpeg(image[0], channels=0)  # as stored: 1 channel for grayscale
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as err:
             return f"image does not decode: {err.message.splitlines()[0]}"
         height = features[record_schema.HEIGHT].int64_list.value[0]
         width = features[record_schema.WIDTH].int64_list.value[0]
-        if tuple(pixels.shape) != (height, width, 3):
-            return f"image decodes to {tuple(pixels.shape)}, the record says ({height}, {width}, 3)"
+        channels = features[record_schema.CHANNELS].int64_list.value[0]
+        if tuple(pixels.shape) != (height, width, channels):
+            return f"image decodes to {tuple(pixels.shape)}, the record says ({height}, {width}, {channels})"
     return None

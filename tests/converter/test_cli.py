@@ -95,10 +95,18 @@ def test_every_input_kind_is_stored_reencoded_or_rejected_with_a_reason(tmp_path
     assert manifest["num_rejected"] == len(REJECTED_KINDS)
     assert manifest["skipped_by_reason"] == {"stray-file": 1, "system-file": 1}
     assert manifest["splits"]["train"]["num_reencoded"] == written - 4  # four clean JPEGs pass through
+    channels = {}
     for shard in manifest["splits"]["train"]["shards"]:
         for row in read_records(str(out / shard["file"])):
             image = tf.io.decode_jpeg(row[record_schema.IMAGE_ENCODED], channels=3)
             assert image.shape == (row[record_schema.HEIGHT], row[record_schema.WIDTH], 3)
+            # The record tells the truth: TensorFlow's default decode gives image/channels channels.
+            stored = tf.io.decode_jpeg(row[record_schema.IMAGE_ENCODED])
+            assert stored.shape[-1] == row[record_schema.CHANNELS]
+            channels[row[record_schema.FILENAME].decode().rsplit("/", 1)[-1][:-4]] = row[record_schema.CHANNELS]
+    assert channels["jpeg_gray"] == 1 and manifest["splits"]["train"]["num_grayscale"] == 1
+    assert {kind for kind, n in channels.items() if n == 3} == set(channels) - {"jpeg_gray"}
+    assert converter("verify", str(out)).returncode == 0
 
 
 def test_output_is_byte_identical_across_runs_and_worker_counts(tmp_path, demo_src, demo_dataset, converter):
