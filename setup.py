@@ -1,4 +1,4 @@
-"""Install with ``pip install .`` (``.[test]`` for the tests, ``.[bench]``, ``.[dask]``).
+"""Install with ``pip install .`` (``.[test]`` for the tests, ``.[bench]``, ``.[dask]``, ``.[heif]``).
 
 A ``setup.py`` (not only pyproject) because Beam ships a multi-module job to
 remote workers with ``--setup_file=./setup.py``.
@@ -9,6 +9,7 @@ from setuptools import setup
 BENCH = ["matplotlib>=3.9", "scikit-image>=0.24", "scikit-learn>=1.5", "tf-keras>=2.21", "scipy>=1.13",
          "psutil>=7.0"]
 DASK = ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"]
+HEIF = ["pillow-heif>=1.0"]  # HEIC/HEIF phone photos
 
 setup(
     name="imgshards",
@@ -31,7 +32,8 @@ setup(
     extras_require={
         "bench": BENCH,
         "dask": DASK,
+        "heif": HEIF,
         # The tests also smoke-test the benchmark and run a real Dask cluster.
-        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6"] + BENCH + DASK,
+        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6"] + BENCH + DASK + HEIF,
     },
 )

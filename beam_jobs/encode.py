@@ -33,6 +33,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageOps
 
+from beam_jobs import formats
 from beam_jobs.options import EncodeOptions
 
 # What Pillow raises on malformed input. Pillow's own fuzzers treat this same
@@ -46,6 +47,7 @@ DECODE_ERRORS = (
     zlib.error,
     IndexError,
     Image.DecompressionBombError,
+    RuntimeError,  # the AVIF and HEIF decoders (libavif, libheif) report malformed frames this way
 )
 
 _PIL_FORMATS = {"jpeg": "JPEG", "png": "PNG", "gif": "GIF", "bmp": "BMP", "tiff": "TIFF", "webp": "WEBP"}
@@ -166,9 +168,7 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
     # before any pixel is allocated; Pillow's then guards the same number.
     Image.MAX_IMAGE_PIXELS = options.max_pixels
     fmt = sniff_format(data)
-    if fmt is None:
-        return Rejected("not-an-image", "content is not JPEG, PNG, GIF, BMP, TIFF or WebP")
-    declared = declared_size(data, fmt)
+    declared = declared_size(data, fmt) if fmt else None
     if declared is not None and 0 in declared:
         return Rejected("zero-sized", f"{fmt} header declares {declared[1]}x{declared[0]} pixels")
     if fmt == "jpeg":
@@ -176,11 +176,17 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
         if clean is not None:
             return clean
     try:
-        img = Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[fmt]])
+        img = Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[fmt]] if fmt else formats.allowed())
     except Image.DecompressionBombError as err:
         return Rejected("too-many-pixels", str(err))
     except DECODE_ERRORS as err:
+        if fmt is None:  # no converted format's decoder recognises it
+            name = formats.unsupported_format(data)
+            if name:
+                return Rejected("unsupported-format", f"{name} files are not converted")
+            return Rejected("not-an-image", "content is not an image format the converter reads")
         return Rejected("undecodable", f"{fmt} header could not be read: {err}")
+    fmt = fmt or str(img.format).lower()
     width, height = img.size
     if width <= 0 or height <= 0:
         return Rejected("zero-sized", f"image is {width}x{height} pixels")

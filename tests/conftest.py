@@ -85,6 +85,8 @@ def make_sample_images() -> dict[str, bytes]:
         "bmp": _save(rgb, "BMP"),
         "tiff": _save(rgb, "TIFF"),
         "webp": _save(rgb, "WEBP", quality=90),
+        # Formats beyond the common six (beam_jobs/formats.py), each written by Pillow itself.
+        **_more_formats(rgb),
         # Rejected kinds.
         "empty": b"",
         "text": b"this is a text file, not an image\n",
@@ -93,7 +95,44 @@ def make_sample_images() -> dict[str, bytes]:
         "garbage_after_magic": b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4,
         "zero_sized_png": _png_with_size(0, 10),
         "bomb_png": _png_with_size(50_000, 50_000),
+        "pdf": _save(rgb, "PDF"),
+        "fits_header": b"SIMPLE  =                    T / conforms to FITS standard" + b" " * 2800,
+        "svg": b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>\n',
     }
+
+
+def _more_formats(rgb: Image.Image) -> dict[str, bytes]:
+    """Rasters in every further format the converter reads that this Pillow can write."""
+    from PIL import features
+
+    small = rgb.resize((64, 48))
+    out = {
+        "ppm": _save(rgb, "PPM"),
+        "pgm": _save(rgb.convert("L"), "PPM"),
+        "tga": _save(rgb, "TGA"),
+        "ico": _save(small, "ICO", sizes=[(48, 48)]),
+        "sgi": _save(rgb, "SGI"),
+        "pcx": _save(rgb, "PCX"),
+        "dds": _save(rgb.convert("RGBA"), "DDS"),
+        "qoi": _save(rgb, "QOI"),
+        "dib": _save(rgb, "DIB"),
+        "bigtiff": _save(rgb, "TIFF", big_tiff=True),
+        "tiff_16bit": _save(Image.fromarray((np.linspace(0, 65535, 120 * 160).reshape(120, 160)).astype(np.uint16)), "TIFF"),
+    }
+    if features.check("jpg_2000"):
+        out["jpeg2000"] = _save(rgb, "JPEG2000")
+    if features.check("avif"):
+        out["avif"] = _save(rgb, "AVIF", quality=80)
+    try:
+        import pillow_heif  # noqa: F401  (the heif extra registers Pillow's HEIF format)
+
+        from beam_jobs import formats
+
+        if "HEIF" in formats.CONVERTED:
+            out["heic"] = _save(rgb, "HEIF", quality=80)
+    except ImportError:
+        pass
+    return out
 
 
 REJECTED_KINDS = {
@@ -104,6 +143,9 @@ REJECTED_KINDS = {
     "garbage_after_magic": "undecodable",
     "zero_sized_png": "zero-sized",
     "bomb_png": "too-many-pixels",
+    "pdf": "unsupported-format",
+    "fits_header": "unsupported-format",
+    "svg": "unsupported-format",
 }
 
 
