@@ -47,6 +47,8 @@ FEATURES: Final[dict[str, str]] = {
 
 IMAGE_FORMAT_JPEG: Final = b"jpeg"
 CHANNELS_RGB: Final = 3
+# Images with a shorter side under this are reported (TF Model Garden's crop fails on 1-3 px images).
+SMALL_SIDE: Final = 32
 CHANNELS_GRAY: Final = 1  # a grayscale JPEG stored byte for byte; decode with channels=3 for RGB
 
 # Files in a published dataset directory.

@@ -195,6 +195,8 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
             "too-many-pixels",
             f"{width}x{height} = {width * height} pixels exceeds the limit of {options.max_pixels}",
         )
+    if options.min_side is not None and min(width, height) < options.min_side:
+        return Rejected("too-small", f"{width}x{height}: the shorter side is under --min-side {options.min_side}")
     fits = options.max_side is None or max(width, height) <= options.max_side
     if fmt == "jpeg" and fits and img.mode in ("RGB", "L") and _orientation(img) in (None, 1):
         warning = _libjpeg_warning(data, img.mode)
@@ -219,6 +221,8 @@ def _clean_jpeg(data: bytes, options: EncodeOptions) -> Optional[Encoded]:
         return None
     if options.max_side is not None and max(width, height) > options.max_side:
         return None
+    if options.min_side is not None and min(width, height) < options.min_side:
+        return None  # the general path rejects it
     if _jpeg_orientation(data) != 1:
         return None
     if _libjpeg_warning(data, "L" if colorspace == "Gray" else "RGB") is not None:

@@ -101,6 +101,7 @@ def build_manifest(
             "reencoded_by_reason": dict(sorted(reencoded.items())),
             "max_side": max(s.max_side for s in shards),
             "num_grayscale": sum(s.grayscale for s in shards),
+            "num_small": sum(s.small for s in shards),
             "shards": [
                 {"file": s.file, "num_examples": s.num_examples, "num_bytes": s.num_bytes, "sha256": s.sha256}
                 for s in shards
@@ -147,6 +148,7 @@ class ConvertSummary:
     elapsed_s: float
     cross_label_duplicates: int = 0
     cross_split_duplicates: int = 0
+    small: int = 0
 
     @classmethod
     def from_manifest(cls, out: str, manifest: dict, elapsed_s: float) -> "ConvertSummary":
@@ -162,6 +164,7 @@ class ConvertSummary:
             elapsed_s=elapsed_s,
             cross_label_duplicates=manifest["duplicates"]["num_cross_label"],
             cross_split_duplicates=manifest["duplicates"]["num_cross_split"],
+            small=sum(s.get("num_small", 0) for s in splits.values()),
         )
 
     @property
@@ -176,6 +179,11 @@ class ConvertSummary:
             warnings.append(
                 f"  warning:    identical images under two labels: {self.cross_label_duplicates} groups; "
                 f"in two splits: {self.cross_split_duplicates} groups (python -m converter inspect {self.out})"
+            )
+        if self.small:
+            warnings.append(
+                f"  warning:    {self.small} images have a side under {record_schema.SMALL_SIDE} px (some "
+                f"training code fails on them); --min-side {record_schema.SMALL_SIDE} rejects them"
             )
         return "\n".join(
             warnings + [

@@ -82,17 +82,24 @@ class EncodeOptions:
       max_side: if set, images whose longer side exceeds it are downsized to it.
       max_pixels: images with more pixels are rejected before decoding
         (decompression bombs).
+      min_side: if set, images whose shorter side is below it are rejected
+        (TF Model Garden's crop op fails on 1-3 px images).
     """
 
     quality: int = DEFAULT_QUALITY
     max_side: Optional[int] = None
     max_pixels: int = DEFAULT_MAX_PIXELS
+    min_side: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
             raise ValueError(f"--quality must be an integer in 1..100, got {self.quality!r}")
         if self.max_side is not None and (not isinstance(self.max_side, int) or self.max_side < 16):
             raise ValueError(f"--max-side must be an integer >= 16, got {self.max_side!r}")
+        if self.min_side is not None and (not isinstance(self.min_side, int) or self.min_side < 1):
+            raise ValueError(f"--min-side must be a positive integer, got {self.min_side!r}")
+        if self.min_side is not None and self.max_side is not None and self.min_side > self.max_side:
+            raise ValueError(f"--min-side {self.min_side} is larger than --max-side {self.max_side}")
         if not isinstance(self.max_pixels, int) or self.max_pixels < 1:
             raise ValueError(f"--max-pixels must be a positive integer, got {self.max_pixels!r}")
 

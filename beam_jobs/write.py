@@ -44,6 +44,7 @@ class ShardResult:
     reencoded: dict[str, int]
     max_side: int = 0  # the longest side of any stored image (readers skip reduced-scale decoding below 2x their size)
     grayscale: int = 0  # records whose JPEG has one channel (image/channels = 1)
+    small: int = 0  # records whose shorter side is under record_schema.SMALL_SIDE
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -124,7 +125,7 @@ def write_shard(
     digest = hashlib.sha256()
     labels: collections.Counter[int] = collections.Counter()
     reencoded: collections.Counter[str] = collections.Counter()
-    num_bytes = max_side = grayscale = 0
+    num_bytes = max_side = grayscale = small = 0
     with FileSystems.create(FileSystems.join(folder, name), compression_type=CompressionTypes.UNCOMPRESSED) as out:
         for item in items:
             encoded = encode_accepted(src, item, options, work)
@@ -140,6 +141,7 @@ def write_shard(
             labels[label] += 1
             max_side = max(max_side, encoded.height, encoded.width)
             grayscale += encoded.channels == 1
+            small += min(encoded.height, encoded.width) < record_schema.SMALL_SIDE
             if encoded.reencoded:
                 reencoded[encoded.reencoded_because] += 1
             if on_record is not None:
@@ -156,4 +158,5 @@ def write_shard(
         reencoded=dict(sorted(reencoded.items())),
         max_side=max_side,
         grayscale=grayscale,
+        small=small,
     )

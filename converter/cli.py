@@ -70,6 +70,9 @@ def build_convert_parser() -> argparse.ArgumentParser:
         "(ImageNet's LOC_synset_mapping.txt)")
     add("--max-side", type=int, default=None,
         help="downsize images whose longer side exceeds this many pixels (default: keep sizes)")
+    add("--min-side", type=int, default=None,
+        help="reject images whose shorter side is below this many pixels (default: keep all; the summary "
+        "reports images under 32 px)")
     add("--quality", type=int, default=opts.DEFAULT_QUALITY,
         help="JPEG quality for images that must be re-encoded (default: %(default)s)")
     add("--max-pixels", type=int, default=opts.DEFAULT_MAX_PIXELS,
@@ -120,7 +123,8 @@ def convert(argv: Sequence[str]) -> int:
             val_fraction=args.val_fraction,
             seed=args.seed,
             labels_file=args.labels_file,
-            encode=opts.EncodeOptions(quality=args.quality, max_side=args.max_side, max_pixels=args.max_pixels),
+            encode=opts.EncodeOptions(quality=args.quality, max_side=args.max_side, max_pixels=args.max_pixels,
+                                      min_side=args.min_side),
             max_bad_fraction=args.max_bad_fraction,
             overwrite=args.overwrite,
             annotations=args.annotations,

@@ -41,6 +41,11 @@ def summarize(data_dir: str) -> str:
         rows.append([split.name, str(len(sizes)), f"{min(sizes):,}", f"{int(statistics.median(sizes)):,}",
                      f"{max(sizes):,}", str(min(counts)), str(max(counts))])
     lines += _table(rows) + [""]
+    small = {name: raw.get("num_small", 0) for name, raw in info.manifest.get("splits", {}).items()}
+    if any(small.values()):
+        lines += [f"small images (a side under {record_schema.SMALL_SIDE} px; some training code fails on them, "
+                  f"--min-side {record_schema.SMALL_SIDE} rejects them): "
+                  + ", ".join(f"{name} {count}" for name, count in small.items() if count), ""]
     lines += _rejections(data_dir) + [""]
     lines += _duplicates(info)
     return "\n".join(lines)

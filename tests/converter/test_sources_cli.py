@@ -87,3 +87,28 @@ def test_an_imagenet_shaped_tree_converts_with_every_label_right(tmp_path, sampl
         assert row[record_schema.LABEL_TEXT].decode() == wnids[sorted(wnids)[row[record_schema.LABEL]]]
     assert manifest["num_rejected"] == 0
     assert manifest["splits"]["train"]["reencoded_by_reason"] == {"cmyk": 1, "exif-rotated": 1, "png": 1}
+
+
+def test_tiny_images_are_reported_and_min_side_rejects_them(tmp_path, sample_images, converter):
+    import io
+
+    from PIL import Image
+
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "b").mkdir()
+    for name, size in (("a/dot.png", (2, 3)), ("a/ok.png", (64, 48)), ("b/line.png", (40, 1)), ("b/ok.jpg", None)):
+        if size is None:
+            (src / name).write_bytes(sample_images["jpeg_rgb"])
+            continue
+        buffer = io.BytesIO()
+        Image.new("RGB", size, "red").save(buffer, "PNG")
+        (src / name).write_bytes(buffer.getvalue())
+    proc = converter("--src", str(src), "--out", str(tmp_path / "kept"), "--shards", "1", *FAST, check=True)
+    assert "2 images have a side under 32 px" in proc.stdout and "--min-side 32 rejects them" in proc.stdout
+    assert "small images (a side under 32 px" in converter("inspect", str(tmp_path / "kept"), check=True).stdout
+    proc = converter("--src", str(src), "--out", str(tmp_path / "strict"), "--shards", "1", "--min-side", "32",
+                     "--max-bad-fraction", "0.5", *FAST, check=True)
+    manifest, rows = _records(tmp_path / "strict")
+    assert manifest["rejected_by_reason"] == {"too-small": 2} and len(rows) == 2
+    assert "under 32 px" not in proc.stdout
