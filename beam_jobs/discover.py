@@ -79,13 +79,18 @@ class InputPlan:
         return {split: counts[split] for split in record_schema.SPLITS if counts[split]}
 
 
-def read_labels_file(path: str) -> list[str]:
-    """Class names from a ``--labels`` file: one per line, line i is label i."""
+def read_flag_file(flag: str, path: str) -> str:
+    """The text of the file a flag names (local or any Beam filesystem), or an InputError naming both."""
     try:
         with FileSystems.open(path) as handle:
-            text = handle.read().decode("utf-8")
+            return handle.read().decode("utf-8-sig")
     except (OSError, ValueError) as err:  # Beam raises BeamIOError (an IOError) or decode errors
-        raise InputError(f"--labels {path!r} could not be read: {err}") from err
+        raise InputError(f"{flag} {path!r} could not be read: {err}") from err
+
+
+def read_labels_file(path: str) -> list[str]:
+    """Class names from a ``--labels`` file: one per line, line i is label i."""
+    text = read_flag_file("--labels", path)
     names = [line.strip() for line in text.splitlines()]
     while names and not names[-1]:
         names.pop()

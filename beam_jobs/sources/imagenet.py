@@ -28,8 +28,6 @@ import io
 import posixpath
 from typing import Optional, Sequence
 
-from apache_beam.io.filesystems import FileSystems
-
 from beam_jobs import discover
 from beam_jobs.discover import InputError, InputPlan, Listing
 
@@ -66,11 +64,7 @@ def read_val_labels(path: str, names: Sequence[str]) -> dict[str, str]:
     Raises:
       InputError: unreadable or malformed, or it does not cover the folder's images.
     """
-    try:
-        with FileSystems.open(path) as handle:
-            text = handle.read().decode("utf-8-sig")
-    except (OSError, ValueError) as err:
-        raise InputError(f"--val-labels {path!r} could not be read: {err}") from err
+    text = discover.read_flag_file("--val-labels", path)
     lines = text.splitlines()
     if lines and lines[0].replace(" ", "").lower().startswith("imageid,predictionstring"):
         by_stem = {}
@@ -97,11 +91,7 @@ def read_val_labels(path: str, names: Sequence[str]) -> dict[str, str]:
 
 def read_synsets(path: str, classes: Sequence[str]) -> tuple[str, ...]:
     """Each class's text from a synset mapping (``n01440764 tench, Tinca tinca`` per line)."""
-    try:
-        with FileSystems.open(path) as handle:
-            text = handle.read().decode("utf-8-sig")
-    except (OSError, ValueError) as err:
-        raise InputError(f"--synsets {path!r} could not be read: {err}") from err
+    text = discover.read_flag_file("--synsets", path)
     mapping = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -25,8 +25,7 @@ import json
 import posixpath
 from typing import Iterator, Optional, Sequence
 
-from apache_beam.io.filesystems import FileSystems
-
+from beam_jobs import discover
 from beam_jobs.discover import InputError, InputPlan, plan_from_members
 from record_schema import SPLIT_ALIASES, SPLITS
 
@@ -52,11 +51,7 @@ def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: flo
 
 def read_rows(path: str) -> Iterator[tuple[int, str, str, str]]:
     """``(line number, relative path, label, split)`` of every row, checked."""
-    try:
-        with FileSystems.open(path) as handle:
-            text = handle.read().decode("utf-8-sig")
-    except (OSError, ValueError) as err:
-        raise InputError(f"--annotations {path!r} could not be read: {err}") from err
+    text = discover.read_flag_file("--annotations", path)
     stripped = text.lstrip()
     rows = _json_lines(path, text) if stripped.startswith("{") else _delimited(path, text)
     for line, row in rows:
