@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import pathlib
 import struct
 import subprocess
 import sys
@@ -147,6 +148,41 @@ REJECTED_KINDS = {
     "fits_header": "unsupported-format",
     "svg": "unsupported-format",
 }
+
+
+IMAGENET_WNIDS = {"n01440764": "tench, Tinca tinca", "n01443537": "goldfish, Carassius auratus",
+                  "n02119789": "kit fox, Vulpes macrotis"}
+
+
+def write_imagenet_tree(src, labels_dir, images: dict[str, bytes]) -> tuple[dict, dict]:
+    """A miniature ILSVRC-2012 as the Kaggle release ships it.
+
+    ``src/train/<wnid>/<wnid>_<i>.JPEG``, a flat ``src/val/ILSVRC2012_val_<n>.JPEG``,
+    ``labels_dir/LOC_val_solution.csv`` and ``labels_dir/LOC_synset_mapping.txt``,
+    with ImageNet's odd files among them (a PNG named .JPEG, CMYK and grayscale
+    JPEGs). Returns the wnids with their text, and ``{relative path: (split, label)}``.
+    """
+    src, labels_dir = pathlib.Path(src), pathlib.Path(labels_dir)
+    wnids = IMAGENET_WNIDS
+    kinds = ["jpeg_rgb", "png_rgb", "jpeg_cmyk", "jpeg_gray", "jpeg_progressive", "jpeg_exif_rotated"]
+    expected = {}
+    for index, wnid in enumerate(sorted(wnids)):
+        (src / "train" / wnid).mkdir(parents=True)
+        for i in range(2):
+            name = f"train/{wnid}/{wnid}_{i}.JPEG"
+            (src / name).write_bytes(images[kinds[(2 * index + i) % len(kinds)]])
+            expected[name] = ("train", index)
+    (src / "val").mkdir()
+    truth = ["n02119789", "n01440764", "n01443537", "n02119789"]
+    lines = ["ImageId,PredictionString"]
+    for i, wnid in enumerate(truth, start=1):
+        name = f"ILSVRC2012_val_{i:08d}"
+        (src / "val" / f"{name}.JPEG").write_bytes(images[kinds[i % len(kinds)]])
+        lines.append(f"{name},{wnid} 10 20 30 40")
+        expected[f"val/{name}.JPEG"] = ("validation", sorted(wnids).index(wnid))
+    (labels_dir / "LOC_val_solution.csv").write_text("\n".join(lines) + "\n")
+    (labels_dir / "LOC_synset_mapping.txt").write_text("".join(f"{w} {t}\n" for w, t in wnids.items()))
+    return wnids, expected
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,10 @@
 
 A block that needs what this machine lacks (a cloud project, a cluster, twenty
 minutes) is preceded by ``<!-- readme-test: skip: REASON -->``; the reason
-names the test that covers it instead. Everything else runs in a copy of this
-checkout, where a new user would run it.
+names the test that covers it instead. A block whose inputs a user downloads
+(ImageNet) is preceded by ``<!-- readme-test: given: NAME -->`` and runs as
+written on a miniature of those inputs that the test generates (``GIVEN``).
+Everything else runs in a copy of this checkout, where a new user would run it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,20 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, write_imagenet_tree
+
+
+def _imagenet(cwd: str, images: dict[str, bytes]) -> None:
+    """The Kaggle ImageNet release's layout: ILSVRC/Data/CLS-LOC/{train,val} and LOC_*.{csv,txt} beside it."""
+    root = os.path.join(cwd, "ILSVRC", "Data", "CLS-LOC")
+    if not os.path.isdir(root):
+        write_imagenet_tree(root, cwd, images)
+
+
+GIVEN = {"imagenet": _imagenet}
 
 SKIP = re.compile(r"<!-- readme-test: skip: (.+?) -->\n$")
+GIVEN_MARK = re.compile(r"<!-- readme-test: given: (\S+) -->\n$")
 BLOCK = re.compile(r"```(\w*)\n(.*?)\n```", flags=re.S)
 
 
@@ -43,6 +56,13 @@ def readme_blocks(readme: str) -> list[tuple[str, str, str]]:
     return blocks
 
 
+def _given(readme: str, code: str) -> str:
+    """The NAME of ``<!-- readme-test: given: NAME -->`` right before the block holding ``code``, or ""."""
+    before = readme[:readme.index(f"\n{code}\n```")]
+    mark = GIVEN_MARK.search(before[-100:].rsplit("```", 1)[0])
+    return mark.group(1) if mark else ""
+
+
 def test_readme_opens_with_exactly_two_setup_commands_and_ci_runs_the_test_one():
     readme = _read("README.md")
     commands = _setup_commands(readme)[:2]
@@ -63,6 +83,8 @@ def test_every_block_is_run_or_skipped_for_a_stated_reason():
             assert language == "bash" and len(reason) > 20
     skipped = [code for _, code, reason in blocks if reason]
     assert len(skipped) <= 6  # cloud, cluster and 20-minute blocks only
+    readme = _read("README.md")
+    assert {_given(readme, code) for _, code, _ in blocks} <= {"", *GIVEN}
 
 
 def _checkout_copy(folder) -> str:
@@ -93,7 +115,7 @@ def _shards(folder):
 
 
 @pytest.mark.slow
-def test_every_readme_block_runs_as_written_after_the_setup_commands(tmp_path):
+def test_every_readme_block_runs_as_written_after_the_setup_commands(tmp_path, sample_images):
     checkout = _checkout_copy(tmp_path / "checkout")
     readme = _read("README.md")
     install_and_run, test_command = _setup_commands(readme)[:2]
@@ -111,6 +133,8 @@ def test_every_readme_block_runs_as_written_after_the_setup_commands(tmp_path):
     for language, code, reason in readme_blocks(readme):
         if language == "text" or reason or code in (install_and_run, test_command):
             continue
+        if _given(readme, code):
+            GIVEN[_given(readme, code)](checkout, sample_images)
         proc = _run(language, code, checkout)
         assert proc.returncode == 0, f"README block failed:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
         if "train_classifier.py" in code and "--mirrored" not in code:

@@ -6,7 +6,7 @@ import json
 import os
 
 import record_schema
-from tests.conftest import read_records
+from tests.conftest import read_records, write_imagenet_tree
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
 
@@ -55,26 +55,7 @@ def test_an_imagenet_shaped_tree_converts_with_every_label_right(tmp_path, sampl
     """train/<wnid>/*.JPEG, a flat val/ labelled by LOC_val_solution.csv, text from LOC_synset_mapping.txt,
     and ImageNet's odd files: a PNG named .JPEG, a CMYK JPEG, a grayscale JPEG."""
     src = tmp_path / "CLS-LOC"
-    wnids = {"n01440764": "tench, Tinca tinca", "n01443537": "goldfish, Carassius auratus",
-             "n02119789": "kit fox, Vulpes macrotis"}
-    kinds = ["jpeg_rgb", "png_rgb", "jpeg_cmyk", "jpeg_gray", "jpeg_progressive", "jpeg_exif_rotated"]
-    expected = {}
-    for index, wnid in enumerate(sorted(wnids)):
-        (src / "train" / wnid).mkdir(parents=True)
-        for i in range(2):
-            name = f"train/{wnid}/{wnid}_{i}.JPEG"
-            (src / name).write_bytes(sample_images[kinds[(2 * index + i) % len(kinds)]])
-            expected[name] = ("train", index)
-    (src / "val").mkdir()
-    truth = ["n02119789", "n01440764", "n01443537", "n02119789"]
-    lines = ["ImageId,PredictionString"]
-    for i, wnid in enumerate(truth, start=1):
-        name = f"ILSVRC2012_val_{i:08d}"
-        (src / "val" / f"{name}.JPEG").write_bytes(sample_images[kinds[i % len(kinds)]])
-        lines.append(f"{name},{wnid} 10 20 30 40")
-        expected[f"val/{name}.JPEG"] = ("validation", sorted(wnids).index(wnid))
-    (tmp_path / "LOC_val_solution.csv").write_text("\n".join(lines) + "\n")
-    (tmp_path / "LOC_synset_mapping.txt").write_text("".join(f"{w} {t}\n" for w, t in wnids.items()))
+    wnids, expected = write_imagenet_tree(src, tmp_path, sample_images)
     out = tmp_path / "imagenet-tfrecords"
     converter("--src", str(src), "--out", str(out), "--val-labels", str(tmp_path / "LOC_val_solution.csv"),
               "--synsets", str(tmp_path / "LOC_synset_mapping.txt"), "--shards", "2", *FAST, check=True)
