@@ -1,4 +1,4 @@
-"""Install with ``pip install .`` (``.[test]`` for the tests, ``.[bench]``, ``.[dask]``, ``.[heif]``).
+"""Install with ``pip install .`` (``.[test]`` for the tests, ``.[bench]``, ``.[dask]``, ``.[heif]``, ``.[aws]``).
 
 A ``setup.py`` (not only pyproject) because Beam ships a multi-module job to
 remote workers with ``--setup_file=./setup.py``.
@@ -10,6 +10,7 @@ BENCH = ["matplotlib>=3.9", "scikit-image>=0.24", "scikit-learn>=1.5", "tf-keras
          "psutil>=7.0"]
 DASK = ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"]
 HEIF = ["pillow-heif>=1.0"]  # HEIC/HEIF phone photos
+AWS = ["apache-beam[aws]>=2.77", "boto3>=1.34"]  # s3:// through Beam's S3 filesystem
 
 setup(
     name="imgshards",
@@ -33,7 +34,9 @@ setup(
         "bench": BENCH,
         "dask": DASK,
         "heif": HEIF,
-        # The tests also smoke-test the benchmark and run a real Dask cluster.
-        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6"] + BENCH + DASK + HEIF,
+        "aws": AWS,
+        # The tests also smoke-test the benchmark, run a real Dask cluster and a real S3 server (moto's).
+        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6", "moto[server]>=5.1"]
+        + BENCH + DASK + HEIF + AWS,
     },
 )

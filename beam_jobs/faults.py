@@ -27,6 +27,11 @@ POINTS = (
     "displaced",  # (fallback commit only) old dataset moved aside, new one not yet in place
     "committed",  # dataset published, lock still held
 )
+# Passed only when OUT is in an object store, where the commit moves files one by one.
+REMOTE_POINTS = (
+    "retracted",  # commit record written, old manifest deleted: readers see no dataset
+    "moving",  # the first new file moved into OUT, the rest still in staging
+)
 
 logger = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ import time
 from typing import Iterator, Mapping, Optional, Sequence
 
 import apache_beam as beam
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
 import record_schema
@@ -66,6 +67,9 @@ def run(
     """
     started = time.monotonic()
     choice = runners.choose_runner(pipeline_args)
+    # The launcher lists SRC and publishes OUT itself: object stores need the
+    # pipeline's flags (--s3_endpoint_url, credentials) before any path is touched.
+    FileSystems.set_options(choice.options)
     out = options.out
     with publish.output_lock(out):
         faults.point("locked")
@@ -86,7 +90,10 @@ def run(
             publish.commit(staging, out, manifest)
             faults.point("committed")
         except BaseException:
-            _remove_quietly(staging)
+            try:
+                publish.discard_staging(staging)
+            except (OSError, BeamIOError) as err:
+                logger.warning("could not remove %s: %s", staging, err)
             raise
     _remove_quietly(_rejected_report_path(out))
     return ConvertSummary.from_manifest(out, manifest, time.monotonic() - started)

@@ -12,7 +12,9 @@ rename; there the manifest is written last and is the commit marker (readers
 refuse a folder without one), as Beam's and TFDS's writers do.
 
 Leftovers of killed runs (staging folders, a displaced old dataset) are
-cleaned, or restored, by the next run while it holds the lock.
+cleaned, or restored, by the next run while it holds the lock. In an object
+store, a run killed while moving files has already written its commit record
+(the new manifest, inside staging); the next run finishes that publish.
 """
 
 from __future__ import annotations
@@ -141,6 +143,7 @@ def recover_and_clean(out: str) -> None:
     dead runs are deleted.
     """
     if not is_local(out):
+        _recover_remote(out)
         return
     target = _local(out)
     parent, name = os.path.split(target)
@@ -161,7 +164,7 @@ def check_out(out: str, overwrite: bool) -> None:
     OUT may be missing or empty; it may hold a dataset only with ``overwrite``;
     anything else in it is user data that is never replaced.
     """
-    if not FileSystems.exists(out):
+    if is_local(out) and not os.path.exists(_local(out)):
         return
     if is_local(out) and not os.path.isdir(_local(out)):
         raise PublishError(f"--out {out!r} is a file, not a folder")
@@ -189,13 +192,32 @@ def check_out(out: str, overwrite: bool) -> None:
 def _listing(folder: str) -> list[str]:
     if is_local(folder):
         return os.listdir(_local(folder))
+    # An object store has no folders: every object under the prefix, named by its first path component.
     base = folder.rstrip("/") + "/"
-    return sorted({m.path[len(base):].split("/")[0] for m in FileSystems.match([base + "*"])[0].metadata_list})
+    return sorted({m.path[len(base):].split("/")[0] for m in FileSystems.match([base + "**"])[0].metadata_list})
 
 
 def write_text(path: str, text: str) -> None:
+    if not text and FileSystems.get_scheme(path) == "s3":
+        _put_empty_s3_object(path)
+        return
     with FileSystems.create(path) as handle:
         handle.write(text.encode("utf-8"))
+
+
+def _put_empty_s3_object(path: str) -> None:
+    """An empty object (a run with no rejections has an empty ``rejected.jsonl``).
+
+    Beam's S3 writer always completes a multipart upload, and S3 refuses one
+    with no parts (MalformedXML), so an empty file is written with one
+    PutObject through the client Beam builds from the same --s3_* options.
+    """
+    from apache_beam.io.aws.clients.s3 import boto3_client
+    from apache_beam.io.aws.s3io import parse_s3_path
+
+    options = FileSystems.get_filesystem(path)._options  # the --s3_* flags the pipeline was given
+    bucket, key = parse_s3_path(path)
+    boto3_client.Client(options=options).client.put_object(Bucket=bucket, Key=key, Body=b"")
 
 
 def read_text(path: str) -> str:
@@ -205,7 +227,7 @@ def read_text(path: str) -> str:
 
 def commit(staging: str, out: str, manifest: dict) -> None:
     """Write the manifest into staging and make staging the dataset at OUT."""
-    FileSystems.delete([work_dir(staging)])
+    remove_folder(work_dir(staging))
     body = json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
     if is_local(out):
         write_text(os.path.join(staging, record_schema.MANIFEST_FILE), body)
@@ -244,18 +266,86 @@ def _exchange(first: str, second: str) -> bool:
     raise OSError(code, f"cannot swap {first!r} and {second!r}: {os.strerror(code)}")
 
 
+# Inside a remote staging folder: the manifest of a commit in progress. Once it
+# exists the dataset is decided, and a run that dies while moving files is
+# finished ("rolled forward") by the next run instead of being thrown away.
+COMMIT_RECORD = "_commit.json"
+
+
 def _publish_remote(staging: str, out: str, manifest_body: str) -> None:
-    """Object-store commit: retract the old manifest, move files, manifest last."""
-    out = out.rstrip("/")
-    names = _listing(out) if FileSystems.exists(out) else []
-    old = [FileSystems.join(out, name) for name in names if not name.startswith(".staging-")]
+    """Object-store commit: record the commit, retract the old manifest, move files, manifest last."""
+    write_text(FileSystems.join(staging, COMMIT_RECORD), manifest_body)
+    _roll_forward(staging, out.rstrip("/"), manifest_body)
+
+
+def _roll_forward(staging: str, out: str, manifest_body: str) -> None:
+    """Make OUT the dataset ``manifest_body`` describes, from files in ``staging``.
+
+    Safe to repeat after a crash at any step: files already moved are no
+    longer in staging, and what OUT holds beyond the new dataset is deleted.
+    Readers polling OUT see the old manifest, then none, then the new one.
+    """
+    keep = dataset_files(json.loads(manifest_body))
     manifest = FileSystems.join(out, record_schema.MANIFEST_FILE)
-    if manifest in old:
+    if FileSystems.exists(manifest):
         FileSystems.delete([manifest])  # from here on readers see "no dataset", never a mix
-        old.remove(manifest)
-    if old:
-        FileSystems.delete(old)
-    names = _listing(staging)
-    FileSystems.rename([FileSystems.join(staging, n) for n in names], [FileSystems.join(out, n) for n in names])
+    faults.point("retracted")
+    old = [FileSystems.join(out, name) for name in _listing(out)
+           if name not in keep and not name.startswith(".staging-") and name != record_schema.MANIFEST_FILE]
+    _delete(old)
+    names = [name for name in _listing(staging) if name != COMMIT_RECORD]
+    for index, name in enumerate(names):
+        FileSystems.rename([FileSystems.join(staging, name)], [FileSystems.join(out, name)])
+        if index == 0:
+            faults.point("moving")
     write_text(manifest, manifest_body)
-    FileSystems.delete([staging])
+    remove_folder(staging)
+
+
+def dataset_files(manifest: dict) -> set[str]:
+    """The file names a published dataset consists of, manifest included."""
+    shards = {shard["file"] for split in manifest["splits"].values() for shard in split["shards"]}
+    return shards | _DATASET_FILES
+
+
+def _recover_remote(out: str) -> None:
+    """Finish a commit a killed run left half done; delete staging folders of runs that died before one."""
+    out = out.rstrip("/")
+    for name in _listing(out):
+        if not name.startswith(".staging-"):
+            continue
+        staging = FileSystems.join(out, name)
+        record = FileSystems.join(staging, COMMIT_RECORD)
+        if FileSystems.exists(record):
+            logger.warning("finishing the publish of %s that an interrupted run started", out)
+            _roll_forward(staging, out, read_text(record))
+        else:
+            logger.info("removing %s left by an interrupted run", staging)
+            remove_folder(staging)
+
+
+def discard_staging(staging: str) -> None:
+    """Remove a failed run's staging folder, unless its commit had begun: the next run finishes that."""
+    if not is_local(staging) and FileSystems.exists(FileSystems.join(staging, COMMIT_RECORD)):
+        logger.warning("the publish into %s was interrupted; the next run on it finishes it",
+                       staging.rsplit("/", 1)[0])
+        return
+    remove_folder(staging)
+
+
+def remove_folder(path: str) -> None:
+    """Delete a folder and everything in it, on disk or in an object store (where it is a prefix)."""
+    if is_local(path):
+        shutil.rmtree(_local(path), ignore_errors=True)
+        return
+    if _listing(path):
+        FileSystems.delete([path.rstrip("/") + "/"])
+
+
+def _delete(paths: list[str]) -> None:
+    files = [path for path in paths if FileSystems.exists(path)]
+    folders = [path for path in paths if path not in files]
+    if files:
+        FileSystems.delete(files)
+    for folder in folders:
+        remove_folder(folder)

@@ -250,3 +250,14 @@ def read_records(path: str) -> list[dict]:
             row[key] = feature.bytes_list.value[0] if kind == "bytes" else feature.int64_list.value[0]
         rows.append(row)
     return rows
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on loopback for the whole session (see tests/s3_server.py)."""
+    from tests import s3_server as server
+
+    proc, s3 = server.start()
+    yield s3
+    proc.terminate()
+    proc.wait(timeout=30)

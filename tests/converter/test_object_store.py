@@ -1,0 +1,156 @@
+"""Conversions into and out of S3, through Beam's own S3 filesystem, against a real S3 server on loopback.
+
+moto's server mode answers the S3 HTTP API; the converter runs as a user runs
+it (a subprocess, the default local runner, ``--s3_*`` flags), and its output is
+compared byte for byte with a run on local disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import record_schema
+from beam_jobs import faults
+from tests.conftest import REPO, run_converter
+
+FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
+
+
+def _local_snapshot(folder) -> dict[str, bytes]:
+    return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
+
+
+def _comparable(files: dict[str, bytes]) -> dict[str, bytes]:
+    """Every file as is, except the manifest's record of where and when the run happened."""
+    files = dict(files)
+    manifest = json.loads(files.pop(record_schema.MANIFEST_FILE))
+    for key in ("created", "written_by"):
+        manifest.pop(key)
+    for key in ("src", "out", "overwrite"):
+        manifest["options"].pop(key)
+    files[record_schema.MANIFEST_FILE] = json.dumps(manifest, sort_keys=True).encode()
+    return files
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory, demo_src, sample_images):
+    """The demo shapes plus files that are re-encoded (PNG, CMYK) and rejected (truncated, empty)."""
+    folder = tmp_path_factory.mktemp("s3src") / "images"
+    shutil.copytree(demo_src, folder)
+    (folder / "circle" / "flat.png").write_bytes(sample_images["png_rgb"])
+    (folder / "square" / "cmyk.jpg").write_bytes(sample_images["jpeg_cmyk"])
+    (folder / "triangle" / "broken.jpg").write_bytes(sample_images["truncated_jpeg"])
+    (folder / "triangle" / "empty.jpg").write_bytes(b"")  # an empty object: S3 reads of it are a corner case
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def local_run(images, tmp_path_factory):
+    out = tmp_path_factory.mktemp("local") / "out"
+    run_converter("--src", images, "--out", str(out), "--shards", "3", "--val-fraction", "0.2", *FAST, check=True)
+    return _local_snapshot(out)
+
+
+@pytest.mark.slow
+def test_src_and_out_in_s3_alone_or_mixed_with_local_give_a_local_runs_bytes(images, local_run, s3_server, tmp_path):
+    bucket = s3_server.new_bucket()
+    src = s3_server.upload(images, bucket, "images")
+    common = ["--shards", "3", "--val-fraction", "0.2", *s3_server.flags]
+    assert b"broken.jpg" in local_run[record_schema.REJECTED_FILE] and b"empty.jpg" in local_run[record_schema.REJECTED_FILE]
+
+    # Both in S3, on the runner users get by default (worker processes reach S3 with the same flags).
+    proc = run_converter("--src", src, "--out", f"s3://{bucket}/both", "--no-progress", *common, check=True)
+    assert "no lock is taken" in proc.stderr  # object stores have no locks: the user is told
+    assert _comparable(s3_server.snapshot(bucket, "both")) == _comparable(local_run)
+
+    run_converter("--src", src, "--out", str(tmp_path / "from-s3"), *common, *FAST, check=True)
+    assert _comparable(_local_snapshot(tmp_path / "from-s3")) == _comparable(local_run)
+
+    run_converter("--src", images, "--out", f"s3://{bucket}/to-s3", *common, *FAST, check=True)
+    assert _comparable(s3_server.snapshot(bucket, "to-s3")) == _comparable(local_run)
+
+
+def _observe(s3_server, bucket: str, prefix: str):
+    """One consistent look at a dataset in S3, as a reader polling its manifest gets it.
+
+    Returns the manifest's bytes (None: no dataset), or "inconsistent" when the
+    manifest stayed the same while its shards did not match it (a mix). When the
+    manifest changed during the look, the look proves nothing and None is retried.
+    """
+    client = s3_server.client()
+    key = f"{prefix}/{record_schema.MANIFEST_FILE}"
+    try:
+        first = client.get_object(Bucket=bucket, Key=key)
+    except client.exceptions.NoSuchKey:
+        return None
+    body = first["Body"].read()
+    manifest = json.loads(body)
+    complete = True
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            try:
+                data = client.get_object(Bucket=bucket, Key=f"{prefix}/{shard['file']}")["Body"].read()
+            except client.exceptions.NoSuchKey:
+                complete = False
+                continue
+            complete &= hashlib.sha256(data).hexdigest() == shard["sha256"]
+    try:
+        again = client.head_object(Bucket=bucket, Key=key)
+    except client.exceptions.ClientError:
+        return "changed"
+    if again["ETag"] != first["ETag"]:
+        return "changed"
+    return body if complete else "inconsistent"
+
+
+@pytest.mark.slow
+def test_overwriting_in_s3_shows_a_polling_reader_old_then_nothing_then_new_never_a_mix(images, s3_server):
+    bucket = s3_server.new_bucket()
+    out = f"s3://{bucket}/data"
+    run_converter("--src", images, "--out", out, "--shards", "2", *s3_server.flags, *FAST, check=True)
+    old = s3_server.snapshot(bucket, "data")[record_schema.MANIFEST_FILE]
+    # A pause half-way through moving the new files, so the poller sees the publish in progress.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "converter", "--src", images, "--out", out, "--shards", "3", "--overwrite",
+         *s3_server.flags, *FAST],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, faults.ENV: "sleep:3@moving"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    while proc.poll() is None:
+        state = _observe(s3_server, bucket, "data")
+        if state != "changed" and (not seen or seen[-1] != state):
+            seen.append(state)
+    assert proc.returncode == 0, proc.stderr
+    seen.append(_observe(s3_server, bucket, "data"))
+    new = s3_server.snapshot(bucket, "data")[record_schema.MANIFEST_FILE]
+    assert "inconsistent" not in seen
+    states = [{old: "old", None: "none", new: "new"}[state] for state in seen]
+    assert states[0] == "old" and states[-1] == "new" and "none" in states
+    assert states == sorted(states, key=["old", "none", "new"].index)  # never back to an earlier state
+    assert not any(name.startswith(".staging-") for name in s3_server.snapshot(bucket, "data"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["retracted", "moving"])
+def test_a_run_killed_during_the_s3_publish_is_finished_by_the_next_run(images, local_run, s3_server, point):
+    bucket = s3_server.new_bucket()
+    out = f"s3://{bucket}/data"
+    command = ["--src", images, "--out", out, "--shards", "3", "--val-fraction", "0.2", "--overwrite",
+               *s3_server.flags, *FAST]
+    run_converter("--src", images, "--out", out, "--shards", "2", *s3_server.flags, *FAST, check=True)
+    killed = subprocess.run([sys.executable, "-m", "converter", *command], cwd=REPO, capture_output=True,
+                            env={**os.environ, "PYTHONPATH": REPO, faults.ENV: f"kill@{point}"}, timeout=300)
+    assert killed.returncode == -9
+    assert record_schema.MANIFEST_FILE not in s3_server.snapshot(bucket, "data")  # "no dataset", never a mix
+    proc = run_converter(*command, check=True)
+    assert "finishing the publish" in proc.stderr
+    files = s3_server.snapshot(bucket, "data")
+    assert not any(name.startswith(".staging-") for name in files)
+    assert _comparable(files) == _comparable(local_run)
