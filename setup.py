@@ -6,11 +6,11 @@ remote workers with ``--setup_file=./setup.py``.
 
 from setuptools import setup
 
+AWS = ["apache-beam[aws]>=2.77", "boto3>=1.34"]  # s3:// through Beam's S3 filesystem; the reader uses boto3
 BENCH = ["matplotlib>=3.9", "scikit-image>=0.24", "scikit-learn>=1.5", "tf-keras>=2.21", "scipy>=1.13",
-         "psutil>=7.0"]
+         "psutil>=7.0", "moto[server]>=5.1"] + AWS
 DASK = ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"]
 HEIF = ["pillow-heif>=1.0"]  # HEIC/HEIF phone photos
-AWS = ["apache-beam[aws]>=2.77", "boto3>=1.34"]  # s3:// through Beam's S3 filesystem
 
 setup(
     name="imgshards",
@@ -36,7 +36,7 @@ setup(
         "heif": HEIF,
         "aws": AWS,
         # The tests also smoke-test the benchmark, run a real Dask cluster and a real S3 server (moto's).
-        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6", "moto[server]>=5.1"]
-        + BENCH + DASK + HEIF + AWS,
+        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6"]
+        + BENCH + DASK + HEIF,
     },
 )

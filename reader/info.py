@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 
 import record_schema
+from reader import storage
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -106,13 +107,14 @@ def dataset_info(data_dir: str) -> DatasetInfo:
       ValueError: a manifest of an unknown format version or malformed.
     """
     path = os.path.join(data_dir, record_schema.MANIFEST_FILE)
-    if not tf.io.gfile.exists(path):
-        raise DatasetNotFoundError(_not_found_message(data_dir))
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        try:
-            manifest = json.loads(handle.read().decode("utf-8"))
-        except ValueError as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from err
+    try:
+        body = storage.read_bytes(path)
+    except (FileNotFoundError, tf.errors.NotFoundError):
+        raise DatasetNotFoundError(_not_found_message(data_dir)) from None
+    try:
+        manifest = json.loads(body.decode("utf-8"))
+    except ValueError as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from err
     version = manifest.get("format_version")
     if version != record_schema.FORMAT_VERSION:
         raise ValueError(
@@ -128,11 +130,11 @@ def dataset_info(data_dir: str) -> DatasetInfo:
 def _not_found_message(data_dir: str) -> str:
     """Why ``data_dir`` is not a dataset, and the command that makes one."""
     base = f"{data_dir} has no {record_schema.MANIFEST_FILE}, so it is not a complete converted dataset"
-    if not tf.io.gfile.isdir(data_dir):
+    if not storage.isdir(data_dir):
         return (f"{data_dir} does not exist. Convert a folder of images into it with: "
                 f"python -m converter --src IMAGE_FOLDER --out {data_dir}")
-    entries = tf.io.gfile.listdir(data_dir)
-    if any(record_schema.parse_shard_filename(name.rstrip("/")) for name in entries):
+    entries = storage.listdir(data_dir)
+    if any(record_schema.parse_shard_filename(name) for name in entries):
         return base + " (its shards are there: a conversion into it did not finish, or it was written by " \
             "another tool; for shards without a manifest pass info=reader.foreign_dataset_info(...))"
     if entries:

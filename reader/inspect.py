@@ -13,6 +13,7 @@ import tensorflow as tf
 from PIL import Image, ImageDraw
 
 import record_schema
+from reader import storage
 from reader.info import DatasetInfo, dataset_info
 from reader.verify import iter_records
 
@@ -53,10 +54,9 @@ def summarize(data_dir: str) -> str:
 
 def _rejections(data_dir: str) -> list[str]:
     path = os.path.join(data_dir, record_schema.REJECTED_FILE)
-    if not tf.io.gfile.exists(path):
+    if not storage.exists(path):
         return ["rejected: no report"]
-    with tf.io.gfile.GFile(path, "r") as handle:
-        entries = [json.loads(line) for line in handle if line.strip()]
+    entries = [json.loads(line) for line in storage.read_bytes(path).decode("utf-8").splitlines() if line.strip()]
     if not entries:
         return ["rejected: none"]
     by_reason = collections.defaultdict(list)

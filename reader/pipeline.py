@@ -28,7 +28,7 @@ from typing import Optional, Sequence, Union
 
 import tensorflow as tf
 
-from reader import preprocess
+from reader import preprocess, storage
 from reader.info import DatasetInfo, SplitInfo, available_memory_bytes, dataset_info
 from reader.options import Augmentation, FeatureKeys, check_output, image_hw
 from reader.records import AUTOTUNE, LabelRange, file_order, interleave_records, parse_record
@@ -129,6 +129,7 @@ def build_dataset(
                      service, input_context)
     _check_seed(seed)
     _check_shards_present(split_info, skip_corrupt)
+    s3 = any(storage.is_s3(path) for path in split_info.files)
     label_range = None if info.converted and label_offset == 0 and keys == FeatureKeys() else (
         LabelRange(keys.label, label_offset, info.num_classes))
 
@@ -162,7 +163,7 @@ def build_dataset(
             num_shards=pipelines if by_file else 1, shard_index=pipeline_id if by_file else 0,
         )
         records = interleave_records(order, cycle_length, block_length, deterministic=ordered or deterministic,
-                                     skip_corrupt=skip_corrupt, labels=label_range)
+                                     skip_corrupt=skip_corrupt, labels=label_range, s3=s3)
         return records if by_file or pipelines == 1 else records.shard(pipelines, pipeline_id)
 
     if training:
@@ -347,7 +348,7 @@ def _check_shards_present(split_info: SplitInfo, skip_corrupt: bool) -> None:
         by_folder.setdefault(os.path.dirname(path), []).append(path)
     for folder, paths in by_folder.items():
         try:
-            present = {name.rstrip("/") for name in tf.io.gfile.listdir(folder or ".")}
+            present = set(storage.listdir(folder))
         except tf.errors.NotFoundError:
             present = set()
         missing += [path for path in paths if os.path.basename(path) not in present]

@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
+from reader import storage
+
 from reader.options import FeatureKeys
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -73,12 +75,13 @@ class LabelRange:
 
 
 def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = False,
-               labels: Optional[LabelRange] = None) -> tf.data.Dataset:
+               labels: Optional[LabelRange] = None, s3: bool = False) -> tf.data.Dataset:
     """Serialized records of one shard, checked against its expected record count.
 
     ``num_records`` < 0 skips the check (files not listed in a manifest).
     ``labels`` also checks every record's label (see :class:`LabelRange`);
-    with ``skip_corrupt`` such records are dropped with a warning.
+    with ``skip_corrupt`` such records are dropped with a warning. ``s3``:
+    the shards are ``s3://`` objects, streamed by :mod:`reader.storage`.
 
     The check costs next to nothing: records are counted in batches of
     :data:`CHECK_BATCH` (a function call per record would cost more than
@@ -88,11 +91,14 @@ def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = Fal
     # A corrupt record ends the shard here; the count check below reports it with the file's name.
     # ignore_errors must only ever see record errors: a file that cannot be opened makes
     # TFRecordDataset fail on every call, which ignore_errors would retry forever (a hang).
-    records = tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES).ignore_errors()
-    # Opening the file first, outside ignore_errors, makes an unreadable file fail at once with
-    # TensorFlow's error, which names it; the probe's byte itself is dropped.
-    probe = tf.data.FixedLengthRecordDataset(path, 1).take(1).filter(lambda _: False)
-    batches = probe.concatenate(records).batch(CHECK_BATCH)
+    if s3:
+        batches = storage.s3_records(path, skip_corrupt).batch(CHECK_BATCH)  # names a missing object itself
+    else:
+        records = tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES).ignore_errors()
+        # Opening the file first, outside ignore_errors, makes an unreadable file fail at once with
+        # TensorFlow's error, which names it; the probe's byte itself is dropped.
+        probe = tf.data.FixedLengthRecordDataset(path, 1).take(1).filter(lambda _: False)
+        batches = probe.concatenate(records).batch(CHECK_BATCH)
     end = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
 
     def step(count: tf.Tensor, batch: tf.Tensor) -> tuple:
@@ -120,7 +126,7 @@ def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = Fal
                                      lambda: _check_labels(batch, path, count, labels, skip_corrupt))
 
     checked = batches.concatenate(end).scan(tf.constant(0, tf.int64), step).unbatch()
-    return _if_present(path, checked, skip_corrupt)
+    return checked if s3 else _if_present(path, checked, skip_corrupt)
 
 
 def _check_labels(batch: tf.Tensor, path: tf.Tensor, first: tf.Tensor, labels: LabelRange,
@@ -172,6 +178,7 @@ def interleave_records(
     deterministic: Optional[bool] = None,
     skip_corrupt: bool = False,
     labels: Optional[LabelRange] = None,
+    s3: bool = False,
 ) -> tf.data.Dataset:
     """Parallel interleave of the shards in ``files`` (``(path, num_records)`` elements).
 
@@ -180,7 +187,7 @@ def interleave_records(
     ``deterministic=False`` lets a slow shard be overtaken.
     """
     return files.interleave(
-        lambda path, count: read_shard(path, count, skip_corrupt, labels),
+        lambda path, count: read_shard(path, count, skip_corrupt, labels, s3),
         cycle_length=cycle_length if cycle_length is not None else AUTOTUNE,
         block_length=block_length,
         num_parallel_calls=AUTOTUNE,

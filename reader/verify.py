@@ -21,6 +21,7 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 import record_schema
+from reader import storage
 from reader.info import DatasetInfo, dataset_info
 
 
@@ -75,7 +76,7 @@ def iter_records(path: str) -> Iterator[bytes]:
     Raises:
       RecordError: at the first damaged frame; ``args[1]`` is its index.
     """
-    with tf.io.gfile.GFile(path, "rb") as handle:
+    with storage.open_read(path) as handle:
         index = 0
         while True:
             header = handle.read(12)
@@ -108,7 +109,7 @@ def verify(data_dir: str, sample: Optional[int] = None) -> Report:
     _check_listing(info, report)
     for split in info.splits.values():
         for shard in split.shards:
-            if tf.io.gfile.exists(shard.path):
+            if storage.exists(shard.path):
                 _check_shard(info, shard, sample, report)
     return report
 
@@ -117,9 +118,9 @@ def _check_listing(info: DatasetInfo, report: Report) -> None:
     listed = {os.path.basename(s.path) for split in info.splits.values() for s in split.shards}
     for split in info.splits.values():
         for shard in split.shards:
-            if not tf.io.gfile.exists(shard.path):
+            if not storage.exists(shard.path):
                 report.problems.append(Problem(os.path.basename(shard.path), None, "listed in the manifest but missing"))
-    for name in sorted(tf.io.gfile.listdir(info.data_dir)):
+    for name in storage.listdir(info.data_dir):
         parsed = record_schema.parse_shard_filename(name)
         if parsed is not None and name not in listed:
             report.problems.append(Problem(name, None, "shard file not listed in the manifest (stale or foreign)"))
@@ -140,7 +141,7 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
                 report.problems.append(Problem(name, index, problem))
     except RecordError as err:
         report.problems.append(Problem(name, err.args[1], f"{err.args[0]}; the rest of the shard is unreadable"))
-    size = tf.io.gfile.stat(shard.path).length
+    size = storage.size(shard.path)
     if count != shard.num_examples:
         report.problems.append(Problem(name, None, f"{count} records, the manifest says {shard.num_examples}"))
     if size != shard.num_bytes:
@@ -151,7 +152,7 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
 
 def _file_sha256(path: str) -> str:
     digest = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as handle:
+    with storage.open_read(path) as handle:
         while chunk := handle.read(8 << 20):
             digest.update(chunk)
     return digest.hexdigest()

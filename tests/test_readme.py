@@ -16,20 +16,31 @@ import re
 import shutil
 import subprocess
 import sys
+from typing import Optional
 
 import pytest
 
 from tests.conftest import REPO, write_imagenet_tree
 
 
-def _imagenet(cwd: str, images: dict[str, bytes]) -> None:
+def _imagenet(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
     """The Kaggle ImageNet release's layout: ILSVRC/Data/CLS-LOC/{train,val} and LOC_*.{csv,txt} beside it."""
     root = os.path.join(cwd, "ILSVRC", "Data", "CLS-LOC")
     if not os.path.isdir(root):
         write_imagenet_tree(root, cwd, images)
+    return {}
 
 
-GIVEN = {"imagenet": _imagenet}
+def _s3(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
+    """An S3 endpoint with a bucket ``my-bucket``, configured the usual way: AWS environment variables."""
+    client = s3_server.client()
+    if "my-bucket" not in [bucket["Name"] for bucket in client.list_buckets()["Buckets"]]:
+        client.create_bucket(Bucket="my-bucket")
+    return s3_server.env
+
+
+# What a block marked ``<!-- readme-test: given: NAME -->`` needs: NAME -> (cwd, images, s3) -> environment.
+GIVEN = {"imagenet": _imagenet, "s3": _s3}
 
 SKIP = re.compile(r"<!-- readme-test: skip: (.+?) -->\n$")
 GIVEN_MARK = re.compile(r"<!-- readme-test: given: (\S+) -->\n$")
@@ -82,7 +93,7 @@ def test_every_block_is_run_or_skipped_for_a_stated_reason():
         if reason:
             assert language == "bash" and len(reason) > 20
     skipped = [code for _, code, reason in blocks if reason]
-    assert len(skipped) <= 6  # cloud, cluster and 20-minute blocks only
+    assert len(skipped) <= 6  # cloud, cluster and hour-long blocks only
     readme = _read("README.md")
     assert {_given(readme, code) for _, code, _ in blocks} <= {"", *GIVEN}
 
@@ -97,8 +108,8 @@ def _checkout_copy(folder) -> str:
     return str(folder)
 
 
-def _run(language: str, code: str, cwd: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+def _run(language: str, code: str, cwd: str, extra_env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(extra_env or {})}
     env.pop("PYTHONPATH", None)  # what the user has: the installed package, run from the checkout
     if language == "bash":
         argv = ["bash", "-euo", "pipefail", "-c", code]
@@ -115,7 +126,7 @@ def _shards(folder):
 
 
 @pytest.mark.slow
-def test_every_readme_block_runs_as_written_after_the_setup_commands(tmp_path, sample_images):
+def test_every_readme_block_runs_as_written_after_the_setup_commands(tmp_path, sample_images, s3_server):
     checkout = _checkout_copy(tmp_path / "checkout")
     readme = _read("README.md")
     install_and_run, test_command = _setup_commands(readme)[:2]
@@ -133,9 +144,8 @@ def test_every_readme_block_runs_as_written_after_the_setup_commands(tmp_path, s
     for language, code, reason in readme_blocks(readme):
         if language == "text" or reason or code in (install_and_run, test_command):
             continue
-        if _given(readme, code):
-            GIVEN[_given(readme, code)](checkout, sample_images)
-        proc = _run(language, code, checkout)
+        extra_env = GIVEN[_given(readme, code)](checkout, sample_images, s3_server) if _given(readme, code) else {}
+        proc = _run(language, code, checkout, extra_env)
         assert proc.returncode == 0, f"README block failed:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
         if "train_classifier.py" in code and "--mirrored" not in code:
             accuracy = float(re.findall(r'"val_accuracy": ([0-9.]+)', proc.stdout)[-1])

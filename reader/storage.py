@@ -1,0 +1,174 @@
+"""Where the reader gets bytes: TensorFlow's file systems, and S3, which TensorFlow no longer reads.
+
+TensorFlow reads local paths and ``gs://`` itself. Its ``s3://`` file system
+moved to tensorflow-io, whose plugin stops at older TensorFlow releases, so
+``s3://`` datasets are read here with boto3 (the ``.[aws]`` extra): the
+manifest and listings directly, and shards as a stream of records that feeds
+the same tf.data pipeline (:func:`s3_records`). boto3 finds the endpoint and
+credentials the usual way: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID`` and the
+rest of the environment, ``~/.aws``, or an instance role.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import struct
+import sys
+import threading
+from typing import BinaryIO, Iterator
+
+import tensorflow as tf
+
+S3 = "s3://"
+_STREAM_CHUNK = 1 << 20  # bytes per read from an S3 response body
+_THREAD = threading.local()
+_LOCK = threading.Lock()
+
+
+def is_s3(path: str) -> bool:
+    return path.startswith(S3)
+
+
+def exists(path: str) -> bool:
+    if not is_s3(path):
+        return tf.io.gfile.exists(path)
+    client, (bucket, key) = _client(), _split(path)
+    try:
+        client.head_object(Bucket=bucket, Key=key)
+        return True
+    except client.exceptions.ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise
+
+
+def read_bytes(path: str) -> bytes:
+    """The whole file (raises FileNotFoundError naming it when missing)."""
+    if not is_s3(path):
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            return handle.read()
+    client, (bucket, key) = _client(), _split(path)
+    try:
+        return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except client.exceptions.NoSuchKey:
+        raise FileNotFoundError(f"{path} does not exist") from None
+
+
+@contextlib.contextmanager
+def open_read(path: str) -> Iterator[BinaryIO]:
+    """A file object to ``read(n)`` from, front to back (for S3, the object's response stream)."""
+    if not is_s3(path):
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            yield handle
+        return
+    client, (bucket, key) = _client(), _split(path)
+    try:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    except client.exceptions.NoSuchKey:
+        raise FileNotFoundError(f"{path} does not exist") from None
+    try:
+        yield body
+    finally:
+        body.close()
+
+
+def size(path: str) -> int:
+    if not is_s3(path):
+        return tf.io.gfile.stat(path).length
+    bucket, key = _split(path)
+    return _client().head_object(Bucket=bucket, Key=key)["ContentLength"]
+
+
+def listdir(folder: str) -> list[str]:
+    """Names directly in ``folder`` (for S3: the first path component of every key under the prefix)."""
+    if not is_s3(folder):
+        return [name.rstrip("/") for name in tf.io.gfile.listdir(folder or ".")]
+    bucket, prefix = _split(folder.rstrip("/") + "/")
+    names = set()
+    for page in _client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        names.update(item["Key"][len(prefix):].split("/")[0] for item in page.get("Contents", []))
+    return sorted(names)
+
+
+def isdir(path: str) -> bool:
+    return bool(listdir(path)) if is_s3(path) else tf.io.gfile.isdir(path)
+
+
+def s3_records(path: tf.Tensor, skip_missing: bool = False) -> tf.data.Dataset:
+    """The serialized records of one ``s3://`` shard, streamed as TFRecordDataset reads a local one.
+
+    A record whose length or data fails its CRC ends the stream, as a corrupt
+    record does under ``ignore_errors`` locally, so the caller's record count
+    check names the shard. A missing object is an error naming it (with
+    ``skip_missing``, a warning and no records).
+    """
+    return tf.data.Dataset.from_generator(
+        _stream, args=(path, skip_missing), output_signature=tf.TensorSpec([], tf.string))
+
+
+def _stream(path: bytes, skip_missing: bool) -> Iterator[bytes]:
+    url = path.decode("utf-8")
+    client, (bucket, key) = _client(), _split(url)
+    try:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    except client.exceptions.NoSuchKey:
+        message = f"shard {url} is listed in the manifest but does not exist"
+        if skip_missing:
+            print(f"WARNING: skipping {message} (all its records)", file=sys.stderr)
+            return
+        raise FileNotFoundError(message) from None
+    buffer, start = b"", 0
+    chunks = body.iter_chunks(_STREAM_CHUNK)
+    while True:
+        while len(buffer) - start < 12:
+            chunk = next(chunks, b"")
+            if not chunk:
+                return  # the end, or a truncated header: the count check reports a short shard
+            buffer, start = buffer[start:] + chunk, 0
+        header = buffer[start:start + 8]
+        if _masked_crc(header) != struct.unpack("<I", buffer[start + 8:start + 12])[0]:
+            return
+        length = struct.unpack("<Q", header)[0]
+        end = start + 12 + length + 4
+        while len(buffer) < end:
+            chunk = next(chunks, b"")
+            if not chunk:
+                return
+            buffer, end, start = buffer[start:] + chunk, end - start, 0
+        data = buffer[start + 12:end - 4]
+        if _masked_crc(data) != struct.unpack("<I", buffer[end - 4:end])[0]:
+            return
+        yield data
+        start = end
+
+
+def _masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC-32C."""
+    import google_crc32c
+
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _split(url: str) -> tuple[str, str]:
+    bucket, _, key = url[len(S3):].partition("/")
+    return bucket, key
+
+
+def _client():
+    """One boto3 client per thread, made under a lock (a boto3 session is not thread-safe)."""
+    client = getattr(_THREAD, "client", None)
+    if client is None:
+        with _LOCK:
+            client = _THREAD.client = _session().client("s3")
+    return client
+
+
+@functools.lru_cache(maxsize=1)
+def _session():
+    try:
+        import boto3
+    except ImportError:
+        raise ImportError("reading s3:// needs boto3: pip install 'imgshards[aws]' (or pip install boto3)") from None
+    return boto3.session.Session()
