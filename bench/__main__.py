@@ -1,6 +1,6 @@
 """``python -m bench``: make the photo dataset, convert it, measure, and write bench/results/.
 
-    python -m bench                      # defaults: 12000 + 1000 images, 5 rounds (about 30 minutes on 2 cores)
+    python -m bench                      # defaults: 12000 + 1000 images, 5 rounds (about an hour on 2 cores)
     python -m bench --images 1200 --rounds 1 --out /tmp/bench   # quicker, noisier
 
 Converter comparisons (each against the plain loop, side by side): JPEG

@@ -76,9 +76,9 @@ def main(argv=None) -> int:
 
         def records(data_dir):
             def make():
+                split = reader.dataset_info(data_dir).split("train")
                 files = tf.data.Dataset.from_tensor_slices(
-                    (reader.dataset_info(data_dir).split("train").files,
-                     [s.num_examples for s in reader.dataset_info(data_dir).split("train").shards]))
+                    (list(split.files), tf.constant([s.num_examples for s in split.shards], tf.int64)))
                 stream = reader.interleave_records(files, s3=data_dir.startswith("s3://"))
                 return reader.parse_records(stream, batch=BATCH).batch(BATCH).repeat()
             return make
