@@ -80,6 +80,14 @@ def shard_filename(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
 
 
+# DALI's index of a shard (what its tfrecord2idx writes): "offset size" of every record, one per line.
+DALI_INDEX_SUFFIX = ".idx"
+
+
+def dali_index_filename(shard: str) -> str:
+    return shard + DALI_INDEX_SUFFIX
+
+
 def parse_shard_filename(name: str) -> tuple[str, int, int] | None:
     """Inverse of :func:`shard_filename`: ``(split, index, count)`` or None."""
     match = _SHARD_RE.match(name)

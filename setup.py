@@ -11,6 +11,8 @@ BENCH = ["matplotlib>=3.9", "scikit-image>=0.24", "scikit-learn>=1.5", "tf-keras
          "psutil>=7.0", "moto[server]>=5.1"] + AWS
 DASK = ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"]
 HEIF = ["pillow-heif>=1.0"]  # HEIC/HEIF phone photos
+# NVIDIA DALI (Linux x86-64 wheels only); the tests run its CPU pipeline on our --dali-index files.
+DALI = ["nvidia-dali-cuda120>=2.0; platform_system == 'Linux' and platform_machine == 'x86_64'"]
 
 setup(
     name="imgshards",
@@ -35,8 +37,9 @@ setup(
         "dask": DASK,
         "heif": HEIF,
         "aws": AWS,
+        "dali": DALI,
         # The tests also smoke-test the benchmark, run a real Dask cluster and a real S3 server (moto's).
         "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6"]
-        + BENCH + DASK + HEIF,
+        + BENCH + DASK + HEIF + DALI,
     },
 )

@@ -103,7 +103,8 @@ def build_manifest(
             "num_grayscale": sum(s.grayscale for s in shards),
             "num_small": sum(s.small for s in shards),
             "shards": [
-                {"file": s.file, "num_examples": s.num_examples, "num_bytes": s.num_bytes, "sha256": s.sha256}
+                {"file": s.file, "num_examples": s.num_examples, "num_bytes": s.num_bytes, "sha256": s.sha256,
+                 **({"dali_index": s.dali_index} if s.dali_index else {})}
                 for s in shards
             ],
         }

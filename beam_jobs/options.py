@@ -127,6 +127,8 @@ class ConvertOptions:
         (ImageNet's ``LOC_val_solution.csv`` or one class per line).
       synsets: ``ID text`` per line: each class's text in the records (ImageNet's
         ``LOC_synset_mapping.txt``).
+      dali_index: also write each shard's DALI index (``<shard>.idx``), which
+        DALI's TFRecord reader needs, so users skip a pass over every byte.
     """
 
     src: str
@@ -141,6 +143,7 @@ class ConvertOptions:
     annotations: Optional[str] = None
     val_labels: Optional[str] = None
     synsets: Optional[str] = None
+    dali_index: bool = False
 
     def __post_init__(self) -> None:
         if not self.src:

@@ -171,7 +171,8 @@ def check_out(out: str, overwrite: bool) -> None:
     names = [name for name in _listing(out) if not name.startswith(".staging-")]
     if not names:
         return
-    foreign = sorted(n for n in names if n not in _DATASET_FILES and record_schema.parse_shard_filename(n) is None)
+    foreign = sorted(n for n in names if n not in _DATASET_FILES and record_schema.parse_shard_filename(
+        n.removesuffix(record_schema.DALI_INDEX_SUFFIX)) is None)
     if foreign and record_schema.MANIFEST_FILE in names:
         raise PublishError(
             f"--out {out!r} holds a dataset and also {len(foreign)} files that are not part of it "
@@ -305,7 +306,9 @@ def _roll_forward(staging: str, out: str, manifest_body: str) -> None:
 def dataset_files(manifest: dict) -> set[str]:
     """The file names a published dataset consists of, manifest included."""
     shards = {shard["file"] for split in manifest["splits"].values() for shard in split["shards"]}
-    return shards | _DATASET_FILES
+    indexes = {shard["dali_index"] for split in manifest["splits"].values() for shard in split["shards"]
+               if shard.get("dali_index")}
+    return shards | indexes | _DATASET_FILES
 
 
 def _recover_remote(out: str) -> None:

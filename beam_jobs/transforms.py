@@ -147,8 +147,10 @@ def find_duplicates(chunks: Iterable[list[tuple]]) -> list[list[tuple]]:
 class WriteShardFn(beam.DoFn):
     """``((split, shard, n), AcceptedBatch)`` -> ShardResult JSON; writes the shard file."""
 
-    def __init__(self, src: str, staging: str, classes: Sequence[str], encode: EncodeOptions) -> None:
+    def __init__(self, src: str, staging: str, classes: Sequence[str], encode: EncodeOptions,
+                 dali_index: bool = False) -> None:
         self._src, self._staging, self._classes, self._encode = src, staging, tuple(classes), encode
+        self._dali_index = dali_index
 
     def setup(self) -> None:
         self._written = Metrics.counter(NAMESPACE, "images_written")
@@ -163,7 +165,7 @@ class WriteShardFn(beam.DoFn):
         (split, index, num_shards), batch = element
         result = write_shard(
             self._src, self._staging, split, index, num_shards, batch.items, self._classes, self._encode,
-            on_record=self._progress.add, work=publish.work_dir(self._staging),
+            on_record=self._progress.add, work=publish.work_dir(self._staging), dali_index=self._dali_index,
         )
         publish.write_text(FileSystems.join(publish.work_dir(self._staging), f"{result.file}.json"), result.to_json())
         faults.point("shard-written")
@@ -220,7 +222,8 @@ class ConvertImages(beam.PTransform):
             | "AssignShards" >> beam.FlatMap(assign_split, self._planned, opts.seed)
             # One element per shard; spread them so shards are written in parallel.
             | "SpreadShards" >> beam.Reshuffle()
-            | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, self._staging, self._classes, opts.encode))
+            | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, self._staging, self._classes, opts.encode,
+                                                           opts.dali_index))
         )
         # One terminal step that depends on every branch: Beam's DaskRunner computes only the
         # graph behind the last transform, so side branches would silently not run there.

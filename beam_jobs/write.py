@@ -18,6 +18,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 import record_schema
+from beam_jobs import publish
 from beam_jobs.discover import display_path
 from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.options import EncodeOptions
@@ -45,6 +46,7 @@ class ShardResult:
     max_side: int = 0  # the longest side of any stored image (readers skip reduced-scale decoding below 2x their size)
     grayscale: int = 0  # records whose JPEG has one channel (image/channels = 1)
     small: int = 0  # records whose shorter side is under record_schema.SMALL_SIDE
+    dali_index: str = ""  # the shard's DALI index file, when asked for
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -115,17 +117,21 @@ def write_shard(
     options: EncodeOptions,
     on_record: Optional[Callable[[], None]] = None,
     work: str = "",
+    dali_index: bool = False,
 ) -> ShardResult:
     """Write ``items`` (in order) as shard ``index`` of ``split`` into ``folder``.
 
     ``on_record`` is called after each record (progress reporting); ``work``
-    holds the spill files of re-encoded images.
+    holds the spill files of re-encoded images. ``dali_index`` also writes
+    ``<shard>.idx``: each record's offset and framed size, as DALI's
+    ``tfrecord2idx`` would by reading the shard again.
     """
     name = record_schema.shard_filename(split, index, num_shards)
     digest = hashlib.sha256()
     labels: collections.Counter[int] = collections.Counter()
     reencoded: collections.Counter[str] = collections.Counter()
     num_bytes = max_side = grayscale = small = 0
+    index_lines = []
     with FileSystems.create(FileSystems.join(folder, name), compression_type=CompressionTypes.UNCOMPRESSED) as out:
         for item in items:
             encoded = encode_accepted(src, item, options, work)
@@ -137,6 +143,7 @@ def write_shard(
             for part in (header, example, footer):
                 out.write(part)
                 digest.update(part)
+            index_lines.append(f"{num_bytes} {len(header) + len(example) + len(footer)}\n")
             num_bytes += len(header) + len(example) + len(footer)
             labels[label] += 1
             max_side = max(max_side, encoded.height, encoded.width)
@@ -146,6 +153,10 @@ def write_shard(
                 reencoded[encoded.reencoded_because] += 1
             if on_record is not None:
                 on_record()
+    index_file = ""
+    if dali_index:
+        index_file = record_schema.dali_index_filename(name)
+        publish.write_text(FileSystems.join(folder, index_file), "".join(index_lines))
     return ShardResult(
         split=split,
         index=index,
@@ -159,4 +170,5 @@ def write_shard(
         max_side=max_side,
         grayscale=grayscale,
         small=small,
+        dali_index=index_file,
     )

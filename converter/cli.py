@@ -80,6 +80,8 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--max-bad-fraction", type=float, default=opts.DEFAULT_MAX_BAD_FRACTION,
         help="fail and publish nothing when more than this fraction of the images is rejected "
         "(default: %(default)s)")
+    add("--dali-index", action="store_true",
+        help="also write each shard's NVIDIA DALI index (<shard>.idx, as DALI's tfrecord2idx makes it)")
     add("--overwrite", action="store_true",
         help="replace a dataset already in --out, once the new one is complete (default: refuse)")
     add("--no-progress", dest="progress", action="store_false", help="no progress bars")
@@ -130,6 +132,7 @@ def convert(argv: Sequence[str]) -> int:
             annotations=args.annotations,
             val_labels=args.val_labels,
             synsets=args.synsets,
+            dali_index=args.dali_index,
         )
     except ValueError as err:
         parser.error(str(err))

@@ -130,9 +130,11 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
     name = os.path.basename(shard.path)
     report.shards_checked += 1
     count = 0
+    frames = []  # (offset, size) of every record: what a DALI index must say
     try:
         for index, data in enumerate(iter_records(shard.path)):
             count += 1
+            frames.append((frames[-1][0] + frames[-1][1] if frames else 0, 12 + len(data) + 4))
             decode = sample is None or index < sample
             problem = check_record(data, info.num_classes, decode)
             report.records_checked += 1
@@ -148,6 +150,26 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
         report.problems.append(Problem(name, None, f"{size} bytes, the manifest says {shard.num_bytes}"))
     if shard.sha256 and _file_sha256(shard.path) != shard.sha256:
         report.problems.append(Problem(name, None, "SHA-256 differs from the manifest"))
+    _check_dali_index(info, shard.path, frames, report)
+
+
+def _check_dali_index(info: DatasetInfo, shard_path: str, frames: list, report: Report) -> None:
+    """The shard's DALI index, if the manifest lists one, gives every record's offset and size."""
+    name = os.path.basename(shard_path)
+    entries = [s for split in info.manifest.get("splits", {}).values() for s in split.get("shards", [])
+               if s.get("file") == name and s.get("dali_index")]
+    if not entries:
+        return
+    index_name = entries[0]["dali_index"]
+    index_path = os.path.join(os.path.dirname(shard_path), index_name)
+    try:
+        text = storage.read_bytes(index_path).decode("ascii", errors="replace")
+    except (FileNotFoundError, tf.errors.NotFoundError):
+        report.problems.append(Problem(index_name, None, "DALI index listed in the manifest but missing"))
+        return
+    expected = "".join(f"{offset} {size}\n" for offset, size in frames)
+    if text != expected:
+        report.problems.append(Problem(index_name, None, f"DALI index does not match {name}'s records"))
 
 
 def _file_sha256(path: str) -> str:
