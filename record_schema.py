@@ -80,6 +80,10 @@ def shard_filename(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
 
 
+# What ``python -m converter tfds-metadata`` adds (reader/tfds_metadata.py): TFDS's own files.
+TFDS_NAME: Final = "imgshards"
+TFDS_METADATA_FILES: Final = ("dataset_info.json", "features.json", "image-class-label.labels.txt")
+
 # DALI's index of a shard (what its tfrecord2idx writes): "offset size" of every record, one per line.
 DALI_INDEX_SUFFIX = ".idx"
 

@@ -1,4 +1,5 @@
-"""Install with ``pip install .`` (``.[test]`` for the tests, ``.[bench]``, ``.[dask]``, ``.[heif]``, ``.[aws]``).
+"""Install with ``pip install .`` (``.[test]`` for the tests, ``.[bench]``, ``.[dask]``, ``.[heif]``, ``.[aws]``,
+``.[gcp]``, ``.[dali]``, ``.[tfds]``).
 
 A ``setup.py`` (not only pyproject) because Beam ships a multi-module job to
 remote workers with ``--setup_file=./setup.py``.
@@ -9,8 +10,10 @@ from setuptools import setup
 AWS = ["apache-beam[aws]>=2.77", "boto3>=1.34"]  # s3:// through Beam's S3 filesystem; the reader uses boto3
 BENCH = ["matplotlib>=3.9", "scikit-image>=0.24", "scikit-learn>=1.5", "tf-keras>=2.21", "scipy>=1.13",
          "psutil>=7.0", "moto[server]>=5.1"] + AWS
+GCP = ["apache-beam[gcp]>=2.77"]  # gs:// through Beam's GCS filesystem (the reader uses TensorFlow's own)
 DASK = ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"]
 HEIF = ["pillow-heif>=1.0"]  # HEIC/HEIF phone photos
+TFDS = ["tensorflow-datasets>=4.9.10"]  # python -m converter tfds-metadata
 # NVIDIA DALI (Linux x86-64 wheels only); the tests run its CPU pipeline on our --dali-index files.
 DALI = ["nvidia-dali-cuda120>=2.0; platform_system == 'Linux' and platform_machine == 'x86_64'"]
 
@@ -37,9 +40,12 @@ setup(
         "dask": DASK,
         "heif": HEIF,
         "aws": AWS,
+        "gcp": GCP,
         "dali": DALI,
-        # The tests also smoke-test the benchmark, run a real Dask cluster and a real S3 server (moto's).
-        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6"]
-        + BENCH + DASK + HEIF + DALI,
+        "tfds": TFDS,
+        # The tests also smoke-test the benchmark, run a real Dask cluster, a real S3 server (moto's) and a
+        # GCS emulator, DALI's CPU pipeline and TFDS's loader.
+        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6",
+                 "gcp-storage-emulator>=2026.7"] + BENCH + DASK + HEIF + DALI + TFDS + GCP,
     },
 )

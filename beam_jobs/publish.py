@@ -171,7 +171,8 @@ def check_out(out: str, overwrite: bool) -> None:
     names = [name for name in _listing(out) if not name.startswith(".staging-")]
     if not names:
         return
-    foreign = sorted(n for n in names if n not in _DATASET_FILES and record_schema.parse_shard_filename(
+    foreign = sorted(n for n in names if n not in _DATASET_FILES and n not in record_schema.TFDS_METADATA_FILES
+                     and record_schema.parse_shard_filename(
         n.removesuffix(record_schema.DALI_INDEX_SUFFIX)) is None)
     if foreign and record_schema.MANIFEST_FILE in names:
         raise PublishError(

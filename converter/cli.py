@@ -22,12 +22,13 @@ from beam_jobs import options as opts
 
 logger = logging.getLogger("converter")
 
-SUBCOMMANDS = ("convert", "verify", "inspect")
+SUBCOMMANDS = ("convert", "verify", "inspect", "tfds-metadata")
 
 _EPILOG = """\
 Other commands:
   python -m converter verify OUT [--sample N]     check every shard and record against the manifest
   python -m converter inspect OUT [--grid F.png]  classes by split, shard sizes, rejections, duplicates
+  python -m converter tfds-metadata OUT           write TFDS's metadata: tfds.builder_from_directory(OUT)
 
 Any other flag is an Apache Beam pipeline option, passed to PipelineOptions untouched, e.g.
   --runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp --setup_file=./setup.py
@@ -243,6 +244,28 @@ def inspect(argv: Sequence[str]) -> int:
     return 0
 
 
+def tfds_metadata(argv: Sequence[str]) -> int:
+    """``python -m converter tfds-metadata OUT``: make OUT readable by ``tfds.builder_from_directory``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m converter tfds-metadata",
+        description="Write TensorFlow Datasets' metadata (dataset_info.json, features.json, the label list) "
+        "into a converted dataset, so tfds.builder_from_directory(OUT) reads it. Needs tensorflow-datasets.",
+    )
+    parser.add_argument("out", help="the dataset folder")
+    args = parser.parse_args(argv)
+    _quiet_tensorflow()
+    from reader.info import DatasetNotFoundError
+    from reader.tfds_metadata import write_tfds_metadata
+
+    try:
+        names = write_tfds_metadata(args.out)
+    except (DatasetNotFoundError, ValueError, ImportError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {', '.join(names)} into {args.out}; read it with tfds.builder_from_directory({args.out!r})")
+    return 0
+
+
 def _quiet_tensorflow() -> None:
     """Load TensorFlow and its devices without its C++ start-up lines on the user's terminal.
 
@@ -276,4 +299,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in SUBCOMMANDS else "convert"
     rest = argv[1:] if argv and argv[0] in SUBCOMMANDS else argv
-    return {"convert": convert, "verify": verify, "inspect": inspect}[command](rest)
+    return {"convert": convert, "verify": verify, "inspect": inspect, "tfds-metadata": tfds_metadata}[command](rest)

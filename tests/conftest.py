@@ -254,10 +254,21 @@ def read_records(path: str) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def s3_server():
-    """moto's S3 server on loopback for the whole session (see tests/s3_server.py)."""
-    from tests import s3_server as server
+    """moto's S3 server on loopback for the whole session (see tests/object_stores.py)."""
+    from tests import object_stores as server
 
     proc, s3 = server.start()
     yield s3
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator():
+    """gcp-storage-emulator on loopback for the whole session (see tests/object_stores.py)."""
+    from tests import object_stores as server
+
+    proc, gcs = server.start_gcs()
+    yield gcs
     proc.terminate()
     proc.wait(timeout=30)

@@ -154,3 +154,27 @@ def test_a_run_killed_during_the_s3_publish_is_finished_by_the_next_run(images, 
     files = s3_server.snapshot(bucket, "data")
     assert not any(name.startswith(".staging-") for name in files)
     assert _comparable(files) == _comparable(local_run)
+
+
+@pytest.mark.slow
+def test_src_and_out_in_gcs_give_a_local_runs_bytes(images, local_run, gcs_emulator):
+    """GCS through Beam's own GCS file system, pointed at the emulator by STORAGE_EMULATOR_HOST."""
+    pytest.importorskip("apache_beam.io.gcp.gcsio", reason="the gcp extra is not installed: pip install '.[gcp]'")
+    bucket = gcs_emulator.new_bucket()
+    src = gcs_emulator.upload(images, bucket, "images")
+    env = {**os.environ, "PYTHONPATH": REPO, **gcs_emulator.env}
+    common = ["--shards", "3", "--val-fraction", "0.2", *FAST]
+    def run(*extra):
+        return subprocess.run([sys.executable, "-m", "converter", "--src", src, "--out", f"gs://{bucket}/out",
+                               *common, *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+    proc = run()
+    assert proc.returncode == 0, proc.stderr
+    assert _comparable(gcs_emulator.snapshot(bucket, "out")) == _comparable(local_run)
+    proc = run()
+    assert proc.returncode == 1 and "already holds a dataset" in proc.stderr
+    proc = run("--overwrite")
+    assert proc.returncode == 0, proc.stderr
+    files = gcs_emulator.snapshot(bucket, "out")
+    assert _comparable(files) == _comparable(local_run)
+    assert not any(name.startswith(".staging-") for name in files)

@@ -1,7 +1,9 @@
-"""A real S3 endpoint on loopback: moto's server mode, started as its own process.
+"""Real object-store servers on loopback, each started as its own process.
 
-Beam's S3 filesystem and boto3 talk HTTP to it exactly as they would to AWS;
-nothing is patched. One server per test session; each test uses its own bucket.
+S3: moto's server mode. GCS: gcp-storage-emulator. Beam's file systems,
+boto3 and google-cloud-storage talk HTTP to them exactly as they would to the
+clouds; nothing is patched. One server per test session; each test uses its
+own bucket.
 """
 
 from __future__ import annotations
@@ -84,4 +86,64 @@ def start() -> tuple[subprocess.Popen, S3Server]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 raise RuntimeError(f"moto's S3 server did not start on {endpoint}") from None
+            time.sleep(0.2)
+
+
+@dataclass
+class GCSEmulator:
+    """gcp-storage-emulator's server: the GCS JSON API on loopback. google-cloud-storage (and so Beam's GCS
+    file system, which makes an anonymous client when no credentials are configured) talks to it when
+    ``STORAGE_EMULATOR_HOST`` names it."""
+
+    endpoint: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"STORAGE_EMULATOR_HOST": self.endpoint}
+
+    def client(self):
+        import os
+
+        from google.cloud import storage
+
+        os.environ.update(self.env)
+        client = storage.Client.create_anonymous_client()
+        client.project = "test"
+        return client
+
+    def new_bucket(self) -> str:
+        name = f"b-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(name)
+        return name
+
+    def upload(self, folder: str, bucket: str, prefix: str) -> str:
+        target = self.client().bucket(bucket)
+        for root, _, files in os.walk(folder):
+            for name in files:
+                path = os.path.join(root, name)
+                target.blob(f"{prefix}/{os.path.relpath(path, folder)}").upload_from_filename(path)
+        return f"gs://{bucket}/{prefix}"
+
+    def snapshot(self, bucket: str, prefix: str) -> dict[str, bytes]:
+        return {blob.name[len(prefix) + 1:]: blob.download_as_bytes()
+                for blob in self.client().list_blobs(bucket, prefix=prefix + "/")}
+
+
+def start_gcs() -> tuple[subprocess.Popen, GCSEmulator]:
+    port = _free_port()
+    bindir = os.path.dirname(sys.executable)
+    proc = subprocess.Popen([os.path.join(bindir, "gcp-storage-emulator"), "start", "--host=127.0.0.1",
+                             f"--port={port}", "--in-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(endpoint, timeout=2)
+            return proc, GCSEmulator(endpoint)
+        except urllib.error.HTTPError:
+            return proc, GCSEmulator(endpoint)
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"the GCS emulator did not start on {endpoint}") from None
             time.sleep(0.2)
