@@ -191,14 +191,18 @@ def _configure_logging(verbose: bool) -> None:
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 
+def _dataset_command(name: str, description: str) -> argparse.ArgumentParser:
+    """The parser of a subcommand that takes a converted dataset's folder (local, gs:// or s3://)."""
+    parser = argparse.ArgumentParser(prog=f"python -m converter {name}", description=description)
+    parser.add_argument("out", help="the dataset folder (a local path, gs://... or s3://...)")
+    return parser
+
+
 def verify(argv: Sequence[str]) -> int:
     """``python -m converter verify OUT [--sample N]``: exit 0 only when every check holds."""
-    parser = argparse.ArgumentParser(
-        prog="python -m converter verify",
-        description="Check a converted dataset: manifest, shard list, every record's CRCs, keys, labels, "
-        "SHA-256 and image decode, and counts, bytes and checksums against the manifest.",
-    )
-    parser.add_argument("out", help="the dataset folder")
+    parser = _dataset_command(
+        "verify", "Check a converted dataset: manifest, shard list, every record's CRCs, keys, labels, "
+        "SHA-256 and image decode, and counts, bytes and checksums against the manifest.")
     parser.add_argument("--sample", type=int, default=None,
                         help="decode only the first N images of each shard (default: all)")
     args = parser.parse_args(argv)
@@ -219,11 +223,8 @@ def verify(argv: Sequence[str]) -> int:
 
 def inspect(argv: Sequence[str]) -> int:
     """``python -m converter inspect OUT [--grid FILE.png]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m converter inspect",
-        description="Show classes by split, shard sizes, rejected inputs by reason and content duplicates.",
-    )
-    parser.add_argument("out", help="the dataset folder")
+    parser = _dataset_command(
+        "inspect", "Show classes by split, shard sizes, rejected inputs by reason and content duplicates.")
     parser.add_argument("--grid", default=None, help="also write a contact sheet of sample images to this PNG")
     parser.add_argument("--split", default=None, help="split of the contact sheet (default: the first)")
     parser.add_argument("--per-class", type=int, default=8, help="images per class on the sheet (default: %(default)s)")
@@ -246,12 +247,9 @@ def inspect(argv: Sequence[str]) -> int:
 
 def tfds_metadata(argv: Sequence[str]) -> int:
     """``python -m converter tfds-metadata OUT``: make OUT readable by ``tfds.builder_from_directory``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m converter tfds-metadata",
-        description="Write TensorFlow Datasets' metadata (dataset_info.json, features.json, the label list) "
-        "into a converted dataset, so tfds.builder_from_directory(OUT) reads it. Needs tensorflow-datasets.",
-    )
-    parser.add_argument("out", help="the dataset folder")
+    parser = _dataset_command(
+        "tfds-metadata", "Write TensorFlow Datasets' metadata (dataset_info.json, features.json, the label list) "
+        "into a converted dataset, so tfds.builder_from_directory(OUT) reads it. Needs tensorflow-datasets.")
     args = parser.parse_args(argv)
     _quiet_tensorflow()
     from reader.info import DatasetNotFoundError

@@ -252,23 +252,25 @@ def read_records(path: str) -> list[dict]:
     return rows
 
 
-@pytest.fixture(scope="session")
-def s3_server():
-    """moto's S3 server on loopback for the whole session (see tests/object_stores.py)."""
-    from tests import object_stores as server
-
-    proc, s3 = server.start()
-    yield s3
+def _serving(start):
+    """A session fixture's body: start a server (tests/object_stores.py), yield its handle, stop it."""
+    proc, server = start()
+    yield server
     proc.terminate()
     proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on loopback for the whole session."""
+    from tests import object_stores
+
+    yield from _serving(object_stores.start)
 
 
 @pytest.fixture(scope="session")
 def gcs_emulator():
-    """gcp-storage-emulator on loopback for the whole session (see tests/object_stores.py)."""
-    from tests import object_stores as server
+    """gcp-storage-emulator on loopback for the whole session."""
+    from tests import object_stores
 
-    proc, gcs = server.start_gcs()
-    yield gcs
-    proc.terminate()
-    proc.wait(timeout=30)
+    yield from _serving(object_stores.start_gcs)

@@ -70,23 +70,29 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start() -> tuple[subprocess.Popen, S3Server]:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _serve(argv: list[str], port: int, what: str) -> tuple[subprocess.Popen, str]:
+    """Start a server process and wait until it answers HTTP on ``port``; returns it and its endpoint."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
         try:
             urllib.request.urlopen(endpoint, timeout=2)
-            return proc, S3Server(endpoint)
+            return proc, endpoint
         except urllib.error.HTTPError:
-            return proc, S3Server(endpoint)  # it answers
+            return proc, endpoint  # it answers
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"moto's S3 server did not start on {endpoint}") from None
+                raise RuntimeError(f"{what} did not start on {endpoint}") from None
             time.sleep(0.2)
+
+
+def start() -> tuple[subprocess.Popen, S3Server]:
+    port = _free_port()
+    proc, endpoint = _serve([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], port,
+                            "moto's S3 server")
+    return proc, S3Server(endpoint)
 
 
 @dataclass
@@ -131,19 +137,7 @@ class GCSEmulator:
 
 def start_gcs() -> tuple[subprocess.Popen, GCSEmulator]:
     port = _free_port()
-    bindir = os.path.dirname(sys.executable)
-    proc = subprocess.Popen([os.path.join(bindir, "gcp-storage-emulator"), "start", "--host=127.0.0.1",
-                             f"--port={port}", "--in-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(endpoint, timeout=2)
-            return proc, GCSEmulator(endpoint)
-        except urllib.error.HTTPError:
-            return proc, GCSEmulator(endpoint)
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"the GCS emulator did not start on {endpoint}") from None
-            time.sleep(0.2)
+    command = os.path.join(os.path.dirname(sys.executable), "gcp-storage-emulator")
+    proc, endpoint = _serve([command, "start", "--host=127.0.0.1", f"--port={port}", "--in-memory"], port,
+                            "the GCS emulator")
+    return proc, GCSEmulator(endpoint)
