@@ -42,10 +42,11 @@ def test_index_files_are_the_bytes_dalis_tfrecord2idx_writes_and_verify_checks_t
     tool = os.path.join(os.path.dirname(sys.executable), "tfrecord2idx")
     shards = _shards(indexed)
     assert len(shards) == 4 and all(s["dali_index"] == s["file"] + ".idx" for s in shards)
-    for shard in shards:
-        subprocess.run([sys.executable, tool, str(indexed / shard["file"]), str(tmp_path / "ref.idx")],
-                       check=True, capture_output=True)
-        assert (indexed / shard["dali_index"]).read_bytes() == (tmp_path / "ref.idx").read_bytes()
+    # DALI's tool on one shard (it imports TensorFlow first: seconds per call); verify checks every index
+    # against its shard's records the same way.
+    subprocess.run([sys.executable, tool, str(indexed / shards[0]["file"]), str(tmp_path / "ref.idx")],
+                   check=True, capture_output=True)
+    assert (indexed / shards[0]["dali_index"]).read_bytes() == (tmp_path / "ref.idx").read_bytes()
     assert converter("verify", str(indexed), check=True).returncode == 0
     damaged = tmp_path / "damaged"
     shutil.copytree(indexed, damaged)
