@@ -20,6 +20,8 @@ from typing import BinaryIO, Iterator
 
 import tensorflow as tf
 
+import record_schema
+
 S3 = "s3://"
 _STREAM_CHUNK = 1 << 20  # bytes per read from an S3 response body
 _THREAD = threading.local()
@@ -127,7 +129,7 @@ def _stream(path: bytes, skip_missing: bool) -> Iterator[bytes]:
                 return  # the end, or a truncated header: the count check reports a short shard
             buffer, start = buffer[start:] + chunk, 0
         header = buffer[start:start + 8]
-        if _masked_crc(header) != struct.unpack("<I", buffer[start + 8:start + 12])[0]:
+        if record_schema.masked_crc32c(header) != struct.unpack("<I", buffer[start + 8:start + 12])[0]:
             return
         length = struct.unpack("<Q", header)[0]
         end = start + 12 + length + 4
@@ -137,18 +139,10 @@ def _stream(path: bytes, skip_missing: bool) -> Iterator[bytes]:
                 return
             buffer, end, start = buffer[start:] + chunk, end - start, 0
         data = buffer[start + 12:end - 4]
-        if _masked_crc(data) != struct.unpack("<I", buffer[end - 4:end])[0]:
+        if record_schema.masked_crc32c(data) != struct.unpack("<I", buffer[end - 4:end])[0]:
             return
         yield data
         start = end
-
-
-def _masked_crc(data: bytes) -> int:
-    """TFRecord's masked CRC-32C."""
-    import google_crc32c
-
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def _split(url: str) -> tuple[str, str]:
