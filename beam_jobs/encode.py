@@ -325,10 +325,13 @@ def _reencode(img: Image.Image, fmt: str, options: EncodeOptions, because: str) 
         return Rejected("too-many-pixels", str(err))
     except DECODE_ERRORS as err:
         return Rejected("undecodable", f"{fmt} data could not be decoded: {err}")
-    if options.max_side is not None and max(rgb.size) > options.max_side:
-        rgb = _downsize(rgb, options.max_side)
     out = io.BytesIO()
-    rgb.save(out, format="JPEG", quality=options.quality)
+    try:
+        if options.max_side is not None and max(rgb.size) > options.max_side:
+            rgb = _downsize(rgb, options.max_side)
+        rgb.save(out, format="JPEG", quality=options.quality)
+    except DECODE_ERRORS as err:  # a malformed TIFF can decode "successfully" yet fail in the encoder
+        return Rejected("undecodable", f"{fmt} data could not be converted to JPEG: {err}")
     width, height = rgb.size
     return Encoded(out.getvalue(), height, width, fmt, because)
 
