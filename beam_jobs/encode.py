@@ -33,7 +33,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageOps
 
-from beam_jobs import formats
+from beam_jobs import formats, stable_decode
 from beam_jobs.options import EncodeOptions
 
 # What Pillow raises on malformed input. Pillow's own fuzzers treat this same
@@ -202,8 +202,8 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
         warning = _libjpeg_warning(data, img.mode)
         if warning is None:
             return Encoded(data, height, width, fmt, channels=1 if img.mode == "L" else 3)
-        return _reencode(img, fmt, options, because="corrupt-data")
-    return _reencode(img, fmt, options, because=_reencode_reason(img, fmt, fits))
+        return _reencode(img, data, fmt, options, because="corrupt-data")
+    return _reencode(img, data, fmt, options, because=_reencode_reason(img, fmt, fits))
 
 
 def _clean_jpeg(data: bytes, options: EncodeOptions) -> Optional[Encoded]:
@@ -306,8 +306,11 @@ def _reencode_reason(img: Image.Image, fmt: str, fits: bool) -> str:
     return "jpeg"
 
 
-def _reencode(img: Image.Image, fmt: str, options: EncodeOptions, because: str) -> EncodeResult:
-    """Decode ``img`` once with Pillow and encode it as an upright RGB JPEG.
+def _reencode(img: Image.Image, data: bytes, fmt: str, options: EncodeOptions, because: str) -> EncodeResult:
+    """Decode ``img`` (opened from ``data``) once with Pillow and encode it as an upright RGB JPEG.
+
+    Formats in :data:`formats.DECODED_TWICE` are decoded a second time, to
+    prove the pixels reproducible (see :mod:`beam_jobs.stable_decode`).
 
     A JPEG that will be downsized by 2x or more is decoded at reduced scale
     (libjpeg's DCT scaling through Pillow's ``draft``: 1/2, 1/4 or 1/8 of the
@@ -318,7 +321,12 @@ def _reencode(img: Image.Image, fmt: str, options: EncodeOptions, because: str) 
     try:
         if options.max_side is not None and fmt == "jpeg":
             _draft_for(img, options.max_side)
-        img.load()
+        if img.format not in formats.DECODED_TWICE:
+            img.load()
+        elif not stable_decode.load_if_reproducible(img, data):
+            return Rejected("unstable-decode", f"{fmt} data decodes to different pixels on each decode (the "
+                            "decoder reads memory the file never wrote); not stored, so every run writes the "
+                            "same bytes")
         img = ImageOps.exif_transpose(img)
         rgb = _to_rgb(img)
     except Image.DecompressionBombError as err:

@@ -51,6 +51,16 @@ CONVERTED: dict[str, str] = {
     "IM": "LabEye/IFUNC images",
 }
 
+# Pillow format -> why its pixels are proven reproducible before they are stored: such a file is decoded
+# twice, the memory its decoder will reuse filled with different bytes before each decode, and
+# rejected as "unstable-decode" if the pixels differ. A decoder that reads uninitialised memory on
+# malformed input would otherwise put different pixels, so different shard bytes, in every run.
+# Decoding twice costs only these formats; a format joins when a file is found that needs it.
+DECODED_TWICE: dict[str, str] = {
+    "TIFF": "libtiff leaves parts of malformed JPEG-compressed tiles unwritten (mutated tiled JPEG TIFFs of "
+            "Pillow's test images decode to different pixels on every decode with Pillow 12.3)",
+}
+
 try:  # HEIC/HEIF phone photos, when the optional extra is installed
     import pillow_heif
 

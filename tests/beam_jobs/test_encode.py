@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 
 import numpy as np
 import pytest
@@ -188,3 +189,27 @@ def test_max_pixels_is_the_one_limit_even_above_pillows_own():
 def test_rejection_details_carry_no_memory_addresses():
     result = encode_image(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, EncodeOptions())
     assert result.reason == "undecodable" and " at 0x" not in result.detail
+
+
+UNSTABLE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "unstable-decode")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(UNSTABLE) if n.endswith(".tif")))
+def test_a_tiff_that_decodes_to_different_pixels_each_time_is_always_rejected(name):
+    data = open(os.path.join(UNSTABLE, name), "rb").read()
+    results = {encode_image(data, OPTIONS) for _ in range(20)}
+    assert len(results) == 1
+    (result,) = results
+    assert isinstance(result, Rejected) and result.reason == "unstable-decode", result
+
+
+@pytest.mark.parametrize("compression", ["jpeg", "group4", "tiff_lzw", "tiff_adobe_deflate", None])
+def test_well_formed_tiffs_decode_the_same_every_time_and_are_converted(compression):
+    rgb = Image.fromarray(np.random.default_rng(3).integers(0, 256, (96, 128, 3), np.uint8))
+    image = rgb.convert("1") if compression == "group4" else rgb
+    data = _save(image, "TIFF", **({"compression": compression} if compression else {}),
+                 **({"tile": (64, 64)} if compression == "jpeg" else {}))
+    results = {encode_image(data, OPTIONS) for _ in range(3)}
+    assert len(results) == 1
+    (result,) = results
+    assert isinstance(result, Encoded) and result.reencoded_because == "tiff" and (result.width, result.height) == (128, 96)

@@ -22,6 +22,8 @@ import pytest
 import record_schema
 
 PILLOW = "12.3.0"
+# Mutated copies of Pillow test images that libtiff decodes to different pixels every time (see its README).
+UNSTABLE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "unstable-decode")
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +55,7 @@ def test_pillows_corpus_converts_with_everything_accounted_for_and_the_same_byte
         tmp_path, pillow_images, converter):
     src = tmp_path / "src"
     shutil.copytree(pillow_images, src / "pillow", symlinks=False)
+    shutil.copytree(UNSTABLE, src / "unstable", ignore=shutil.ignore_patterns("*.md"))  # see the test below
     listed = sum(len(names) for _, _, names in os.walk(src))
     outs = []
     for runner in (["--no-progress"], ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]):
@@ -66,7 +69,8 @@ def test_pillows_corpus_converts_with_everything_accounted_for_and_the_same_byte
     assert written > 700  # the formats Pillow reads are converted, not refused
     reasons = manifest["rejected_by_reason"]
     assert set(reasons) <= {"not-an-image", "unsupported-format", "undecodable", "too-many-pixels", "zero-sized",
-                            "empty-file"}
+                            "empty-file", "unstable-decode"}
+    assert reasons["unstable-decode"] == len(os.listdir(src / "unstable"))  # Pillow's own files all decode stably
     assert reasons["unsupported-format"] > 0 and reasons["not-an-image"] > 0
     for format_name in ("ppm", "tga", "ico", "sgi", "psd", "jpeg2000", "dds", "tiff"):
         assert manifest["splits"]["train"]["reencoded_by_reason"].get(format_name, 0) > 0, format_name
@@ -75,3 +79,38 @@ def test_pillows_corpus_converts_with_everything_accounted_for_and_the_same_byte
     report = (outs[0] / record_schema.REJECTED_FILE).read_text()
     assert " at 0x" not in report
     assert converter("verify", str(outs[0]), timeout=900).returncode == 0
+
+
+def _original(name: str) -> str:
+    """``g4_orientation_5-2-bytes-changed.tif`` -> ``g4_orientation_5.tif``, the Pillow test image it came from."""
+    return name.rsplit("-", 3)[0] + ".tif"
+
+
+@pytest.mark.slow
+def test_files_that_decode_differently_every_time_are_rejected_so_every_run_writes_the_same_bytes(
+        tmp_path, pillow_images, converter):
+    """Mutated TIFFs that make libtiff read memory they never wrote, beside the Pillow test images they came from.
+
+    Before the guard, every run stored different pixels for them (different shard bytes each run).
+    """
+    src = tmp_path / "src"
+    mutants = sorted(name for name in os.listdir(UNSTABLE) if name.endswith(".tif"))
+    for index, name in enumerate(mutants):
+        label = "a" if index % 2 else "b"
+        os.makedirs(src / label, exist_ok=True)
+        shutil.copy(os.path.join(UNSTABLE, name), src / label / name)
+        shutil.copy(os.path.join(pillow_images, _original(name)), src / label / _original(name))
+    outs = []
+    runners = (["--no-progress"], ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"],
+               ["--direct_running_mode=multi_processing", "--direct_num_workers=2", "--no-progress"])
+    for runner in runners:
+        out = tmp_path / f"out{len(outs)}"
+        converter("--src", str(src), "--out", str(out), "--shards", "2", "--max-bad-fraction", "1", *runner,
+                  check=True)
+        outs.append(out)
+    assert _files(outs[0]) == _files(outs[1]) == _files(outs[2])
+    manifest = json.loads((outs[0] / record_schema.MANIFEST_FILE).read_text())
+    assert manifest["rejected_by_reason"] == {"unstable-decode": len(mutants)}
+    assert manifest["splits"]["train"]["num_examples"] == len(mutants)  # the originals decode the same every time
+    report = [json.loads(line) for line in (outs[0] / record_schema.REJECTED_FILE).read_text().splitlines()]
+    assert sorted(os.path.basename(entry["path"]) for entry in report) == mutants
