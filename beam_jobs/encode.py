@@ -323,10 +323,8 @@ def _reencode(img: Image.Image, data: bytes, fmt: str, options: EncodeOptions, b
             _draft_for(img, options.max_side)
         if img.format not in formats.DECODED_TWICE:
             img.load()
-        elif not stable_decode.load_if_reproducible(img, data):
-            return Rejected("unstable-decode", f"{fmt} data decodes to different pixels on each decode (the "
-                            "decoder reads memory the file never wrote); not stored, so every run writes the "
-                            "same bytes")
+        elif (problem := stable_decode.load_checked(img, data)) is not None:
+            return Rejected(problem[0], f"{fmt} data {problem[1]}")
         img = ImageOps.exif_transpose(img)
         rgb = _to_rgb(img)
     except Image.DecompressionBombError as err:

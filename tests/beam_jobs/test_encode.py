@@ -191,7 +191,9 @@ def test_rejection_details_carry_no_memory_addresses():
     assert result.reason == "undecodable" and " at 0x" not in result.detail
 
 
-UNSTABLE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "unstable-decode")
+DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
+UNSTABLE = os.path.join(DATA, "unstable-decode")
+DECODE_ERRORS = os.path.join(DATA, "decode-errors")
 
 
 @pytest.mark.parametrize("name", sorted(n for n in os.listdir(UNSTABLE) if n.endswith(".tif")))
@@ -213,3 +215,13 @@ def test_well_formed_tiffs_decode_the_same_every_time_and_are_converted(compress
     assert len(results) == 1
     (result,) = results
     assert isinstance(result, Encoded) and result.reencoded_because == "tiff" and (result.width, result.height) == (128, 96)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(DECODE_ERRORS) if n.endswith(".tif")))
+def test_a_tiff_whose_decoder_reports_errors_is_rejected_with_them_and_nothing_reaches_stderr(name, capfd):
+    data = open(os.path.join(DECODE_ERRORS, name), "rb").read()
+    result = encode_image(data, OPTIONS)
+    assert isinstance(result, Rejected) and result.reason == "decode-errors", result
+    assert "Fax4Decode: " in result.detail and " at line " in result.detail and "%" not in result.detail
+    assert encode_image(data, OPTIONS) == result
+    assert capfd.readouterr().err == ""  # libtiff's default handler would have printed every error
