@@ -45,7 +45,7 @@ setup(
         "tfds": TFDS,
         # The tests also smoke-test the benchmark, run a real Dask cluster, a real S3 server (moto's) and a
         # GCS emulator, DALI's CPU pipeline and TFDS's loader.
-        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6",
+        "test": ["pytest>=9.0", "pytest-timeout>=2.3", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff>=0.6",
                  "gcp-storage-emulator>=2026.7"] + BENCH + DASK + HEIF + DALI + TFDS + GCP,
     },
 )

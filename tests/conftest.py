@@ -22,6 +22,13 @@ from PIL import Image
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The longest tests (minutes each), started first: with two test processes (pytest.ini) the other one works
+# through the rest meanwhile, instead of one of these running alone at the end.
+LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_block", "tests/bench/test_smoke.py::")
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable: the rest keep their order
 
 
 def _photo(seed: int, height: int = 120, width: int = 160) -> np.ndarray:

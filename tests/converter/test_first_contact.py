@@ -118,9 +118,10 @@ def test_ctrl_c_and_sigterm_print_one_line_and_leave_nothing_beside_out(tmp_path
     assert proc.returncode == code
     assert stderr.strip().splitlines() == [f"{word}: nothing was published; {out} is unchanged"]
     assert sorted(os.listdir(tmp_path)) == ["imgs"]
-    # No worker process outlives the launcher.
+    # No worker process outlives the launcher (its workers share its session; other tests' runs do not).
     time.sleep(1)
-    workers = subprocess.run(["pgrep", "-f", "beam_jobs.local_worker"], capture_output=True, text=True).stdout
+    workers = subprocess.run(["pgrep", "-s", str(proc.pid), "-f", "beam_jobs.local_worker"], capture_output=True,
+                             text=True).stdout
     assert workers.strip() == ""
 
 
