@@ -30,7 +30,8 @@ def main(argv=None) -> int:
     parser.add_argument("--images", type=int, default=12000,
                         help="images in the large set; the small set has a twelfth (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per comparison (default: %(default)s)")
-    parser.add_argument("--batches", type=int, default=20, help="timed batches per reader measurement")
+    parser.add_argument("--batches", type=int, default=60,
+                        help="timed batches per reader measurement (60: about 4 s; 20 was within noise)")
     parser.add_argument("--slow-batches", type=int, default=4, help="timed batches for ImageDataGenerator")
     parser.add_argument("--large-images", type=int, default=640,
                         help="photos of 1200-1600 px for the large-photo reader comparison; 0 skips it "

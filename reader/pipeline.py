@@ -5,16 +5,21 @@ Training (``training=True``), per epoch e and input pipeline::
     shard files, shuffled by (seed, e), then this pipeline's share  [file_order]
     -> parallel interleave of TFRecordDatasets                      [interleave_records]
     -> (cache of the *encoded* records, filled on the first epoch)
-    -> record shuffle buffer keyed by (seed, e), before decoding
-    -> (record, per-example seed (seed, e, i))
   epochs chained indefinitely, then
-    -> map(parse + crop-before-decode + flip + resize, AUTOTUNE)    fused by TF with ...
+    -> parse, 64 records per call, then one element per record again [parse_records]
+    -> shuffle buffer of encoded images keyed by seed, before decoding
+    -> (encoded image, label, per-example seed (seed, position))
+    -> map(crop-before-decode + flip + resize, AUTOTUNE)            fused by TF with ...
     -> batch(drop_remainder=True)                                   ... the batch (map_and_batch)
     -> prefetch(AUTOTUNE) [or to a device]
 
 Evaluation: files in manifest order -> interleave (deterministic) -> (cache) ->
-map(parse + centre crop + resize) -> batch keeping the final partial batch
--> prefetch. Exactly one pass over every record.
+parse in batches -> map(centre crop + resize) -> batch keeping the final
+partial batch -> prefetch. Exactly one pass over every record.
+
+Parsing 64 records per call, not one per call inside the decode map: measured
+on 300-500 px photos, ``parse_single_example`` cost 125 us per record, about 8%
+of a decode, and ``parse_example`` on 64 records plus the unbatch 30 us.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import tensorflow as tf
 from reader import preprocess, storage
 from reader.info import DatasetInfo, SplitInfo, available_memory_bytes, dataset_info
 from reader.options import Augmentation, FeatureKeys, check_output, image_hw
-from reader.records import AUTOTUNE, LabelRange, file_order, interleave_records, parse_record
+from reader.records import AUTOTUNE, LabelRange, file_order, interleave_records, parse_records
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +44,7 @@ logger = logging.getLogger(__name__)
 # a run computes the same permutation and their file sets stay disjoint.
 UNSEEDED_FILE_SEED = 0x5EED
 DEFAULT_SHUFFLE_BUFFER = 10_000  # TF Model Garden's classification default
+PARSE_BATCH = 64  # records per parse call (see the module docstring)
 # A memory cache must fit in this share of available memory (the rest is training's).
 MEMORY_CACHE_FRACTION = 0.8
 
@@ -167,22 +173,28 @@ def build_dataset(
         return records if by_file or pipelines == 1 else records.shard(pipelines, pipeline_id)
 
     if training:
-        dataset = _training_records(records_of_epoch, cache, pipeline_id, shuffle_buffer, base_seed, num_epochs)
+        records = _training_records(records_of_epoch, cache, pipeline_id, num_epochs)
+        dataset = parse_records(records, keys, label_offset, batch=PARSE_BATCH)
+        dataset = dataset.shuffle(shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True).enumerate()
         seed_tensor = tf.constant(base_seed, tf.int64)
 
-        def train_example(index: tf.Tensor, record: tf.Tensor) -> tuple:
-            return _train_example(record, tf.stack([seed_tensor, index]), keys, label_offset, size, augment, dtype,
-                                  normalization, decode)
+        def train_example(index: tf.Tensor, example: tuple) -> tuple:
+            data, label = example
+            image = preprocess.train_image(data, tf.stack([seed_tensor, index]), size, augment, **decode)
+            return preprocess.finish(image, dtype, normalization), label
 
         dataset = dataset.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
         dataset = dataset.batch(per_pipeline_batch, drop_remainder=True)
     else:
         records = records_of_epoch(0, shuffle=False, ordered=True)
         records = _cached(records, cache, pipeline_id)
-        def eval_example(record: tf.Tensor) -> tuple:
-            return _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization, decode)
 
-        dataset = records.map(eval_example, num_parallel_calls=AUTOTUNE, deterministic=True)
+        def eval_example(data: tf.Tensor, label: tf.Tensor) -> tuple:
+            image = preprocess.eval_image(data, size, crop_fraction, **decode)
+            return preprocess.finish(image, dtype, normalization), label
+
+        dataset = parse_records(records, keys, label_offset, batch=PARSE_BATCH)
+        dataset = dataset.map(eval_example, num_parallel_calls=AUTOTUNE, deterministic=True)
         dataset = dataset.batch(per_pipeline_batch, drop_remainder=False)
         if not skip_corrupt and service is None:
             # Known length: Keras and progress bars see the number of batches, and a short read fails loudly.
@@ -199,14 +211,14 @@ def build_dataset(
     return dataset.prefetch(AUTOTUNE)
 
 
-def _training_records(records_of_epoch, cache, pipeline_id, shuffle_buffer, base_seed, num_epochs) -> tf.data.Dataset:
-    """``(position, record)`` over the training epochs, shuffled before decoding.
+def _training_records(records_of_epoch, cache, pipeline_id, num_epochs) -> tf.data.Dataset:
+    """The records of the training epochs, chained; the caller parses and shuffles them before decoding.
 
     Epochs are chained first and then shuffled by one buffer (the faster
     "repeat before shuffle" order of the tf.data guide: no refill stall at
     epoch boundaries, which blur by at most one buffer). Each example's
-    augmentation seed is (seed, position in the stream), so a seeded run
-    repeats exactly whatever the map's parallel scheduling.
+    augmentation seed is (seed, position in the shuffled stream), so a seeded
+    run repeats exactly whatever the map's parallel scheduling.
     """
     if cache is not None:
         cached = _cached(records_of_epoch(0, shuffle=True, ordered=False), cache, pipeline_id)
@@ -214,8 +226,7 @@ def _training_records(records_of_epoch, cache, pipeline_id, shuffle_buffer, base
     else:
         epochs = tf.data.Dataset.range(num_epochs) if num_epochs is not None else tf.data.Dataset.range(1 << 62)
         stream = epochs.flat_map(lambda epoch: records_of_epoch(epoch, shuffle=True, ordered=False))
-    stream = stream.shuffle(shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True)
-    return stream.enumerate()
+    return stream
 
 
 def _decode_choices(info: DatasetInfo, split_info: SplitInfo, size: tuple[int, int]) -> dict:
@@ -286,18 +297,6 @@ def _check_memory_cache(split: str, needed: int) -> None:
             f'cache="memory" needs {needed:,} bytes for split {split!r} but only {available:,} bytes of memory '
             f"are available ({MEMORY_CACHE_FRACTION:.0%} may be used); pass cache=PATH to cache on disk instead"
         )
-
-
-def _train_example(record, example_seed, keys, label_offset, size, augment, dtype, normalization, decode) -> tuple:
-    data, label = parse_record(record, keys, label_offset)
-    image = preprocess.train_image(data, example_seed, size, augment, **decode)
-    return preprocess.finish(image, dtype, normalization), label
-
-
-def _eval_example(record, keys, label_offset, size, crop_fraction, dtype, normalization, decode) -> tuple:
-    data, label = parse_record(record, keys, label_offset)
-    image = preprocess.eval_image(data, size, crop_fraction, **decode)
-    return preprocess.finish(image, dtype, normalization), label
 
 
 def _options(deterministic: bool, input_context, private_threads: Optional[int]) -> tf.data.Options:

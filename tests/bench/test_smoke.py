@@ -40,3 +40,20 @@ def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_
     assert workflow["images"] == 8 and workflow["convert_seconds"] > 0 and "break_even_epochs" in workflow
     markdown = (out / "results.md").read_text()
     assert "Downsizing workflow" in markdown and "--max-side 256 on 1200-1600 px JPEGs, vs plain loop" in markdown
+
+
+@pytest.mark.slow
+def test_the_reader_stage_profile_runs_and_reports_every_variant_against_the_bound(tmp_path):
+    out = tmp_path / "stages.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.reader_stages", "--images", "24", "--rounds", "1", "--batches", "1",
+         "--json", str(out)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    measured = json.loads(out.read_text())
+    assert set(measured) == {"bound", "memory_eval_fn", "memory_train_fn", "shards_bound", "shards_plain_eval",
+                             "ours_eval", "ours_train", "ours_eval_parse_each", "ours_train_parse_each"}
+    assert all(result["images_per_s"] > 0 for result in measured.values())
+    assert "over bound" in proc.stdout

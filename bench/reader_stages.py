@@ -1,0 +1,131 @@
+"""``python -m bench.reader_stages``: where the reader's time goes, stage by stage, against the decode bound.
+
+Every variant yields the same float32 (64, 224, 224, 3) batches from the same
+JPEG bytes, in this one process, alternating in rounds (order reversed every
+other round) with enough batches per measurement (default 60, about 5 s) that
+a round is not one scheduler hiccup. Each variant adds or removes one stage:
+
+- ``bound``: in-memory JPEG bytes -> full decode + resize (the benchmark's bound).
+- ``memory_eval_fn`` / ``memory_train_fn``: the same bytes through our eval / train map
+  functions, no files: what our decode and augmentation cost by themselves.
+- ``shards_bound``: our shards read and parsed, then the bound's decode: what reading costs.
+- ``shards_plain_eval``: shards through a plain interleave (no count check), our eval map.
+- ``ours_eval`` / ``ours_train``: ``reader.build_dataset``, as users call it.
+- ``ours_*_parse_each``: the same with one parse call per record instead of 64.
+
+    python -m bench.reader_stages --images 2000 --rounds 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import tensorflow as tf
+
+import reader
+from bench import convert_bench, data, read_bench
+from reader import pipeline as reader_pipeline
+from reader import preprocess
+from reader.options import Augmentation
+from reader.records import parse_record
+
+SIZE, BATCH = read_bench.SIZE, read_bench.BATCH
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def variants(shards: str) -> dict:
+    """name -> factory of a fresh dataset of (images, labels) batches, repeated indefinitely."""
+    info = reader.dataset_info(shards)
+    split = info.split("train")
+    encoded = [bytes(r) for r in _records(split.files)]
+    decode = {"all_jpeg": info.all_jpeg, "scaled_decode": split.max_side is None or split.max_side >= 2 * SIZE}
+
+    def in_memory():
+        return tf.data.Dataset.from_tensor_slices(encoded)
+
+    def full_decode(image):
+        return tf.image.resize(tf.io.decode_jpeg(image, channels=3), (SIZE, SIZE))
+
+    def batched(dataset, fn, deterministic=True):
+        return (dataset.map(fn, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+                .batch(BATCH).prefetch(AUTOTUNE).repeat())
+
+    def eval_fn(image):
+        return preprocess.eval_image(image, (SIZE, SIZE), 0.875, **decode)
+
+    def train_fn(index, image):
+        seed = tf.stack([tf.constant(7, tf.int64), index])
+        return preprocess.train_image(image, seed, (SIZE, SIZE), Augmentation(), **decode)
+
+    def plain_records():
+        files = tf.data.Dataset.from_tensor_slices(split.files)
+        return files.interleave(lambda f: tf.data.TFRecordDataset(f, buffer_size=8 << 20),
+                                num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    def image_of(record):
+        return parse_record(record)[0]
+
+    return {
+        "bound": lambda: batched(in_memory(), lambda b: (full_decode(b), 0)),
+        "memory_eval_fn": lambda: batched(in_memory(), lambda b: (eval_fn(b), 0)),
+        "memory_train_fn": lambda: batched(in_memory().enumerate(), lambda i, b: (train_fn(i, b), 0), False),
+        "shards_bound": lambda: batched(plain_records(), lambda r: (full_decode(image_of(r)), 0)),
+        "shards_plain_eval": lambda: batched(plain_records(), lambda r: (eval_fn(image_of(r)), 0)),
+        "ours_eval": lambda: reader.build_dataset(shards, "train", BATCH, SIZE, training=False, info=info).repeat(),
+        "ours_train": lambda: reader.build_dataset(shards, "train", BATCH, SIZE, training=True, info=info),
+        "ours_eval_parse_each": lambda: _parsing_each(lambda: reader.build_dataset(
+            shards, "train", BATCH, SIZE, training=False, info=info).repeat()),
+        "ours_train_parse_each": lambda: _parsing_each(lambda: reader.build_dataset(
+            shards, "train", BATCH, SIZE, training=True, info=info)),
+    }
+
+
+def _parsing_each(build):
+    """``build()`` with one parse call per record (``reader.pipeline.PARSE_BATCH`` = 0), as before batching."""
+    saved, reader_pipeline.PARSE_BATCH = reader_pipeline.PARSE_BATCH, 0
+    try:
+        return build()
+    finally:
+        reader_pipeline.PARSE_BATCH = saved
+
+
+def _records(files: list[str]) -> list:
+    return [r.numpy() for r in tf.data.TFRecordDataset(files).map(lambda r: parse_record(r)[0])]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.reader_stages", description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--only", nargs="*", help="variants to run (default: all)")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="reader-stages-") as work:
+        images, shards = os.path.join(work, "images"), os.path.join(work, "shards")
+        data.make_photo_dataset(images, args.images, seed=2)
+        convert_bench.timed_run(convert_bench.ours(images, shards, 16))
+        makers = variants(shards)
+        if args.only:
+            makers = {name: makers[name] for name in args.only}
+        measured = read_bench.alternating_rounds(makers, args.rounds, lambda _: args.batches)
+    bound = measured["bound"]["images_per_s"] if "bound" in measured else None
+    print(f"{'variant':<20} {'images/s':>9} {'min':>7} {'max':>7}  over bound  (per-round ratios)")
+    for name, result in measured.items():
+        ratio = f"{result['images_per_s'] / bound:10.3f}" if bound else ""
+        rounds = ""
+        if bound:
+            rounds = " ".join(f"{a / b:.2f}" for a, b in zip(result["samples"], measured["bound"]["samples"]))
+        print(f"{name:<20} {result['images_per_s']:9.0f} {result['min']:7.0f} {result['max']:7.0f}  {ratio}  ({rounds})")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(measured, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
