@@ -60,7 +60,8 @@ def _load_libc() -> Optional[ctypes.CDLL]:
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
     libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-    libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
+    if hasattr(libc, "vsnprintf"):
+        libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
     if hasattr(libc, "mallopt"):
         libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     return libc
@@ -68,19 +69,17 @@ def _load_libc() -> Optional[ctypes.CDLL]:
 
 _libc = _load_libc()
 
-# libtiff's error handler: void (*)(const char *module, const char *fmt, va_list ap). The arguments are
-# not formatted (va_list cannot be read portably from Python); the format string names the error.
+# libtiff's error handler: void (*)(const char *module, const char *fmt, va_list ap).
 _HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p)
 _errors: list[str] = []
-
-
-# Where a va_list reaches a C function as one pointer, so ours can pass it on to vsnprintf.
+# Where a va_list reaches a C function as one pointer, so ours can hand it on to vsnprintf; elsewhere the
+# arguments are left out and the format string alone names the error.
 _VA_LIST_IS_A_POINTER = platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64")
 
 
 @_HANDLER
 def _collect(module: Optional[bytes], fmt: Optional[bytes], args: int) -> None:
-    if _libc is not None and _VA_LIST_IS_A_POINTER and fmt:
+    if _libc is not None and hasattr(_libc, "vsnprintf") and _VA_LIST_IS_A_POINTER and fmt:
         buffer = ctypes.create_string_buffer(512)
         _libc.vsnprintf(buffer, len(buffer), fmt, args)
         text = buffer.value.decode("utf-8", "replace")
