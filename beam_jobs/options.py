@@ -16,6 +16,8 @@ from typing import Optional
 DEFAULT_SHARDS = 64
 DEFAULT_QUALITY = 95
 DEFAULT_SEED = 0
+# The columns of an --annotations file: path, label, split.
+ANNOTATION_COLUMNS = ("path", "label", "split")
 # Larger than nearly any photograph (a 100 MP medium-format frame) yet small
 # enough that one decode cannot exhaust a worker (300 MB of RGB). Pillow itself
 # refuses images over ~179 MP as decompression bombs.
@@ -123,6 +125,8 @@ class ConvertOptions:
       overwrite: replace an existing dataset in ``out`` once the new one is complete.
       annotations: a label file (CSV, TSV or JSON Lines of path, label[, split])
         listing the images under ``src`` instead of class folders.
+      annotation_columns: the label file's names for the path, label and split
+        columns (a Kaggle CSV's ``image,breed``, say).
       val_labels: a ground-truth file labelling a flat ``src/val/`` folder
         (ImageNet's ``LOC_val_solution.csv`` or one class per line).
       synsets: ``ID text`` per line: each class's text in the records (ImageNet's
@@ -141,6 +145,7 @@ class ConvertOptions:
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
     overwrite: bool = False
     annotations: Optional[str] = None
+    annotation_columns: tuple[str, ...] = ANNOTATION_COLUMNS
     val_labels: Optional[str] = None
     synsets: Optional[str] = None
     dali_index: bool = False
@@ -151,6 +156,7 @@ class ConvertOptions:
         if not self.out:
             object.__setattr__(self, "out", default_out(self.src))
         check_out_and_src(self.src, self.out)
+        self._check_annotation_columns()
         if self.annotations and self.val_labels:
             raise ValueError("--annotations and --val-labels are two ways to label images; give one")
         if self.val_labels and self.val_fraction:
@@ -167,6 +173,16 @@ class ConvertOptions:
             and 0.0 <= self.max_bad_fraction <= 1.0
         ):
             raise ValueError(f"--max-bad-fraction must be in [0, 1], got {self.max_bad_fraction!r}")
+
+    def _check_annotation_columns(self) -> None:
+        columns = tuple(self.annotation_columns)
+        if columns != ANNOTATION_COLUMNS and not self.annotations:
+            raise ValueError("--annotation-columns names the columns of an --annotations file; give that file too")
+        if not 2 <= len(columns) <= 3 or not all(isinstance(c, str) and c.strip() for c in columns) \
+                or len(set(columns)) != len(columns):
+            raise ValueError("--annotation-columns takes two or three different column names, PATH,LABEL[,SPLIT] "
+                             f"(e.g. image,breed), got {','.join(map(str, columns))!r}")
+        object.__setattr__(self, "annotation_columns", columns + ANNOTATION_COLUMNS[len(columns):])
 
     def to_json(self) -> dict:
         """The options as recorded in the manifest (plain JSON types)."""

@@ -64,6 +64,9 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--annotations", default=None,
         help="label file listing the images instead of class folders: CSV/TSV with a header, or JSON Lines, "
         "with columns path, label and optionally split (train, validation/val, test); paths relative to --src")
+    add("--annotation-columns", default=",".join(opts.ANNOTATION_COLUMNS), metavar="PATH,LABEL[,SPLIT]",
+        help="the --annotations file's names for the path, label and split columns, e.g. image,breed "
+        "(default: %(default)s)")
     add("--val-labels", default=None,
         help="ImageNet-style: labels of a flat SRC/val/ folder (LOC_val_solution.csv, or one class id per line "
         "in file-name order); train stays SRC/train/<class>/")
@@ -131,6 +134,7 @@ def convert(argv: Sequence[str]) -> int:
             max_bad_fraction=args.max_bad_fraction,
             overwrite=args.overwrite,
             annotations=args.annotations,
+            annotation_columns=tuple(name.strip() for name in args.annotation_columns.split(",")),
             val_labels=args.val_labels,
             synsets=args.synsets,
             dali_index=args.dali_index,

@@ -26,7 +26,8 @@ def plan_inputs(options: ConvertOptions) -> discover.InputPlan:
     if options.annotations:
         from beam_jobs.sources import label_file
 
-        return label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed)
+        return label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed,
+                               options.annotation_columns)
     listing = discover.list_tree(options.src)
     if options.val_labels:
         from beam_jobs.sources import imagenet

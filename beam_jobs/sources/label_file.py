@@ -8,6 +8,9 @@ images plus a table. Accepted forms, all with the columns ``path`` and
 * CSV or TSV with a header row (the delimiter is the one the header uses);
 * JSON Lines: one object per line, ``{"path": ..., "label": ..., "split": ...}``.
 
+A file that names these columns otherwise (a Kaggle CSV's ``image,breed``) is
+read with ``--annotation-columns image,breed[,SPLIT]``.
+
 Paths are relative to ``--src`` (the images' root), ``/``-separated, and may
 not leave it. The same guarantees as class folders: label ids index the
 sorted class names (numerically when every label is an integer, so ``"10"``
@@ -27,16 +30,18 @@ from typing import Iterator, Optional, Sequence
 
 from beam_jobs import discover
 from beam_jobs.discover import InputError, InputPlan, plan_from_members
+from beam_jobs.options import ANNOTATION_COLUMNS
 from record_schema import SPLIT_ALIASES, SPLITS
 
-COLUMNS = ("path", "label", "split")
+COLUMNS = ANNOTATION_COLUMNS  # path, label, split
 
 
-def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: float, seed: int) -> InputPlan:
-    """The plan of the images ``path`` lists under ``src``."""
+def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: float, seed: int,
+         columns: Sequence[str] = COLUMNS) -> InputPlan:
+    """The plan of the images ``path`` lists under ``src``; ``columns``: its names for path, label and split."""
     members: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
     first_line: dict[str, int] = {}
-    for line, relpath, label, split in read_rows(path):
+    for line, relpath, label, split in read_rows(path, columns):
         if relpath in first_line:
             raise InputError(f"--annotations {path} lists {relpath!r} twice: lines {first_line[relpath]} and {line}")
         first_line[relpath] = line
@@ -49,14 +54,15 @@ def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: flo
     return plan_from_members(members, labels, val_fraction, seed, src, {}, what="labels")
 
 
-def read_rows(path: str) -> Iterator[tuple[int, str, str, str]]:
+def read_rows(path: str, columns: Sequence[str] = COLUMNS) -> Iterator[tuple[int, str, str, str]]:
     """``(line number, relative path, label, split)`` of every row, checked."""
     text = discover.read_flag_file("--annotations", path)
     stripped = text.lstrip()
-    rows = _json_lines(path, text) if stripped.startswith("{") else _delimited(path, text)
+    path_key, label_key, split_key = columns
+    rows = _json_lines(path, text) if stripped.startswith("{") else _delimited(path, text, columns)
     for line, row in rows:
-        yield line, _relpath(path, line, row.get("path")), _label(path, line, row.get("label")), \
-            _split(path, line, row.get("split"))
+        yield line, _relpath(path, line, row.get(path_key)), _label(path, line, row.get(label_key)), \
+            _split(path, line, row.get(split_key))
 
 
 def _json_lines(path: str, text: str) -> Iterator[tuple[int, dict]]:
@@ -72,14 +78,15 @@ def _json_lines(path: str, text: str) -> Iterator[tuple[int, dict]]:
         yield number, row
 
 
-def _delimited(path: str, text: str) -> Iterator[tuple[int, dict]]:
+def _delimited(path: str, text: str, columns: Sequence[str]) -> Iterator[tuple[int, dict]]:
     header_line = text.splitlines()[0] if text.strip() else ""
     delimiter = "\t" if "\t" in header_line else ","
     reader = csv.reader(io.StringIO(text), delimiter=delimiter)
     header = next(reader, None)
-    if header is None or not {"path", "label"} <= {name.strip() for name in header}:
+    if header is None or not set(columns[:2]) <= {name.strip() for name in header}:
+        other = "" if tuple(columns) == COLUMNS else " (as --annotation-columns names them)"
         raise InputError(f"--annotations {path}: the first line must be a header naming the columns "
-                         f"'path' and 'label' (and optionally 'split'); found {header}")
+                         f"{columns[0]!r} and {columns[1]!r} (and optionally {columns[2]!r}){other}; found {header}")
     names = [name.strip() for name in header]
     for row in reader:
         number = reader.line_num

@@ -93,3 +93,14 @@ def test_synsets_give_each_class_its_text(tmp_path):
     assert imagenet.read_synsets(mapping, ["n02119789", "n01440764"]) == ("kit fox, Vulpes macrotis", "tench, Tinca tinca")
     with pytest.raises(InputError, match=r"no text for classes \['n01443537'\]"):
         imagenet.read_synsets(mapping, ["n01443537"])
+
+
+@pytest.mark.parametrize("form", ["csv", "jsonl"])
+def test_a_label_file_with_other_column_names_is_read_through_columns(tmp_path, form):
+    rows = [("a.jpg", "dog", "train"), ("b.jpg", "cat", "val")]
+    if form == "jsonl":
+        text = "\n".join(json.dumps({"image": p, "breed": label, "fold": s}) for p, label, s in rows)
+    else:
+        text = "image,breed,fold\n" + "\n".join(",".join(row) for row in rows) + "\n"
+    plan = label_file.plan("SRC", _write(tmp_path / f"l.{form}", text), None, 0.0, 0, ("image", "breed", "fold"))
+    assert _labelled(plan) == {("train", "a.jpg", "dog"), ("validation", "b.jpg", "cat")}

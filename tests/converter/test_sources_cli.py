@@ -93,3 +93,29 @@ def test_tiny_images_are_reported_and_min_side_rejects_them(tmp_path, sample_ima
     manifest, rows = _records(tmp_path / "strict")
     assert manifest["rejected_by_reason"] == {"too-small": 2} and len(rows) == 2
     assert "under 32 px" not in proc.stdout
+
+
+def test_a_label_file_with_its_own_column_names_converts_with_annotation_columns(tmp_path, sample_images, converter):
+    """A Kaggle-style CSV (``id,breed,fold``) read as it ships, and the flag's mistakes named."""
+    src = tmp_path / "images"
+    src.mkdir()
+    for name in ("1.jpg", "2.jpg", "3.jpg"):
+        (src / name).write_bytes(sample_images["jpeg_rgb"])
+    table = tmp_path / "labels.csv"
+    table.write_text("id,breed,fold,notes\n1.jpg,beagle,train,x\n2.jpg,pug,train,\n3.jpg,pug,val,y\n")
+    out = tmp_path / "out"
+    converter("--src", str(src), "--annotations", str(table), "--annotation-columns", "id,breed,fold",
+              "--out", str(out), "--shards", "1", *FAST, check=True)
+    manifest, rows = _records(out)
+    assert manifest["classes"] == ["beagle", "pug"]
+    got = {(split, row[record_schema.FILENAME].decode(), row[record_schema.LABEL]) for split, row in rows}
+    assert got == {("train", "1.jpg", 0), ("train", "2.jpg", 1), ("validation", "3.jpg", 1)}
+
+    proc = converter("--src", str(src), "--annotations", str(table), *FAST)  # the default names are not there
+    assert proc.returncode == 1
+    assert "'path' and 'label'" in proc.stderr and str(table) in proc.stderr and "'id', 'breed'" in proc.stderr
+    for bad in ("id", "id,id", "id,,fold", "a,b,c,d"):
+        proc = converter("--src", str(src), "--annotations", str(table), "--annotation-columns", bad, *FAST)
+        assert proc.returncode == 2 and "--annotation-columns takes two or three different column names" in proc.stderr
+    proc = converter("--src", str(src), "--annotation-columns", "id,breed", *FAST)
+    assert proc.returncode == 2 and "give that file too" in proc.stderr
