@@ -5,6 +5,11 @@ the shards converted from them), 224 px, batch 64, alternating in rounds;
 throughput is images per second after a few warm-up batches. Once with a
 warm page cache and once cold (every file evicted with
 ``posix_fadvise(DONTNEED)`` before each measurement).
+
+Each measurement also takes the process's CPU time per image (every thread
+tf.data runs is in this process): what a pipeline costs, where images/s is
+how fast it ran, which on a shared machine also moves with the neighbours.
+When every pipeline keeps the cores busy, the first sets the second's ratio.
 """
 
 from __future__ import annotations
@@ -35,17 +40,24 @@ def evict(paths: list[str]) -> None:
             os.close(fd)
 
 
-def throughput(make: Callable[[], object], batches: int, warmup: int = 2) -> float:
-    """Images/s of a fresh iterator over ``batches`` batches after ``warmup`` batches."""
+def process_cpu_seconds() -> float:
+    """User + system CPU time of this process so far, all threads."""
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
+
+
+def throughput(make: Callable[[], object], batches: int, warmup: int = 2) -> tuple[float, float]:
+    """(images/s, CPU ms per image) of a fresh iterator over ``batches`` batches after ``warmup`` batches."""
     iterator = iter(make())
     for _ in range(warmup):
         next(iterator)
     images = 0
-    started = time.perf_counter()
+    cpu_started, started = process_cpu_seconds(), time.perf_counter()
     for _ in range(batches):
         batch = next(iterator)
         images += int(batch[0].shape[0])
-    return images / (time.perf_counter() - started)
+    seconds, cpu_seconds = time.perf_counter() - started, process_cpu_seconds() - cpu_started
+    return images / seconds, 1000 * cpu_seconds / images
 
 
 def pipelines(images_dir: str, shards_dir: str) -> dict[str, Callable[[], object]]:
@@ -99,15 +111,31 @@ def pipelines(images_dir: str, shards_dir: str) -> dict[str, Callable[[], object
 
 def alternating_rounds(makers: dict, rounds: int, batches: Callable[[str], int],
                        before: Callable[[], None] = lambda: None) -> dict:
-    """``{name: {images_per_s (median), min, max, samples}}``, the order reversed every other round."""
+    """``{name: {images_per_s (median), min, max, samples, cpu_ms_per_image (median), cpu_samples}}``.
+
+    The order is reversed every other round, so drift favours no pipeline.
+    """
     samples: dict = {name: [] for name in makers}
+    cpu: dict = {name: [] for name in makers}
     for round_index in range(rounds):
         names = list(makers) if round_index % 2 == 0 else list(reversed(makers))
         for name in names:
             before()
-            samples[name].append(throughput(makers[name], batches(name)))
+            images_per_s, cpu_ms = throughput(makers[name], batches(name))
+            samples[name].append(images_per_s)
+            cpu[name].append(cpu_ms)
     return {name: {"images_per_s": statistics.median(values), "min": min(values), "max": max(values),
-                   "samples": values} for name, values in samples.items()}
+                   "samples": values, "cpu_ms_per_image": statistics.median(cpu[name]), "cpu_samples": cpu[name]}
+            for name, values in samples.items()}
+
+
+def paired_ratio(measured: dict, name: str, baseline: str) -> float:
+    """Median over rounds of ``name``'s images/s over ``baseline``'s in the same round.
+
+    Steadier than the ratio of the two medians when the machine's speed
+    drifts between rounds: each round's pair ran minutes apart at most.
+    """
+    return statistics.median(a / b for a, b in zip(measured[name]["samples"], measured[baseline]["samples"]))
 
 
 def bench_reader(images_dir: str, shards_dir: str, rounds: int, batches: int, slow_batches: int) -> dict:
@@ -129,6 +157,16 @@ def bench_reader(images_dir: str, shards_dir: str, rounds: int, batches: int, sl
         "eval_over_decode_bound": warm["ours_eval"] / warm["decode_bound_in_memory"],
         "train_over_decode_bound": warm["ours_train"] / warm["decode_bound_in_memory"],
         "train_over_article_tf_data": warm["ours_train"] / warm["article_tf_data"],
+    }
+    measured = {name: r["warm"] for name, r in results["pipelines"].items()}
+    bound_cpu = measured["decode_bound_in_memory"]["cpu_ms_per_image"]
+    # Context for the two bound targets: the same comparison per round, and in CPU time per image
+    # (bound's over ours: above 1 means the preset spends less CPU per image than the bound).
+    results["bound_context_warm"] = {
+        "train_over_decode_bound_paired": paired_ratio(measured, "ours_train", "decode_bound_in_memory"),
+        "eval_over_decode_bound_paired": paired_ratio(measured, "ours_eval", "decode_bound_in_memory"),
+        "train_cpu_efficiency_over_decode_bound": bound_cpu / measured["ours_train"]["cpu_ms_per_image"],
+        "eval_cpu_efficiency_over_decode_bound": bound_cpu / measured["ours_eval"]["cpu_ms_per_image"],
     }
     results["caches"] = bench_caches(shards_dir)
     return results

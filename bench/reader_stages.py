@@ -3,7 +3,10 @@
 Every variant yields the same float32 (64, 224, 224, 3) batches from the same
 JPEG bytes, in this one process, alternating in rounds (order reversed every
 other round) with enough batches per measurement (default 60, about 5 s) that
-a round is not one scheduler hiccup. Each variant adds or removes one stage:
+a round is not one scheduler hiccup. Each is reported in images/s (median,
+ratio of medians and median of per-round ratios to the bound) and in process
+CPU time per image (what it costs, apart from how fast the machine ran). Each
+variant adds or removes one stage:
 
 - ``bound``: in-memory JPEG bytes -> full decode + resize (the benchmark's bound).
 - ``memory_eval_fn`` / ``memory_train_fn``: the same bytes through our eval / train map
@@ -113,14 +116,17 @@ def main(argv=None) -> int:
         if args.only:
             makers = {name: makers[name] for name in args.only}
         measured = read_bench.alternating_rounds(makers, args.rounds, lambda _: args.batches)
-    bound = measured["bound"]["images_per_s"] if "bound" in measured else None
-    print(f"{'variant':<20} {'images/s':>9} {'min':>7} {'max':>7}  over bound  (per-round ratios)")
+    bound = measured.get("bound")
+    print(f"{'variant':<22} {'images/s':>8} {'min':>6} {'max':>6}  over bound  paired  CPU ms/image  "
+          "bound's CPU over it  (per-round ratios)")
     for name, result in measured.items():
-        ratio = f"{result['images_per_s'] / bound:10.3f}" if bound else ""
-        rounds = ""
+        line = (f"{name:<22} {result['images_per_s']:8.0f} {result['min']:6.0f} {result['max']:6.0f}  ")
         if bound:
-            rounds = " ".join(f"{a / b:.2f}" for a, b in zip(result["samples"], measured["bound"]["samples"]))
-        print(f"{name:<20} {result['images_per_s']:9.0f} {result['min']:7.0f} {result['max']:7.0f}  {ratio}  ({rounds})")
+            rounds = " ".join(f"{a / b:.2f}" for a, b in zip(result["samples"], bound["samples"]))
+            line += (f"{result['images_per_s'] / bound['images_per_s']:10.3f}  "
+                     f"{read_bench.paired_ratio(measured, name, 'bound'):6.3f}  {result['cpu_ms_per_image']:12.3f}  "
+                     f"{bound['cpu_ms_per_image'] / result['cpu_ms_per_image']:19.3f}  ({rounds})")
+        print(line)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(measured, handle, indent=1)

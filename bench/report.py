@@ -86,10 +86,19 @@ def markdown(results: dict) -> str:
     if "ratio_ceiling_all_cores" in results["convert"]:
         lines += ["", f"CPU ceiling of the converter ratio on {m['cores']} cores (plain loop's CPU per image over "
                   f"ours, times the cores): {results['convert']['ratio_ceiling_all_cores']:.2f}x."]
-    lines += ["", "| reader (224 px, batch 64) | warm images/s (min-max) | cold images/s (min-max) |", "|---|---|---|"]
+    lines += ["", "| reader (224 px, batch 64) | warm images/s (min-max) | cold images/s (min-max) "
+              "| warm CPU ms per image |", "|---|---|---|---|"]
     for name, r in results["read"]["pipelines"].items():
+        cpu = f"{r['warm']['cpu_ms_per_image']:.2f}" if "cpu_ms_per_image" in r["warm"] else ""
         lines.append(f"| {name} | {r['warm']['images_per_s']:.0f} ({r['warm']['min']:.0f}-{r['warm']['max']:.0f}) "
-                     f"| {r['cold']['images_per_s']:.0f} ({r['cold']['min']:.0f}-{r['cold']['max']:.0f}) |")
+                     f"| {r['cold']['images_per_s']:.0f} ({r['cold']['min']:.0f}-{r['cold']['max']:.0f}) | {cpu} |")
+    context = results["read"].get("bound_context_warm")
+    if context:
+        lines += ["", "Against the in-memory decode bound (warm), per round: train preset "
+                  f"{context['train_over_decode_bound_paired']:.3f}x, eval preset "
+                  f"{context['eval_over_decode_bound_paired']:.3f}x (medians of each round's ratio); in CPU time per "
+                  f"image, the bound's over the preset's: train {context['train_cpu_efficiency_over_decode_bound']:.3f}x, "
+                  f"eval {context['eval_cpu_efficiency_over_decode_bound']:.3f}x."]
     for key, title in (("convert_downsize", "--max-side 256 on 1200-1600 px JPEGs"),
                        ("convert_png", "PNG photos (300-500 px) to JPEG")):
         section = results.get(key)

@@ -30,6 +30,11 @@ def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_
     assert isinstance(results["convert"]["ratio_ceiling_all_cores"], float)
     assert set(results["read"]["pipelines"]) == {"ours_train", "ours_eval", "image_dataset_from_directory",
                                                  "image_data_generator", "article_tf_data", "decode_bound_in_memory"}
+    assert all(r["warm"]["cpu_ms_per_image"] > 0 for r in results["read"]["pipelines"].values())
+    assert set(results["read"]["bound_context_warm"]) == {
+        "train_over_decode_bound_paired", "eval_over_decode_bound_paired",
+        "train_cpu_efficiency_over_decode_bound", "eval_cpu_efficiency_over_decode_bound"}
+    assert "warm CPU ms per image" in (out / "results.md").read_text()
     assert set(results["read_large_photos"]["pipelines"]) == {"ours_train", "ours_eval", "image_dataset_from_directory"}
     assert "| target | goal | measured | met |" in (out / "results.md").read_text()
     assert "| reader, large photos |" in (out / "results.md").read_text()
