@@ -9,7 +9,7 @@ Training (``training=True``), per epoch e and input pipeline::
     -> parse, 64 records per call, then one element per record again [parse_records]
     -> shuffle buffer of encoded images keyed by seed, before decoding
     -> (encoded image, label, per-example seed (seed, position))
-    -> map(crop-before-decode + flip + resize, AUTOTUNE)            fused by TF with ...
+    -> map(crop-before-decode + resize + flip, AUTOTUNE)            fused by TF with ...
     -> batch(drop_remainder=True)                                   ... the batch (map_and_batch)
     -> prefetch(AUTOTUNE) [or to a device]
 
