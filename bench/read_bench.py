@@ -150,7 +150,8 @@ def bench_reader(images_dir: str, shards_dir: str, rounds: int, batches: int, sl
     for cache_state, before in (("warm", lambda: None), ("cold", lambda: evict(all_files))):
         for name, numbers in alternating_rounds(makers, rounds, count, before).items():
             results["pipelines"].setdefault(name, {})[cache_state] = numbers
-    warm = {name: r["warm"]["images_per_s"] for name, r in results["pipelines"].items()}
+    measured = {name: r["warm"] for name, r in results["pipelines"].items()}
+    warm = {name: r["images_per_s"] for name, r in measured.items()}
     results["ratios_warm"] = {
         "train_over_image_dataset_from_directory": warm["ours_train"] / warm["image_dataset_from_directory"],
         "train_over_image_data_generator": warm["ours_train"] / warm["image_data_generator"],
@@ -158,7 +159,6 @@ def bench_reader(images_dir: str, shards_dir: str, rounds: int, batches: int, sl
         "train_over_decode_bound": warm["ours_train"] / warm["decode_bound_in_memory"],
         "train_over_article_tf_data": warm["ours_train"] / warm["article_tf_data"],
     }
-    measured = {name: r["warm"] for name, r in results["pipelines"].items()}
     bound_cpu = measured["decode_bound_in_memory"]["cpu_ms_per_image"]
     # Context for the two bound targets: the same comparison per round, and in CPU time per image
     # (bound's over ours: above 1 means the preset spends less CPU per image than the bound).

@@ -38,6 +38,9 @@ from reader.records import parse_record
 
 SIZE, BATCH = read_bench.SIZE, read_bench.BATCH
 AUTOTUNE = tf.data.AUTOTUNE
+# The names variants() returns, known before any data is made (so --only is checked at once).
+VARIANTS = ("bound", "memory_eval_fn", "memory_train_fn", "shards_bound", "shards_plain_eval", "ours_eval", "ours_train",
+            "ours_eval_parse_each", "ours_train_parse_each")
 
 
 def variants(shards: str) -> dict:
@@ -105,7 +108,8 @@ def main(argv=None) -> int:
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--batches", type=int, default=60)
-    parser.add_argument("--only", nargs="*", help="variants to run (default: all)")
+    parser.add_argument("--only", nargs="*", choices=VARIANTS, metavar="VARIANT",
+                        help=f"variants to run (default: all): {', '.join(VARIANTS)}")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="reader-stages-") as work:

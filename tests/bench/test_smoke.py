@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from bench import reader_stages
 from tests.conftest import REPO
 
 
@@ -60,5 +61,6 @@ def test_the_reader_stage_profile_runs_and_reports_every_variant_against_the_bou
     measured = json.loads(out.read_text())
     assert set(measured) == {"bound", "memory_eval_fn", "memory_train_fn", "shards_bound", "shards_plain_eval",
                              "ours_eval", "ours_train", "ours_eval_parse_each", "ours_train_parse_each"}
+    assert list(measured) == list(reader_stages.VARIANTS)  # what --only accepts is what runs
     assert all(result["images_per_s"] > 0 for result in measured.values())
     assert "over bound" in proc.stdout

@@ -94,6 +94,20 @@ def test_a_seed_gives_identical_batches_and_another_seed_different_ones(demo_dat
     assert not all(np.array_equal(a[0], b[0]) for a, b in zip(first, other))
 
 
+def test_the_training_flip_mirrors_about_half_the_images_and_changes_nothing_else(demo_dataset):
+    # Same seed with and without the flip: the crops are the same, so each image is identical or its mirror.
+    def images(flip):
+        ds = reader.build_dataset(demo_dataset, batch_size=16, image_size=32, seed=3,
+                                  augment=reader.Augmentation(flip=flip))
+        return np.concatenate([i.numpy() for i, _ in ds.take(4)])
+
+    flipped, plain = images(True), images(False)
+    same = [np.abs(a - b).max() < 0.01 for a, b in zip(flipped, plain)]
+    mirrored = [np.abs(a - b[:, ::-1]).max() < 0.01 for a, b in zip(flipped, plain)]
+    assert all(s or m for s, m in zip(same, mirrored))
+    assert 16 <= sum(m and not s for s, m in zip(same, mirrored)) <= 48
+
+
 def test_eval_centre_crop_matches_a_full_decode_then_crop(demo_dataset):
     # Crop-before-decode must give the pixels a plain decode + crop gives.
     shard = reader.dataset_info(demo_dataset).split("train").files[0]
