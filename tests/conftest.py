@@ -197,6 +197,18 @@ def sample_images() -> dict[str, bytes]:
     return make_sample_images()
 
 
+def checkout_copy(folder) -> str:
+    """The tracked files of this checkout, as a fresh clone has them (new modules must be ``git add``-ed)."""
+    import shutil
+
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for rel in files.decode().split("\0"):
+        if rel and os.path.exists(os.path.join(REPO, rel)):
+            os.makedirs(os.path.join(folder, os.path.dirname(rel)), exist_ok=True)
+            shutil.copy2(os.path.join(REPO, rel), os.path.join(folder, rel))
+    return str(folder)
+
+
 def run_converter(*args: str, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess:
     """``python -m converter ARGS`` in a real subprocess, as a user runs it."""
     proc = subprocess.run(

@@ -13,14 +13,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 from typing import Optional
 
 import pytest
 
-from tests.conftest import REPO, write_imagenet_tree
+from tests.conftest import REPO, checkout_copy, write_imagenet_tree
 
 
 def _imagenet(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
@@ -98,16 +97,6 @@ def test_every_block_is_run_or_skipped_for_a_stated_reason():
     assert {_given(readme, code) for _, code, _ in blocks} <= {"", *GIVEN}
 
 
-def _checkout_copy(folder) -> str:
-    """The tracked files of this checkout, as a fresh clone has them."""
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    for rel in files.decode().split("\0"):
-        if rel and os.path.exists(os.path.join(REPO, rel)):
-            os.makedirs(os.path.join(folder, os.path.dirname(rel)), exist_ok=True)
-            shutil.copy2(os.path.join(REPO, rel), os.path.join(folder, rel))
-    return str(folder)
-
-
 def _run(language: str, code: str, cwd: str, extra_env: Optional[dict] = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(extra_env or {})}
     env.pop("PYTHONPATH", None)  # what the user has: the installed package, run from the checkout
@@ -127,7 +116,7 @@ def _shards(folder):
 
 @pytest.mark.slow
 def test_every_readme_block_runs_as_written_after_the_setup_commands(tmp_path, sample_images, s3_server):
-    checkout = _checkout_copy(tmp_path / "checkout")
+    checkout = checkout_copy(tmp_path / "checkout")
     readme = _read("README.md")
     install_and_run, test_command = _setup_commands(readme)[:2]
     # Set-up command 1, twice: the second run must succeed too, with the same bytes.
