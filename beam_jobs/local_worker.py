@@ -12,6 +12,7 @@ channel, and worker errors reach it through the control channel.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -30,10 +31,28 @@ def _harness_log_level() -> int:
     return getattr(logging, str(name).upper(), logging.INFO) if name else logging.INFO
 
 
+def _die_with_launcher() -> None:
+    """Linux: the kernel kills this worker when the launcher dies (even by SIGKILL or the OOM killer)."""
+    launcher = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return  # not Linux: the launcher's stop still kills its workers
+    if os.getppid() != launcher:  # it died before the request took effect
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def main() -> None:
-    # Ctrl-C reaches every process of the terminal's group: the launcher reports it once and
-    # stops the run; a worker ends when the runner closes its control channel (or kills it).
+    # Ctrl-C reaches every process of the terminal's group, and Slurm or Kubernetes send SIGTERM to
+    # all of them: the launcher alone reports the stop and kills its workers (beam_jobs.interrupt).
+    # A worker that died of the signal itself would only turn the stop into a "failed" run.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_launcher()
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(_harness_log_level())
     # Installed before Beam is imported, so Beam's import-time warnings and later basicConfig calls use it.

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from typing import Iterator, Mapping, Optional, Sequence
@@ -23,7 +24,7 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
 import record_schema
-from beam_jobs import discover, faults, publish, runners, sources
+from beam_jobs import discover, faults, interrupt, publish, runners, sources
 from beam_jobs.sources import imagenet
 from beam_jobs.manifest import ConvertSummary, build_manifest, check_results, summarize_duplicates
 from beam_jobs.options import ConvertOptions
@@ -53,7 +54,7 @@ def run(
     Args:
       options: the conversion's own options.
       pipeline_args: Beam pipeline flags (``--runner``, ``--direct_num_workers``...).
-      show_progress: tqdm bars; default on for local runs.
+      show_progress: tqdm bars; default on for local runs whose stderr is a terminal.
 
     Returns:
       What was written; the dataset is complete at ``options.out``.
@@ -64,7 +65,14 @@ def run(
       TooManyRejectedError: the error budget was exceeded; nothing published.
       ConversionFailedError: the pipeline failed (disk full, an input changed
         during the run...); nothing published.
+      interrupt.Interrupted: SIGINT or SIGTERM stopped the run (in the main
+        thread); nothing published unless ``published`` says the commit had begun.
     """
+    with interrupt.handled():
+        return _run(options, pipeline_args, show_progress)
+
+
+def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: Optional[bool]) -> ConvertSummary:
     started = time.monotonic()
     choice = runners.choose_runner(pipeline_args)
     # The launcher lists SRC and publishes OUT itself: object stores need the
@@ -85,9 +93,11 @@ def run(
         planned = plan_shard_counts(plan.split_sizes(), options.shards)
         staging = publish.new_staging(out)
         try:
-            manifest = _convert(options, plan, planned, staging, choice, show_progress)
+            with interrupt.live_run(last_resort=lambda: publish.abandon(staging, out)):
+                manifest = _convert(options, plan, planned, staging, choice, show_progress)
             faults.point("before-commit")
-            publish.commit(staging, out, manifest)
+            with interrupt.deferred():  # a signal now takes effect once the dataset is whole
+                publish.commit(staging, out, manifest)
             faults.point("committed")
         except BaseException:
             try:
@@ -114,7 +124,8 @@ def _convert(
     publish.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
     faults.point("listed")
 
-    progress = choice.local if show_progress is None else show_progress
+    # Bars redraw with carriage returns: in a pipe or a log file they are noise, not progress.
+    progress = (choice.local and _is_terminal(sys.stderr)) if show_progress is None else show_progress
     with ProgressBars(work, len(plan.refs), enabled=progress), _private_tempdir(work):
         try:
             with beam.Pipeline(runner=choice.runner, options=choice.options) as pipeline:
@@ -127,6 +138,8 @@ def _convert(
                                                      input_list)
                 )
         except Exception as err:  # runners re-raise worker errors as assorted types; name the outcome
+            # A worker that died of the user's Ctrl-C or SIGTERM (sent to the whole group) is the stop.
+            interrupt.raise_if_received()
             raise ConversionFailedError(
                 f"the conversion failed and nothing was published ({options.out} is unchanged): {_first_line(err)}"
             ) from err
@@ -169,6 +182,13 @@ def _write_input_list(path: str, refs: Sequence[discover.ImageRef]) -> list[tupl
             spans.append((offset, len(data)))
             offset += len(data)
     return spans
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without it, or closed
+        return False
 
 
 def _first_line(err: BaseException) -> str:

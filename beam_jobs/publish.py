@@ -337,6 +337,17 @@ def discard_staging(staging: str) -> None:
     remove_folder(staging)
 
 
+def abandon(staging: str, out: str) -> None:
+    """A run's last resort when it must exit at once (a signal's deadline): staging and the lock file go.
+
+    The lock itself (an ``flock``) dies with the process; its file would stay beside OUT.
+    """
+    discard_staging(staging)
+    if is_local(out):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_sibling(out, "lock"))
+
+
 def remove_folder(path: str) -> None:
     """Delete a folder and everything in it, on disk or in an object store (where it is a prefix)."""
     if is_local(path):

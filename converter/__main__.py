@@ -1,8 +1,15 @@
 """``python -m converter``: see :mod:`converter.cli`."""
 
+import os
 import sys
 
 from converter.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status in (130, 143):
+        # Stopped by a signal, cleanup done: exit now rather than wait on threads a stopped runner left.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)

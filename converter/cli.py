@@ -9,15 +9,15 @@ Beam's ``PipelineOptions`` (the split Beam's wordcount example makes), so
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import logging
 import os
 import signal
 import sys
 import traceback
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
+from beam_jobs import interrupt
 from beam_jobs import options as opts
 
 logger = logging.getLogger("converter")
@@ -34,7 +34,8 @@ Any other flag is an Apache Beam pipeline option, passed to PipelineOptions unto
   --runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp --setup_file=./setup.py
   --direct_num_workers=N   (local runs use every core by default)
 
-Exit status: 0 only when the dataset was published; 1 for a failed conversion; 2 for bad usage.
+Exit status: 0 only when the dataset was published; 1 for a failed conversion; 2 for bad usage;
+130 after Ctrl-C (SIGINT), 143 after SIGTERM.
 """
 
 
@@ -115,12 +116,6 @@ def convert(argv: Sequence[str]) -> int:
     args, pipeline_args = parser.parse_known_args(argv)
     _reject_near_misses(parser, pipeline_args)
     _configure_logging(args.verbose)
-    from beam_jobs import discover, pipeline, publish, runners  # Beam loads only now, after logging is set
-
-
-    if not any(arg.startswith("--default_sdk_harness_log_level") for arg in pipeline_args):
-        # Local worker processes log their start-up, internal flags and failures; we report failures once.
-        pipeline_args.append("--default_sdk_harness_log_level=" + ("INFO" if args.verbose else "CRITICAL"))
     try:
         options = opts.ConvertOptions(
             src=args.src,
@@ -141,14 +136,19 @@ def convert(argv: Sequence[str]) -> int:
         )
     except ValueError as err:
         parser.error(str(err))
+    # OUT is known before Beam loads (seconds), so a stop while it loads says the same as any other.
+    interrupt.set_exit_message(_stop_line("{verb}", options.out, published=False))
+    from beam_jobs import discover, pipeline, publish, runners  # Beam loads only now, after logging is set
+
+    if not any(arg.startswith("--default_sdk_harness_log_level") for arg in pipeline_args):
+        # Local worker processes log their start-up, internal flags and failures; we report failures once.
+        pipeline_args.append("--default_sdk_harness_log_level=" + ("INFO" if args.verbose else "CRITICAL"))
     try:
-        with _interrupt_on_sigterm():
-            summary = pipeline.run(options, pipeline_args, show_progress=None if args.progress else False)
-    except KeyboardInterrupt as err:
-        # Cleanup (staging folder, lock) ran on the way out; nothing else is worth a traceback.
-        name = "terminated" if isinstance(err, Terminated) else "interrupted"
-        print(f"\n{name}: nothing was published; {options.out} is unchanged", file=sys.stderr)
-        return 143 if isinstance(err, Terminated) else 130
+        summary = pipeline.run(options, pipeline_args, show_progress=None if args.progress else False)
+    except interrupt.Interrupted as err:
+        # Cleanup (workers, staging folder, lock) ran on the way out; nothing else is worth a traceback.
+        print("\n" + _stop_line(err.verb, options.out, err.published), file=sys.stderr)
+        return err.exit_status
     except runners.UnknownFlagError as err:
         if err.flag.startswith("-"):
             hint = runners.suggest(err.flag, _our_flags(parser) + runners.beam_flag_names())
@@ -166,22 +166,11 @@ def convert(argv: Sequence[str]) -> int:
     return 0
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (timeout, Slurm, Kubernetes), raised where Ctrl-C's KeyboardInterrupt would be."""
-
-
-@contextlib.contextmanager
-def _interrupt_on_sigterm() -> Iterator[None]:
-    """Turn SIGTERM into an exception for the duration, so the run cleans up as on Ctrl-C."""
-
-    def handler(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def _stop_line(verb: str, out: str, published: bool) -> str:
+    """The one line a stopped conversion prints."""
+    if published:
+        return f"{verb}: the signal came while publishing, so {out} was published whole first"
+    return f"{verb}: nothing was published; {out} is unchanged"
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -298,7 +287,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ``python -m converter --src ...`` (or ``convert --src ...``) converts;
     ``verify OUT`` and ``inspect OUT`` check and describe a dataset.
     """
+    # First, before Beam or TensorFlow load (seconds): a signal at any moment is one line and an exit status.
+    interrupt.install(exit_message="{verb}")
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in SUBCOMMANDS else "convert"
     rest = argv[1:] if argv and argv[0] in SUBCOMMANDS else argv
-    return {"convert": convert, "verify": verify, "inspect": inspect, "tfds-metadata": tfds_metadata}[command](rest)
+    try:
+        return {"convert": convert, "verify": verify, "inspect": inspect,
+                "tfds-metadata": tfds_metadata}[command](rest)
+    except KeyboardInterrupt as err:  # before or after the run itself (while loading, verifying...)
+        stop = err if isinstance(err, interrupt.Interrupted) else interrupt.Interrupted(signal.SIGINT)
+        print("\n" + interrupt.exit_line(stop.signum), file=sys.stderr)
+        return stop.exit_status

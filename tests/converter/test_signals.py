@@ -1,0 +1,128 @@
+"""SIGINT or SIGTERM at any moment ends a conversion within 10 s: exit 130 or 143, one line, nothing left.
+
+A real ``python -m converter`` replaces a real dataset (``--overwrite``) while
+the test sends the signal at every half second from 0.5 to 8 s: while Python
+and Beam import, while the local runner starts its workers (where the join of
+a worker still starting hung), and while images are validated and shards
+written. Ctrl-C is sent to the whole process group, as a terminal does;
+SIGTERM too, as Slurm and Kubernetes do. Each schedule runs on an otherwise
+idle machine and with the other core kept busy, which moves the start-up's
+moments around.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import REPO
+
+DELAYS = [0.5 * step for step in range(1, 17)]  # 0.5 .. 8 s
+LIMIT_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def slow_source(tmp_path_factory) -> str:
+    """Two classes of 3,000 PNGs each (links to 8 noise images): about 15 s of re-encoding on 2 cores."""
+    root = tmp_path_factory.mktemp("signals")
+    rng = np.random.default_rng(3)
+    originals = []
+    for index in range(8):
+        path = root / f"original-{index}.png"
+        Image.fromarray((rng.random((256, 256, 3)) * 255).astype(np.uint8)).save(path)
+        originals.append(path)
+    for name in ("a", "b"):
+        folder = root / "src" / name
+        folder.mkdir(parents=True)
+        for index in range(3000):
+            os.symlink(originals[index % 8], folder / f"{index:05d}.png")
+    return str(root / "src")
+
+
+@pytest.fixture()
+def existing_dataset(tmp_path, demo_dataset) -> str:
+    """OUT already holds a dataset that an interrupted ``--overwrite`` must leave exactly as it was."""
+    out = tmp_path / "data" / "out"
+    shutil.copytree(demo_dataset, out)
+    return str(out)
+
+
+def _fingerprint(folder: str) -> dict:
+    return {name: hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest()
+            for name in sorted(os.listdir(folder))}
+
+
+def _processes_marked(marker: str) -> list[int]:
+    """Processes whose environment carries ``marker``: the run's launcher and every worker it started."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    if marker.encode() in handle.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture(params=["idle", "other-core-busy"])
+def load(request):
+    if request.param == "idle":
+        yield request.param
+        return
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield request.param
+    finally:
+        burner.kill()
+        burner.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_at_any_moment_ends_the_run_within_10_s_in_one_line_leaving_the_dataset_as_it_was(
+        slow_source, existing_dataset, signum, load):
+    parent = os.path.dirname(existing_dataset)
+    before, beside = _fingerprint(existing_dataset), sorted(os.listdir(parent))
+    failures = []
+    for delay in DELAYS:
+        marker = f"IMGSHARDS_SIGNAL_TEST={uuid.uuid4().hex}"
+        env = {**os.environ, "PYTHONPATH": REPO, marker.split("=")[0]: marker.split("=")[1]}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "converter", "--src", slow_source, "--out", existing_dataset, "--shards", "4",
+             "--overwrite"],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        time.sleep(delay)
+        os.killpg(proc.pid, signum)  # the whole group, as a terminal's Ctrl-C and Slurm's SIGTERM do
+        sent = time.monotonic()
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            failures.append(f"{delay} s: still running 30 s after the signal")
+            continue
+        took = time.monotonic() - sent
+        lines = [line for line in err.splitlines() if line.strip()]
+        expected = ("interrupted" if signum == signal.SIGINT else "terminated") + \
+            f": nothing was published; {existing_dataset} is unchanged"
+        if proc.returncode != 128 + signum or took > LIMIT_S or lines != [expected] or out:
+            failures.append(f"{delay} s: exit {proc.returncode} after {took:.1f} s, stdout {out!r}, stderr {lines[:5]}")
+        if _processes_marked(marker):
+            failures.append(f"{delay} s: processes of the run are still alive: {_processes_marked(marker)}")
+        if sorted(os.listdir(parent)) != beside or _fingerprint(existing_dataset) != before:
+            failures.append(f"{delay} s: left {sorted(os.listdir(parent))}, dataset changed: "
+                            f"{_fingerprint(existing_dataset) != before}")
+            break
+    assert not failures, "\n".join(failures)
