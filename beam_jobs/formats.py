@@ -16,6 +16,7 @@ optional ``pillow-heif`` is installed (``pip install '.[heif]'``).
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 from PIL import Image
@@ -77,6 +78,24 @@ def allowed() -> list[str]:
     """The Pillow formats ``Image.open`` may try, installed decoders only."""
     Image.init()
     return [name for name in CONVERTED if name in Image.OPEN]  # MPO opens through the JPEG plugin
+
+
+@functools.lru_cache(maxsize=1)
+def image_extensions() -> frozenset[str]:
+    """File name extensions (lower case, no dot) of the formats we convert, as Pillow registers them.
+
+    Only to find a file a label file names without its extension (formats are
+    identified by content when converting).
+    """
+    Image.init()
+    formats = set(allowed())
+    names = {ext.lstrip(".").lower() for ext, fmt in Image.registered_extensions().items() if fmt in formats}
+    return frozenset(names | ({"heic", "heif"} if "HEIF" in formats else set()))
+
+
+def has_image_extension(name: str) -> bool:
+    """``name`` ends in the extension of a format we convert (``x.JPG``, ``y.png``; not ``id``, ``z.txt``)."""
+    return "." in name and name.rpartition(".")[2].lower() in image_extensions()
 
 
 def unsupported_format(data: bytes) -> Optional[str]:

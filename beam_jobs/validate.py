@@ -22,6 +22,7 @@ from typing import NamedTuple, Sequence, Union
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 from apache_beam.io.filesystems import FileSystems
 
+from beam_jobs import formats
 from beam_jobs.discover import ImageRef, display_path
 from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.options import EncodeOptions
@@ -134,7 +135,7 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions) -> Union[tuple
         data = read_source(src, ref.relpath)
     except OSError as err:  # Beam's BeamIOError is an OSError too
         if not FileSystems.exists(source_path(src, ref.relpath)):  # gone since listing, or a label file's typo
-            return RejectedInput(display_path(ref.relpath), "missing-file", "listed, but no such file under --src")
+            return RejectedInput(display_path(ref.relpath), "missing-file", missing_detail(ref.relpath))
         return RejectedInput(display_path(ref.relpath), "unreadable",
                              f"could not be read: {display_path(str(err))}")
     result = encode_image(data, options)
@@ -143,6 +144,15 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions) -> Union[tuple
     accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
                         channels=result.channels)
     return accepted, result
+
+
+def missing_detail(relpath: str) -> str:
+    """What was looked for, for a listed file that is not there (no absolute path: reports stay identical)."""
+    name = relpath.rpartition("/")[2]
+    detail = f"listed, but --src has no file {display_path(relpath)}"
+    if not formats.has_image_extension(name):
+        detail += f", nor one named {display_path(name)} plus an image extension (.jpg, .png, ...)"
+    return detail
 
 
 def spill_path(work: str, chunk: int) -> str:

@@ -9,7 +9,8 @@ images plus a table. Accepted forms, all with the columns ``path`` and
 * JSON Lines: one object per line, ``{"path": ..., "label": ..., "split": ...}``.
 
 A file that names these columns otherwise (a Kaggle CSV's ``image,breed``) is
-read with ``--annotation-columns image,breed[,SPLIT]``.
+read with ``--annotation-columns image,breed[,SPLIT]``, and ids listed without their
+extension (Kaggle's ``train/<id>.jpg``) find their file (:func:`resolve_ids`).
 
 Paths are relative to ``--src`` (the images' root), ``/``-separated, and may
 not leave it. The same guarantees as class folders: label ids index the
@@ -25,10 +26,13 @@ import collections
 import csv
 import io
 import json
+import os
 import posixpath
 from typing import Iterator, Optional, Sequence
 
-from beam_jobs import discover
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs import discover, formats
 from beam_jobs.discover import InputError, InputPlan, plan_from_members
 from beam_jobs.options import ANNOTATION_COLUMNS
 from record_schema import SPLIT_ALIASES, SPLITS
@@ -39,9 +43,12 @@ COLUMNS = ANNOTATION_COLUMNS  # path, label, split
 def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: float, seed: int,
          columns: Sequence[str] = COLUMNS) -> InputPlan:
     """The plan of the images ``path`` lists under ``src``; ``columns``: its names for path, label and split."""
+    rows = list(read_rows(path, columns))
+    resolved = resolve_ids(src, path, [(line, relpath) for line, relpath, _, _ in rows])
     members: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
     first_line: dict[str, int] = {}
-    for line, relpath, label, split in read_rows(path, columns):
+    for line, relpath, label, split in rows:
+        relpath = resolved.get(relpath, relpath)
         if relpath in first_line:
             raise InputError(f"--annotations {path} lists {relpath!r} twice: lines {first_line[relpath]} and {line}")
         first_line[relpath] = line
@@ -52,6 +59,60 @@ def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: flo
     if labels is None and all(name.lstrip("-").isdigit() for name in names):
         labels = sorted(names, key=int)  # numeric labels keep their order: "10" after "9"
     return plan_from_members(members, labels, val_fraction, seed, src, {}, what="labels")
+
+
+def resolve_ids(src: str, path: str, listed: Sequence[tuple[int, str]]) -> dict[str, str]:
+    """Paths listed without their extension (a Kaggle ``id``) -> the one image file each names.
+
+    Kaggle's dog-breed release lists ``id`` for ``train/<id>.jpg``. A listed
+    path whose name has no image extension and that names no file resolves to
+    the single file in its folder named that path plus an image extension; each
+    such folder is listed once. Paths with an extension are taken as written.
+
+    Raises:
+      InputError: two files could be meant (``x.jpg`` and ``x.png``), naming both.
+    """
+    extensions = formats.image_extensions()
+    wanted: dict[str, dict[str, int]] = collections.defaultdict(dict)  # folder -> name -> line
+    for line, relpath in listed:
+        folder, _, name = relpath.rpartition("/")
+        if not formats.has_image_extension(name):
+            wanted[folder][name] = line
+    resolved = {}
+    for folder, names in wanted.items():
+        present = _names_in(src, folder)
+        candidates: dict[str, list[str]] = collections.defaultdict(list)
+        for entry in present:
+            stem, dot, extension = entry.rpartition(".")
+            if dot and stem in names and extension.lower() in extensions:
+                candidates[stem].append(entry)
+        prefix = folder + "/" if folder else ""
+        for name, found in candidates.items():
+            if name in present:
+                continue
+            if len(found) > 1:
+                both = " and ".join(sorted(prefix + entry for entry in found)[:2])
+                raise InputError(f"--annotations {path} line {names[name]} lists {prefix + name!r}, which could be "
+                                 f"{both}; list the file with its extension")
+            resolved[prefix + name] = prefix + found[0]
+    return resolved
+
+
+def _names_in(src: str, folder: str) -> set[str]:
+    """Names of the files in ``src/folder`` (empty when it does not exist: those images are missing-file)."""
+    base = FileSystems.join(src, *folder.split("/")) if folder else src
+    if FileSystems.get_scheme(base) in (None, "file"):
+        local = base[len("file://"):] if base.startswith("file://") else base
+        try:
+            return set(os.listdir(local))
+        except OSError:
+            return set()
+    prefix = base.rstrip("/") + "/"
+    try:
+        matches = FileSystems.match([prefix + "*"])[0].metadata_list
+    except OSError:
+        return set()
+    return {meta.path[len(prefix):] for meta in matches if "/" not in meta.path[len(prefix):]}
 
 
 def read_rows(path: str, columns: Sequence[str] = COLUMNS) -> Iterator[tuple[int, str, str, str]]:

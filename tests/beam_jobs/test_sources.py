@@ -104,3 +104,21 @@ def test_a_label_file_with_other_column_names_is_read_through_columns(tmp_path, 
         text = "image,breed,fold\n" + "\n".join(",".join(row) for row in rows) + "\n"
     plan = label_file.plan("SRC", _write(tmp_path / f"l.{form}", text), None, 0.0, 0, ("image", "breed", "fold"))
     assert _labelled(plan) == {("train", "a.jpg", "dog"), ("validation", "b.jpg", "cat")}
+
+
+def test_ids_without_an_extension_resolve_to_the_one_image_file_of_that_name(tmp_path):
+    (tmp_path / "train").mkdir()
+    for name in ("a.jpg", "b.jpeg", "b.txt", "c", "c.png", "d.tar.png", "e.jpg"):
+        (tmp_path / "train" / name).write_bytes(b"x")
+    listed = [(2, "train/a"), (3, "train/b"), (4, "train/c"), (5, "train/d.tar"), (6, "train/e.jpg"),
+              (7, "train/f"), (8, "nowhere/g")]
+    assert label_file.resolve_ids(str(tmp_path), "labels.csv", listed) == {
+        "train/a": "train/a.jpg",  # the id plus an image extension
+        "train/b": "train/b.jpeg",  # b.txt is no image
+        # c names a file itself; e.jpg has its extension; f and g name nothing (missing-file later)
+        "train/d.tar": "train/d.tar.png",
+    }
+    (tmp_path / "train" / "a.PNG").write_bytes(b"x")
+    with pytest.raises(InputError, match=r"labels.csv line 2 lists 'train/a', which could be train/a.PNG and "
+                                         r"train/a.jpg; list the file with its extension"):
+        label_file.resolve_ids(str(tmp_path), "labels.csv", listed)

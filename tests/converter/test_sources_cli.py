@@ -119,3 +119,36 @@ def test_a_label_file_with_its_own_column_names_converts_with_annotation_columns
         assert proc.returncode == 2 and "--annotation-columns takes two or three different column names" in proc.stderr
     proc = converter("--src", str(src), "--annotation-columns", "id,breed", *FAST)
     assert proc.returncode == 2 and "give that file too" in proc.stderr
+
+
+def test_a_kaggle_csv_of_ids_without_extensions_finds_each_file_and_names_what_it_looked_for(
+        tmp_path, sample_images, converter):
+    """Kaggle's dog-breed release: ``labels.csv`` of ``id,breed`` for ``train/<id>.jpg``."""
+    src = tmp_path / "dog-breed"
+    (src / "train").mkdir(parents=True)
+    (src / "train" / "000bec180eb18c7604dcecc8fe0dba07.jpg").write_bytes(sample_images["jpeg_rgb"])
+    (src / "train" / "001513dfcb2ffafc82cccf4d8bbaba97.JPG").write_bytes(sample_images["jpeg_gray"])
+    (src / "train" / "001cdf01b096e06d78e9e5112d419397.png").write_bytes(sample_images["png_rgb"])
+    table = tmp_path / "labels.csv"
+    table.write_text("id,breed\n000bec180eb18c7604dcecc8fe0dba07,boston_bull\n001513dfcb2ffafc82cccf4d8bbaba97,dingo\n"
+                     "001cdf01b096e06d78e9e5112d419397,pekinese\n00214f311d5d2247d5dfe4fe24b2303d,bluetick\n")
+    out = tmp_path / "out"
+    converter("--src", str(src / "train"), "--annotations", str(table), "--annotation-columns", "id,breed",
+              "--out", str(out), "--shards", "1", "--max-bad-fraction", "0.5", *FAST, check=True)
+    manifest, rows = _records(out)
+    got = {row[record_schema.FILENAME].decode() for _, row in rows}
+    assert got == {"000bec180eb18c7604dcecc8fe0dba07.jpg", "001513dfcb2ffafc82cccf4d8bbaba97.JPG",
+                   "001cdf01b096e06d78e9e5112d419397.png"}
+    (rejected,) = [json.loads(line) for line in (out / record_schema.REJECTED_FILE).read_text().splitlines()]
+    assert rejected == {"path": "00214f311d5d2247d5dfe4fe24b2303d", "reason": "missing-file",
+                        "detail": "listed, but --src has no file 00214f311d5d2247d5dfe4fe24b2303d, nor one named "
+                                  "00214f311d5d2247d5dfe4fe24b2303d plus an image extension (.jpg, .png, ...)"}
+
+    (src / "train" / "000bec180eb18c7604dcecc8fe0dba07.png").write_bytes(sample_images["png_rgb"])
+    proc = converter("--src", str(src / "train"), "--annotations", str(table), "--annotation-columns", "id,breed",
+                     "--out", str(tmp_path / "again"), *FAST)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        f"error: --annotations {table} line 2 lists '000bec180eb18c7604dcecc8fe0dba07', which could be "
+        "000bec180eb18c7604dcecc8fe0dba07.jpg and 000bec180eb18c7604dcecc8fe0dba07.png; list the file with its "
+        "extension")
