@@ -22,6 +22,7 @@ from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
 from apache_beam.io.filesystems import FileSystems
 
 import record_schema
+from beam_jobs import formats
 
 logger = logging.getLogger(__name__)
 
@@ -124,24 +125,39 @@ def plan_inputs(
         tree that already has a validation split.
     """
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
-    visible = [path for path in listing.files if not _skip_reason(path, skipped)]
+    warnings: list[str] = []
+    datasets = _dataset_folders(listing)
+    for folder in datasets:
+        warnings.append(f"{src}/{folder} is a converted dataset (it holds {record_schema.MANIFEST_FILE} and shards), "
+                        "not a class: skipped. Point --src at the folder of images")
+    inside = tuple(folder + "/" for folder in datasets)
+    visible = []
+    for path in listing.files:
+        if path.startswith(inside):
+            skipped["converted-dataset"] += 1
+        elif not _skip_reason(path, skipped):
+            visible.append(path)
+    dirs = [d for d in listing.dirs if d not in datasets and not d.startswith(inside)]
     top_dirs = {path.split("/")[0] for path in visible if "/" in path}
-    top_dirs |= {d.split("/")[0] for d in listing.dirs if not _is_hidden(d)}
+    top_dirs |= {d.split("/")[0] for d in dirs if not _is_hidden(d)}
     split_layout = bool(top_dirs) and all(d.lower() in _SPLIT_NAMES for d in top_dirs)
     if split_layout and len({_SPLIT_NAMES[d.lower()] for d in top_dirs}) < len(top_dirs):
         raise InputError(f"{src} has split folders {sorted(top_dirs)} naming the same split twice")
 
     depth = 2 if split_layout else 1  # path parts before the file's class
     members: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    stray: dict[str, list[str]] = collections.defaultdict(list)  # folder -> images not in a class folder
     for path in visible:
         parts = path.split("/")
         if len(parts) <= depth:
             skipped["stray-file"] += 1
+            if formats.has_image_extension(parts[-1]):
+                stray["/".join(parts[:-1])].append(path)
             continue
         split = _SPLIT_NAMES[parts[0].lower()] if split_layout else "train"
         members[(split, parts[depth - 1])].append(path)
 
-    class_dirs = {tuple(d.split("/")[:depth]) for d in listing.dirs if len(d.split("/")) >= depth}
+    class_dirs = {tuple(d.split("/")[:depth]) for d in dirs if len(d.split("/")) >= depth}
     for parts in sorted(class_dirs):
         if any(_is_hidden(part) for part in parts):
             continue
@@ -156,7 +172,40 @@ def plan_inputs(
                 f"class folder {src}/{display_path(name)} has a name that is not valid UTF-8, so it cannot "
                 "be a class name (class names are stored as text in every record); rename it"
             )
-    return plan_from_members(members, labels, val_fraction, seed, src, skipped, what="class folders")
+    plan = plan_from_members(members, labels, val_fraction, seed, src, skipped, what="class folders")
+    warnings += [_stray_warning(src, folder, paths, depth) for folder, paths in sorted(stray.items())]
+    return dataclasses.replace(plan, warnings=tuple(warnings) + plan.warnings)
+
+
+def _dataset_folders(listing: Listing) -> list[str]:
+    """Folders under SRC that hold a converted dataset (our manifest and shards): never classes.
+
+    ``--src`` pointed at the folder above the images also finds the dataset
+    written beside them (``<SRC>-tfrecords``), which must not become a class.
+    """
+    files = set(listing.files)
+    found = []
+    for folder in listing.dirs:
+        if f"{folder}/{record_schema.MANIFEST_FILE}" in files and not any(folder.startswith(f + "/") for f in found):
+            found.append(folder)
+    prefixes = tuple(f + "/" for f in found)
+    shards = {path.rpartition("/")[0] for path in listing.files if path.startswith(prefixes)
+              and record_schema.parse_shard_filename(path.rpartition("/")[2])}
+    return [folder for folder in found if folder in shards]
+
+
+def _stray_warning(src: str, folder: str, paths: Sequence[str], depth: int) -> str:
+    """Images skipped because they are not in a class folder: say where, how many, and the likely fix."""
+    if not folder:
+        return (f"{len(paths)} images at the top level of {src} were skipped ({_few(paths, 3)}): only "
+                f"{src}/<class>/<image> is read. If {src} is one class's folder, pass the folder that holds "
+                "the class folders as --src")
+    message = (f"{len(paths)} images directly in {src}/{folder} were skipped ({_few(paths, 3)}): only "
+               f"{src}/{folder}/<class>/<image> is read")
+    if _SPLIT_NAMES.get(folder.lower()) == "validation":
+        message += (f". If {src}/{folder} is ImageNet's flat validation folder, give its labels with --val-labels "
+                    "(LOC_val_solution.csv, or imagenet_2012_validation_synset_labels.txt)")
+    return message
 
 
 def plan_from_members(
@@ -224,15 +273,11 @@ def _class_warnings(src: str, found: Sequence[str], classes: Sequence[str], from
     return warnings
 
 
-_IMAGE_EXTENSIONS = frozenset("jpg jpeg jpe png gif bmp tif tiff webp ppm pgm pbm tga heic heif avif jp2".split())
-
-
 def _no_images_message(src: str, visible: Sequence[str], depth: int) -> str:
     """What was found instead of images in class folders, and the layout expected."""
     layout = f"expected {src}/<class>/<image> or {src}/<split>/<class>/<image>"
     # Only a hint for the message (formats are sniffed from content when converting).
-    stray = [path for path in visible if len(path.split("/")) <= depth
-             and path.rsplit(".", 1)[-1].lower() in _IMAGE_EXTENSIONS]
+    stray = [path for path in visible if len(path.split("/")) <= depth and formats.has_image_extension(path)]
     if stray:
         where = "at its top level" if depth == 1 else "directly in its split folders"
         return (f"{src} has no class folders: {len(stray)} files sit {where} ({_few(stray, 3)}); {layout}. "

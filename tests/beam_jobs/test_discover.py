@@ -138,3 +138,32 @@ def test_val_fraction_states_the_one_image_rule_and_warns_when_validation_outgro
         "has two or more images)",
         "split validation has 9 images, more than train's 2 (--val-fraction 0.9)",
     )
+
+
+def test_imagenets_flat_val_folder_without_val_labels_is_a_warning_naming_the_folder_and_the_flag():
+    files = ("train/n01/a.JPEG", "train/n02/b.JPEG", *(f"val/ILSVRC2012_val_{i:08d}.JPEG" for i in range(1, 31)))
+    plan = plan_inputs(Listing(files, ("train", "train/n01", "train/n02", "val")), src="CLS-LOC")
+    assert plan.skipped == {"stray-file": 30}
+    (warning,) = plan.warnings
+    assert warning.startswith("30 images directly in CLS-LOC/val were skipped (val/ILSVRC2012_val_00000001.JPEG, ")
+    assert "If CLS-LOC/val is ImageNet's flat validation folder, give its labels with --val-labels" in warning
+
+
+def test_src_pointed_at_a_class_folder_warns_that_its_own_images_were_skipped():
+    plan = plan_inputs(Listing(("a.jpg", "b.jpg", "notes.txt", "closeups/c.jpg", "closeups/d.jpg", "night/e.jpg"),
+                               ("closeups", "night")), src="dogs")
+    assert [ref.relpath for ref in plan.refs] == ["closeups/c.jpg", "closeups/d.jpg", "night/e.jpg"]
+    assert plan.warnings == ("2 images at the top level of dogs were skipped (a.jpg, b.jpg): only dogs/<class>/<image> "
+                             "is read. If dogs is one class's folder, pass the folder that holds the class folders "
+                             "as --src",)
+
+
+def test_a_converted_dataset_under_src_is_skipped_with_a_warning_never_read_as_a_class():
+    files = ("shapes/circle/a.jpg", "shapes/square/b.jpg", "shapes-tfrecords/manifest.json",
+             "shapes-tfrecords/labels.txt", "shapes-tfrecords/train-00000-of-00001.tfrecord", "other/c.jpg")
+    plan = plan_inputs(Listing(files, ("other", "shapes", "shapes/circle", "shapes/square", "shapes-tfrecords")),
+                       src="data")
+    assert plan.classes == ("other", "shapes")
+    assert plan.skipped == {"converted-dataset": 3}
+    assert plan.warnings[0] == ("data/shapes-tfrecords is a converted dataset (it holds manifest.json and shards), "
+                                "not a class: skipped. Point --src at the folder of images")
