@@ -269,7 +269,8 @@ def _class_warnings(src: str, found: Sequence[str], classes: Sequence[str], from
     if from_labels:
         empty = [name for name in classes if name not in set(found)]
         if empty:
-            warnings.append(f"--labels names {len(empty)} classes with no images: {_few(empty)}")
+            noun = "class" if len(empty) == 1 else "classes"
+            warnings.append(f"--labels names {len(empty)} {noun} with no images: {_few(empty)}")
     return warnings
 
 

@@ -174,16 +174,18 @@ class ConvertSummary:
 
     def format(self) -> str:
         """A few human lines."""
-        per_split = ", ".join(f"{name} {count} ({self.shards[name]} shards)" for name, count in self.written.items())
-        warnings = []
+        per_split = ", ".join(f"{name} {count} ({_count(self.shards[name], 'shard')})"
+                              for name, count in self.written.items())
+        warnings = []  # worded and prefixed as the CLI's logged warnings are
         if self.cross_label_duplicates or self.cross_split_duplicates:
             warnings.append(
-                f"  warning:    identical images under two labels: {self.cross_label_duplicates} groups; "
-                f"in two splits: {self.cross_split_duplicates} groups (python -m converter inspect {self.out})"
+                f"warning: identical images under two labels: {_count(self.cross_label_duplicates, 'group')}; "
+                f"in two splits: {_count(self.cross_split_duplicates, 'group')} (python -m converter inspect "
+                f"{self.out})"
             )
         if self.small:
             warnings.append(
-                f"  warning:    {self.small} images have a side under {record_schema.SMALL_SIDE} px (some "
+                f"warning: {_count(self.small, 'image')} with a side under {record_schema.SMALL_SIDE} px (some "
                 f"training code fails on them); --min-side {record_schema.SMALL_SIDE} rejects them"
             )
         return "\n".join(
@@ -195,3 +197,8 @@ class ConvertSummary:
                 f"  elapsed:    {self.elapsed_s:.1f} s   ({self.images_per_second:.1f} images/s)",
             ]
         )
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 shard``, ``2 shards``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"

@@ -74,7 +74,7 @@ def run(
 
 def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: Optional[bool]) -> ConvertSummary:
     started = time.monotonic()
-    choice = runners.choose_runner(pipeline_args)
+    choice = runners.choose_runner(_with_worker_log_level(pipeline_args))
     # The launcher lists SRC and publishes OUT itself: object stores need the
     # pipeline's flags (--s3_endpoint_url, credentials) before any path is touched.
     FileSystems.set_options(choice.options)
@@ -149,6 +149,8 @@ def _convert(
         json.loads(line)
         for line in publish.read_text(FileSystems.join(staging, record_schema.REJECTED_FILE)).splitlines()
     ]
+    for item in rejected:  # here, once, in path order: worker logs go elsewhere on remote runners
+        logger.info("rejected %s (%s): %s", item["path"], item["reason"], item["detail"])
     _check_error_budget(options, plan, rejected, staging)
     split_of = {discover.display_path(ref.relpath): ref.split for ref in plan.refs}
     accepted = dict(plan.split_sizes())
@@ -182,6 +184,22 @@ def _write_input_list(path: str, refs: Sequence[discover.ImageRef]) -> list[tupl
             spans.append((offset, len(data)))
             offset += len(data)
     return spans
+
+
+def _with_worker_log_level(pipeline_args: Sequence[str]) -> list[str]:
+    """``pipeline_args`` plus the workers' log level, unless given: as quiet as the caller's logging asks.
+
+    Beam's workers log their start-up, internal flags and shutdown at INFO (about
+    40 lines a run); failures reach the launcher through the control channel
+    and are reported once. So they log at INFO only when this package's logger
+    is enabled for INFO (``-v``, or a caller's ``logging`` set-up), and only
+    CRITICAL lines otherwise.
+    """
+    args = list(pipeline_args)
+    if not any(arg.startswith("--default_sdk_harness_log_level") for arg in args):
+        level = "INFO" if logging.getLogger("beam_jobs").isEnabledFor(logging.INFO) else "CRITICAL"
+        args.append(f"--default_sdk_harness_log_level={level}")
+    return args
 
 
 def _is_terminal(stream) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import os
 import sys
 from typing import Optional, Sequence
@@ -71,6 +72,7 @@ def choose_runner(pipeline_args: Sequence[str]) -> RunnerChoice:
     args = list(pipeline_args)
     runner = PipelineOptions(args).view_as(StandardOptions).runner
     name = str(runner or "").rsplit(".", 1)[-1].lower()
+    _check_runner_name(runner)
     if runner is None or name in _LOCAL_NAMES:
         args = [arg for arg in args if not arg.startswith("--runner")]
         defaults = ["--direct_num_workers=0", "--direct_running_mode=multi_processing"]
@@ -85,6 +87,28 @@ def choose_runner(pipeline_args: Sequence[str]) -> RunnerChoice:
     options = PipelineOptions(args)
     check_known_flags(args)
     return RunnerChoice(options, None, str(runner).rsplit(".", 1)[-1], local=name == "prismrunner")
+
+
+def runner_names() -> list[str]:
+    """The runner names ``--runner`` takes: Beam's known runners, and ``dask``."""
+    return sorted({path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS} | {"DaskRunner"})
+
+
+def _check_runner_name(runner: Optional[str]) -> None:
+    """A short runner name Beam does not know is a usage error with a suggestion, not a failed run.
+
+    A dotted name is a runner class's import path, which Beam imports itself.
+    """
+    if runner is None or "." in str(runner):
+        return
+    known = {name.lower(): name for name in runner_names()}
+    lowered = str(runner).lower()
+    if lowered in known or lowered + "runner" in known or lowered == "dask":
+        return
+    close = difflib.get_close_matches(lowered, list(known), n=1, cutoff=0.7)
+    hint = f"; did you mean --runner={known[close[0]]}?" if close else ""
+    raise UnknownFlagError(f"--runner={runner} is not a Beam runner{hint} (runners: {', '.join(runner_names())})",
+                           str(runner))
 
 
 def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner, str]:
@@ -113,7 +137,25 @@ def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner
         # sees this mode; the workers already have the options (above), so the runner sees our name.
         direct.direct_running_mode = _OWN_WORKERS
     runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
+    _drop_relayed_worker_logs()
     return runner, f"FnApiRunner ({mode}, {workers} worker{'s' if workers != 1 else ''})"
+
+
+class _NotRelayedWorkerRecords(logging.Filter):
+    """Drops the runner's copies of worker log records: each local worker prints its own (beam_jobs.local_worker).
+
+    The runner logs every record it receives as ``Worker: <protobuf dump>``;
+    with both, ``-v`` showed every line twice, once unreadable.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith("Worker: "))
+
+
+def _drop_relayed_worker_logs() -> None:
+    relay = logging.getLogger("apache_beam.runners.portability.local_job_service")
+    if not any(isinstance(f, _NotRelayedWorkerRecords) for f in relay.filters):
+        relay.addFilter(_NotRelayedWorkerRecords())
 
 
 def _dask_options(args: list[str]) -> PipelineOptions:

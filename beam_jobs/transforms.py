@@ -92,7 +92,6 @@ class ValidateImagesFn(beam.DoFn):
             if isinstance(result, RejectedInput):
                 self._rejected.inc()
                 Metrics.counter(NAMESPACE, f"rejected_{result.reason}").inc()
-                logger.info("rejected %s: %s", result.relpath, result.detail)
                 yield self.REJECTED, result.to_json()
             else:
                 ref = result.ref

@@ -140,9 +140,6 @@ def convert(argv: Sequence[str]) -> int:
     interrupt.set_exit_message(_stop_line("{verb}", options.out, published=False))
     from beam_jobs import discover, pipeline, publish, runners  # Beam loads only now, after logging is set
 
-    if not any(arg.startswith("--default_sdk_harness_log_level") for arg in pipeline_args):
-        # Local worker processes log their start-up, internal flags and failures; we report failures once.
-        pipeline_args.append("--default_sdk_harness_log_level=" + ("INFO" if args.verbose else "CRITICAL"))
     try:
         summary = pipeline.run(options, pipeline_args, show_progress=None if args.progress else False)
     except interrupt.Interrupted as err:
@@ -173,10 +170,25 @@ def _stop_line(verb: str, out: str, published: bool) -> str:
     return f"{verb}: nothing was published; {out} is unchanged"
 
 
+class _CliFormatter(logging.Formatter):
+    """``warning: ...`` as the summary's warnings and ``error: ...`` read; ``-v`` adds level and logger names."""
+
+    def __init__(self, verbose: bool) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s" if verbose else None)
+        self._verbose = verbose
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self._verbose:
+            return super().format(record)
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
 def _configure_logging(verbose: bool) -> None:
     """Our warnings and errors; Beam's chatter (and root-logger notices such as
     "apitools not found") only with ``-v``."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_CliFormatter(verbose))
+    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, handlers=[handler])
     if not verbose:
         for name in ("converter", "beam_jobs", "reader"):
             logging.getLogger(name).setLevel(logging.WARNING)

@@ -63,6 +63,7 @@ def test_default_run_prints_only_the_summary_and_no_beam_or_worker_chatter(tmp_p
         (["--shard", "4"], "--shard", "--shards"),
         (["--no_such_beam_option=1"], "--no_such_beam_option", None),
         (["stray"], "'stray'", None),
+        (["--runner=DirectRuner"], "--runner=DirectRuner", "--runner=DirectRunner"),
     ],
 )
 def test_unknown_flags_are_usage_errors_naming_them(tmp_path, demo_src, converter, args, named, hint):
@@ -74,6 +75,31 @@ def test_unknown_flags_are_usage_errors_naming_them(tmp_path, demo_src, converte
     if hint:
         assert "did you mean" in last and hint in last.split("did you mean", 1)[1]
     assert not out.exists() and "Traceback" not in proc.stderr
+
+
+def test_the_python_api_is_as_quiet_as_the_cli_unless_the_callers_logging_asks(tmp_path, demo_src):
+    code = ("import logging, sys\n"
+            "from beam_jobs.options import ConvertOptions\n"
+            "from beam_jobs.pipeline import run\n"
+            "if sys.argv[1] == 'info': logging.basicConfig(level=logging.INFO)\n"
+            f"run(ConvertOptions(src={demo_src!r}, out=sys.argv[2], shards=2))\n")
+    quiet = subprocess.run([sys.executable, "-c", code, "quiet", str(tmp_path / "a")], cwd=REPO, capture_output=True,
+                           text=True, env={**os.environ, "PYTHONPATH": REPO}, timeout=300)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    chatty = subprocess.run([sys.executable, "-c", code, "info", str(tmp_path / "b")], cwd=REPO, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": REPO}, timeout=300)
+    assert chatty.returncode == 0 and "sdk_worker" in chatty.stderr  # the workers' own lines, as asked
+
+
+def test_verbose_logs_each_rejection_once_and_the_summary_counts_shards_in_words(tmp_path, demo_src, converter):
+    src = tmp_path / "src"
+    shutil.copytree(demo_src, src)
+    (src / "circle" / "broken.jpg").write_bytes(b"not an image at all")
+    proc = converter("--src", str(src), "--shards", "1", "-v", *FAST, check=True)
+    assert proc.stderr.count("broken.jpg") == 1
+    assert "INFO beam_jobs.pipeline: rejected circle/broken.jpg (not-an-image): " in proc.stderr
+    assert "Worker: " not in proc.stderr  # the runner's copies of worker log records
+    assert "train 90 (1 shard)" in proc.stdout
 
 
 def test_beam_flags_still_pass_through(tmp_path, demo_src, converter):
@@ -182,7 +208,7 @@ def test_oddities_are_warned_about_on_stderr(tmp_path, demo_src, converter):
     labels = tmp_path / "labels.txt"
     labels.write_text("circle\nsquare\ntriangle\nhexagon\n")
     proc = converter("--src", demo_src, "--out", str(tmp_path / "out"), "--labels", str(labels), *FAST, check=True)
-    assert proc.stderr.strip() == "WARNING beam_jobs.pipeline: --labels names 1 classes with no images: hexagon"
+    assert proc.stderr.strip() == "warning: --labels names 1 class with no images: hexagon"
     shutil.copytree(os.path.join(demo_src, "circle"), tmp_path / "one" / "circle")
     proc = converter("--src", str(tmp_path / "one"), "--shards", "2", *FAST)
     assert proc.returncode == 0 and "has a single class (circle)" in proc.stderr

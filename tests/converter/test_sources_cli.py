@@ -86,7 +86,7 @@ def test_tiny_images_are_reported_and_min_side_rejects_them(tmp_path, sample_ima
         Image.new("RGB", size, "red").save(buffer, "PNG")
         (src / name).write_bytes(buffer.getvalue())
     proc = converter("--src", str(src), "--out", str(tmp_path / "kept"), "--shards", "1", *FAST, check=True)
-    assert "2 images have a side under 32 px" in proc.stdout and "--min-side 32 rejects them" in proc.stdout
+    assert "warning: 2 images with a side under 32 px" in proc.stdout and "--min-side 32 rejects them" in proc.stdout
     assert "small images (a side under 32 px" in converter("inspect", str(tmp_path / "kept"), check=True).stdout
     proc = converter("--src", str(src), "--out", str(tmp_path / "strict"), "--shards", "1", "--min-side", "32",
                      "--max-bad-fraction", "0.5", *FAST, check=True)
