@@ -234,13 +234,16 @@ def inspect(argv: Sequence[str]) -> int:
     parser.add_argument("--split", default=None, help="split of the contact sheet (default: the first)")
     parser.add_argument("--per-class", type=int, default=8, help="images per class on the sheet (default: %(default)s)")
     args = parser.parse_args(argv)
+    _configure_logging(verbose=False)
     _quiet_tensorflow()
-    from reader.info import DatasetNotFoundError
+    from reader.info import DatasetNotFoundError, dataset_info
     from reader.inspect import check_sheet_path, contact_sheet, summarize
 
     try:
         if args.grid:
             check_sheet_path(args.grid)
+        if args.split:
+            dataset_info(args.out).split(args.split)  # fail before printing anything
         print(summarize(args.out))
         if args.grid:
             print(f"contact sheet: {contact_sheet(args.out, args.grid, args.split, args.per_class)}")

@@ -67,7 +67,14 @@ class Report:
 
 
 class RecordError(ValueError):
-    """A TFRecord frame is damaged."""
+    """A TFRecord frame is damaged: ``args`` are (what, record index, file)."""
+
+    def __init__(self, message: str, index: int, path: str = "") -> None:
+        super().__init__(message, index, path)
+
+    def __str__(self) -> str:
+        message, index, path = self.args
+        return f"{path} record {index}: {message}" if path else f"record {index}: {message}"
 
 
 def iter_records(path: str) -> Iterator[bytes]:
@@ -83,16 +90,16 @@ def iter_records(path: str) -> Iterator[bytes]:
             if not header:
                 return
             if len(header) < 12:
-                raise RecordError("truncated record header", index)
+                raise RecordError("truncated record header", index, path)
             (length,) = struct.unpack("<Q", header[:8])
             if struct.unpack("<I", header[8:])[0] != record_schema.masked_crc32c(header[:8]):
-                raise RecordError("length CRC mismatch", index)
+                raise RecordError("length CRC mismatch", index, path)
             data = handle.read(length)
             footer = handle.read(4)
             if len(data) < length or len(footer) < 4:
-                raise RecordError("truncated record data", index)
+                raise RecordError("truncated record data", index, path)
             if struct.unpack("<I", footer)[0] != record_schema.masked_crc32c(data):
-                raise RecordError("data CRC mismatch", index)
+                raise RecordError("data CRC mismatch", index, path)
             yield data
             index += 1
 

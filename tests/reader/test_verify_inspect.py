@@ -87,18 +87,20 @@ def test_inspect_shows_counts_shards_rejections_duplicates_and_writes_a_contact_
     shutil.copytree(os.path.join(demo_src, "square"), src / "train" / "square")
     shutil.copy(src / "train" / "circle" / "circle_0001.jpg", src / "train" / "square" / "copy.jpg")
     (src / "train" / "square" / "broken.jpg").write_bytes(sample_images["truncated_jpeg"])
+    (src / "train" / "square" / "Thumbs.db").write_bytes(b"thumbnail cache")
     out = tmp_path / "out"
     proc = converter("--src", str(src), "--out", str(out), "--shards", "2", "--no-progress",
                      "--direct_running_mode=in_memory", check=True)
-    assert "identical images under two labels: 1 groups; in two splits: 30 groups" in proc.stdout
+    assert "identical images under two labels: 1 group; in two splits: 30 groups" in proc.stdout
     manifest = json.loads((out / record_schema.MANIFEST_FILE).read_text())
     assert manifest["duplicates"]["num_cross_split"] == 30 and manifest["duplicates"]["num_cross_label"] == 1
 
     grid = tmp_path / "sheet.png"
     proc = converter("inspect", str(out), "--grid", str(grid), check=True)
     lines = proc.stdout.splitlines()
-    assert any(line.split() == ["circle", "30", "30"] for line in lines)
-    assert any(line.split() == ["square", "31", "0"] for line in lines)
+    assert any(line.split() == ["0", "circle", "30", "30"] for line in lines)
+    assert any(line.split() == ["1", "square", "31", "0"] for line in lines)
+    assert "skipped without reading: 1 (system-file: 1)" in lines
     assert "  undecodable: 1 (train/square/broken.jpg)" in lines
     assert "  under two labels (label noise): 1" in lines
     assert "  in two splits (train/test leakage): 30" in lines
@@ -106,3 +108,43 @@ def test_inspect_shows_counts_shards_rejections_duplicates_and_writes_a_contact_
 
     sheet = Image.open(grid)
     assert sheet.size[1] == 2 * (96 + 4)  # one row per class
+
+
+def test_inspect_names_an_unknown_split_before_printing_anything(demo_dataset, converter):
+    proc = converter("inspect", demo_dataset, "--split", "test")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip() == f"error: split 'test' is not in {demo_dataset}; its splits are ['train', 'validation']"
+
+
+def test_inspect_shows_each_class_text_beside_its_name(damaged, converter):
+    manifest = json.loads((damaged / record_schema.MANIFEST_FILE).read_text())
+    manifest["class_text"] = ["round thing", "four corners", "three corners"]
+    (damaged / record_schema.MANIFEST_FILE).write_text(json.dumps(manifest))
+    lines = converter("inspect", str(damaged), check=True).stdout.splitlines()
+    assert lines[2].split() == ["label", "class", "text", "train", "validation"]
+    assert lines[3].split()[:4] == ["0", "circle", "round", "thing"]
+
+
+def test_a_contact_sheet_of_a_corrupt_shard_names_the_file_and_the_record(damaged, tmp_path, converter):
+    shard = _shard(damaged)
+    data = bytearray(shard.read_bytes())
+    data[40] ^= 0xFF  # inside the first record's data
+    shard.write_bytes(bytes(data))
+    proc = converter("inspect", str(damaged), "--grid", str(tmp_path / "sheet.png"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: cannot draw the contact sheet: {shard} record 0: data CRC mismatch. "
+        f"python -m converter verify {damaged} checks every shard")
+
+
+def test_the_contact_sheet_draws_accented_and_cyrillic_class_names_and_names_what_no_font_has():
+    from PIL import ImageFont
+
+    from reader.inspect import LabelFonts, _has_glyph
+
+    assert not _has_glyph(ImageFont.load_default(14), "л")  # Pillow's own font drew лиса as boxes
+    fonts = LabelFonts()
+    assert all(_has_glyph(fonts.for_char(char), char) for char in "café лиса")
+    assert not fonts.missing
+    fonts.for_char("\U0010fffd")
+    assert fonts.missing == {"\U0010fffd"}  # reported, as 猫 is on a machine without a CJK font
