@@ -33,6 +33,7 @@ setup(
         "tensorflow>=2.21",
         "pillow>=12.3",  # the 2026 security fixes (14 advisories, July 2026)
         "simplejpeg>=1.9",
+        "tifffile>=2026.3",  # 64-bit float TIFFs, which Pillow cannot open
         "google-crc32c>=1.5",
         "numpy>=2.0",
         "tqdm>=4.66",

@@ -31,6 +31,7 @@ from typing import Optional, Union
 
 import numpy as np
 import simplejpeg
+import tifffile
 from PIL import Image, ImageOps
 
 from beam_jobs import formats, stable_decode
@@ -185,7 +186,12 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
             if name:
                 return Rejected("unsupported-format", f"{name} files are not converted")
             return Rejected("not-an-image", "content is not an image format the converter reads")
-        return Rejected("undecodable", f"{fmt} header could not be read: {err}")
+        float_tiff = _float64_tiff(data, options.max_pixels) if fmt == "tiff" else None
+        if float_tiff is None:
+            return Rejected("undecodable", f"{fmt} header could not be read: {err}")
+        if isinstance(float_tiff, Rejected):
+            return float_tiff
+        img = float_tiff
     fmt = fmt or str(img.format).lower()
     width, height = img.size
     if width <= 0 or height <= 0:
@@ -204,6 +210,32 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
             return Encoded(data, height, width, fmt, channels=1 if img.mode == "L" else 3)
         return _reencode(img, data, fmt, options, because="corrupt-data")
     return _reencode(img, data, fmt, options, because=_reencode_reason(img, fmt, fits))
+
+
+def _float64_tiff(data: bytes, max_pixels: int) -> Union[Image.Image, Rejected, None]:
+    """A TIFF of 64-bit float samples (microscopy, remote sensing), which Pillow cannot open, read by tifffile.
+
+    Pillow reads float samples up to 32 bits only. The pixels come back as a
+    Pillow image the common path converts like any other: gray as mode ``F``
+    (scaled as 32-bit float TIFFs are), RGB(A) scaled to 8 bits here. None when
+    the file is not such a TIFF, so its rejection stays Pillow's.
+    """
+    try:
+        with tifffile.TiffFile(io.BytesIO(data)) as tiff:
+            page = tiff.pages.first
+            if page.dtype is None or page.dtype != np.float64:
+                return None
+            if page.imagewidth * page.imagelength > max_pixels:
+                return Rejected("too-many-pixels", f"{page.imagewidth}x{page.imagelength} = "
+                                f"{page.imagewidth * page.imagelength} pixels exceeds the limit of {max_pixels}")
+            pixels = page.asarray()
+    except (tifffile.TiffFileError, ValueError, OSError, IndexError, KeyError, struct.error) as err:
+        return Rejected("undecodable", f"tiff data could not be decoded: {err}")
+    if pixels.ndim == 2:
+        return Image.fromarray(np.nan_to_num(pixels).astype(np.float32), mode="F")
+    if pixels.ndim == 3 and pixels.shape[-1] in (3, 4):
+        return Image.fromarray(_to_uint8(np.nan_to_num(pixels[..., :3])), mode="RGB")
+    return Rejected("undecodable", f"tiff holds float samples of shape {pixels.shape}, not a gray or RGB image")
 
 
 def _clean_jpeg(data: bytes, options: EncodeOptions) -> Optional[Encoded]:

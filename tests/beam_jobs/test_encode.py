@@ -225,3 +225,27 @@ def test_a_tiff_whose_decoder_reports_errors_is_rejected_with_them_and_nothing_r
     assert "Fax4Decode: " in result.detail and " at line " in result.detail and "%" not in result.detail
     assert encode_image(data, OPTIONS) == result
     assert capfd.readouterr().err == ""  # libtiff's default handler would have printed every error
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_a_64_bit_float_tiff_pillow_cannot_open_is_converted_like_a_32_bit_one(channels):
+    import tifffile
+
+    gray = np.linspace(0.0, 1.0, 48 * 64).reshape(48, 64)
+    pixels = gray if channels == 1 else np.stack([gray, 1.0 - gray, gray / 2], axis=-1)
+    as_64, as_32 = io.BytesIO(), io.BytesIO()
+    photometric = "minisblack" if channels == 1 else "rgb"
+    tifffile.imwrite(as_64, pixels, photometric=photometric)
+    tifffile.imwrite(as_32, pixels.astype(np.float32), photometric=photometric)
+    with pytest.raises(Exception):
+        Image.open(io.BytesIO(as_64.getvalue()))  # what used to make it "tiff header could not be read"
+    result = encode_image(as_64.getvalue(), EncodeOptions())
+    assert isinstance(result, Encoded) and (result.height, result.width, result.reencoded_because) == (48, 64, "tiff")
+    decoded = np.asarray(Image.open(io.BytesIO(result.data)).convert("RGB"), np.int16)
+    expected = np.rint(np.clip(pixels, 0, 1) * 255)
+    expected = np.repeat(expected[..., None], 3, axis=-1) if channels == 1 else expected
+    assert np.abs(decoded - expected).mean() < 2  # JPEG's error only
+    if channels == 1:  # the same pixels as the 32-bit float file Pillow reads itself
+        thirty_two = encode_image(as_32.getvalue(), EncodeOptions())
+        assert np.abs(decoded - np.asarray(Image.open(io.BytesIO(thirty_two.data)).convert("RGB"), np.int16)).max() <= 1
+    assert encode_image(as_64.getvalue(), EncodeOptions(max_pixels=100)).reason == "too-many-pixels"
