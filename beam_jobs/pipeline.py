@@ -8,6 +8,7 @@ shards add up, builds the manifest and commits the dataset atomically.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -225,10 +226,12 @@ def _check_error_budget(
         return
     report = _rejected_report_path(options.out)
     FileSystems.rename([FileSystems.join(staging, record_schema.REJECTED_FILE)], [report])
+    reasons = collections.Counter(item["reason"] for item in rejected)
+    counted = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
     raise TooManyRejectedError(
-        f"{len(rejected)} of {len(plan.refs)} images ({fraction:.1%}) were rejected, more than "
+        f"{len(rejected)} of {len(plan.refs)} images ({fraction:.1%}) were rejected ({counted}), more than "
         f"--max-bad-fraction {options.max_bad_fraction:g}; nothing was published. "
-        f"The reasons are in {report}"
+        f"Each file and its reason is in {report}"
     )
 
 

@@ -155,13 +155,16 @@ def test_a_folder_that_is_not_a_dataset_is_never_replaced(tmp_path, demo_src, co
 def test_error_budget_fails_publishes_nothing_and_points_to_the_report(tmp_path, demo_src, sample_images, converter):
     src = tmp_path / "src"
     shutil.copytree(demo_src, src)
-    for index in range(10):
+    for index in range(7):
         (src / "circle" / f"broken{index}.jpg").write_bytes(sample_images["truncated_jpeg"])
+    for index in range(3):
+        (src / "circle" / f"text{index}.jpg").write_bytes(sample_images["text"])
     out = tmp_path / "out"
     proc = converter("--src", str(src), "--out", str(out), "--max-bad-fraction", "0.05", *FAST)
     assert proc.returncode == 1
     report = f"{out}.rejected.jsonl"
-    assert "10 of 100 images" in proc.stderr and report in proc.stderr
+    assert "10 of 100 images (10.0%) were rejected (undecodable 7, not-an-image 3)" in proc.stderr
+    assert report in proc.stderr
     assert not out.exists()
     assert len(open(report).readlines()) == 10
     # Within budget, the same tree converts and the stale report is cleared.
