@@ -23,10 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Optional, Sequence
 
-import tensorflow as tf
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up lines (no GPU, CPU flags)
+import tensorflow as tf  # noqa: E402
 
 import reader
 
@@ -89,6 +91,39 @@ def _strategy(mirrored: bool, cpu_replicas: int) -> tf.distribute.Strategy:
     return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
+def _validation(args: argparse.Namespace, info: reader.DatasetInfo, replicas: int,
+                common: dict) -> Optional[tf.data.Dataset]:
+    """The validation batches, or None (with a note) when the dataset has no validation split.
+
+    Under MirroredStrategy Keras splits each batch among the replicas by
+    filling them in turn, and a step fails when a replica gets no images (a
+    final partial batch no larger than one replica's share), so there the
+    batches are full ones and the few images past the last full batch are left out.
+    """
+    if "validation" not in info.splits:
+        print(f"note: {args.data} has no validation split, so this trains for --epochs without measuring "
+              "accuracy; convert with --val-fraction 0.2 to carve one", file=sys.stderr)
+        return None
+    dataset = reader.build_dataset(args.data, "validation", args.batch_size, training=False, **common)
+    if replicas == 1:
+        return dataset
+    count = info.split("validation").num_examples
+    batch = min(args.batch_size, count // replicas * replicas)
+    if batch == 0:
+        print(f"note: the validation split has {count} images, fewer than the {replicas} replicas: not "
+              "validating", file=sys.stderr)
+        return None
+    if count % batch:
+        print(f"note: validating on {count - count % batch} of {count} images (full batches of {batch} for "
+              f"{replicas} replicas)", file=sys.stderr)
+    full = dataset.unbatch().batch(batch, drop_remainder=True)
+    full = full.apply(tf.data.experimental.assert_cardinality(count // batch))  # Keras sees the number of steps
+    options = tf.data.Options()
+    # One machine: nothing to shard across workers (Keras would try, and warn that it cannot).
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return full.with_options(options)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="a converted dataset with train and validation splits")
@@ -108,10 +143,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--metrics-json", default=None, help="write the final metrics here")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO)
+    # The reader's warnings; not TensorFlow's INFO lines (MirroredStrategy logs every reduction at INFO).
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        info = reader.dataset_info(args.data)
+    except (reader.DatasetNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if "train" not in info.splits:
+        print(f"error: {args.data} has no train split (its splits: {sorted(info.splits)})", file=sys.stderr)
+        return 1
 
     strategy = _strategy(args.mirrored, args.cpu_replicas)
-    info = reader.dataset_info(args.data)
     common = dict(image_size=args.image_size, normalization="mobilenet", info=info, seed=args.seed)
     # Crops of at least --min-crop-area of the image: ImageNet's 8% can cut a small object out of the frame.
     augment = reader.Augmentation(area_range=(args.min_crop_area, 1.0))
@@ -120,13 +163,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         train = reader.distributed_dataset(strategy, args.data, "train", args.batch_size, augment=augment, **common)
     else:
         train = reader.build_dataset(args.data, "train", args.batch_size, augment=augment, **common)
-    validation = reader.build_dataset(args.data, "validation", args.batch_size, training=False, **common)
+    validation = _validation(args, info, strategy.num_replicas_in_sync, common)
     with strategy.scope():
         if args.model == "small":
             model = build_small_model(info.num_classes, args.image_size)
         else:
             model = build_model(info.num_classes, args.image_size, args.weights)
-    history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, validation_data=validation,
+    # shuffle=False: the reader shuffles; Keras's default True only warns that it ignores itself.
+    history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, validation_data=validation, shuffle=False,
                         callbacks=[StopAtAccuracy(args.target_accuracy)], verbose=2)
     final = {name: float(values[-1]) for name, values in history.history.items()}
     final["replicas"] = strategy.num_replicas_in_sync
