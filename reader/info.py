@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import tensorflow as tf
 
@@ -107,6 +107,11 @@ def dataset_info(data_dir: str) -> DatasetInfo:
       ValueError: a manifest of an unknown format version or malformed.
     """
     path = os.path.join(data_dir, record_schema.MANIFEST_FILE)
+    if not storage.is_s3(data_dir) and tf.io.gfile.exists(data_dir) and not tf.io.gfile.isdir(data_dir):
+        raise DatasetNotFoundError(
+            f"{data_dir} is a file, not a dataset folder: pass the folder that holds {record_schema.MANIFEST_FILE} "
+            f"({os.path.dirname(data_dir) or '.'}). Shards without a manifest are read with "
+            "info=reader.foreign_dataset_info({'train': [...]})")
     try:
         body = storage.read_bytes(path)
     except (FileNotFoundError, tf.errors.NotFoundError):
@@ -130,6 +135,10 @@ def dataset_info(data_dir: str) -> DatasetInfo:
 def _not_found_message(data_dir: str) -> str:
     """Why ``data_dir`` is not a dataset, and the command that makes one."""
     base = f"{data_dir} has no {record_schema.MANIFEST_FILE}, so it is not a complete converted dataset"
+    if any(char in data_dir for char in "*?[") and not storage.isdir(data_dir):
+        return (f"{data_dir} is a pattern, not a dataset folder: pass the folder that holds "
+                f"{record_schema.MANIFEST_FILE}, or read shards by pattern with "
+                f"info=reader.foreign_dataset_info({{'train': {data_dir!r}}})")
     if not storage.isdir(data_dir):
         return (f"{data_dir} does not exist. Convert a folder of images into it with: "
                 f"python -m converter --src IMAGE_FOLDER --out {data_dir}")
@@ -153,30 +162,49 @@ def _split_info(data_dir: str, name: str, raw: dict) -> SplitInfo:
                      raw.get("max_side"))
 
 
-def foreign_dataset_info(split_files: dict[str, Sequence[str]], classes: Sequence[str] = ()) -> DatasetInfo:
+def foreign_dataset_info(split_files: dict[str, Union[str, Sequence[str]]], classes: Sequence[str] = ()) -> DatasetInfo:
     """A :class:`DatasetInfo` for shards written by another tool (no manifest).
 
+    ``split_files`` maps each split to its shard files: a list of paths, or
+    one glob pattern (``"data/train-*.tfrecord"``, expanded in sorted order).
     Counts each file's records once (a sequential read of the file), so the
-    pipelines can check every shard and ``steps_per_epoch`` works.
+    pipelines can check every shard and ``steps_per_epoch(info, ...)`` works.
+
+    Raises:
+      ValueError: a split with no files (or a pattern matching none), a
+        GZIP-compressed or unreadable shard (named).
+      FileNotFoundError: a listed file that does not exist.
     """
     splits = {}
     for name, files in split_files.items():
+        if isinstance(files, (str, bytes, os.PathLike)):
+            pattern = os.fsdecode(files)
+            files = sorted(tf.io.gfile.glob(pattern))
+            if not files:
+                raise ValueError(f"split {name!r}: the pattern {pattern!r} matches no files")
         if not files:
             raise ValueError(f"split {name!r} lists no files")
         shards = []
         for path in files:
             if not tf.io.gfile.exists(path):
                 raise FileNotFoundError(f"shard file {path} does not exist")
-            count = int(tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+            _check_not_compressed(path)
+            try:
+                count = int(tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+            except tf.errors.DataLossError as err:
+                raise ValueError(f"shard file {path} is not a readable TFRecord file: {err.message}") from None
             shards.append(ShardInfo(path, count, tf.io.gfile.stat(path).length, ""))
         splits[name] = SplitInfo(name, sum(s.num_examples for s in shards), sum(s.num_bytes for s in shards),
                                  tuple(shards), ())
     return DatasetInfo("", tuple(classes), splits, {})
 
 
-def steps_per_epoch(data_dir: str, split: str, global_batch_size: int, drop_remainder: bool = True) -> int:
+def steps_per_epoch(data_dir: Union[str, DatasetInfo], split: str, global_batch_size: int,
+                    drop_remainder: bool = True) -> int:
     """Batches in one epoch of ``split`` at ``global_batch_size``, from the manifest.
 
+    ``data_dir``: a converted dataset's folder, or a :class:`DatasetInfo`
+    (``foreign_dataset_info(...)`` for shards without a manifest).
     ``drop_remainder=True`` matches the training preset (static batch shape);
     use False for an eval pass that keeps the final partial batch.
 
@@ -186,7 +214,9 @@ def steps_per_epoch(data_dir: str, split: str, global_batch_size: int, drop_rema
     """
     if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
         raise ValueError(f"global_batch_size must be a positive integer, got {global_batch_size!r}")
-    examples = dataset_info(data_dir).split(split).num_examples
+    info = data_dir if isinstance(data_dir, DatasetInfo) else dataset_info(data_dir)
+    examples = info.split(split).num_examples
+    data_dir = info.data_dir or "the shards"
     steps = examples // global_batch_size if drop_remainder else -(-examples // global_batch_size)
     if steps == 0:
         # Keras would read steps_per_epoch=0 as "no limit" and an infinite training set never ends.
@@ -195,6 +225,57 @@ def steps_per_epoch(data_dir: str, split: str, global_batch_size: int, drop_rema
             "an epoch would have 0 steps. Use a smaller batch size (or drop_remainder=False for a partial batch)"
         )
     return steps
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZLIB_FIRST = (b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda")
+
+
+def _check_not_compressed(path: str) -> None:
+    """A GZIP or ZLIB TFRecord file is named as such (TensorFlow says only "corrupted record at 0")."""
+    with storage.open_read(path) as handle:
+        head = handle.read(12)
+    if len(head) == 12 and int.from_bytes(head[8:], "little") == record_schema.masked_crc32c(head[:8]):
+        return  # a valid first frame (its length bytes may look like a magic number by chance)
+    kind = "GZIP" if head[:2] == _GZIP_MAGIC else "ZLIB" if head[:2] in _ZLIB_FIRST else None
+    if kind:
+        raise ValueError(f"shard file {path} is {kind}-compressed; this reader reads uncompressed TFRecord files "
+                         f"(as the converter writes them). Decompress it first, e.g. by reading it with "
+                         f"tf.data.TFRecordDataset(path, compression_type={kind!r}) and writing it with "
+                         "tf.io.TFRecordWriter")
+
+
+def check_foreign_shards(split_info: SplitInfo, keys) -> None:
+    """The first record of a foreign split has ``keys``' image bytes and integer label, or a message naming them.
+
+    TensorFlow's own error for a missing key or a string label comes from
+    inside the pipeline and names neither the shard nor ``keys=``.
+
+    Raises:
+      ValueError: naming the shard, the keys its records have, and the fix.
+    """
+    path = split_info.files[0]
+    _check_not_compressed(path)
+    with storage.open_read(path) as handle:
+        header = handle.read(12)
+        if len(header) < 12:
+            return  # an empty shard: nothing to check
+        data = handle.read(int.from_bytes(header[:8], "little"))
+    try:
+        features = tf.train.Example.FromString(data).features.feature
+    except Exception as err:  # noqa: BLE001 - protobuf's DecodeError and friends
+        raise ValueError(f"shard {path}: its first record is not a tf.train.Example ({err})") from None
+    found = {name: feature.WhichOneof("kind") for name, feature in features.items()}
+    listed = ", ".join(f"{name} ({kind})" for name, kind in sorted(found.items()))
+    hint = "pass keys=reader.FeatureKeys(image=..., label=...) naming them (TFDS: reader.FeatureKeys.tfds())"
+    if found.get(keys.image) != "bytes_list":
+        raise ValueError(f"shard {path}: its records have no image bytes under {keys.image!r}; they hold "
+                         f"{listed}; {hint}")
+    if keys.label not in found:
+        raise ValueError(f"shard {path}: its records have no label under {keys.label!r}; they hold {listed}; {hint}")
+    if found[keys.label] != "int64_list":
+        raise ValueError(f"shard {path}: the label {keys.label!r} is {found[keys.label]}, not an integer; this "
+                         "reader needs integer class ids (map the names to ids when writing the shards)")
 
 
 def available_memory_bytes() -> Optional[int]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence, Union
+import numbers
+from typing import Mapping, Optional, Sequence, Union
 
+import numpy as np
 import tensorflow as tf
 
 import record_schema
@@ -58,22 +60,61 @@ class Augmentation:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
 
 
+def as_int(value: object) -> Optional[int]:
+    """``value`` as a Python int if it is an integer of any kind (``5``, ``np.int64(5)``), else None.
+
+    bool is not an integer here: ``image_size=True`` is a mistake, not 1.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        return None
+    return int(value)
+
+
 def image_hw(image_size: Union[int, Sequence[int]]) -> tuple[int, int]:
-    """``image_size`` (int or (height, width)) as a validated (height, width)."""
-    if isinstance(image_size, int) and not isinstance(image_size, bool):
+    """``image_size`` (int or (height, width), NumPy integers too) as a validated (height, width)."""
+    if as_int(image_size) is not None:
         size = (image_size, image_size)
-    elif isinstance(image_size, (tuple, list)) and len(image_size) == 2:
+    elif isinstance(image_size, (tuple, list, np.ndarray)) and len(image_size) == 2:
         size = (image_size[0], image_size[1])
     else:
         raise ValueError(f"image_size must be an int or (height, width), got {image_size!r}")
-    if not all(isinstance(v, int) and v > 0 for v in size):
+    ints = tuple(as_int(v) for v in size)
+    if not all(v is not None and v > 0 for v in ints):
         raise ValueError(f"image_size must hold positive integers, got {image_size!r}")
-    return size
+    return ints  # type: ignore[return-value]
+
+
+def as_options(value: object, kind: type, name: str):
+    """``value`` as the options dataclass ``kind``: an instance, or a dict of its fields (from a config file).
+
+    Raises:
+      ValueError: naming ``name``, the fields ``kind`` has, and what was given.
+    """
+    if isinstance(value, kind):
+        return value
+    fields = [f.name for f in dataclasses.fields(kind)]
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(fields))
+        if unknown:
+            raise ValueError(f"{name} has no field {unknown[0]!r}; reader.{kind.__name__} has {fields}")
+        return kind(**value)
+    raise ValueError(f"{name} must be a reader.{kind.__name__} (or a dict of its fields {fields}), got "
+                     f"{type(value).__name__} {value!r}")
+
+
+def check_flag(value: object, name: str) -> bool:
+    """A real True or False: ``training="False"`` is a non-empty string, so truthy, so training."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
 
 
 def check_output(dtype: tf.DType, normalization: Optional[str]) -> tf.DType:
     """Validate the output dtype and normalization together."""
-    dtype = tf.as_dtype(dtype)
+    try:
+        dtype = tf.as_dtype(dtype)
+    except TypeError:
+        raise ValueError(f"dtype must be one of {[d.name for d in DTYPES]}, got {dtype!r}") from None
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {[d.name for d in DTYPES]}, got {dtype.name}")
     if normalization not in NORMALIZATIONS:

@@ -34,9 +34,9 @@ from typing import Optional, Sequence, Union
 import tensorflow as tf
 
 from reader import preprocess, storage
-from reader.info import DatasetInfo, SplitInfo, available_memory_bytes, dataset_info
-from reader.options import Augmentation, FeatureKeys, check_output, image_hw
-from reader.records import AUTOTUNE, LabelRange, file_order, interleave_records, parse_records
+from reader.info import DatasetInfo, SplitInfo, available_memory_bytes, check_foreign_shards, dataset_info
+from reader.options import Augmentation, FeatureKeys, as_int, as_options, check_flag, check_output, image_hw
+from reader.records import AUTOTUNE, READ_BUFFER_BYTES, LabelRange, file_order, interleave_records, parse_records
 
 logger = logging.getLogger(__name__)
 
@@ -131,11 +131,19 @@ def build_dataset(
     split_info = info.split(split)
     size = image_hw(image_size)
     dtype = check_output(dtype, normalization)
-    _check_arguments(batch_size, shuffle_buffer, block_length, cycle_length, num_epochs, crop_fraction, cache,
-                     service, input_context)
-    _check_seed(seed)
+    training = check_flag(training, "training")
+    augment = as_options(augment, Augmentation, "augment")
+    keys = as_options(keys, FeatureKeys, "keys")
+    batch_size = _check_positive(batch_size=batch_size)
+    _check_arguments(shuffle_buffer, block_length, cycle_length, num_epochs, crop_fraction, cache, service,
+                     input_context)
+    seed = _check_seed(seed)
+    if not info.converted:
+        check_foreign_shards(split_info, keys)
     _check_shards_present(split_info, skip_corrupt)
     s3 = any(storage.is_s3(path) for path in split_info.files)
+    remote = any("://" in path and not path.startswith("file://") for path in split_info.files)
+    read_buffer = READ_BUFFER_BYTES if remote and not s3 else None
     label_range = None if info.converted and label_offset == 0 and keys == FeatureKeys() else (
         LabelRange(keys.label, label_offset, info.num_classes))
 
@@ -151,6 +159,10 @@ def build_dataset(
             "of the records. Convert with --shards >= %d to shard by file.",
             split_info.name, len(files), pipelines, pipelines, pipelines,
         )
+    if training and per_pipeline_batch > split_info.num_examples // pipelines:
+        logger.warning("split %s has %d examples%s, fewer than one batch of %d: every batch holds repeats of "
+                       "the same examples, from several epochs", split_info.name, split_info.num_examples,
+                       f" for {pipelines} input pipelines" if pipelines > 1 else "", per_pipeline_batch)
     cache_bytes = split_info.num_bytes // pipelines
     if cache == "memory":
         _check_memory_cache(split_info.name, cache_bytes)
@@ -169,7 +181,8 @@ def build_dataset(
             num_shards=pipelines if by_file else 1, shard_index=pipeline_id if by_file else 0,
         )
         records = interleave_records(order, cycle_length, block_length, deterministic=ordered or deterministic,
-                                     skip_corrupt=skip_corrupt, labels=label_range, s3=s3)
+                                     skip_corrupt=skip_corrupt, labels=label_range, s3=s3,
+                                     read_buffer=read_buffer)
         return records if by_file or pipelines == 1 else records.shard(pipelines, pipeline_id)
 
     if training:
@@ -311,10 +324,15 @@ def _options(deterministic: bool, input_context, private_threads: Optional[int])
     return options
 
 
-def _check_arguments(batch_size, shuffle_buffer, block_length, cycle_length, num_epochs, crop_fraction, cache,
-                     service, input_context) -> None:
+def _check_arguments(shuffle_buffer, block_length, cycle_length, num_epochs, crop_fraction, cache, service,
+                     input_context) -> None:
     """``ValueError`` naming the first bad argument of :func:`build_dataset`."""
-    _check_positive(batch_size=batch_size, shuffle_buffer=shuffle_buffer, block_length=block_length)
+    _check_positive(shuffle_buffer=shuffle_buffer, block_length=block_length)
+    if input_context is not None and not isinstance(input_context, tf.distribute.InputContext):
+        raise ValueError(
+            f"input_context must be the tf.distribute.InputContext that distribute_datasets_from_function passes "
+            f"to its function, got {type(input_context).__name__}; to read under a strategy, use "
+            "reader.distributed_dataset(strategy, data_dir, ...)")
     if cycle_length is not None:
         _check_positive(cycle_length=cycle_length)
     if num_epochs is not None:
@@ -330,9 +348,14 @@ def _check_arguments(batch_size, shuffle_buffer, block_length, cycle_length, num
         raise ValueError("service distributes the work itself: do not combine it with input_context or cache")
 
 
-def _check_seed(seed: object) -> None:
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 1 << 63):
+def _check_seed(seed: object) -> Optional[int]:
+    """``seed`` as a Python int (NumPy integers too), or None."""
+    if seed is None:
+        return None
+    value = as_int(seed)
+    if value is None or not 0 <= value < 1 << 63:
         raise ValueError(f"seed must be None or an integer in [0, 2**63), got {seed!r}")
+    return value
 
 
 def _check_shards_present(split_info: SplitInfo, skip_corrupt: bool) -> None:
@@ -365,10 +388,14 @@ def _check_shards_present(split_info: SplitInfo, skip_corrupt: bool) -> None:
     )
 
 
-def _check_positive(**values: int) -> None:
+def _check_positive(**values: int) -> int:
+    """Each value is a positive integer (NumPy integers too); returns the last as a Python int."""
+    result = 0
     for name, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        result = as_int(value)
+        if result is None or result < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return result
 
 
 def distributed_dataset(

@@ -149,3 +149,88 @@ def test_foreign_labels_out_of_range_fail_naming_the_shard_or_are_skipped(tmp_pa
     kept = _labels(skipping)
     assert len(kept) == 3 + len(labels) - 1 and all(0 <= label < 3 for label in kept)
     assert "foreign.tfrecord" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"training": "False"}, "training must be True or False, got str 'False'"),
+    ({"augment": {"flips": False}}, "augment has no field 'flips'; reader.Augmentation has"),
+    ({"augment": [0.5, 1.0]}, r"augment must be a reader.Augmentation \(or a dict of its fields"),
+    ({"keys": {"img": "x"}}, "keys has no field 'img'; reader.FeatureKeys has"),
+    ({"dtype": "foo"}, r"dtype must be one of \['float32', 'bfloat16', 'float16', 'uint8'\], got 'foo'"),
+    ({"input_context": tf.distribute.get_strategy()},
+     "input_context must be the tf.distribute.InputContext .* use reader.distributed_dataset"),
+])
+def test_arguments_of_the_wrong_kind_fail_naming_the_argument(demo_dataset, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        reader.build_dataset(demo_dataset, batch_size=8, image_size=16, **kwargs)
+
+
+def test_numpy_integers_and_option_dicts_are_taken_as_what_they_mean(demo_dataset):
+    import numpy as np
+
+    plain = reader.build_dataset(demo_dataset, "validation", batch_size=6, image_size=16, seed=3, training=False)
+    numpy = reader.build_dataset(demo_dataset, "validation", batch_size=np.int64(6), image_size=np.int32(16),
+                                 seed=np.uint64(3), training=np.bool_(False), keys={"image": "image/encoded"})
+    for (a, la), (b, lb) in zip(plain, numpy):
+        assert np.array_equal(a.numpy(), b.numpy()) and np.array_equal(la.numpy(), lb.numpy())
+    train = reader.build_dataset(demo_dataset, batch_size=4, image_size=16, seed=np.int64(1),
+                                 augment={"flip": False, "area_range": (0.5, 1.0)})
+    assert next(iter(train))[0].shape == (4, 16, 16, 3)
+
+
+def test_a_training_batch_larger_than_the_split_is_a_warning(demo_dataset, caplog):
+    reader.build_dataset(demo_dataset, "validation", batch_size=64, image_size=16)
+    assert "split validation has 18 examples, fewer than one batch of 64" in caplog.text
+
+
+def test_a_shard_file_given_as_the_dataset_folder_names_the_folder_to_pass(demo_dataset):
+    shard = reader.dataset_info(demo_dataset).split("train").files[0]
+    with pytest.raises(reader.DatasetNotFoundError, match=f"{shard} is a file, not a dataset folder: pass the folder "
+                                                          f"that holds manifest.json \\({demo_dataset}\\)"):
+        reader.build_dataset(shard)
+
+
+def _write_foreign(path, feature, compression=None):
+    jpeg = make_sample_images()["jpeg_rgb"]
+    with tf.io.TFRecordWriter(str(path), options=compression) as writer:
+        for label in (0, 1, 2):
+            example = tf.train.Example(features=tf.train.Features(feature={
+                "img": tf.train.Feature(bytes_list=tf.train.BytesList(value=[jpeg])), **feature(label)}))
+            writer.write(example.SerializeToString())
+
+
+def _int_label(label):
+    return {"cls": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}
+
+
+def test_foreign_shards_with_other_keys_string_labels_or_gzip_fail_naming_the_shard_and_the_fix(tmp_path):
+    plain, strings, gzipped = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord", tmp_path / "c.tfrecord"
+    _write_foreign(plain, _int_label)
+    _write_foreign(strings, lambda label: {"cls": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"cat"]))})
+    _write_foreign(gzipped, _int_label, compression="GZIP")
+
+    info = reader.foreign_dataset_info({"train": [str(plain)]})
+    with pytest.raises(ValueError, match=rf"shard {plain}: its records have no image bytes under 'image/encoded'; "
+                                         r"they hold cls \(int64_list\), img \(bytes_list\); pass keys=reader.FeatureKeys"):
+        reader.build_dataset("", info=info, batch_size=2, image_size=16)
+    ds = reader.build_dataset("", info=info, batch_size=3, image_size=16, training=False,
+                              keys=reader.FeatureKeys(image="img", label="cls"))
+    assert _labels(ds) == [0, 1, 2]
+    with pytest.raises(ValueError, match=rf"shard {strings}: the label 'cls' is bytes_list, not an integer"):
+        reader.build_dataset("", info=reader.foreign_dataset_info({"train": [str(strings)]}), batch_size=2,
+                             image_size=16, keys=reader.FeatureKeys(image="img", label="cls"))
+    with pytest.raises(ValueError, match=rf"shard file {gzipped} is GZIP-compressed; this reader reads uncompressed"):
+        reader.foreign_dataset_info({"train": [str(gzipped)]})
+
+
+def test_foreign_shards_by_glob_pattern_and_their_steps_per_epoch(tmp_path):
+    for index in range(3):
+        _write_foreign(tmp_path / f"train-{index}.tfrecord", _int_label)
+    info = reader.foreign_dataset_info({"train": str(tmp_path / "train-*.tfrecord")})
+    assert [os.path.basename(path) for path in info.split("train").files] == \
+        ["train-0.tfrecord", "train-1.tfrecord", "train-2.tfrecord"]
+    assert reader.steps_per_epoch(info, "train", 4) == 2
+    with pytest.raises(ValueError, match=r"split 'train': the pattern '.*nothing-\*' matches no files"):
+        reader.foreign_dataset_info({"train": str(tmp_path / "nothing-*")})
+    with pytest.raises(reader.DatasetNotFoundError, match="is a pattern, not a dataset folder.*foreign_dataset_info"):
+        reader.build_dataset(str(tmp_path / "train-*.tfrecord"))
