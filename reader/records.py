@@ -22,8 +22,7 @@ from reader.options import FeatureKeys
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Read-ahead per open shard on remote file systems (gs://...), as TFDS uses. Local shards keep TensorFlow's
-# 256 KiB default: 8 MiB read the same records 1.3x slower from the page cache (310 MB, 6 rounds), and any
-# size of our own makes TensorFlow log a line for every pipeline.
+# 256 KiB default: 8 MiB read the same records 1.3x slower from the page cache (310 MB, 6 rounds).
 READ_BUFFER_BYTES = 8 << 20
 UNKNOWN_COUNT = -1
 # Records counted per call of the shard check (see read_shard).

@@ -234,3 +234,22 @@ def test_foreign_shards_by_glob_pattern_and_their_steps_per_epoch(tmp_path):
         reader.foreign_dataset_info({"train": str(tmp_path / "nothing-*")})
     with pytest.raises(reader.DatasetNotFoundError, match="is a pattern, not a dataset folder.*foreign_dataset_info"):
         reader.build_dataset(str(tmp_path / "train-*.tfrecord"))
+
+
+def test_a_pipeline_logs_no_tensorflow_info_lines_unless_the_environment_asks(demo_dataset):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = ("import reader\n"
+            f"ds = reader.build_dataset({demo_dataset!r}, batch_size=4, image_size=16, seed=0)\n"
+            "next(iter(ds))\n")
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = REPO
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "tf_record_dataset_op" not in proc.stderr  # "TFRecordDataset `buffer_size` is unspecified..."
+    asked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                           env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert "tf_record_dataset_op" in asked.stderr  # the user's own setting wins
