@@ -197,10 +197,34 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def _dataset_command(name: str, description: str) -> argparse.ArgumentParser:
-    """The parser of a subcommand that takes a converted dataset's folder (local, gs:// or s3://)."""
-    parser = argparse.ArgumentParser(prog=f"python -m converter {name}", description=description)
+    """The parser of a subcommand that takes a converted dataset's folder (local, gs:// or s3://).
+
+    It takes the converter's (Beam's) ``--s3_*`` flags too, so the command
+    that wrote a dataset into an S3 endpoint can check it with the same flags.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m converter {name}", description=description,
+                                     epilog="s3:// datasets are reached as the AWS environment says (AWS_ENDPOINT_URL, "
+                                     "AWS_ACCESS_KEY_ID...), or as these --s3_* flags do.")
     parser.add_argument("out", help="the dataset folder (a local path, gs://... or s3://...)")
+    s3 = parser.add_argument_group("S3 (the converter's flags, default: the AWS environment)")
+    for flag in ("endpoint_url", "access_key_id", "secret_access_key", "session_token", "region_name"):
+        s3.add_argument(f"--s3_{flag}", default=None, metavar=flag.upper())
+    s3.add_argument("--s3_verify", default=None, help="false, or a CA bundle's path")
+    s3.add_argument("--s3_disable_ssl", action="store_true", default=None)
     return parser
+
+
+def _configure_s3(args: argparse.Namespace) -> None:
+    """Hand the ``--s3_*`` flags to the reader's S3 client."""
+    from reader import storage
+
+    verify = args.s3_verify
+    if isinstance(verify, str) and verify.lower() in ("false", "0", "no"):
+        verify = False
+    storage.configure_s3(endpoint_url=args.s3_endpoint_url, access_key_id=args.s3_access_key_id,
+                         secret_access_key=args.s3_secret_access_key, session_token=args.s3_session_token,
+                         region_name=args.s3_region_name, verify=verify,
+                         use_ssl=False if args.s3_disable_ssl else None)
 
 
 def verify(argv: Sequence[str]) -> int:
@@ -214,6 +238,7 @@ def verify(argv: Sequence[str]) -> int:
     if args.sample is not None and args.sample < 0:
         parser.error(f"--sample must be >= 0, got {args.sample}")
     _quiet_tensorflow()
+    _configure_s3(args)
     from reader.info import DatasetNotFoundError
     from reader.verify import verify as run_verify
 
@@ -236,6 +261,7 @@ def inspect(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     _configure_logging(verbose=False)
     _quiet_tensorflow()
+    _configure_s3(args)
     from reader.info import DatasetNotFoundError, dataset_info
     from reader.inspect import check_sheet_path, contact_sheet, summarize
 
@@ -260,6 +286,7 @@ def tfds_metadata(argv: Sequence[str]) -> int:
         "into a converted dataset, so tfds.builder_from_directory(OUT) reads it. Needs tensorflow-datasets.")
     args = parser.parse_args(argv)
     _quiet_tensorflow()
+    _configure_s3(args)
     from reader.info import DatasetNotFoundError
     from reader.tfds_metadata import write_tfds_metadata
 

@@ -16,7 +16,7 @@ import functools
 import struct
 import sys
 import threading
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Optional
 
 import tensorflow as tf
 
@@ -150,12 +150,32 @@ def _split(url: str) -> tuple[str, str]:
     return bucket, key
 
 
+_CLIENT_OPTIONS: dict = {}
+
+
+def configure_s3(endpoint_url: Optional[str] = None, access_key_id: Optional[str] = None,
+                 secret_access_key: Optional[str] = None, session_token: Optional[str] = None,
+                 region_name: Optional[str] = None, verify: Optional[object] = None,
+                 use_ssl: Optional[bool] = None) -> None:
+    """Point the reader's S3 client somewhere else than the AWS environment says; call before reading.
+
+    What the converter's ``--s3_*`` flags (Beam's) set, for ``verify`` and
+    ``inspect`` to take the same flags. None leaves a setting to boto3.
+    """
+    given = {"endpoint_url": endpoint_url, "aws_access_key_id": access_key_id,
+             "aws_secret_access_key": secret_access_key, "aws_session_token": session_token,
+             "region_name": region_name, "verify": verify, "use_ssl": use_ssl}
+    _CLIENT_OPTIONS.clear()
+    _CLIENT_OPTIONS.update({key: value for key, value in given.items() if value is not None})
+    _THREAD.__dict__.pop("client", None)
+
+
 def _client():
     """One boto3 client per thread, made under a lock (a boto3 session is not thread-safe)."""
     client = getattr(_THREAD, "client", None)
     if client is None:
         with _LOCK:
-            client = _THREAD.client = _session().client("s3")
+            client = _THREAD.client = _session().client("s3", **_CLIENT_OPTIONS)
     return client
 
 

@@ -237,7 +237,7 @@ def test_a_64_bit_float_tiff_pillow_cannot_open_is_converted_like_a_32_bit_one(c
     photometric = "minisblack" if channels == 1 else "rgb"
     tifffile.imwrite(as_64, pixels, photometric=photometric)
     tifffile.imwrite(as_32, pixels.astype(np.float32), photometric=photometric)
-    with pytest.raises(Exception):
+    with pytest.raises(OSError):  # UnidentifiedImageError
         Image.open(io.BytesIO(as_64.getvalue()))  # what used to make it "tiff header could not be read"
     result = encode_image(as_64.getvalue(), EncodeOptions())
     assert isinstance(result, Encoded) and (result.height, result.width, result.reencoded_because) == (48, 64, "tiff")

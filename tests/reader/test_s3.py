@@ -86,3 +86,12 @@ def test_verify_and_inspect_work_on_a_dataset_in_s3(s3_dataset, s3_server, s3_en
     client.put_object(Bucket=bucket, Key=key, Body=data[: len(data) // 2])
     proc = _cli("verify", url, env=s3_env)
     assert proc.returncode == 1 and os.path.basename(shard) in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_verify_and_inspect_take_the_converters_s3_flags(s3_dataset, s3_server):
+    url, _ = s3_dataset
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}  # flags only
+    for command in ("verify", "inspect"):
+        proc = subprocess.run([sys.executable, "-m", "converter", command, url, *s3_server.flags],
+                              capture_output=True, text=True, timeout=300, cwd=REPO, env={**env, "PYTHONPATH": REPO})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
