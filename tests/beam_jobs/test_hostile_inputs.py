@@ -64,6 +64,21 @@ def test_mutated_images_are_converted_or_rejected_never_crash(data):
     _check(encode_image(data, EncodeOptions()))
 
 
+def test_every_corrupted_byte_of_a_64_bit_float_tiffs_header_is_converted_or_rejected_quietly(caplog):
+    """The tifffile path (Pillow cannot open such TIFFs) on hostile bytes: Hypothesis found a TypeError there."""
+    import numpy as np
+    import tifffile
+
+    buffer = io.BytesIO()
+    tifffile.imwrite(buffer, np.linspace(0, 1, 24 * 32).reshape(24, 32), photometric="minisblack")
+    data = buffer.getvalue()
+    header = len(data) - 24 * 32 * 8  # tags and offsets, before the pixels
+    for position in range(header):
+        for value in (0x00, 0xFF, data[position] ^ 0x5A):
+            _check(encode_image(data[:position] + bytes([value]) + data[position + 1:], EncodeOptions()))
+    assert not [record for record in caplog.records if record.name.startswith("tifffile")]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=2048), st.sampled_from([b"", b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF89a",
                                                    b"BM", b"II*\x00", b"RIFF\x00\x00\x00\x00WEBP"]))
