@@ -8,10 +8,13 @@ Raising is not enough on its own. Beam's local runner, unwinding, joins every
 worker it started, and a worker still starting up never learns that the run
 is over: the join waited forever (the issue measured 16 hangs in 23 tries).
 So while a run is live (:func:`live_run`), the first signal also starts a
-reaper thread that kills every process this one started (Beam's workers, a
-Flink or Spark job server) and keeps killing any that appear, and that, as a
-last resort, runs the run's cleanups and exits the process if unwinding has
-not finished by :data:`DEADLINE_S`. Tracebacks of the runner's threads that
+reaper thread that kills every process started since the run began (Beam's
+workers, a job server; never the caller's own) and keeps killing any that
+appear. As a last resort it runs the run's cleanup and exits the process at
+:data:`DEADLINE_S`: in the CLI (:func:`install`) whenever the process is
+still alive then, whatever hangs (a rare race after unwinding was seen to);
+for a library caller only if the run has not unwound by then, so a notebook's
+kernel lives on, and the next run starts with no signal on record. Tracebacks of the runner's threads that
 lose their workers are silenced: the user asked for the stop.
 
 A commit runs as a :func:`deferred` section: a signal there takes effect once
@@ -35,10 +38,24 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _received: Optional[int] = None
 _deferring = 0
-_live = 0
-_last_resort: list[Callable[[], None]] = []
 _exit_message = ""
+# Set by install(): the process is ours (the CLI), so after a signal it ends by the deadline whatever
+# else hangs; a library caller's process (a notebook) is only ever left alone once the run has unwound.
+_owns_process = False
 _reaper: Optional[threading.Thread] = None
+
+
+class _LiveRun:
+    """What the reaper needs of a live run: which processes were there before it, and its last resort."""
+
+    def __init__(self, last_resort: Callable[[], None]) -> None:
+        self.last_resort = last_resort
+        # Processes this one had started before the run (a notebook's other servers...) are never killed.
+        self.preexisting = set(_descendant_ids(os.getpid()))
+        self.over = threading.Event()
+
+
+_live: list[_LiveRun] = []
 
 
 class Interrupted(KeyboardInterrupt):
@@ -81,7 +98,9 @@ def _handle(signum: int, frame: object) -> None:
         return  # a second Ctrl-C must not cut the cleanup of the first short
     _received = signum
     if _live:
-        _start_reaper()
+        _start_reaper(_live[-1])
+    elif _owns_process:  # the CLI ends by the deadline even when stopped outside a run (while Beam imports...)
+        _start_reaper(_LiveRun(last_resort=lambda: None))
     if not _deferring:
         raise Interrupted(signum)
 
@@ -93,8 +112,9 @@ def install(exit_message: str = "") -> None:
     imports is one line too. ``exit_message`` is what a forced exit prints
     (``{verb}`` becomes "interrupted" or "terminated").
     """
-    global _exit_message
+    global _exit_message, _owns_process
     _exit_message = exit_message
+    _owns_process = True
     for signum in _SIGNALS:
         signal.signal(signum, _handle)
 
@@ -117,9 +137,11 @@ def handled() -> Iterator[None]:
     For library callers of ``run``: SIGTERM would otherwise kill the process
     without cleaning its staging folder and lock.
     """
+    global _received
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _received = None  # a new run: a signal that stopped an earlier one in this process (a notebook) is spent
     previous = {signum: signal.getsignal(signum) for signum in _SIGNALS}
     for signum in _SIGNALS:
         signal.signal(signum, _handle)
@@ -132,18 +154,17 @@ def handled() -> Iterator[None]:
 
 @contextlib.contextmanager
 def live_run(last_resort: Callable[[], None]) -> Iterator[None]:
-    """While a run has workers: a stop signal also kills them, and ``last_resort`` cleans up at the deadline."""
-    global _live
-    _live += 1
-    _last_resort.append(last_resort)
+    """While a run has workers: a stop signal also kills the processes started since, and if unwinding
+    has not left this block by the deadline, ``last_resort`` cleans up and the process exits.
+    """
+    run = _LiveRun(last_resort)
+    _live.append(run)
     try:
-        if _received is not None:
-            _start_reaper()
-            raise_if_received()
+        raise_if_received()
         yield
     finally:
-        _last_resort.remove(last_resort)
-        _live -= 1
+        run.over.set()  # unwound in time: the reaper stands down (a notebook's kernel lives on)
+        _live.remove(run)
 
 
 @contextlib.contextmanager
@@ -164,12 +185,12 @@ def deferred() -> Iterator[None]:
         raise Interrupted(_received, published=True)
 
 
-def _start_reaper() -> None:
+def _start_reaper(run: _LiveRun) -> None:
     global _reaper
-    if _reaper is not None:
+    if _reaper is not None and _reaper.is_alive():
         return
     threading.excepthook = _quiet_excepthook
-    _reaper = threading.Thread(target=_reap, args=(time.monotonic() + DEADLINE_S,), name="interrupt-reaper",
+    _reaper = threading.Thread(target=_reap, args=(run, time.monotonic() + DEADLINE_S), name="interrupt-reaper",
                                daemon=True)
     _reaper.start()
 
@@ -178,32 +199,34 @@ def _quiet_excepthook(args: threading.ExceptHookArgs) -> None:
     """After a stop signal, runner threads fail as their workers die; that is the stop, not news."""
 
 
-def _reap(deadline: float) -> None:
-    """Kill this process's descendants until it exits; at the deadline, clean up and exit."""
-    while time.monotonic() < deadline:
-        _kill_descendants()
+def _reap(run: _LiveRun, deadline: float) -> None:
+    """Kill the processes started during ``run`` until it has unwound (in the CLI: until the process
+    exits); at the deadline, clean up and exit."""
+    while _owns_process or not run.over.is_set():
+        for pid, started in _descendant_ids(os.getpid()):
+            if (pid, started) not in run.preexisting:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        if time.monotonic() >= deadline:
+            _exit_now(run)
         time.sleep(_REAP_INTERVAL_S)
-    for cleanup in reversed(list(_last_resort)):
-        try:
-            cleanup()
-        except Exception:  # noqa: BLE001 - best effort: the process is going down either way
-            pass
+
+
+def _exit_now(run: _LiveRun) -> None:
+    """The last resort: unwinding hung past the deadline."""
+    with contextlib.suppress(Exception):  # best effort: the process is going down either way
+        run.last_resort()
     sys.stderr.write("\n" + exit_line(_received or signal.SIGTERM) + "\n")
     sys.stderr.flush()
     os._exit(128 + (_received or signal.SIGTERM))
 
 
-def _kill_descendants() -> None:
-    for pid in descendants(os.getpid()):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+def _descendant_ids(root: int) -> list[tuple[int, int]]:
+    """``(pid, start time)`` of every process below ``root`` (Linux: from /proc; elsewhere none are found).
 
-
-def descendants(root: int) -> list[int]:
-    """Every process below ``root`` (Linux: read from /proc; elsewhere none are found)."""
-    children: dict[int, list[int]] = {}
+    The start time tells a process from a later one that reuses its pid.
+    """
+    children: dict[int, list[tuple[int, int]]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -216,12 +239,12 @@ def descendants(root: int) -> list[int]:
                 stat = handle.read()
         except OSError:
             continue  # gone meanwhile
-        # The command name (in parentheses) may hold spaces; the parent's pid is the 2nd field after it.
+        # The command name (in parentheses) may hold spaces; after it: state, parent pid, ... start time (20th).
         fields = stat[stat.rfind(b")") + 2:].split()
-        children.setdefault(int(fields[1]), []).append(int(entry))
+        children.setdefault(int(fields[1]), []).append((int(entry), int(fields[19])))
     found, stack = [], [root]
     while stack:
         for child in children.get(stack.pop(), ()):
             found.append(child)
-            stack.append(child)
+            stack.append(child[0])
     return found

@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import logging
 import os
+import shlex
 import sys
 from typing import Optional, Sequence
 
@@ -131,7 +132,11 @@ def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner
     provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
     environment = None
     if mode == "multi_processing":
-        command = f"exec {sys.executable} -m beam_jobs.local_worker"  # exec: no shell in between
+        # exec: no shell in between. The stop signals are ignored before Python starts (an ignored signal
+        # stays ignored across exec, and CPython keeps it so): a worker spawned just as Ctrl-C reaches the
+        # process group would otherwise die in its start-up with a "Fatal Python error" on the terminal.
+        # The launcher stops its workers itself (beam_jobs.interrupt).
+        command = f"trap '' INT TERM; exec {shlex.quote(sys.executable)} -m beam_jobs.local_worker"
         environment = environments.SubprocessSDKEnvironment.from_command_string(command_string=command)
         # FnApiRunner.run_pipeline replaces its environment with Beam's own worker command when it
         # sees this mode; the workers already have the options (above), so the runner sees our name.

@@ -126,3 +126,35 @@ def test_a_signal_at_any_moment_ends_the_run_within_10_s_in_one_line_leaving_the
                             f"{_fingerprint(existing_dataset) != before}")
             break
     assert not failures, "\n".join(failures)
+
+
+LIBRARY_RUN = """
+import os, signal, subprocess, sys, threading, time
+from beam_jobs.interrupt import Interrupted
+from beam_jobs.options import ConvertOptions
+from beam_jobs.pipeline import run
+
+src, out, small = sys.argv[1:4]
+mine = subprocess.Popen(["sleep", "120"])  # the caller's own process, started before the run
+threading.Timer(float(sys.argv[4]), os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    run(ConvertOptions(src=src, out=out, shards=4))
+    print("published")
+except Interrupted as err:
+    print("interrupted", err.exit_status)
+time.sleep(9)  # past the reaper's deadline: a run that unwound in time must not take the process down
+print("alive", mine.poll() is None)
+run(ConvertOptions(src=small, out=out + "-next", shards=2))
+print("next run published")
+mine.kill()
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_notebook_stops_the_run_and_leaves_the_process_its_children_and_the_next_run_alone(
+        slow_source, demo_src, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", LIBRARY_RUN, slow_source, str(tmp_path / "out"), demo_src, "4"],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.stdout.split("\n")[:3] == ["interrupted 130", "alive True", "next run published"], proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["out-next"]

@@ -1,0 +1,53 @@
+"""The bytes the converter writes, pinned: shards, labels.txt and rejected.jsonl of a shipped input.
+
+The input (``tests/data/pinned/src``) is shipped, not generated, and every image
+in it is a clean JPEG stored byte for byte, so these hashes depend on nothing
+but the converter: the order (keyed hash of seed and path), the validation
+carve, the cut into shards, the record serialization and the report's format.
+Not on Pillow's encoder, which a library upgrade may change. The input also
+has a content duplicate under two labels, an empty file, a text file named
+``.jpg``, a system file, grayscale JPEGs and a non-ASCII class name (every
+rejection's detail is the converter's own wording, not a library's).
+
+Any redesign of how the conversion is computed (parts, buckets, runners) must
+leave these hashes as they are: "same input and options, same bytes".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+
+import pytest
+
+from tests.conftest import REPO
+
+SRC = os.path.join(REPO, "tests", "data", "pinned", "src")
+ARGS = ["--shards", "3", "--val-fraction", "0.25", "--seed", "7", "--max-bad-fraction", "0.1", "--no-progress"]
+
+# sha256 of each file the conversion writes (manifest.json holds times and paths, so it is not pinned here).
+PINNED = {
+    "labels.txt": "ce09cc9a875f311dac7683caff6c9e1979dac0fea02c6adf9f074a4bea7ebfaa",
+    "rejected.jsonl": "3cd90d5cf45eac720ff492af8cd8b6f82bbdc853596756f94c58156c7d07b958",
+    "train-00000-of-00003.tfrecord": "b582f70c9e8c99a7b6f36ecb6d9b722980140a9d94333e4206e31c376a3c5da3",
+    "train-00001-of-00003.tfrecord": "22acd2eea0f12e8f9de986cf1d58d363bad0464831b12a72e04a5154703ebd90",
+    "train-00002-of-00003.tfrecord": "8999a96754a10171970e1052a19911fceafb0018d897d5bacbfde45c56c60b38",
+    "validation-00000-of-00001.tfrecord": "4d400d51668977df4c58fb632601fefd2a29697354a4e4aa2f85315a6c640172",
+}
+
+
+def _digests(folder) -> dict[str, str]:
+    return {name: hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest()
+            for name in sorted(os.listdir(folder)) if name != "manifest.json"}
+
+
+@pytest.mark.parametrize("runner", [[], ["--direct_running_mode=in_memory", "--direct_num_workers=1"]],
+                         ids=["multi-process", "in-memory"])
+def test_the_converter_writes_exactly_the_pinned_bytes(tmp_path, converter, runner):
+    src = tmp_path / "src"
+    shutil.copytree(SRC, src)
+    out = tmp_path / "out"
+    proc = converter("--src", str(src), "--out", str(out), *ARGS, *runner, check=True)
+    assert "rejected: 2" in proc.stdout
+    assert _digests(out) == PINNED
