@@ -25,7 +25,6 @@ finalisation step).
 from __future__ import annotations
 
 import json
-import logging
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
@@ -40,7 +39,6 @@ from beam_jobs.shard import assign_shards
 from beam_jobs.validate import Accepted, AcceptedBatch, RejectedInput, validate_chunk
 from beam_jobs.write import write_shard
 
-logger = logging.getLogger(__name__)
 
 NAMESPACE = "converter"
 DUPLICATES_FILE = "duplicates.json"
