@@ -134,8 +134,10 @@ class ConvertOptions:
         (ImageNet's ``LOC_val_solution.csv`` or one class per line).
       synsets: ``ID text`` per line: each class's text in the records (ImageNet's
         ``LOC_synset_mapping.txt``).
-      dali_index: also write each shard's DALI index (``<shard>.idx``), which
-        DALI's TFRecord reader needs, so users skip a pass over every byte.
+      dali_index: write each shard's record index (``<shard>.idx``: every
+        record's offset and size, the format of DALI's ``tfrecord2idx``). On by
+        default: the reader seeks with it to resume mid-shard, and DALI's
+        TFRecord reader needs it, so users skip a pass over every byte.
       part_size: images per part, the unit of work of validation and of the
         ordering stage's memory (about 200 bytes per image); default: about
         1/64 of the images, within [128, 2**20]. It never changes the output.
@@ -154,7 +156,7 @@ class ConvertOptions:
     annotation_columns: tuple[str, ...] = ANNOTATION_COLUMNS
     val_labels: Optional[str] = None
     synsets: Optional[str] = None
-    dali_index: bool = False
+    dali_index: bool = True
     part_size: Optional[int] = None
 
     def __post_init__(self) -> None:

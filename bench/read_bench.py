@@ -198,14 +198,14 @@ def bench_caches(shards_dir: str) -> dict:
     shard_bytes = reader.dataset_info(shards_dir).split("train").num_bytes
     with tempfile.TemporaryDirectory() as folder:
         prefix = os.path.join(folder, "cache")
-        dataset = reader.build_dataset(shards_dir, "train", BATCH, 64, training=False, cache=prefix)
+        dataset = reader.build_dataset(shards_dir, "train", BATCH, 64, training=False, options={"cache": prefix})
         for _ in dataset:
             pass
         file_bytes = sum(os.path.getsize(p) for p in glob.glob(prefix + "*"))
     process = psutil.Process()
     for _ in reader.build_dataset(shards_dir, "train", BATCH, 64, training=False):
         pass  # the same pipeline uncached first, so its own allocations are not counted
-    dataset = reader.build_dataset(shards_dir, "train", BATCH, 64, training=False, cache="memory")
+    dataset = reader.build_dataset(shards_dir, "train", BATCH, 64, training=False, options={"cache": "memory"})
     iterator = iter(dataset.repeat(2))
     before = process.memory_info().rss
     for _ in iterator:

@@ -86,8 +86,9 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--max-bad-fraction", type=float, default=opts.DEFAULT_MAX_BAD_FRACTION,
         help="fail and publish nothing when more than this fraction of the images is rejected "
         "(default: %(default)s)")
-    add("--dali-index", action="store_true",
-        help="also write each shard's NVIDIA DALI index (<shard>.idx, as DALI's tfrecord2idx makes it)")
+    add("--dali-index", action="store_true", default=True,
+        help="each shard's record index (<shard>.idx, as NVIDIA DALI's tfrecord2idx makes it) is always written "
+        "now: the reader resumes mid-shard with it; the flag is kept for scripts that pass it")
     add("--part-size", type=int, default=None,
         help="images per unit of work (validation, and the ordering stage's memory: ~200 bytes per image); "
         "never changes the output (default: about 1/64 of the images, within 128..1048576)")

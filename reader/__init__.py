@@ -35,17 +35,32 @@ from reader.info import (
     foreign_dataset_info,
     steps_per_epoch,
 )
-from reader.options import Augmentation, FeatureKeys
-from reader.pipeline import CacheTooLargeError, build_dataset, distributed_dataset
+from reader.options import Augmentation, FeatureKeys, ReadOptions
+from reader.order import Position
+from reader.pipeline import CacheTooLargeError, build_dataset, distributed_dataset, position
 from reader.preprocess import eval_image, finish, train_image
 from reader.records import file_order, interleave_records, parse_record, parse_records, read_shard
+
+
+
+def __getattr__(name: str):
+    # Keras loads only for its callback: the reader itself needs TensorFlow alone.
+    if name == "ExactResume":
+        from reader.keras_callback import ExactResume
+
+        return ExactResume
+    raise AttributeError(f"module 'reader' has no attribute {name!r}")
+
 
 __all__ = [
     "Augmentation",
     "CacheTooLargeError",
     "DatasetInfo",
     "DatasetNotFoundError",
+    "ExactResume",
     "FeatureKeys",
+    "Position",
+    "ReadOptions",
     "ShardInfo",
     "SplitInfo",
     "build_dataset",
@@ -58,6 +73,7 @@ __all__ = [
     "interleave_records",
     "parse_record",
     "parse_records",
+    "position",
     "read_shard",
     "steps_per_epoch",
     "train_image",

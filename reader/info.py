@@ -30,6 +30,7 @@ class ShardInfo:
     num_examples: int
     num_bytes: int
     sha256: str
+    index_path: str = ""  # its record index ("offset size" per record, DALI's format); "" if it has none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +156,8 @@ def _not_found_message(data_dir: str) -> str:
 
 def _split_info(data_dir: str, name: str, raw: dict) -> SplitInfo:
     shards = tuple(
-        ShardInfo(os.path.join(data_dir, s["file"]), s["num_examples"], s["num_bytes"], s["sha256"])
+        ShardInfo(os.path.join(data_dir, s["file"]), s["num_examples"], s["num_bytes"], s["sha256"],
+                  os.path.join(data_dir, s["dali_index"]) if s.get("dali_index") else "")
         for s in raw["shards"]
     )
     return SplitInfo(name, raw["num_examples"], raw["num_bytes"], shards, tuple(raw.get("label_counts", ())),

@@ -122,3 +122,70 @@ def check_output(dtype: tf.DType, normalization: Optional[str]) -> tf.DType:
     if dtype == tf.uint8 and normalization is not None:
         raise ValueError("normalization needs a float dtype; with dtype=uint8 normalise on the accelerator")
     return dtype
+
+
+ORDERS = ("streams", "buffer")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """The tuning knobs of :func:`reader.build_dataset`, grouped (as Model Garden's and Grain's configs are).
+
+    Attributes:
+      order: training order. "streams" (default): a pure function of (dataset,
+        seed, epoch), the same global batches at any number of input
+        pipelines, resumable from a step (``start=``). "buffer": the
+        interleave + ``shuffle(shuffle_buffer)`` order of earlier versions,
+        which depends on the pipeline count and cannot resume; ``cache`` and
+        ``service`` read in it.
+      streams, window: the "streams" layout (C canonical streams, W records per
+        shuffled window); None: C = gcd(batch size, 64) and C * W = 10,000
+        records, the memory of the default shuffle buffer. Part of the order:
+        keep them for a whole run.
+      shuffle_buffer: records in the "buffer" order's shuffle buffer (encoded
+        bytes, so 10,000 ImageNet-sized records are about 1.1 GB).
+      cycle_length, block_length: the "buffer" order's interleave (and
+        evaluation's); cycle_length None = AUTOTUNE.
+      cache: None, "memory" (checked against available memory first) or a
+        file path prefix; caches encoded records, never decoded images.
+      service: address of a tf.data service dispatcher (``grpc://host:port``):
+        reading, decoding and batching run on its workers in the
+        ``distributed_epoch`` processing mode, which deals shard files (in
+        evaluation) or whole epochs (in training) out to the workers, so every
+        record is processed exactly once per epoch. Batches are formed on the
+        workers, so in evaluation each worker's last batch may be partial.
+      service_job_name: consumers that name the same job share its stream
+        (e.g. every replica of one trainer); default: each pipeline its own job.
+      private_threads: size of a private thread pool for this pipeline.
+      prefetch_to_device: e.g. "/gpu:0", to prefetch batches into device memory.
+    """
+
+    order: str = "streams"
+    streams: Optional[int] = None
+    window: Optional[int] = None
+    shuffle_buffer: int = 10_000  # TF Model Garden's classification default
+    cycle_length: Optional[int] = None
+    block_length: int = 1
+    cache: Optional[str] = None
+    service: Optional[str] = None
+    service_job_name: Optional[str] = None
+    private_threads: Optional[int] = None
+    prefetch_to_device: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise ValueError(f"ReadOptions(order={self.order!r}) must be one of {ORDERS}")
+        for name in ("streams", "window", "cycle_length", "private_threads"):
+            value = getattr(self, name)
+            if value is not None and (as_int(value) is None or value < 1):
+                raise ValueError(f"ReadOptions({name}={value!r}) must be None or a positive integer")
+        for name in ("shuffle_buffer", "block_length"):
+            value = getattr(self, name)
+            if as_int(value) is None or value < 1:
+                raise ValueError(f"ReadOptions({name}={value!r}) must be a positive integer")
+        if self.cache is not None and not isinstance(self.cache, str):
+            raise ValueError(f'ReadOptions(cache={self.cache!r}) must be None, "memory" or a file path')
+        if isinstance(self.cache, str) and self.cache != "memory" and \
+                self.cache.strip().lower() in ("memory", "mem", "ram", ""):
+            raise ValueError(f'ReadOptions(cache={self.cache!r}): did you mean cache="memory"? A file cache takes a '
+                             'path such as "/tmp/cache/train"')

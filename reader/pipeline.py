@@ -24,6 +24,7 @@ of a decode, and ``parse_example`` on 64 records plus the unbatch 30 us.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -35,8 +36,11 @@ import tensorflow as tf
 
 from reader import preprocess, storage
 from reader.info import DatasetInfo, SplitInfo, available_memory_bytes, check_foreign_shards, dataset_info
-from reader.options import Augmentation, FeatureKeys, as_int, as_options, check_flag, check_output, image_hw
-from reader.records import AUTOTUNE, READ_BUFFER_BYTES, LabelRange, file_order, interleave_records, parse_records
+from reader.options import (Augmentation, FeatureKeys, ReadOptions, as_int, as_options, check_flag, check_output,
+                            image_hw)
+from reader.order import Position, StreamLayout, check_pipelines, host_records, stream_layout
+from reader.records import (AUTOTUNE, READ_BUFFER_BYTES, LabelRange, feature_spec, file_order, interleave_records,
+                            parse_records, read_segment)
 
 logger = logging.getLogger(__name__)
 
@@ -61,25 +65,20 @@ def build_dataset(
     training: bool = True,
     seed: Optional[int] = None,
     deterministic: Optional[bool] = None,
-    cache: Optional[str] = None,
     input_context: Optional[tf.distribute.InputContext] = None,
     *,
+    start: Union[None, int, Position, tf.Variable, tf.Tensor] = None,
+    num_epochs: Optional[int] = None,
     dtype: tf.DType = tf.float32,
     normalization: Optional[str] = None,
     augment: Augmentation = Augmentation(),
     crop_fraction: float = 0.875,
-    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-    cycle_length: Optional[int] = None,
-    block_length: int = 1,
-    num_epochs: Optional[int] = None,
     keys: FeatureKeys = FeatureKeys(),
     label_offset: int = 0,
     skip_corrupt: bool = False,
-    prefetch_to_device: Optional[str] = None,
-    private_threads: Optional[int] = None,
-    service: Optional[str] = None,
-    service_job_name: Optional[str] = None,
+    options: ReadOptions = ReadOptions(),
     info: Optional[DatasetInfo] = None,
+    **moved,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of ``(images, labels)`` batches over a converted split.
 
@@ -92,41 +91,39 @@ def build_dataset(
       training: True for the training preset (random resized crop decoded
         cropped, flip, shuffles, repeats, static batch shape); False for one
         deterministic pass with a centre crop, keeping the final partial batch.
-      seed: makes file order, record shuffle and augmentation reproducible.
+      seed: makes the order and the augmentation reproducible (and resumable).
       deterministic: element order reproducible; default True with a seed,
         False (faster) without. Evaluation is always deterministic.
-      cache: None, "memory" (checked against available memory first) or a
-        file path prefix; caches encoded records, never decoded images.
-      input_context: from ``tf.distribute``; each pipeline reads a disjoint
-        share of the shard files (records when there are fewer files than pipelines).
+      input_context: from ``tf.distribute``; each pipeline reads its share of
+        the shards. In the default order the H pipelines' batches together
+        are the one-pipeline global batch, for any H dividing the streams.
+      start: where training starts: a global step (int), a :class:`Position`
+        (checked against this dataset, seed and layout; its seed is used when
+        ``seed`` is None), or a variable read when iteration starts (Keras'
+        ``model.optimizer.iterations``, restored by ``BackupAndRestore``).
+        Resuming re-reads at most one window per stream.
+      num_epochs: training epochs to yield (counted from epoch 0, so a resumed
+        run ends where the uninterrupted one would); None repeats indefinitely.
       dtype: float32, bfloat16, float16, or uint8 (normalise on the accelerator).
       normalization: None (0..255), "mobilenet" ([-1, 1]) or "imagenet" (mean/std).
       augment: the training crop's ranges and the flip.
       crop_fraction: eval centre crop as a fraction of the shorter side.
-      shuffle_buffer: records in the training shuffle buffer (encoded bytes,
-        so 10,000 ImageNet-sized records are about 1.1 GB).
-      cycle_length, block_length: interleave settings; cycle_length None = AUTOTUNE.
-      num_epochs: training epochs to yield; None repeats indefinitely.
       keys, label_offset: for shards written by other tools (TFDS: ``FeatureKeys.tfds()``;
         1-based Inception labels: ``label_offset=-1``).
       skip_corrupt: skip the rest of a corrupt shard with a warning instead of failing.
-      prefetch_to_device: e.g. "/gpu:0", to prefetch batches into device memory.
-      private_threads: size of a private thread pool for this pipeline.
-      service: address of a tf.data service dispatcher (``grpc://host:port``):
-        reading, decoding and batching run on its workers in the
-        ``distributed_epoch`` processing mode, which deals shard files (in
-        evaluation) or whole epochs (in training) out to the workers, so every
-        record is processed exactly once per epoch. Batches are formed on the
-        workers, so in evaluation each worker's last batch may be partial.
-      service_job_name: consumers that name the same job share its stream
-        (e.g. every replica of one trainer); default: each pipeline its own job.
+      options: the tuning knobs (:class:`ReadOptions`: order, streams and
+        window, shuffle buffer, interleave, cache, tf.data service, threads,
+        device prefetch), or a dict of its fields.
       info: a :class:`DatasetInfo` already read (saves re-reading the manifest).
 
     Raises:
       DatasetNotFoundError: no manifest in ``data_dir``.
-      ValueError: an unknown split (the message lists the splits) or a bad argument.
+      ValueError: an unknown split (the message lists the splits), a bad
+        argument, or a ``start`` position saved on another version of the dataset.
       CacheTooLargeError: ``cache="memory"`` and the split does not fit.
     """
+    options = as_options(options, ReadOptions, "options")
+    _check_moved(moved)
     info = info or dataset_info(data_dir)
     split_info = info.split(split)
     size = image_hw(image_size)
@@ -135,23 +132,128 @@ def build_dataset(
     augment = as_options(augment, Augmentation, "augment")
     keys = as_options(keys, FeatureKeys, "keys")
     batch_size = _check_positive(batch_size=batch_size)
-    _check_arguments(shuffle_buffer, block_length, cycle_length, num_epochs, crop_fraction, cache, service,
-                     input_context)
+    _check_arguments(num_epochs, crop_fraction, options, input_context)
     seed = _check_seed(seed)
     if not info.converted:
         check_foreign_shards(split_info, keys)
     _check_shards_present(split_info, skip_corrupt)
-    s3 = any(storage.is_s3(path) for path in split_info.files)
-    remote = any("://" in path and not path.startswith("file://") for path in split_info.files)
-    read_buffer = READ_BUFFER_BYTES if remote and not s3 else None
-    label_range = None if info.converted and label_offset == 0 and keys == FeatureKeys() else (
-        LabelRange(keys.label, label_offset, info.num_classes))
-
+    streams = training and options.order == "streams" and options.cache is None and options.service is None
+    if start is not None and not (training and streams):
+        raise ValueError("start= resumes the training order; it needs training=True and options.order='streams' "
+                         "without cache or service (their order depends on the pipeline count)")
+    source = _Source(info, split_info, keys, label_offset, skip_corrupt)
     pipelines, pipeline_id = (1, 0) if input_context is None else (
         input_context.num_input_pipelines, input_context.input_pipeline_id)
     per_pipeline_batch = batch_size if input_context is None else input_context.get_per_replica_batch_size(batch_size)
-    files = split_info.files
-    counts = [shard.num_examples for shard in split_info.shards]
+    decode = _decode_choices(info, split_info, size)
+    if training and streams:
+        layout = stream_layout(split_info.num_examples, batch_size, options.streams, options.window, split_info.name)
+        check_pipelines(layout, pipelines)
+        seed, start_step = _start(start, seed, info, split_info, layout)
+        deterministic = seed is not None if deterministic is None else deterministic
+        run_seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
+        records = _stream_records(source, layout, run_seed, start_step, num_epochs, pipelines, pipeline_id)
+        dataset = _train_batches(records, source, run_seed, size, augment, decode, dtype, normalization,
+                                 deterministic, per_pipeline_batch)
+    else:
+        dataset = _buffer_pipeline(source, options, training, seed, deterministic, num_epochs, pipelines, pipeline_id,
+                                   per_pipeline_batch, size, augment, decode, dtype, normalization, crop_fraction)
+        deterministic = deterministic if deterministic is not None else seed is not None
+    dataset = dataset.with_options(_options(deterministic or not training, input_context, options.private_threads))
+    if options.service is not None:
+        dataset = dataset.apply(tf.data.experimental.service.distribute(
+            processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC, service=options.service,
+            job_name=options.service_job_name))
+    if options.prefetch_to_device:
+        return dataset.apply(tf.data.experimental.prefetch_to_device(options.prefetch_to_device))
+    return dataset.prefetch(AUTOTUNE)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """What every stage needs to know of the split's shards and how to read them."""
+
+    info: DatasetInfo
+    split: SplitInfo
+    keys: FeatureKeys
+    label_offset: int
+    skip_corrupt: bool
+
+    @property
+    def counts(self) -> list[int]:
+        return [shard.num_examples for shard in self.split.shards]
+
+    @property
+    def s3(self) -> bool:
+        return any(storage.is_s3(path) for path in self.split.files)
+
+    @property
+    def read_buffer(self) -> Optional[int]:
+        remote = any("://" in path and not path.startswith("file://") for path in self.split.files)
+        return READ_BUFFER_BYTES if remote and not self.s3 else None
+
+    @property
+    def labels(self) -> Optional[LabelRange]:
+        if self.info.converted and self.label_offset == 0 and self.keys == FeatureKeys():
+            return None
+        return LabelRange(self.keys.label, self.label_offset, self.info.num_classes)
+
+
+def _stream_records(source: _Source, layout: StreamLayout, seed: int, start_step: tf.Tensor,
+                    num_epochs: Optional[int], pipelines: int, pipeline_id: int) -> tf.data.Dataset:
+    """``(record, key)`` of this pipeline in the "streams" order, from global step ``start_step`` on."""
+    split = source.split
+    if not all(shard.index_path for shard in split.shards):
+        logger.info("split %s has shards without a record index (written before indexes): streams that start "
+                    "inside a shard read through the records before their start", split.name)
+
+    def segment(path, first, count, offset):
+        return read_segment(path, first, count, offset, source.skip_corrupt, source.labels, source.s3,
+                            source.read_buffer)
+
+    steps = layout.steps_per_epoch
+    last = num_epochs if num_epochs is not None else 1 << 62
+
+    def from_step(step: tf.Tensor) -> tf.data.Dataset:
+        first_epoch = step // steps
+
+        def epoch_records(epoch: tf.Tensor) -> tf.data.Dataset:
+            first = tf.where(tf.equal(epoch, first_epoch), step % steps, tf.constant(0, tf.int64))
+            return host_records(split.files, source.counts, [shard.index_path for shard in split.shards], layout,
+                                seed, epoch, first, pipelines, pipeline_id, segment)
+
+        return tf.data.Dataset.range(first_epoch, last).flat_map(epoch_records)
+
+    # The start is read when iteration begins, so a variable restored after this call (Keras'
+    # BackupAndRestore restores the optimizer's step in on_train_begin) is the one that counts.
+    return tf.data.Dataset.from_tensors(0).map(lambda _: tf.cast(start_step(), tf.int64)).flat_map(from_step)
+
+
+def _train_batches(records: tf.data.Dataset, source: _Source, seed: int, size, augment, decode, dtype,
+                   normalization, deterministic: bool, batch: int) -> tf.data.Dataset:
+    """``(record, key)`` -> parse (64 per call) -> crop/decode/flip seeded by (seed, key) -> batches."""
+    spec = feature_spec(source.keys)
+
+    def parse_many(serialized: tf.Tensor, key: tf.Tensor) -> tuple:
+        parsed = tf.io.parse_example(serialized, spec)
+        return parsed[source.keys.image], parsed[source.keys.label] + source.label_offset, key
+
+    seed_tensor = tf.constant(seed, tf.int64)
+
+    def train_example(data: tf.Tensor, label: tf.Tensor, key: tf.Tensor) -> tuple:
+        image = preprocess.train_image(data, tf.stack([seed_tensor, key]), size, augment, **decode)
+        return preprocess.finish(image, dtype, normalization), label
+
+    parsed = records.batch(PARSE_BATCH).map(parse_many, num_parallel_calls=AUTOTUNE).unbatch()
+    dataset = parsed.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    return dataset.batch(batch, drop_remainder=True)
+
+
+def _buffer_pipeline(source: _Source, options: ReadOptions, training: bool, seed: Optional[int],
+                     deterministic: Optional[bool], num_epochs: Optional[int], pipelines: int, pipeline_id: int,
+                     batch: int, size, augment, decode, dtype, normalization, crop_fraction) -> tf.data.Dataset:
+    """Evaluation, and training in the "buffer" order (interleave + shuffle buffer; cache and service)."""
+    split_info, files, counts = source.split, source.split.files, source.counts
     by_file = pipelines <= len(files)
     if not by_file:
         logger.warning(
@@ -159,17 +261,15 @@ def build_dataset(
             "of the records. Convert with --shards >= %d to shard by file.",
             split_info.name, len(files), pipelines, pipelines, pipelines,
         )
-    if training and per_pipeline_batch > split_info.num_examples // pipelines:
+    if training and batch > split_info.num_examples // pipelines:
         logger.warning("split %s has %d examples%s, fewer than one batch of %d: every batch holds repeats of "
                        "the same examples, from several epochs", split_info.name, split_info.num_examples,
-                       f" for {pipelines} input pipelines" if pipelines > 1 else "", per_pipeline_batch)
-    cache_bytes = split_info.num_bytes // pipelines
+                       f" for {pipelines} input pipelines" if pipelines > 1 else "", batch)
+    cache = options.cache
     if cache == "memory":
-        _check_memory_cache(split_info.name, cache_bytes)
+        _check_memory_cache(split_info.name, split_info.num_bytes // pipelines)
     elif cache is not None:
-        cache = _cache_prefix(cache, info, split_info.name, pipelines)
-
-    decode = _decode_choices(info, split_info, size)
+        cache = _cache_prefix(cache, source.info, split_info.name, pipelines)
     if deterministic is None:
         deterministic = seed is not None
     base_seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
@@ -180,15 +280,16 @@ def build_dataset(
             files, counts, seed=file_seed if shuffle else None, epoch=epoch,
             num_shards=pipelines if by_file else 1, shard_index=pipeline_id if by_file else 0,
         )
-        records = interleave_records(order, cycle_length, block_length, deterministic=ordered or deterministic,
-                                     skip_corrupt=skip_corrupt, labels=label_range, s3=s3,
-                                     read_buffer=read_buffer)
+        records = interleave_records(order, options.cycle_length, options.block_length,
+                                     deterministic=ordered or deterministic, skip_corrupt=source.skip_corrupt,
+                                     labels=source.labels, s3=source.s3, read_buffer=source.read_buffer)
         return records if by_file or pipelines == 1 else records.shard(pipelines, pipeline_id)
 
+    keys, label_offset = source.keys, source.label_offset
     if training:
         records = _training_records(records_of_epoch, cache, pipeline_id, num_epochs)
         dataset = parse_records(records, keys, label_offset, batch=PARSE_BATCH)
-        dataset = dataset.shuffle(shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True).enumerate()
+        dataset = dataset.shuffle(options.shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True).enumerate()
         seed_tensor = tf.constant(base_seed, tf.int64)
 
         def train_example(index: tf.Tensor, example: tuple) -> tuple:
@@ -197,35 +298,89 @@ def build_dataset(
             return preprocess.finish(image, dtype, normalization), label
 
         dataset = dataset.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-        dataset = dataset.batch(per_pipeline_batch, drop_remainder=True)
-    else:
-        records = records_of_epoch(0, shuffle=False, ordered=True)
-        records = _cached(records, cache, pipeline_id)
+        return dataset.batch(batch, drop_remainder=True)
+    records = records_of_epoch(0, shuffle=False, ordered=True)
+    records = _cached(records, cache, pipeline_id)
 
-        def eval_example(data: tf.Tensor, label: tf.Tensor) -> tuple:
-            image = preprocess.eval_image(data, size, crop_fraction, **decode)
-            return preprocess.finish(image, dtype, normalization), label
+    def eval_example(data: tf.Tensor, label: tf.Tensor) -> tuple:
+        image = preprocess.eval_image(data, size, crop_fraction, **decode)
+        return preprocess.finish(image, dtype, normalization), label
 
-        dataset = parse_records(records, keys, label_offset, batch=PARSE_BATCH)
-        dataset = dataset.map(eval_example, num_parallel_calls=AUTOTUNE, deterministic=True)
-        dataset = dataset.batch(per_pipeline_batch, drop_remainder=False)
-        if not skip_corrupt and service is None:
-            # Known length: Keras and progress bars see the number of batches, and a short read fails loudly.
-            records = _eval_records(counts, pipelines, pipeline_id, by_file)
-            dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-records // per_pipeline_batch)))
+    dataset = parse_records(records, keys, label_offset, batch=PARSE_BATCH)
+    dataset = dataset.map(eval_example, num_parallel_calls=AUTOTUNE, deterministic=True)
+    dataset = dataset.batch(batch, drop_remainder=False)
+    if not source.skip_corrupt and options.service is None:
+        # Known length: Keras and progress bars see the number of batches, and a short read fails loudly.
+        records = _eval_records(counts, pipelines, pipeline_id, by_file)
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-records // batch)))
+    return dataset
 
-    dataset = dataset.with_options(_options(deterministic or not training, input_context, private_threads))
-    if service is not None:
-        dataset = dataset.apply(tf.data.experimental.service.distribute(
-            processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC, service=service,
-            job_name=service_job_name))
-    if prefetch_to_device:
-        return dataset.apply(tf.data.experimental.prefetch_to_device(prefetch_to_device))
-    return dataset.prefetch(AUTOTUNE)
+
+def position(data_dir: Union[str, DatasetInfo], split: str, batch_size: int, seed: int, step: int,
+             options: ReadOptions = ReadOptions()) -> Position:
+    """The :class:`Position` of training at global ``step`` (batches since the start of epoch 0).
+
+    Computed, not read from a pipeline: any host can say where the run is,
+    and ``build_dataset(..., start=position)`` continues from there.
+    """
+    info = data_dir if isinstance(data_dir, DatasetInfo) else dataset_info(data_dir)
+    split_info = info.split(split)
+    options = as_options(options, ReadOptions, "options")
+    layout = stream_layout(split_info.num_examples, _check_positive(batch_size=batch_size), options.streams,
+                           options.window, split_info.name)
+    seed = _check_seed(seed)
+    if seed is None:
+        raise ValueError("a position needs the run's seed (a run without one has an order nobody can repeat)")
+    step = as_int(step)
+    if step is None or step < 0:
+        raise ValueError(f"step must be a global step >= 0, got {step!r}")
+    epoch, within = divmod(step, layout.steps_per_epoch)
+    return Position(info.fingerprint, split_info.name, seed, batch_size, layout.streams, layout.window, epoch, within,
+                    layout.steps_per_epoch)
+
+
+def _start(start, seed: Optional[int], info: DatasetInfo, split_info: SplitInfo, layout: StreamLayout):
+    """(seed, a function giving the start step as a tensor) from ``start``; ``ValueError`` naming a mismatch."""
+    if start is None:
+        return seed, lambda: tf.constant(0, tf.int64)
+    if isinstance(start, Position):
+        mismatch = _position_mismatch(start, seed, info, split_info, layout)
+        if mismatch:
+            raise ValueError(f"start={start.to_json()} cannot resume this pipeline: {mismatch}")
+        return start.seed, lambda: tf.constant(start.global_step, tf.int64)
+    if seed is None:
+        raise ValueError("start= needs the run's seed: pass seed=..., the same on every restart (a run without "
+                         "one has an order nobody can repeat)")
+    step = as_int(start)
+    if step is not None:
+        if step < 0:
+            raise ValueError(f"start must be a global step >= 0, got {start!r}")
+        return seed, lambda: tf.constant(step, tf.int64)
+    variable = getattr(start, "value", start)  # a Keras variable holds a tf.Variable
+    if isinstance(variable, tf.Variable) or tf.is_tensor(variable):
+        return seed, lambda: tf.convert_to_tensor(variable)
+    raise ValueError(f"start must be None, a global step, a reader.Position or a variable holding the step, "
+                     f"got {type(start).__name__} {start!r}")
+
+
+def _position_mismatch(position: Position, seed, info: DatasetInfo, split_info: SplitInfo,
+                       layout: StreamLayout) -> str:
+    """Why ``position`` does not belong to this pipeline, or ""."""
+    if position.fingerprint != info.fingerprint:
+        return (f"it was saved on version {position.fingerprint} of the dataset and {info.data_dir or 'this'} is "
+                f"version {info.fingerprint} (reconverted or changed since); restart the epoch, or read the "
+                "version it was saved on")
+    pairs = [("split", position.split, split_info.name), ("seed", position.seed, position.seed if seed is None else seed),
+             ("batch_size", position.batch_size, layout.batch_size), ("streams", position.streams, layout.streams),
+             ("window", position.window, layout.window)]
+    for name, saved, now in pairs:
+        if saved != now:
+            return f"it was saved with {name}={saved!r} and this pipeline has {name}={now!r}"
+    return ""
 
 
 def _training_records(records_of_epoch, cache, pipeline_id, num_epochs) -> tf.data.Dataset:
-    """The records of the training epochs, chained; the caller parses and shuffles them before decoding.
+    """The records of the "buffer" order's training epochs, chained; the caller parses and shuffles them.
 
     Epochs are chained first and then shuffled by one buffer (the faster
     "repeat before shuffle" order of the tf.data guide: no refill stall at
@@ -235,11 +390,9 @@ def _training_records(records_of_epoch, cache, pipeline_id, num_epochs) -> tf.da
     """
     if cache is not None:
         cached = _cached(records_of_epoch(0, shuffle=True, ordered=False), cache, pipeline_id)
-        stream = cached.repeat(num_epochs)  # the cache replays the first epoch's records
-    else:
-        epochs = tf.data.Dataset.range(num_epochs) if num_epochs is not None else tf.data.Dataset.range(1 << 62)
-        stream = epochs.flat_map(lambda epoch: records_of_epoch(epoch, shuffle=True, ordered=False))
-    return stream
+        return cached.repeat(num_epochs)  # the cache replays the first epoch's records
+    epochs = tf.data.Dataset.range(num_epochs) if num_epochs is not None else tf.data.Dataset.range(1 << 62)
+    return epochs.flat_map(lambda epoch: records_of_epoch(epoch, shuffle=True, ordered=False))
 
 
 def _decode_choices(info: DatasetInfo, split_info: SplitInfo, size: tuple[int, int]) -> dict:
@@ -324,28 +477,31 @@ def _options(deterministic: bool, input_context, private_threads: Optional[int])
     return options
 
 
-def _check_arguments(shuffle_buffer, block_length, cycle_length, num_epochs, crop_fraction, cache, service,
-                     input_context) -> None:
+def _check_arguments(num_epochs, crop_fraction, options: ReadOptions, input_context) -> None:
     """``ValueError`` naming the first bad argument of :func:`build_dataset`."""
-    _check_positive(shuffle_buffer=shuffle_buffer, block_length=block_length)
     if input_context is not None and not isinstance(input_context, tf.distribute.InputContext):
         raise ValueError(
             f"input_context must be the tf.distribute.InputContext that distribute_datasets_from_function passes "
             f"to its function, got {type(input_context).__name__}; to read under a strategy, use "
             "reader.distributed_dataset(strategy, data_dir, ...)")
-    if cycle_length is not None:
-        _check_positive(cycle_length=cycle_length)
     if num_epochs is not None:
         _check_positive(num_epochs=num_epochs)
     if not 0 < crop_fraction <= 1:
         raise ValueError(f"crop_fraction must be in (0, 1], got {crop_fraction!r}")
-    if cache is not None and not isinstance(cache, str):
-        raise ValueError(f'cache must be None, "memory" or a file path, got {cache!r}')
-    if isinstance(cache, str) and cache != "memory" and cache.strip().lower() in ("memory", "mem", "ram", ""):
-        raise ValueError(f'cache={cache!r}: did you mean cache="memory"? A file cache takes a path such as '
-                         '"/tmp/cache/train"')
-    if service is not None and (input_context is not None or cache is not None):
+    if options.service is not None and (input_context is not None or options.cache is not None):
         raise ValueError("service distributes the work itself: do not combine it with input_context or cache")
+
+
+def _check_moved(moved: dict) -> None:
+    """A keyword of earlier versions that is now a :class:`ReadOptions` field is named, with where it went."""
+    if not moved:
+        return
+    name = sorted(moved)[0]
+    fields = [f.name for f in dataclasses.fields(ReadOptions)]
+    if name in fields:
+        raise TypeError(f"build_dataset({name}=...) moved into the tuning options: pass "
+                        f"options=reader.ReadOptions({name}={moved[name]!r})")
+    raise TypeError(f"build_dataset() got an unexpected keyword argument {name!r}")
 
 
 def _check_seed(seed: object) -> Optional[int]:

@@ -17,8 +17,8 @@ from typing import Optional, Sequence
 import tensorflow as tf
 
 from reader import storage
-
 from reader.options import FeatureKeys
+from reader.order import OffsetTFRecordDataset
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Read-ahead per open shard on remote file systems (gs://...), as TFDS uses. Local shards keep TensorFlow's
@@ -92,27 +92,60 @@ def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = Fal
     reading the record) and an empty batch marks the end of the shard, which
     ``unbatch`` then drops by itself.
     """
-    # A corrupt record ends the shard here; the count check below reports it with the file's name.
+    return _checked(_open_records(path, s3, skip_corrupt, read_buffer), path, num_records, skip_corrupt, labels, s3)
+
+
+def read_segment(path: tf.Tensor, first: tf.Tensor, count: tf.Tensor, offset: tf.Tensor, skip_corrupt: bool = False,
+                 labels: Optional[LabelRange] = None, s3: bool = False,
+                 read_buffer: Optional[int] = None) -> tf.data.Dataset:
+    """``count`` serialized records of one shard from its record ``first``, checked as :func:`read_shard` checks.
+
+    ``offset``: the byte where record ``first`` starts (from the shard's
+    index), or -1 when unknown: then the records before it are read and
+    dropped. Fewer than ``count`` records (a corrupt or truncated shard, or
+    an index that does not match it) fail naming the shard.
+    """
+    if s3:
+        records = storage.s3_records(path, skip_corrupt).skip(first)
+    else:
+        records = _open_records(path, False, skip_corrupt, read_buffer, tf.maximum(offset, 0))
+        records = records.skip(tf.where(offset < 0, first, tf.constant(0, tf.int64)))
+    return _checked(records.take(count), path, count, skip_corrupt, labels, s3, first)
+
+
+def _open_records(path: tf.Tensor, s3: bool, skip_corrupt: bool, read_buffer: Optional[int],
+                  offset: Optional[tf.Tensor] = None) -> tf.data.Dataset:
+    """The records of ``path`` (from byte ``offset``), a corrupt record ending them (the count check reports it)."""
     # ignore_errors must only ever see record errors: a file that cannot be opened makes
     # TFRecordDataset fail on every call, which ignore_errors would retry forever (a hang).
     if s3:
-        batches = storage.s3_records(path, skip_corrupt).batch(CHECK_BATCH)  # names a missing object itself
-    else:
+        return storage.s3_records(path, skip_corrupt)  # names a missing object itself
+    if offset is None:
         records = tf.data.TFRecordDataset(path, buffer_size=read_buffer).ignore_errors()
-        # Opening the file first, outside ignore_errors, makes an unreadable file fail at once with
-        # TensorFlow's error, which names it; the probe's byte itself is dropped.
-        probe = tf.data.FixedLengthRecordDataset(path, 1).take(1).filter(lambda _: False)
-        batches = probe.concatenate(records).batch(CHECK_BATCH)
+    else:
+        records = OffsetTFRecordDataset(path, offset, read_buffer).ignore_errors()
+    # Opening the file first, outside ignore_errors, makes an unreadable file fail at once with
+    # TensorFlow's error, which names it; the probe's byte itself is dropped.
+    probe = tf.data.FixedLengthRecordDataset(path, 1).take(1).filter(lambda _: False)
+    return probe.concatenate(records)
+
+
+def _checked(records: tf.data.Dataset, path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool,
+             labels: Optional[LabelRange], s3: bool, first: Optional[tf.Tensor] = None) -> tf.data.Dataset:
+    """``records``, failing (or warning) at their end unless there were ``num_records`` (< 0: any number)."""
+    batches = records.batch(CHECK_BATCH)
     end = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
+    if first is None:
+        template, extra = "shard {} is corrupt or truncated: read {} of its {} records", ()
+    else:
+        template, extra = "shard {} is corrupt or truncated: read {} of the {} records from record {}", (first,)
 
     def step(count: tf.Tensor, batch: tf.Tensor) -> tuple:
         size = tf.size(batch, out_type=tf.int64)
 
         def at_end() -> tf.Tensor:
             complete = tf.logical_or(num_records < 0, tf.equal(count, num_records))
-            message = tf.strings.format(
-                "shard {} is corrupt or truncated: read {} of its {} records", (path, count, num_records)
-            )
+            message = tf.strings.format(template, (path, count, num_records, *extra))
             if skip_corrupt:
                 check = tf.cond(
                     complete,
@@ -127,8 +160,9 @@ def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = Fal
         if labels is None:
             return count + size, tf.cond(tf.equal(size, 0), at_end, lambda: batch)
         return count + size, tf.cond(tf.equal(size, 0), at_end,
-                                     lambda: _check_labels(batch, path, count, labels, skip_corrupt))
+                                     lambda: _check_labels(batch, path, count + start, labels, skip_corrupt))
 
+    start = tf.constant(0, tf.int64) if first is None else first
     checked = batches.concatenate(end).scan(tf.constant(0, tf.int64), step).unbatch()
     return checked if s3 else _if_present(path, checked, skip_corrupt)
 

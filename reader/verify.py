@@ -150,6 +150,7 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
                 report.problems.append(Problem(name, index, problem))
     except RecordError as err:
         report.problems.append(Problem(name, err.args[1], f"{err.args[0]}; the rest of the shard is unreadable"))
+        frames = None  # its index cannot be checked against records that cannot be read
     size = storage.size(shard.path)
     if count != shard.num_examples:
         report.problems.append(Problem(name, None, f"{count} records, the manifest says {shard.num_examples}"))
@@ -157,7 +158,8 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
         report.problems.append(Problem(name, None, f"{size} bytes, the manifest says {shard.num_bytes}"))
     if shard.sha256 and _file_sha256(shard.path) != shard.sha256:
         report.problems.append(Problem(name, None, "SHA-256 differs from the manifest"))
-    _check_dali_index(info, shard.path, frames, report)
+    if frames is not None:
+        _check_dali_index(info, shard.path, frames, report)
 
 
 def _check_dali_index(info: DatasetInfo, shard_path: str, frames: list, report: Report) -> None:

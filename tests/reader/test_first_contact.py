@@ -91,13 +91,15 @@ def test_a_file_cache_is_never_served_for_a_reconverted_dataset(demo_src, tmp_pa
     out = tmp_path / "data"
     _convert(demo_src, out)
     cache = str(tmp_path / "cache")
-    first = _labels(reader.build_dataset(str(out), batch_size=16, image_size=16, training=False, cache=cache))
+    first = _labels(reader.build_dataset(str(out), batch_size=16, image_size=16, training=False,
+                                         options={"cache": cache}))
     # The same images converted again with other label ids, into the same folder.
     reversed_labels = tmp_path / "labels.txt"
     reversed_labels.write_text("triangle\nsquare\ncircle\n")
     _convert(demo_src, out, labels_file=str(reversed_labels))
     fresh = _labels(reader.build_dataset(str(out), batch_size=16, image_size=16, training=False))
-    cached = _labels(reader.build_dataset(str(out), batch_size=16, image_size=16, training=False, cache=cache))
+    cached = _labels(reader.build_dataset(str(out), batch_size=16, image_size=16, training=False,
+                                         options={"cache": cache}))
     assert cached == fresh != first
     assert "other versions of this dataset" in caplog.text  # the old version's files are named for deletion
 
@@ -111,8 +113,9 @@ def test_steps_per_epoch_is_never_zero(demo_dataset):
 @pytest.mark.parametrize(
     ("kwargs", "named"),
     [({"seed": "abc"}, "seed"), ({"seed": 1.5}, "seed"), ({"seed": True}, "seed"), ({"seed": -1}, "seed"),
-     ({"cache": "Memory"}, 'did you mean cache="memory"'), ({"cache": "/no/such/folder/cache"}, "/no/such/folder"),
-     ({"cache": "/proc/cache"}, "not writable")],
+     ({"options": {"cache": "Memory"}}, 'did you mean cache="memory"'),
+     ({"options": {"cache": "/no/such/folder/cache"}}, "/no/such/folder"),
+     ({"options": {"cache": "/proc/cache"}}, "not writable")],
 )
 def test_bad_arguments_fail_at_build_naming_them(demo_dataset, kwargs, named, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -178,8 +181,11 @@ def test_numpy_integers_and_option_dicts_are_taken_as_what_they_mean(demo_datase
     assert next(iter(train))[0].shape == (4, 16, 16, 3)
 
 
-def test_a_training_batch_larger_than_the_split_is_a_warning(demo_dataset, caplog):
-    reader.build_dataset(demo_dataset, "validation", batch_size=64, image_size=16)
+def test_a_training_batch_larger_than_the_split_is_an_error_or_in_the_buffer_order_a_warning(demo_dataset, caplog):
+    # The default order has whole batches per epoch: no epoch of a split smaller than one batch.
+    with pytest.raises(ValueError, match="split 'validation' has 18 examples, fewer than one batch of 64"):
+        reader.build_dataset(demo_dataset, "validation", batch_size=64, image_size=16)
+    reader.build_dataset(demo_dataset, "validation", batch_size=64, image_size=16, options={"order": "buffer"})
     assert "split validation has 18 examples, fewer than one batch of 64" in caplog.text
 
 

@@ -124,25 +124,26 @@ def test_eval_centre_crop_matches_a_full_decode_then_crop(demo_dataset):
 
 def test_file_cache_holds_encoded_records_about_the_size_of_the_shards(demo_dataset, tmp_path):
     prefix = str(tmp_path / "cache")
-    ds = reader.build_dataset(demo_dataset, batch_size=8, image_size=16, seed=1, cache=prefix)
+    ds = reader.build_dataset(demo_dataset, batch_size=8, image_size=16, seed=1, options={"cache": prefix})
     uncached = reader.build_dataset(demo_dataset, batch_size=8, image_size=16, seed=1)
     assert len(list(ds.take(30))) == 30  # three epochs: fills, then replays the cache
     cache_bytes = sum(os.path.getsize(p) for p in glob.glob(prefix + "*"))
     shard_bytes = _manifest(demo_dataset)["splits"]["train"]["num_bytes"]
     assert 0.9 * shard_bytes <= cache_bytes <= 1.1 * shard_bytes
     # The cache replays encoded records: the order and augmentation still change every epoch.
-    labels = _labels(reader.build_dataset(demo_dataset, batch_size=1, image_size=16, seed=1, cache=prefix + "2",
-                                          num_epochs=2))
+    labels = _labels(reader.build_dataset(demo_dataset, batch_size=1, image_size=16, seed=1,
+                                          options={"cache": prefix + "2"}, num_epochs=2))
     assert len(labels) == 144 and labels[:72] != labels[72:]
     del uncached
 
 
 def test_memory_cache_works_and_refuses_what_cannot_fit(demo_dataset, monkeypatch):
-    ds = reader.build_dataset(demo_dataset, "validation", batch_size=6, image_size=16, training=False, cache="memory")
+    ds = reader.build_dataset(demo_dataset, "validation", batch_size=6, image_size=16, training=False,
+                              options={"cache": "memory"})
     assert _labels(ds) == _labels(ds)
     monkeypatch.setattr(reader_pipeline, "MEMORY_CACHE_FRACTION", 1e-12)
     with pytest.raises(reader.CacheTooLargeError) as error:
-        reader.build_dataset(demo_dataset, batch_size=6, image_size=16, cache="memory")
+        reader.build_dataset(demo_dataset, batch_size=6, image_size=16, options={"cache": "memory"})
     needed = _manifest(demo_dataset)["splits"]["train"]["num_bytes"]
     assert f"{needed:,} bytes" in str(error.value) and "available" in str(error.value)
 
@@ -238,7 +239,7 @@ def test_errors_name_what_is_wrong(demo_dataset, tmp_path):
     for kwargs, name in [({"batch_size": 0}, "batch_size"), ({"image_size": (0, 3)}, "image_size"),
                          ({"crop_fraction": 1.5}, "crop_fraction"), ({"normalization": "zscore"}, "normalization"),
                          ({"dtype": tf.uint8, "normalization": "mobilenet"}, "normalization"),
-                         ({"cache": 3}, "cache"), ({"shuffle_buffer": -1}, "shuffle_buffer")]:
+                         ({"options": {"cache": 3}}, "cache"), ({"options": {"shuffle_buffer": -1}}, "shuffle_buffer")]:
         with pytest.raises(ValueError, match=name):
             reader.build_dataset(demo_dataset, **kwargs)
     with pytest.raises(ValueError, match="area_range"):

@@ -70,13 +70,13 @@ def test_an_eval_epoch_through_the_tf_data_service_yields_every_record_once(demo
 
     local = reader.build_dataset(demo_dataset, "train", batch_size=8, image_size=32, training=False, dtype=tf.uint8)
     served = reader.build_dataset(demo_dataset, "train", batch_size=8, image_size=32, training=False, dtype=tf.uint8,
-                                  service=data_service)
+                                  options={"service": data_service})
     expected = _image_hashes(local)
     got = _image_hashes(served)
     assert len(got) == len(expected) == 72
     assert sorted(got) == sorted(expected)  # every record exactly once
 
-    training = reader.build_dataset(demo_dataset, "train", batch_size=8, image_size=32, seed=1, service=data_service)
+    training = reader.build_dataset(demo_dataset, "train", batch_size=8, image_size=32, seed=1, options={"service": data_service})
     batches = list(training.take(12))  # more than one epoch's worth of training batches
     assert len(batches) == 12 and batches[0][0].shape == (8, 32, 32, 3)
 

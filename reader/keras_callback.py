@@ -1,0 +1,92 @@
+"""``ExactResume``: a Keras ``fit`` that is killed and restarted trains on exactly the batches of an uninterrupted one.
+
+Data in: the optimizer's step (restored by ``keras.callbacks.BackupAndRestore``)
+and the dataset's manifest. Data out: ``position.json`` beside the backup, and
+``model.stop_training`` at the uninterrupted run's last step.
+
+The reader's order is a pure function of (dataset, seed, epoch) and the
+pipeline starts at ``start=model.optimizer.iterations``, read when ``fit``
+starts iterating, after ``BackupAndRestore`` has restored it. What is left for
+this callback:
+
+- refuse a restart on another version of the dataset (a reconversion between
+  the kill and the restart), naming both versions, as ``start=Position`` does;
+- end training at ``epochs * steps_per_epoch`` steps. Keras restarts an
+  interrupted epoch at its first step while the optimizer and the data go on
+  from where they stopped, so without it a resumed run would train the
+  steps of the interrupted epoch that it had already trained once more, on
+  data of the epoch after the last.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import keras
+import tensorflow as tf
+
+from reader.options import ReadOptions
+from reader.order import Position
+from reader.pipeline import position
+
+logger = logging.getLogger(__name__)
+
+
+class ExactResume(keras.callbacks.Callback):
+    """Keeps ``fit`` on the reader's order across restarts; list it after ``BackupAndRestore``.
+
+    Args:
+      path: where the run's position is kept (a JSON file beside the backup).
+      data_dir, split, batch_size, seed, options: what ``build_dataset`` was given.
+      epochs: the ``epochs`` given to ``fit``.
+    """
+
+    def __init__(self, path: str, data_dir: str, split: str, batch_size: int, seed: int, epochs: int,
+                 options: ReadOptions = ReadOptions()) -> None:
+        super().__init__()
+        self.path = path
+        self._args = (data_dir, split, batch_size, seed)
+        self._options = options
+        self._epochs = epochs
+        self._total = 0
+
+    def _position(self) -> Position:
+        step = int(tf.convert_to_tensor(self.model.optimizer.iterations))
+        return position(*self._args, step, options=self._options)
+
+    def on_train_begin(self, logs=None) -> None:
+        now = self._position()
+        self._total = self._epochs * now.steps_per_epoch
+        if tf.io.gfile.exists(self.path):
+            with tf.io.gfile.GFile(self.path, "r") as handle:
+                saved = Position.from_json(handle.read())
+            if saved.fingerprint != now.fingerprint:
+                raise ValueError(
+                    f"{self.path}: this run was trained on version {saved.fingerprint} of {self._args[0]}, which is "
+                    f"now version {now.fingerprint} (reconverted or changed since); its position cannot resume "
+                    "there. Restore that version, or start a new run in a new backup folder")
+            layout = {k: v for k, v in json.loads(saved.to_json()).items() if k not in ("epoch", "step")}
+            current = {k: v for k, v in json.loads(now.to_json()).items() if k not in ("epoch", "step")}
+            if layout != current:
+                changed = sorted(k for k in layout if layout[k] != current[k])
+                raise ValueError(f"{self.path}: this run was trained with {', '.join(f'{k}={layout[k]!r}' for k in changed)}"
+                                 f" and is restarted with {', '.join(f'{k}={current[k]!r}' for k in changed)}")
+            if now.global_step:
+                logger.info("resuming at epoch %d, step %d (global step %d)", now.epoch, now.step, now.global_step)
+        self._save(now)
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        self._save(self._position())
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        if int(tf.convert_to_tensor(self.model.optimizer.iterations)) >= self._total:
+            self.model.stop_training = True
+
+    def _save(self, now: Position) -> None:
+        folder = os.path.dirname(self.path)
+        if folder:
+            tf.io.gfile.makedirs(folder)
+        with tf.io.gfile.GFile(self.path, "w") as handle:
+            handle.write(now.to_json())

@@ -1,0 +1,268 @@
+"""The training order: a pure function of (dataset, seed, epoch), so a run resumes exactly from its step.
+
+Data in: a split's shard files with their record counts (and record offsets
+where the converter wrote its ``.idx`` files), the global batch size G, the
+seed and a :class:`StreamLayout` (C canonical streams, windows of W records).
+Data out: each input pipeline's records of epoch e, as ``(record, key)``
+where ``key`` (epoch * N + record id) seeds that record's augmentation.
+
+The order of epoch e, with N records and S = N // G steps::
+
+    shards permuted by index_shuffle(seed, e)      O(#shards), no O(N) array
+    -> their records, one sequence, cut into C streams of L = S * G / C records
+       (the N - S * G records left at the end wait for another epoch's cut)
+    -> each stream in windows of W records, each window permuted by
+       index_shuffle(seed, e, stream, window)      memory: C * W records
+    -> streams read round-robin, G / C records at a time: global batch t is
+       block t of stream 0, of stream 1, ..., of stream C - 1
+
+Input pipeline h of H reads streams h*C/H ... (h+1)*C/H - 1 (contiguous: about
+1/H of the shards) in the same round-robin, so the concatenation of the H
+pipelines' batch t is the one-pipeline batch t, element for element: an
+elastic job that goes from 8 hosts to 4 continues the same run.
+
+Resuming at step s of epoch e restarts each stream at the window holding its
+record s * G / C: it re-reads at most one window per stream, and it seeks
+into the shard with the record's byte offset (``TFRecordDatasetV2``'s
+``byte_offsets``) where the shard has an index, else it reads through the
+records before it (datasets written before indexes, documented as slower).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Optional, Sequence
+
+import tensorflow as tf
+from tensorflow.python.data.ops import dataset_ops
+from tensorflow.python.framework import dtypes, tensor_spec
+from tensorflow.python.ops import gen_dataset_ops
+
+POSITION_VERSION = 1
+MAX_STREAMS = 64  # default C: gcd(G, 64), so every power-of-two host count up to 64 divides it
+DEFAULT_SHUFFLE_RECORDS = 10_000  # C * W: the memory of today's default shuffle buffer
+# Salts keep the shard permutation, the window permutations and the augmentation seeds apart.
+_SHARDS, _WINDOWS = 0x5A4D, 0x3117
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamLayout:
+    """How one split is cut for one global batch size: the numbers the order depends on.
+
+    Attributes:
+      num_records: N, the split's records.
+      batch_size: G, the global batch.
+      streams: C, canonical streams; divides G, and every input pipeline count H must divide it.
+      window: W, records per shuffled window of a stream.
+    """
+
+    num_records: int
+    batch_size: int
+    streams: int
+    window: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.num_records // self.batch_size
+
+    @property
+    def block(self) -> int:
+        """Records each stream gives to each global batch (G / C)."""
+        return self.batch_size // self.streams
+
+    @property
+    def stream_length(self) -> int:
+        """Records of one stream per epoch (L)."""
+        return self.steps_per_epoch * self.block
+
+
+def stream_layout(num_records: int, batch_size: int, streams: Optional[int] = None,
+                  window: Optional[int] = None, split: str = "train") -> StreamLayout:
+    """The layout for a split of ``num_records`` at global batch ``batch_size``.
+
+    Defaults: C = gcd(G, 64); W = 10,000 / C records, so the windows hold what
+    today's default 10,000-record shuffle buffer holds.
+
+    Raises:
+      ValueError: the split is smaller than one batch, or ``streams`` does not divide G.
+    """
+    if num_records < batch_size:
+        raise ValueError(
+            f"split {split!r} has {num_records} examples, fewer than one batch of {batch_size}: an epoch would have "
+            "0 steps. Use a smaller batch size (or options=reader.ReadOptions(order='buffer'), which repeats "
+            "examples within a batch)")
+    if streams is None:
+        streams = math.gcd(batch_size, MAX_STREAMS)
+    if streams < 1 or batch_size % streams:
+        raise ValueError(f"ReadOptions(streams={streams}) must divide the global batch size {batch_size}")
+    if window is None:
+        window = max(1, DEFAULT_SHUFFLE_RECORDS // streams)
+    if window < 1:
+        raise ValueError(f"ReadOptions(window={window}) must be a positive number of records")
+    return StreamLayout(num_records, batch_size, streams, window)
+
+
+def check_pipelines(layout: StreamLayout, pipelines: int) -> None:
+    """``pipelines`` input pipelines can share the streams evenly, or a message naming a ``streams`` that works."""
+    if layout.streams % pipelines == 0:
+        return
+    fits = [c for c in range(pipelines, layout.batch_size + 1, pipelines) if layout.batch_size % c == 0]
+    hint = f"pass options=reader.ReadOptions(streams={min(fits, key=lambda c: abs(c - MAX_STREAMS))})" if fits \
+        else f"use a global batch size divisible by {pipelines}"
+    raise ValueError(f"{pipelines} input pipelines cannot share {layout.streams} streams evenly (the global batch "
+                     f"{layout.batch_size} gives {layout.streams} by default); {hint}, and keep it for the whole run")
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where a training run is in its data: a few hundred bytes of JSON, the same on every host.
+
+    ``step`` counts global batches since the start of ``epoch``. Building the
+    pipeline with ``start=position`` yields, bit for bit, the batches the
+    uninterrupted run yields from there, with any number of input pipelines
+    that divides ``streams``.
+    """
+
+    fingerprint: str
+    split: str
+    seed: int
+    batch_size: int
+    streams: int
+    window: int
+    epoch: int
+    step: int
+    steps_per_epoch: int
+    version: int = POSITION_VERSION
+
+    @property
+    def global_step(self) -> int:
+        return self.epoch * self.steps_per_epoch + self.step
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: "str | bytes") -> "Position":
+        """The position ``to_json`` wrote; ``ValueError`` naming what is wrong with anything else."""
+        try:
+            raw = json.loads(text)
+            if raw.get("version") != POSITION_VERSION:
+                raise ValueError(f"position version {raw.get('version')!r}; this reader reads {POSITION_VERSION}")
+            return cls(**raw)
+        except (TypeError, AttributeError, json.JSONDecodeError) as err:
+            raise ValueError(f"not a reader position: {err}") from None
+
+
+def host_records(
+    files: Sequence[str],
+    counts: Sequence[int],
+    index_files: Sequence[str],
+    layout: StreamLayout,
+    seed: int,
+    epoch: tf.Tensor,
+    start_step: tf.Tensor,
+    pipelines: int,
+    pipeline_id: int,
+    read_segment,
+) -> tf.data.Dataset:
+    """``(record, key)`` of one input pipeline's share of ``epoch``, from global step ``start_step`` on.
+
+    ``read_segment(path, first, count, offset)`` reads ``count`` records of
+    ``path`` from record ``first``, which starts at byte ``offset`` (-1:
+    unknown, read through the records before it).
+    """
+    num = len(files)
+    paths = tf.constant(list(files), tf.string)
+    sizes = tf.constant(list(counts), tf.int64)
+    indexes = tf.constant(list(index_files), tf.string)
+    bases = tf.constant([sum(counts[:i]) for i in range(num)], tf.int64)  # first record id of each shard
+    epoch = tf.cast(epoch, tf.int64)
+    order = shard_order(num, seed, epoch)
+    ordered = tf.gather(sizes, order)
+    ends = tf.cumsum(ordered)
+    starts = ends - ordered
+    length, window, block = layout.stream_length, layout.window, layout.block
+    first_position = tf.cast(start_step, tf.int64) * block  # in every stream
+
+    def stream(index: tf.Tensor) -> tf.data.Dataset:
+        first_window = first_position // window
+        begin = index * length + first_window * window
+        end = (index + 1) * length
+        hit = tf.where(tf.logical_and(starts < end, ends > begin))[:, 0]
+        shard = tf.gather(order, hit)
+        first = tf.maximum(begin - tf.gather(starts, hit), 0)
+        count = tf.minimum(end - tf.gather(starts, hit), tf.gather(ordered, hit)) - first
+        segments = tf.data.Dataset.from_tensor_slices((shard, first, count))
+
+        def segment(shard: tf.Tensor, first: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
+            offset = record_offset(tf.gather(indexes, shard), first)
+            records = read_segment(tf.gather(paths, shard), first, count, offset)
+            key = epoch * layout.num_records + tf.gather(bases, shard) + first
+            keys = tf.data.Dataset.range(key, key + count)
+            return tf.data.Dataset.zip((records, keys))
+
+        def shuffle(number: tf.Tensor, window_records: tuple) -> tuple:
+            records, keys = window_records
+            size = tf.shape(keys, out_type=tf.int64)[0]
+            permutation = window_permutation(size, seed, epoch, index, number)
+            return tf.gather(records, permutation), tf.gather(keys, permutation)
+
+        windows = segments.flat_map(segment).batch(window).enumerate(start=first_window)
+        return windows.map(shuffle).unbatch().skip(first_position - first_window * window)
+
+    per_pipeline = layout.streams // pipelines
+    mine = tf.data.Dataset.range(pipeline_id * per_pipeline, (pipeline_id + 1) * per_pipeline)
+    return mine.interleave(stream, cycle_length=per_pipeline, block_length=block,
+                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def shard_order(num_shards: int, seed: int, epoch: tf.Tensor) -> tf.Tensor:
+    """The shards of ``epoch`` in their order: a stateless permutation keyed by (seed, epoch)."""
+    key = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHARDS], tf.int64), epoch)
+    return tf.random.experimental.index_shuffle(tf.range(num_shards, dtype=tf.int64), key,
+                                                tf.constant(num_shards - 1, tf.int64))
+
+
+def window_permutation(size: tf.Tensor, seed: int, epoch: tf.Tensor, stream: tf.Tensor,
+                       window: tf.Tensor) -> tf.Tensor:
+    """The order of a window of ``size`` records, keyed by (seed, epoch, stream, window)."""
+    key = tf.constant([seed, _WINDOWS], tf.int64)
+    for data in (epoch, stream, window):
+        key = tf.random.experimental.stateless_fold_in(key, tf.cast(data, tf.int64))
+    return tf.random.experimental.index_shuffle(tf.range(size), key, size - 1)
+
+
+def record_offset(index_path: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
+    """Byte offset of ``record`` in its shard from the shard's ``.idx`` file ("offset size" lines); -1 without one.
+
+    Record 0 starts at byte 0 and needs no index. The index of one shard is
+    about 15 bytes per record; it is read only where a stream starts inside a
+    shard (C times per epoch, and on a resume).
+    """
+
+    def lookup() -> tf.Tensor:
+        lines = tf.strings.split(tf.io.read_file(index_path), "\n")
+        return tf.strings.to_number(tf.strings.split(lines[record], " ")[0], tf.int64)
+
+    return tf.cond(tf.equal(record, 0), lambda: tf.constant(0, tf.int64),
+                   lambda: tf.cond(tf.equal(index_path, ""), lambda: tf.constant(-1, tf.int64), lookup))
+
+
+class OffsetTFRecordDataset(dataset_ops.DatasetSource):
+    """The records of one TFRecord file from byte ``offset`` on (TensorFlow's ``TFRecordDatasetV2`` op).
+
+    ``tf.data.TFRecordDataset`` does not expose the op's ``byte_offsets``.
+    """
+
+    def __init__(self, path: tf.Tensor, offset: tf.Tensor, buffer_size: Optional[int] = None) -> None:
+        self._name = None
+        variant = gen_dataset_ops.tf_record_dataset_v2(
+            path, compression_type="", buffer_size=tf.constant(buffer_size or 256 << 10, tf.int64),
+            byte_offsets=tf.cast(offset, tf.int64), metadata=self._metadata.SerializeToString())
+        super().__init__(variant)
+
+    @property
+    def element_spec(self):
+        return tensor_spec.TensorSpec([], dtypes.string)

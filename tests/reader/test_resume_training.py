@@ -1,0 +1,92 @@
+"""Training killed with SIGKILL mid-epoch and restarted consumes exactly the batches of an uninterrupted run.
+
+Runs ``tests/reader/resumable_training.py`` in subprocesses: once through, and
+once killed after step 11 of 18 (mid second epoch; the last backup is at step
+8) and restarted. Each run logs "STEP DIGEST" per step; the batch a step
+trained on is its last logged digest (steps redone after the restart log
+again). The restart must begin from the backup, not from step 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO
+
+KILL_AFTER = 11  # steps logged before the SIGKILL
+
+
+def _command(data, backup, log, mode, pipelines=1, slow=0.0) -> list[str]:
+    return [sys.executable, "-m", "tests.reader.resumable_training", "--data", data, "--backup", str(backup),
+            "--log", str(log), "--mode", mode, "--pipelines", str(pipelines), "--slow", str(slow)]
+
+
+def _run(command) -> None:
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _steps(log) -> list[tuple[int, int]]:
+    return [tuple(int(field) for field in line.split()) for line in log.read_text().splitlines() if line.strip()]
+
+
+def _kill_after(command, log, steps: int) -> None:
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.exists() and len(_steps(log)) >= steps:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read()[-3000:]}"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(("mode", "restart_pipelines"), [("keras", 1), ("loop", 2)],
+                         ids=["keras-BackupAndRestore", "checkpoint-loop-restarted-on-2-pipelines"])
+def test_a_killed_run_restarts_on_exactly_the_uninterrupted_batches(demo_dataset, tmp_path, mode, restart_pipelines):
+    whole = tmp_path / "whole.log"
+    _run(_command(demo_dataset, tmp_path / "backup-whole", whole, mode))
+    expected = _steps(whole)
+    assert [step for step, _ in expected] == list(range(18))
+
+    log = tmp_path / "killed.log"
+    backup = tmp_path / "backup"
+    _kill_after(_command(demo_dataset, backup, log, mode, slow=0.3), log, KILL_AFTER)
+    before = _steps(log)
+    assert KILL_AFTER <= len(before) < 18
+    _run(_command(demo_dataset, backup, log, mode, pipelines=restart_pipelines))
+    after = _steps(log)[len(before):]
+    assert 0 < after[0][0] <= before[-1][0]  # resumed from the backup: neither from scratch nor past the kill
+    consumed = dict(before + after)  # the restart's digest wins for the steps it redid
+    assert sorted(consumed.items()) == expected
+    assert [step for step, _ in after] == list(range(after[0][0], 18))
+
+
+def test_exact_resume_refuses_a_restart_on_another_version_of_the_dataset(demo_dataset, tmp_path):
+    import json
+
+    import keras
+
+    import reader
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    path = tmp_path / "position.json"
+    saved = json.loads(reader.position(demo_dataset, "train", 8, 3, 5).to_json())
+    saved["fingerprint"] = "0123456789ab"
+    path.write_text(json.dumps(saved))
+    callback = reader.ExactResume(str(path), demo_dataset, "train", 8, 3, epochs=2)
+    callback.set_model(model)
+    now = reader.dataset_info(demo_dataset).fingerprint
+    with pytest.raises(ValueError, match=f"trained on version 0123456789ab of {demo_dataset}, which is now version "
+                                         f"{now}"):
+        callback.on_train_begin()
+    path.write_text(reader.position(demo_dataset, "train", 8, 4, 5).to_json())
+    with pytest.raises(ValueError, match="trained with seed=4 and is restarted with seed=3"):
+        callback.on_train_begin()
