@@ -37,7 +37,8 @@ from reader.info import (
 )
 from reader.options import Augmentation, FeatureKeys, ReadOptions
 from reader.order import Position
-from reader.pipeline import CacheTooLargeError, build_dataset, distributed_dataset, position
+from reader.cache import CacheTooLargeError
+from reader.pipeline import build_dataset, distributed_dataset, position
 from reader.preprocess import eval_image, finish, train_image
 from reader.records import file_order, interleave_records, parse_record, parse_records, read_shard
 

@@ -169,9 +169,9 @@ def host_records(
 ) -> tf.data.Dataset:
     """``(record, key)`` of one input pipeline's share of ``epoch``, from global step ``start_step`` on.
 
-    ``read_segment(path, first, count, offset)`` reads ``count`` records of
-    ``path`` from record ``first``, which starts at byte ``offset`` (-1:
-    unknown, read through the records before it).
+    ``read_segment(path, index_path, first, count)`` reads ``count`` records
+    of ``path`` from record ``first``, seeking with the shard's record index
+    (``index_path``; "" when it has none: read through the records before it).
     """
     num = len(files)
     paths = tf.constant(list(files), tf.string)
@@ -197,8 +197,7 @@ def host_records(
         segments = tf.data.Dataset.from_tensor_slices((shard, first, count))
 
         def segment(shard: tf.Tensor, first: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
-            offset = record_offset(tf.gather(indexes, shard), first)
-            records = read_segment(tf.gather(paths, shard), first, count, offset)
+            records = read_segment(tf.gather(paths, shard), tf.gather(indexes, shard), first, count)
             key = epoch * layout.num_records + tf.gather(bases, shard) + first
             keys = tf.data.Dataset.range(key, key + count)
             return tf.data.Dataset.zip((records, keys))
@@ -232,22 +231,6 @@ def window_permutation(size: tf.Tensor, seed: int, epoch: tf.Tensor, stream: tf.
     for data in (epoch, stream, window):
         key = tf.random.experimental.stateless_fold_in(key, tf.cast(data, tf.int64))
     return tf.random.experimental.index_shuffle(tf.range(size), key, size - 1)
-
-
-def record_offset(index_path: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
-    """Byte offset of ``record`` in its shard from the shard's ``.idx`` file ("offset size" lines); -1 without one.
-
-    Record 0 starts at byte 0 and needs no index. The index of one shard is
-    about 15 bytes per record; it is read only where a stream starts inside a
-    shard (C times per epoch, and on a resume).
-    """
-
-    def lookup() -> tf.Tensor:
-        lines = tf.strings.split(tf.io.read_file(index_path), "\n")
-        return tf.strings.to_number(tf.strings.split(lines[record], " ")[0], tf.int64)
-
-    return tf.cond(tf.equal(record, 0), lambda: tf.constant(0, tf.int64),
-                   lambda: tf.cond(tf.equal(index_path, ""), lambda: tf.constant(-1, tf.int64), lookup))
 
 
 class OffsetTFRecordDataset(dataset_ops.DatasetSource):

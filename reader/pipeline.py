@@ -1,21 +1,18 @@
 """``build_dataset``: the whole input pipeline for training or evaluation.
 
-Training (``training=True``), per epoch e and input pipeline::
+Training in the default "streams" order (``reader/order.py``: a pure function
+of dataset, seed and epoch, resumable from a step), per input pipeline::
 
-    shard files, shuffled by (seed, e), then this pipeline's share  [file_order]
-    -> parallel interleave of TFRecordDatasets                      [interleave_records]
-    -> (cache of the *encoded* records, filled on the first epoch)
-  epochs chained indefinitely, then
-    -> parse, 64 records per call, then one element per record again [parse_records]
-    -> shuffle buffer of encoded images keyed by seed, before decoding
-    -> (encoded image, label, per-example seed (seed, position))
-    -> map(crop-before-decode + resize + flip, AUTOTUNE)            fused by TF with ...
-    -> batch(drop_remainder=True)                                   ... the batch (map_and_batch)
+    start step (an int, a Position, or a variable read when iteration begins)
+    -> epochs from the start's on, each: this pipeline's streams, read
+       round-robin, records seeking to their window   [order.host_records]
+    -> (record, key): parse, 64 records per call, one element per record again
+    -> map(crop-before-decode + resize + flip seeded by (seed, key), AUTOTUNE)  fused by TF with ...
+    -> batch(drop_remainder=True)                                               ... the batch
     -> prefetch(AUTOTUNE) [or to a device]
 
-Evaluation: files in manifest order -> interleave (deterministic) -> (cache) ->
-parse in batches -> map(centre crop + resize) -> batch keeping the final
-partial batch -> prefetch. Exactly one pass over every record.
+Evaluation, and training with ``ReadOptions(order="buffer")``, a cache or the
+tf.data service: ``reader/buffered.py``.
 
 Parsing 64 records per call, not one per call inside the decode map: measured
 on 300-500 px photos, ``parse_single_example`` cost 125 us per record, about 8%
@@ -28,33 +25,21 @@ import dataclasses
 import logging
 import os
 import random
-import re
-import tempfile
 from typing import Optional, Sequence, Union
 
 import tensorflow as tf
 
 from reader import preprocess, storage
-from reader.info import DatasetInfo, SplitInfo, available_memory_bytes, check_foreign_shards, dataset_info
+from reader.buffered import buffered_batches
+from reader.info import DatasetInfo, SplitInfo, check_foreign_shards, dataset_info
 from reader.options import (Augmentation, FeatureKeys, ReadOptions, as_int, as_options, check_flag, check_output,
                             image_hw)
 from reader.order import Position, StreamLayout, check_pipelines, host_records, stream_layout
-from reader.records import (AUTOTUNE, READ_BUFFER_BYTES, LabelRange, feature_spec, file_order, interleave_records,
-                            parse_records, read_segment)
+from reader.records import AUTOTUNE, Source, feature_spec, read_segment
 
 logger = logging.getLogger(__name__)
 
-# File order when no seed is given: a constant, so that every input pipeline of
-# a run computes the same permutation and their file sets stay disjoint.
-UNSEEDED_FILE_SEED = 0x5EED
-DEFAULT_SHUFFLE_BUFFER = 10_000  # TF Model Garden's classification default
 PARSE_BATCH = 64  # records per parse call (see the module docstring)
-# A memory cache must fit in this share of available memory (the rest is training's).
-MEMORY_CACHE_FRACTION = 0.8
-
-
-class CacheTooLargeError(MemoryError):
-    """``cache="memory"`` was asked for data that does not fit in memory."""
 
 
 def build_dataset(
@@ -138,10 +123,16 @@ def build_dataset(
         check_foreign_shards(split_info, keys)
     _check_shards_present(split_info, skip_corrupt)
     streams = training and options.order == "streams" and options.cache is None and options.service is None
+    if streams and split_info.num_examples < batch_size and start is None:
+        # No whole batch per epoch: the buffer order's batches hold examples of several epochs.
+        logger.warning("split %s has %d examples, fewer than one batch of %d: reading in the buffer order, whose "
+                       "batches repeat examples (and which cannot resume)", split_info.name,
+                       split_info.num_examples, batch_size)
+        streams = False
     if start is not None and not (training and streams):
         raise ValueError("start= resumes the training order; it needs training=True and options.order='streams' "
                          "without cache or service (their order depends on the pipeline count)")
-    source = _Source(info, split_info, keys, label_offset, skip_corrupt)
+    source = Source(info, split_info, keys, label_offset, skip_corrupt)
     pipelines, pipeline_id = (1, 0) if input_context is None else (
         input_context.num_input_pipelines, input_context.input_pipeline_id)
     per_pipeline_batch = batch_size if input_context is None else input_context.get_per_replica_batch_size(batch_size)
@@ -156,8 +147,9 @@ def build_dataset(
         dataset = _train_batches(records, source, run_seed, size, augment, decode, dtype, normalization,
                                  deterministic, per_pipeline_batch)
     else:
-        dataset = _buffer_pipeline(source, options, training, seed, deterministic, num_epochs, pipelines, pipeline_id,
-                                   per_pipeline_batch, size, augment, decode, dtype, normalization, crop_fraction)
+        dataset = buffered_batches(source, options, training, seed, deterministic, num_epochs, pipelines, pipeline_id,
+                                   per_pipeline_batch, size, augment, decode, dtype, normalization, crop_fraction,
+                                   PARSE_BATCH)
         deterministic = deterministic if deterministic is not None else seed is not None
     dataset = dataset.with_options(_options(deterministic or not training, input_context, options.private_threads))
     if options.service is not None:
@@ -169,37 +161,7 @@ def build_dataset(
     return dataset.prefetch(AUTOTUNE)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Source:
-    """What every stage needs to know of the split's shards and how to read them."""
-
-    info: DatasetInfo
-    split: SplitInfo
-    keys: FeatureKeys
-    label_offset: int
-    skip_corrupt: bool
-
-    @property
-    def counts(self) -> list[int]:
-        return [shard.num_examples for shard in self.split.shards]
-
-    @property
-    def s3(self) -> bool:
-        return any(storage.is_s3(path) for path in self.split.files)
-
-    @property
-    def read_buffer(self) -> Optional[int]:
-        remote = any("://" in path and not path.startswith("file://") for path in self.split.files)
-        return READ_BUFFER_BYTES if remote and not self.s3 else None
-
-    @property
-    def labels(self) -> Optional[LabelRange]:
-        if self.info.converted and self.label_offset == 0 and self.keys == FeatureKeys():
-            return None
-        return LabelRange(self.keys.label, self.label_offset, self.info.num_classes)
-
-
-def _stream_records(source: _Source, layout: StreamLayout, seed: int, start_step: tf.Tensor,
+def _stream_records(source: Source, layout: StreamLayout, seed: int, start_step: tf.Tensor,
                     num_epochs: Optional[int], pipelines: int, pipeline_id: int) -> tf.data.Dataset:
     """``(record, key)`` of this pipeline in the "streams" order, from global step ``start_step`` on."""
     split = source.split
@@ -229,7 +191,7 @@ def _stream_records(source: _Source, layout: StreamLayout, seed: int, start_step
     return tf.data.Dataset.from_tensors(0).map(lambda _: tf.cast(start_step(), tf.int64)).flat_map(from_step)
 
 
-def _train_batches(records: tf.data.Dataset, source: _Source, seed: int, size, augment, decode, dtype,
+def _train_batches(records: tf.data.Dataset, source: Source, seed: int, size, augment, decode, dtype,
                    normalization, deterministic: bool, batch: int) -> tf.data.Dataset:
     """``(record, key)`` -> parse (64 per call) -> crop/decode/flip seeded by (seed, key) -> batches."""
     spec = feature_spec(source.keys)
@@ -244,76 +206,13 @@ def _train_batches(records: tf.data.Dataset, source: _Source, seed: int, size, a
         image = preprocess.train_image(data, tf.stack([seed_tensor, key]), size, augment, **decode)
         return preprocess.finish(image, dtype, normalization), label
 
-    parsed = records.batch(PARSE_BATCH).map(parse_many, num_parallel_calls=AUTOTUNE).unbatch()
+    if PARSE_BATCH > 0:
+        parsed = records.batch(PARSE_BATCH).map(parse_many, num_parallel_calls=AUTOTUNE).unbatch()
+    else:  # one call per record (bench/reader_stages.py measures what batching saves)
+        parsed = records.map(lambda record, key: tuple(part[0] for part in parse_many(record[None], key[None])),
+                             num_parallel_calls=AUTOTUNE)
     dataset = parsed.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     return dataset.batch(batch, drop_remainder=True)
-
-
-def _buffer_pipeline(source: _Source, options: ReadOptions, training: bool, seed: Optional[int],
-                     deterministic: Optional[bool], num_epochs: Optional[int], pipelines: int, pipeline_id: int,
-                     batch: int, size, augment, decode, dtype, normalization, crop_fraction) -> tf.data.Dataset:
-    """Evaluation, and training in the "buffer" order (interleave + shuffle buffer; cache and service)."""
-    split_info, files, counts = source.split, source.split.files, source.counts
-    by_file = pipelines <= len(files)
-    if not by_file:
-        logger.warning(
-            "%s has %d shard files for %d input pipelines: every pipeline reads all files and keeps 1/%d "
-            "of the records. Convert with --shards >= %d to shard by file.",
-            split_info.name, len(files), pipelines, pipelines, pipelines,
-        )
-    if training and batch > split_info.num_examples // pipelines:
-        logger.warning("split %s has %d examples%s, fewer than one batch of %d: every batch holds repeats of "
-                       "the same examples, from several epochs", split_info.name, split_info.num_examples,
-                       f" for {pipelines} input pipelines" if pipelines > 1 else "", batch)
-    cache = options.cache
-    if cache == "memory":
-        _check_memory_cache(split_info.name, split_info.num_bytes // pipelines)
-    elif cache is not None:
-        cache = _cache_prefix(cache, source.info, split_info.name, pipelines)
-    if deterministic is None:
-        deterministic = seed is not None
-    base_seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
-    file_seed = seed if seed is not None else UNSEEDED_FILE_SEED
-
-    def records_of_epoch(epoch: "tf.Tensor | int", shuffle: bool, ordered: bool) -> tf.data.Dataset:
-        order = file_order(
-            files, counts, seed=file_seed if shuffle else None, epoch=epoch,
-            num_shards=pipelines if by_file else 1, shard_index=pipeline_id if by_file else 0,
-        )
-        records = interleave_records(order, options.cycle_length, options.block_length,
-                                     deterministic=ordered or deterministic, skip_corrupt=source.skip_corrupt,
-                                     labels=source.labels, s3=source.s3, read_buffer=source.read_buffer)
-        return records if by_file or pipelines == 1 else records.shard(pipelines, pipeline_id)
-
-    keys, label_offset = source.keys, source.label_offset
-    if training:
-        records = _training_records(records_of_epoch, cache, pipeline_id, num_epochs)
-        dataset = parse_records(records, keys, label_offset, batch=PARSE_BATCH)
-        dataset = dataset.shuffle(options.shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True).enumerate()
-        seed_tensor = tf.constant(base_seed, tf.int64)
-
-        def train_example(index: tf.Tensor, example: tuple) -> tuple:
-            data, label = example
-            image = preprocess.train_image(data, tf.stack([seed_tensor, index]), size, augment, **decode)
-            return preprocess.finish(image, dtype, normalization), label
-
-        dataset = dataset.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-        return dataset.batch(batch, drop_remainder=True)
-    records = records_of_epoch(0, shuffle=False, ordered=True)
-    records = _cached(records, cache, pipeline_id)
-
-    def eval_example(data: tf.Tensor, label: tf.Tensor) -> tuple:
-        image = preprocess.eval_image(data, size, crop_fraction, **decode)
-        return preprocess.finish(image, dtype, normalization), label
-
-    dataset = parse_records(records, keys, label_offset, batch=PARSE_BATCH)
-    dataset = dataset.map(eval_example, num_parallel_calls=AUTOTUNE, deterministic=True)
-    dataset = dataset.batch(batch, drop_remainder=False)
-    if not source.skip_corrupt and options.service is None:
-        # Known length: Keras and progress bars see the number of batches, and a short read fails loudly.
-        records = _eval_records(counts, pipelines, pipeline_id, by_file)
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-records // batch)))
-    return dataset
 
 
 def position(data_dir: Union[str, DatasetInfo], split: str, batch_size: int, seed: int, step: int,
@@ -379,22 +278,6 @@ def _position_mismatch(position: Position, seed, info: DatasetInfo, split_info: 
     return ""
 
 
-def _training_records(records_of_epoch, cache, pipeline_id, num_epochs) -> tf.data.Dataset:
-    """The records of the "buffer" order's training epochs, chained; the caller parses and shuffles them.
-
-    Epochs are chained first and then shuffled by one buffer (the faster
-    "repeat before shuffle" order of the tf.data guide: no refill stall at
-    epoch boundaries, which blur by at most one buffer). Each example's
-    augmentation seed is (seed, position in the shuffled stream), so a seeded
-    run repeats exactly whatever the map's parallel scheduling.
-    """
-    if cache is not None:
-        cached = _cached(records_of_epoch(0, shuffle=True, ordered=False), cache, pipeline_id)
-        return cached.repeat(num_epochs)  # the cache replays the first epoch's records
-    epochs = tf.data.Dataset.range(num_epochs) if num_epochs is not None else tf.data.Dataset.range(1 << 62)
-    return epochs.flat_map(lambda epoch: records_of_epoch(epoch, shuffle=True, ordered=False))
-
-
 def _decode_choices(info: DatasetInfo, split_info: SplitInfo, size: tuple[int, int]) -> dict:
     """What the decode step may skip, decided once from the manifest rather than per record.
 
@@ -404,65 +287,6 @@ def _decode_choices(info: DatasetInfo, split_info: SplitInfo, size: tuple[int, i
     """
     large = split_info.max_side is None or split_info.max_side >= 2 * min(size)
     return {"all_jpeg": info.all_jpeg, "scaled_decode": large}
-
-
-def _eval_records(counts: Sequence[int], pipelines: int, pipeline_id: int, by_file: bool) -> int:
-    """Records one eval pipeline yields: its files' counts, or its share of every record."""
-    if by_file:
-        return sum(counts[pipeline_id::pipelines])
-    total = sum(counts)
-    return total // pipelines + (1 if pipeline_id < total % pipelines else 0)
-
-
-def _cached(records: tf.data.Dataset, cache: Optional[str], pipeline_id: int) -> tf.data.Dataset:
-    if cache is None:
-        return records
-    if cache == "memory":
-        return records.cache()
-    return records.cache(f"{cache}-{pipeline_id}")
-
-
-def _cache_prefix(cache: str, info: DatasetInfo, split: str, pipelines: int) -> str:
-    """File prefix of a file cache of ``split``: ``PATH-<split>-<fingerprint>-of<pipelines>``.
-
-    The dataset's fingerprint in the name means a cache is never served for
-    another version of the dataset (a reconversion with ``--overwrite``
-    changes it): a new version writes a new cache. Files of other versions are
-    named in a warning, for the user to delete.
-
-    Raises:
-      ValueError: the cache's folder does not exist or is not writable.
-    """
-    path = os.path.join(cache, "records") if tf.io.gfile.isdir(cache) else cache
-    folder = os.path.dirname(path) or "."
-    if not tf.io.gfile.isdir(folder):
-        raise ValueError(f"cache={cache!r}: the folder {folder!r} does not exist; create it or pass another path")
-    if "://" not in folder:
-        try:  # a real write: access() says yes to root on read-only mounts
-            handle, probe = tempfile.mkstemp(prefix=".cache-probe-", dir=folder)
-            os.close(handle)
-            os.unlink(probe)
-        except OSError as err:
-            raise ValueError(f"cache={cache!r}: the folder {folder!r} is not writable ({err.strerror})") from err
-    prefix = f"{path}-{split}-{info.fingerprint}-of{pipelines}"
-    stale = sorted(name for name in tf.io.gfile.glob(f"{path}-{split}-*")
-                   if not name.startswith(prefix) and _CACHE_NAME.match(name[len(path):]))
-    if stale:
-        logger.warning("cache %s: %d files belong to other versions of this dataset (%s...) and are never read "
-                       "again; delete them to free their space", path, len(stale), stale[0])
-    return prefix
-
-
-_CACHE_NAME = re.compile(r"^-[a-z]+-[0-9a-f]{12}-of\d+-\d+[._]")
-
-
-def _check_memory_cache(split: str, needed: int) -> None:
-    available = available_memory_bytes()
-    if available is not None and needed > MEMORY_CACHE_FRACTION * available:
-        raise CacheTooLargeError(
-            f'cache="memory" needs {needed:,} bytes for split {split!r} but only {available:,} bytes of memory '
-            f"are available ({MEMORY_CACHE_FRACTION:.0%} may be used); pass cache=PATH to cache on disk instead"
-        )
 
 
 def _options(deterministic: bool, input_context, private_threads: Optional[int]) -> tf.data.Options:

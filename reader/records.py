@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 
 from reader import storage
+from reader.info import DatasetInfo, SplitInfo
 from reader.options import FeatureKeys
 from reader.order import OffsetTFRecordDataset
 
@@ -95,22 +96,39 @@ def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = Fal
     return _checked(_open_records(path, s3, skip_corrupt, read_buffer), path, num_records, skip_corrupt, labels, s3)
 
 
-def read_segment(path: tf.Tensor, first: tf.Tensor, count: tf.Tensor, offset: tf.Tensor, skip_corrupt: bool = False,
-                 labels: Optional[LabelRange] = None, s3: bool = False,
+def read_segment(path: tf.Tensor, index_path: tf.Tensor, first: tf.Tensor, count: tf.Tensor,
+                 skip_corrupt: bool = False, labels: Optional[LabelRange] = None, s3: bool = False,
                  read_buffer: Optional[int] = None) -> tf.data.Dataset:
     """``count`` serialized records of one shard from its record ``first``, checked as :func:`read_shard` checks.
 
-    ``offset``: the byte where record ``first`` starts (from the shard's
-    index), or -1 when unknown: then the records before it are read and
-    dropped. Fewer than ``count`` records (a corrupt or truncated shard, or
-    an index that does not match it) fail naming the shard.
+    ``index_path``: the shard's record index, which gives the byte where
+    record ``first`` starts; "" when it has none: then the records before
+    it are read and dropped. Fewer than ``count`` records (a corrupt or
+    truncated shard, or an index that does not match it) fail naming the shard.
     """
-    if s3:
-        records = storage.s3_records(path, skip_corrupt).skip(first)
+    if s3:  # the offset is looked up by the stream itself: TensorFlow cannot open s3:// files
+        records = storage.s3_records(path, skip_corrupt, index_path=index_path, first=first)
     else:
+        offset = record_offset(index_path, first)
         records = _open_records(path, False, skip_corrupt, read_buffer, tf.maximum(offset, 0))
         records = records.skip(tf.where(offset < 0, first, tf.constant(0, tf.int64)))
     return _checked(records.take(count), path, count, skip_corrupt, labels, s3, first)
+
+
+def record_offset(index_path: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
+    """Byte offset of ``record`` in its shard from the shard's ``.idx`` file ("offset size" lines); -1 without one.
+
+    Record 0 starts at byte 0 and needs no index. The index of one shard is
+    about 15 bytes per record; it is read only where a stream starts inside a
+    shard (C times per epoch, and on a resume).
+    """
+
+    def lookup() -> tf.Tensor:
+        lines = tf.strings.split(tf.io.read_file(index_path), "\n")
+        return tf.strings.to_number(tf.strings.split(lines[record], " ")[0], tf.int64)
+
+    return tf.cond(tf.equal(record, 0), lambda: tf.constant(0, tf.int64),
+                   lambda: tf.cond(tf.equal(index_path, ""), lambda: tf.constant(-1, tf.int64), lookup))
 
 
 def _open_records(path: tf.Tensor, s3: bool, skip_corrupt: bool, read_buffer: Optional[int],
@@ -265,3 +283,33 @@ def parse_records(
         return parsed[keys.image], parsed[keys.label] + label_offset
 
     return records.batch(batch).map(parse_many, num_parallel_calls=AUTOTUNE).unbatch()
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """What every stage needs to know of the split's shards and how to read them."""
+
+    info: DatasetInfo
+    split: SplitInfo
+    keys: FeatureKeys
+    label_offset: int
+    skip_corrupt: bool
+
+    @property
+    def counts(self) -> list[int]:
+        return [shard.num_examples for shard in self.split.shards]
+
+    @property
+    def s3(self) -> bool:
+        return any(storage.is_s3(path) for path in self.split.files)
+
+    @property
+    def read_buffer(self) -> Optional[int]:
+        remote = any("://" in path and not path.startswith("file://") for path in self.split.files)
+        return READ_BUFFER_BYTES if remote and not self.s3 else None
+
+    @property
+    def labels(self) -> Optional[LabelRange]:
+        if self.info.converted and self.label_offset == 0 and self.keys == FeatureKeys():
+            return None
+        return LabelRange(self.keys.label, self.label_offset, self.info.num_classes)

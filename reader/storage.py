@@ -112,8 +112,12 @@ def isdir(path: str) -> bool:
     return bool(listdir(path)) if is_s3(path) else tf.io.gfile.isdir(path)
 
 
-def s3_records(path: tf.Tensor, skip_missing: bool = False) -> tf.data.Dataset:
-    """The serialized records of one ``s3://`` shard, streamed as TFRecordDataset reads a local one.
+def s3_records(path: tf.Tensor, skip_missing: bool = False, index_path: "tf.Tensor | str" = "",
+               first: "tf.Tensor | int" = 0) -> tf.data.Dataset:
+    """The serialized records of one ``s3://`` shard from record ``first``, streamed as TFRecordDataset reads a local one.
+
+    With the shard's record index (``index_path``) the stream starts at the
+    record's byte (a ranged GET); without, the records before it are read and dropped.
 
     A record whose length or data fails its CRC ends the stream, as a corrupt
     record does under ``ignore_errors`` locally, so the caller's record count
@@ -121,14 +125,20 @@ def s3_records(path: tf.Tensor, skip_missing: bool = False) -> tf.data.Dataset:
     ``skip_missing``, a warning and no records).
     """
     return tf.data.Dataset.from_generator(
-        _stream, args=(path, skip_missing), output_signature=tf.TensorSpec([], tf.string))
+        _stream, args=(path, skip_missing, index_path, tf.cast(first, tf.int64)),
+        output_signature=tf.TensorSpec([], tf.string))
 
 
-def _stream(path: bytes, skip_missing: bool) -> Iterator[bytes]:
+def _stream(path: bytes, skip_missing: bool, index_path: bytes = b"", first: int = 0) -> Iterator[bytes]:
     url = path.decode("utf-8")
     client, (bucket, key) = _client(), _split(url)
+    offset = 0
+    if first and index_path:  # "offset size" per record: the line of record ``first``
+        offset = int(read_bytes(index_path.decode("utf-8")).split(b"\n")[first].split()[0])
+    skip = 0 if offset or not first else first
+    ranged = {"Range": f"bytes={offset}-"} if offset else {}
     try:
-        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+        body = client.get_object(Bucket=bucket, Key=key, **ranged)["Body"]
     except client.exceptions.NoSuchKey:
         message = f"shard {url} is listed in the manifest but does not exist"
         if skip_missing:
@@ -156,7 +166,10 @@ def _stream(path: bytes, skip_missing: bool) -> Iterator[bytes]:
         data = buffer[start + 12:end - 4]
         if record_schema.masked_crc32c(data) != struct.unpack("<I", buffer[end - 4:end])[0]:
             return
-        yield data
+        if skip:
+            skip -= 1
+        else:
+            yield data
         start = end
 
 

@@ -1,4 +1,4 @@
-"""``--dali-index``: the index files NVIDIA DALI's TFRecord reader needs, checked against DALI itself.
+"""Record indexes (written by default; ``--dali-index`` is kept for old scripts): the index files NVIDIA DALI's TFRecord reader needs, checked against DALI itself.
 
 DALI's own ``tfrecord2idx`` (installed with the ``nvidia-dali`` wheel) must
 write the same bytes, and a DALI pipeline on the CPU must read every record

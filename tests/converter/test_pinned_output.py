@@ -3,7 +3,7 @@
 The input (``tests/data/pinned/src``) is shipped, not generated, and every image
 in it is a clean JPEG stored byte for byte, so these hashes depend on nothing
 but the converter: the order (keyed hash of seed and path), the validation
-carve, the cut into shards, the record serialization and the report's format.
+carve, the cut into shards, the record serialization, the record indexes and the report's format.
 Not on Pillow's encoder, which a library upgrade may change. The input also
 has a content duplicate under two labels, an empty file, a text file named
 ``.jpg``, a system file, grayscale JPEGs and a non-ASCII class name (every
@@ -34,9 +34,13 @@ PINNED = {
     "labels.txt": "ce09cc9a875f311dac7683caff6c9e1979dac0fea02c6adf9f074a4bea7ebfaa",
     "rejected.jsonl": "3cd90d5cf45eac720ff492af8cd8b6f82bbdc853596756f94c58156c7d07b958",
     "train-00000-of-00003.tfrecord": "b582f70c9e8c99a7b6f36ecb6d9b722980140a9d94333e4206e31c376a3c5da3",
+    "train-00000-of-00003.tfrecord.idx": "38fa44961dae3567c3e52424e4ab6d9b9afa794877830945336a94cf86d3ff0c",
     "train-00001-of-00003.tfrecord": "22acd2eea0f12e8f9de986cf1d58d363bad0464831b12a72e04a5154703ebd90",
+    "train-00001-of-00003.tfrecord.idx": "f42adc6c5e90d2a87a386ea1d376af928f3c88984c0c21966853acac7e8fcb78",
     "train-00002-of-00003.tfrecord": "8999a96754a10171970e1052a19911fceafb0018d897d5bacbfde45c56c60b38",
+    "train-00002-of-00003.tfrecord.idx": "a7c3ca30d1fe08941f30ab6ac1c9d27b98296f6dd414a22d1604d65e7ab1e691",
     "validation-00000-of-00001.tfrecord": "4d400d51668977df4c58fb632601fefd2a29697354a4e4aa2f85315a6c640172",
+    "validation-00000-of-00001.tfrecord.idx": "5cab17007c1780c2d7b2f8aa10a0b58498b478bae9320ae8c0bc78655009e90d",
 }
 
 

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import reader
 import record_schema
+from reader import cache as reader_cache
 from reader import pipeline as reader_pipeline
 
 
@@ -141,7 +142,7 @@ def test_memory_cache_works_and_refuses_what_cannot_fit(demo_dataset, monkeypatc
     ds = reader.build_dataset(demo_dataset, "validation", batch_size=6, image_size=16, training=False,
                               options={"cache": "memory"})
     assert _labels(ds) == _labels(ds)
-    monkeypatch.setattr(reader_pipeline, "MEMORY_CACHE_FRACTION", 1e-12)
+    monkeypatch.setattr(reader_cache, "MEMORY_CACHE_FRACTION", 1e-12)
     with pytest.raises(reader.CacheTooLargeError) as error:
         reader.build_dataset(demo_dataset, batch_size=6, image_size=16, options={"cache": "memory"})
     needed = _manifest(demo_dataset)["splits"]["train"]["num_bytes"]

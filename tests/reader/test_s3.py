@@ -51,6 +51,9 @@ def test_s3_shards_give_the_same_batches_as_local_ones(demo_dataset, s3_dataset)
     for split, training in (("validation", False), ("train", True)):
         kwargs = dict(split=split, batch_size=8, image_size=64, training=training, seed=3, num_epochs=1)
         assert _batches(reader.build_dataset(url, **kwargs)) == _batches(reader.build_dataset(demo_dataset, **kwargs))
+    # Resuming mid-epoch seeks into S3 shards with their record indexes (ranged GETs).
+    resumed = dict(split="train", batch_size=8, image_size=64, seed=3, start=5, num_epochs=1)
+    assert _batches(reader.build_dataset(url, **resumed)) == _batches(reader.build_dataset(demo_dataset, **resumed))
 
 
 def test_a_missing_s3_shard_fails_at_build_and_in_flight_naming_it(s3_dataset, s3_server, capfd):

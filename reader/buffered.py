@@ -1,0 +1,130 @@
+"""Evaluation, and training in the "buffer" order: shard files interleaved, (cached), shuffled by a buffer, decoded.
+
+Data in: a split's shards (:class:`reader.records.Source`) and the
+:class:`ReadOptions`. Data out: ``(images, labels)`` batches. Training, per
+epoch e and input pipeline::
+
+    shard files, shuffled by (seed, e), then this pipeline's share  [file_order]
+    -> parallel interleave of TFRecordDatasets                      [interleave_records]
+    -> (cache of the *encoded* records, filled on the first epoch)
+  epochs chained indefinitely, then
+    -> parse, 64 records per call -> shuffle buffer of encoded images
+    -> crop/decode/flip seeded by (seed, position) -> batch(drop_remainder=True)
+
+This order depends on the number of input pipelines and on the buffer's
+state, so it cannot resume; ``cache`` and the tf.data service read in it.
+Evaluation: files in manifest order -> interleave (deterministic) -> (cache)
+-> parse -> centre crop -> batches keeping the final partial one, with a
+known number of batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Optional, Sequence
+
+import tensorflow as tf
+
+from reader import preprocess
+from reader.cache import cache_prefix, cached, check_memory_cache
+from reader.options import ReadOptions
+from reader.records import AUTOTUNE, Source, file_order, interleave_records, parse_records
+
+logger = logging.getLogger(__name__)
+
+# File order when no seed is given: a constant, so that every input pipeline of
+# a run computes the same permutation and their file sets stay disjoint.
+UNSEEDED_FILE_SEED = 0x5EED
+
+
+def buffered_batches(source: Source, options: ReadOptions, training: bool, seed: Optional[int],
+                     deterministic: Optional[bool], num_epochs: Optional[int], pipelines: int, pipeline_id: int,
+                     batch: int, size, augment, decode, dtype, normalization, crop_fraction,
+                     parse_batch: int) -> tf.data.Dataset:
+    """Evaluation, and training in the "buffer" order (interleave + shuffle buffer; cache and service)."""
+    split_info, files, counts = source.split, source.split.files, source.counts
+    by_file = pipelines <= len(files)
+    if not by_file:
+        logger.warning(
+            "%s has %d shard files for %d input pipelines: every pipeline reads all files and keeps 1/%d "
+            "of the records. Convert with --shards >= %d to shard by file.",
+            split_info.name, len(files), pipelines, pipelines, pipelines,
+        )
+    if training and batch > split_info.num_examples // pipelines:
+        logger.warning("split %s has %d examples%s, fewer than one batch of %d: every batch holds repeats of "
+                       "the same examples, from several epochs", split_info.name, split_info.num_examples,
+                       f" for {pipelines} input pipelines" if pipelines > 1 else "", batch)
+    cache = options.cache
+    if cache == "memory":
+        check_memory_cache(split_info.name, split_info.num_bytes // pipelines)
+    elif cache is not None:
+        cache = cache_prefix(cache, source.info, split_info.name, pipelines)
+    if deterministic is None:
+        deterministic = seed is not None
+    base_seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
+    file_seed = seed if seed is not None else UNSEEDED_FILE_SEED
+
+    def records_of_epoch(epoch: "tf.Tensor | int", shuffle: bool, ordered: bool) -> tf.data.Dataset:
+        order = file_order(
+            files, counts, seed=file_seed if shuffle else None, epoch=epoch,
+            num_shards=pipelines if by_file else 1, shard_index=pipeline_id if by_file else 0,
+        )
+        records = interleave_records(order, options.cycle_length, options.block_length,
+                                     deterministic=ordered or deterministic, skip_corrupt=source.skip_corrupt,
+                                     labels=source.labels, s3=source.s3, read_buffer=source.read_buffer)
+        return records if by_file or pipelines == 1 else records.shard(pipelines, pipeline_id)
+
+    keys, label_offset = source.keys, source.label_offset
+    if training:
+        records = _training_records(records_of_epoch, cache, pipeline_id, num_epochs)
+        dataset = parse_records(records, keys, label_offset, batch=parse_batch)
+        dataset = dataset.shuffle(options.shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True).enumerate()
+        seed_tensor = tf.constant(base_seed, tf.int64)
+
+        def train_example(index: tf.Tensor, example: tuple) -> tuple:
+            data, label = example
+            image = preprocess.train_image(data, tf.stack([seed_tensor, index]), size, augment, **decode)
+            return preprocess.finish(image, dtype, normalization), label
+
+        dataset = dataset.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+        return dataset.batch(batch, drop_remainder=True)
+    records = records_of_epoch(0, shuffle=False, ordered=True)
+    records = cached(records, cache, pipeline_id)
+
+    def eval_example(data: tf.Tensor, label: tf.Tensor) -> tuple:
+        image = preprocess.eval_image(data, size, crop_fraction, **decode)
+        return preprocess.finish(image, dtype, normalization), label
+
+    dataset = parse_records(records, keys, label_offset, batch=parse_batch)
+    dataset = dataset.map(eval_example, num_parallel_calls=AUTOTUNE, deterministic=True)
+    dataset = dataset.batch(batch, drop_remainder=False)
+    if not source.skip_corrupt and options.service is None:
+        # Known length: Keras and progress bars see the number of batches, and a short read fails loudly.
+        records = _eval_records(counts, pipelines, pipeline_id, by_file)
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-records // batch)))
+    return dataset
+
+
+def _training_records(records_of_epoch, cache, pipeline_id, num_epochs) -> tf.data.Dataset:
+    """The records of the "buffer" order's training epochs, chained; the caller parses and shuffles them.
+
+    Epochs are chained first and then shuffled by one buffer (the faster
+    "repeat before shuffle" order of the tf.data guide: no refill stall at
+    epoch boundaries, which blur by at most one buffer). Each example's
+    augmentation seed is (seed, position in the shuffled stream), so a seeded
+    run repeats exactly whatever the map's parallel scheduling.
+    """
+    if cache is not None:
+        first = cached(records_of_epoch(0, shuffle=True, ordered=False), cache, pipeline_id)
+        return first.repeat(num_epochs)  # the cache replays the first epoch's records
+    epochs = tf.data.Dataset.range(num_epochs) if num_epochs is not None else tf.data.Dataset.range(1 << 62)
+    return epochs.flat_map(lambda epoch: records_of_epoch(epoch, shuffle=True, ordered=False))
+
+
+def _eval_records(counts: Sequence[int], pipelines: int, pipeline_id: int, by_file: bool) -> int:
+    """Records one eval pipeline yields: its files' counts, or its share of every record."""
+    if by_file:
+        return sum(counts[pipeline_id::pipelines])
+    total = sum(counts)
+    return total // pipelines + (1 if pipeline_id < total % pipelines else 0)
