@@ -135,8 +135,8 @@ def _record_ids(data: str, order: str, epochs: int) -> tuple[list[int], dict]:
         ids = []
         for epoch in range(epochs):
             records = stream_order.host_records(info.files, counts, [s.index_path for s in info.shards], layout, 1,
-                                                tf.constant(epoch, tf.int64), tf.constant(0, tf.int64), 1, 0,
-                                                lambda p, i, f, c: tf.data.TFRecordDataset(p).skip(f).take(c))
+                                                tf.constant(epoch * layout.steps_per_epoch, tf.int64), epoch + 1,
+                                                1, 0, lambda p, i, f, c: tf.data.TFRecordDataset(p).skip(f).take(c))
             ids += [int(key) - epoch * info.num_examples for _, key in records.as_numpy_iterator()]
         return ids, where
     chained = tf.data.Dataset.range(epochs).flat_map(

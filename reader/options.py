@@ -139,9 +139,10 @@ class ReadOptions:
         which depends on the pipeline count and cannot resume; ``cache`` and
         ``service`` read in it.
       streams, window: the "streams" layout (C canonical streams, W records per
-        shuffled window); None: C = gcd(batch size, 64) and C * W = 10,000
-        records, the memory of the default shuffle buffer. Part of the order:
-        keep them for a whole run.
+        shuffled window); None: C = gcd(batch size, 64) (halved, down to 8,
+        for splits with fewer than 512 records per stream) and 2 * C * W =
+        10,000 records, the memory of the default shuffle buffer. Part of the
+        order: keep them for a whole run.
       shuffle_buffer: records in the "buffer" order's shuffle buffer (encoded
         bytes, so 10,000 ImageNet-sized records are about 1.1 GB).
       cycle_length, block_length: the "buffer" order's interleave (and

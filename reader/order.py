@@ -12,7 +12,7 @@ The order of epoch e, with N records and S = N // G steps::
     -> their records, one sequence, cut into C streams of L = S * G / C records
        (the N - S * G records left at the end wait for another epoch's cut)
     -> each stream in windows of W records, each window permuted by
-       index_shuffle(seed, e, stream, window)      memory: C * W records
+       index_shuffle(seed, e, stream, window)      memory: 2 * C * W records
     -> streams read round-robin, G / C records at a time: global batch t is
        block t of stream 0, of stream 1, ..., of stream C - 1
 
@@ -41,8 +41,10 @@ from tensorflow.python.framework import dtypes, tensor_spec
 from tensorflow.python.ops import gen_dataset_ops
 
 POSITION_VERSION = 1
-MAX_STREAMS = 64  # default C: gcd(G, 64), so every power-of-two host count up to 64 divides it
-DEFAULT_SHUFFLE_RECORDS = 10_000  # C * W: the memory of today's default shuffle buffer
+MAX_STREAMS = 64  # default C: gcd(G, 64), so every power-of-two host count up to 64 divides it ...
+MIN_STREAM_RECORDS = 512  # ... halved (not below 8) while a stream would hold fewer records than this per epoch,
+MIN_DEFAULT_STREAMS = 8  # since each stream costs about 5 ms of CPU per epoch to plan and open (bench/resume.py)
+DEFAULT_SHUFFLE_RECORDS = 10_000  # 2 * C * W (a window and the next, prefetched): the default buffer's memory
 # Salts keep the shard permutation, the window permutations and the augmentation seeds apart.
 _SHARDS, _WINDOWS = 0x5A4D, 0x3117
 
@@ -82,8 +84,11 @@ def stream_layout(num_records: int, batch_size: int, streams: Optional[int] = No
                   window: Optional[int] = None, split: str = "train") -> StreamLayout:
     """The layout for a split of ``num_records`` at global batch ``batch_size``.
 
-    Defaults: C = gcd(G, 64); W = 10,000 / C records, so the windows hold what
-    today's default 10,000-record shuffle buffer holds.
+    Defaults: C = gcd(G, 64), halved while a stream would get fewer than 512
+    records per epoch, down to 8 (every power-of-two pipeline count up to 8
+    still divides it); W = 10,000 / (2 C) records, so the windows
+    (each stream's current one and its next, prefetched) hold what today's
+    default 10,000-record shuffle buffer holds.
 
     Raises:
       ValueError: the split is smaller than one batch, or ``streams`` does not divide G.
@@ -95,12 +100,16 @@ def stream_layout(num_records: int, batch_size: int, streams: Optional[int] = No
             "examples within a batch)")
     if streams is None:
         streams = math.gcd(batch_size, MAX_STREAMS)
+        while streams > MIN_DEFAULT_STREAMS and num_records // streams < MIN_STREAM_RECORDS:
+            streams //= 2
     if streams < 1 or batch_size % streams:
         raise ValueError(f"ReadOptions(streams={streams}) must divide the global batch size {batch_size}")
     if window is None:
-        window = max(1, DEFAULT_SHUFFLE_RECORDS // streams)
+        window = max(1, DEFAULT_SHUFFLE_RECORDS // (2 * streams))
     if window < 1:
         raise ValueError(f"ReadOptions(window={window}) must be a positive number of records")
+    block = batch_size // streams
+    window = -(-window // block) * block  # whole blocks: every stream's windows end at the same batch
     return StreamLayout(num_records, batch_size, streams, window)
 
 
@@ -161,60 +170,84 @@ def host_records(
     index_files: Sequence[str],
     layout: StreamLayout,
     seed: int,
-    epoch: tf.Tensor,
     start_step: tf.Tensor,
+    num_epochs: Optional[int],
     pipelines: int,
     pipeline_id: int,
     read_segment,
 ) -> tf.data.Dataset:
-    """``(record, key)`` of one input pipeline's share of ``epoch``, from global step ``start_step`` on.
+    """``(record, key)`` of one input pipeline from global step ``start_step`` to the end of epoch ``num_epochs``.
 
     ``read_segment(path, index_path, first, count)`` reads ``count`` records
     of ``path`` from record ``first``, seeking with the shard's record index
     (``index_path``; "" when it has none: read through the records before it).
+
+    Each stream runs through the epochs itself and reads its next window
+    while its current one is consumed (the interleave reads ahead), so
+    neither a window's end nor an epoch's stalls the round-robin.
     """
     num = len(files)
     paths = tf.constant(list(files), tf.string)
     sizes = tf.constant(list(counts), tf.int64)
     indexes = tf.constant(list(index_files), tf.string)
     bases = tf.constant([sum(counts[:i]) for i in range(num)], tf.int64)  # first record id of each shard
-    epoch = tf.cast(epoch, tf.int64)
-    order = shard_order(num, seed, epoch)
-    ordered = tf.gather(sizes, order)
-    ends = tf.cumsum(ordered)
-    starts = ends - ordered
     length, window, block = layout.stream_length, layout.window, layout.block
-    first_position = tf.cast(start_step, tf.int64) * block  # in every stream
+    start_step = tf.cast(start_step, tf.int64)
+    first_epoch = start_step // layout.steps_per_epoch
+    last_epoch = num_epochs if num_epochs is not None else 1 << 62
 
-    def stream(index: tf.Tensor) -> tf.data.Dataset:
-        first_window = first_position // window
+    def windows(index: tf.Tensor, epoch: tf.Tensor) -> tf.data.Dataset:
+        """Stream ``index``'s shuffled windows of ``epoch``, the first cut to start at the start step."""
+        order = shard_order(num, seed, epoch)
+        ordered = tf.gather(sizes, order)
+        ends = tf.cumsum(ordered)
+        starts = ends - ordered
+        position = tf.where(tf.equal(epoch, first_epoch), start_step % layout.steps_per_epoch * block,
+                            tf.constant(0, tf.int64))
+        first_window = position // window
         begin = index * length + first_window * window
         end = (index + 1) * length
         hit = tf.where(tf.logical_and(starts < end, ends > begin))[:, 0]
         shard = tf.gather(order, hit)
         first = tf.maximum(begin - tf.gather(starts, hit), 0)
         count = tf.minimum(end - tf.gather(starts, hit), tf.gather(ordered, hit)) - first
-        segments = tf.data.Dataset.from_tensor_slices((shard, first, count))
 
         def segment(shard: tf.Tensor, first: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
             records = read_segment(tf.gather(paths, shard), tf.gather(indexes, shard), first, count)
             key = epoch * layout.num_records + tf.gather(bases, shard) + first
-            keys = tf.data.Dataset.range(key, key + count)
-            return tf.data.Dataset.zip((records, keys))
+            return tf.data.Dataset.zip((records, tf.data.Dataset.range(key, key + count)))
 
         def shuffle(number: tf.Tensor, window_records: tuple) -> tuple:
             records, keys = window_records
             size = tf.shape(keys, out_type=tf.int64)[0]
             permutation = window_permutation(size, seed, epoch, index, number)
-            return tf.gather(records, permutation), tf.gather(keys, permutation)
+            drop = tf.where(tf.equal(number, first_window), position - first_window * window, 0)
+            return tf.gather(records, permutation)[drop:], tf.gather(keys, permutation)[drop:]
 
-        windows = segments.flat_map(segment).batch(window).enumerate(start=first_window)
-        return windows.map(shuffle).unbatch().skip(first_position - first_window * window)
+        records = tf.data.Dataset.from_tensor_slices((shard, first, count)).flat_map(segment)
+        return records.batch(window).enumerate(start=first_window).map(shuffle)
+
+    def stream(index: tf.Tensor) -> tf.data.Dataset:
+        epochs = tf.data.Dataset.range(first_epoch, last_epoch)
+        return epochs.flat_map(lambda epoch: windows(index, epoch))
 
     per_pipeline = layout.streams // pipelines
+
+    def round_robin(records: tf.Tensor, keys: tf.Tensor) -> tuple:
+        """A row of windows, one per stream (``[streams, n]``), in batch order: ``block`` records of each in turn."""
+
+        def order(values: tf.Tensor) -> tf.Tensor:
+            blocks = tf.reshape(values, [per_pipeline, -1, block])
+            return tf.reshape(tf.transpose(blocks, [1, 0, 2]), [-1])
+
+        return order(records), order(keys)
+
+    # Windows, not records, go through the interleave (a record at a time cost 0.2 ms of CPU each): every
+    # stream's windows have the same sizes at the same batches, so a row of them is cut into batches at once.
     mine = tf.data.Dataset.range(pipeline_id * per_pipeline, (pipeline_id + 1) * per_pipeline)
-    return mine.interleave(stream, cycle_length=per_pipeline, block_length=block,
-                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    rows = mine.interleave(stream, cycle_length=per_pipeline, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+                           deterministic=True).batch(per_pipeline)
+    return rows.map(round_robin).unbatch()
 
 
 def shard_order(num_shards: int, seed: int, epoch: tf.Tensor) -> tf.Tensor:

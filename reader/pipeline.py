@@ -169,22 +169,13 @@ def _stream_records(source: Source, layout: StreamLayout, seed: int, start_step:
         logger.info("split %s has shards without a record index (written before indexes): streams that start "
                     "inside a shard read through the records before their start", split.name)
 
-    def segment(path, first, count, offset):
-        return read_segment(path, first, count, offset, source.skip_corrupt, source.labels, source.s3,
+    def segment(path, index_path, first, count):
+        return read_segment(path, index_path, first, count, source.skip_corrupt, source.labels, source.s3,
                             source.read_buffer)
 
-    steps = layout.steps_per_epoch
-    last = num_epochs if num_epochs is not None else 1 << 62
-
     def from_step(step: tf.Tensor) -> tf.data.Dataset:
-        first_epoch = step // steps
-
-        def epoch_records(epoch: tf.Tensor) -> tf.data.Dataset:
-            first = tf.where(tf.equal(epoch, first_epoch), step % steps, tf.constant(0, tf.int64))
-            return host_records(split.files, source.counts, [shard.index_path for shard in split.shards], layout,
-                                seed, epoch, first, pipelines, pipeline_id, segment)
-
-        return tf.data.Dataset.range(first_epoch, last).flat_map(epoch_records)
+        return host_records(split.files, source.counts, [shard.index_path for shard in split.shards], layout, seed,
+                            step, num_epochs, pipelines, pipeline_id, segment)
 
     # The start is read when iteration begins, so a variable restored after this call (Keras'
     # BackupAndRestore restores the optimizer's step in on_train_begin) is the one that counts.

@@ -79,8 +79,9 @@ def test_every_epoch_is_a_permutation_in_a_new_order(demo_dataset):
     epochs = []
     for epoch in range(3):
         records = order.host_records(info.files, [s.num_examples for s in info.shards],
-                                     [s.index_path for s in info.shards], layout, 3, tf.constant(epoch, tf.int64),
-                                     tf.constant(0, tf.int64), 1, 0, _plain_segment)
+                                     [s.index_path for s in info.shards], layout, 3,
+                                     tf.constant(epoch * layout.steps_per_epoch, tf.int64), epoch + 1, 1, 0,
+                                     _plain_segment)
         epochs.append([int(key) - epoch * info.num_examples for _, key in records.as_numpy_iterator()])
     assert all(sorted(ids) == list(range(72)) for ids in epochs)
     assert epochs[0] != epochs[1] != epochs[2]
