@@ -1,6 +1,6 @@
 """``python -m bench.resume``: the resumable "streams" order against today's shuffle buffer, on the same shards.
 
-    python -m bench.resume                         # about 15 minutes
+    python -m bench.resume                         # about 20 minutes (12,000 photos: more records than a buffer)
     python -m bench.resume --photos 600 --tiny 5000 --rounds 2   # a quick look
 
 Four things, each measured in this one run on the same data (issue #20):
@@ -219,7 +219,7 @@ def _yes(flag: bool) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.resume", description=__doc__.splitlines()[0])
-    parser.add_argument("--photos", type=int, default=3000, help="photos for throughput (default: %(default)s)")
+    parser.add_argument("--photos", type=int, default=12000, help="photos for throughput (default: %(default)s)")
     parser.add_argument("--tiny", type=int, default=50_000, help="tiny images for quality and latency")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--batches", type=int, default=30, help="batches per throughput measurement")

@@ -4,6 +4,10 @@
 >>> info = reader.dataset_info("shapes-tfrecords")
 >>> ds = reader.build_dataset("shapes-tfrecords", split="train", batch_size=64, image_size=224)
 
+Training resumes exactly from a step, on any number of input pipelines:
+``build_dataset(..., seed=7, start=step)`` (or a :class:`Position`, or Keras'
+``model.optimizer.iterations`` with :class:`ExactResume`).
+
 The stages ``build_dataset`` chains are public too, for trainers who compose
 their own pipeline: :func:`file_order` (shard files per epoch and worker),
 :func:`interleave_records` (parallel interleave of TFRecordDatasets),

@@ -140,8 +140,9 @@ class ReadOptions:
         ``service`` read in it.
       streams, window: the "streams" layout (C canonical streams, W records per
         shuffled window); None: C = gcd(batch size, 64) (halved, down to 8,
-        for splits with fewer than 512 records per stream) and 2 * C * W =
-        10,000 records, the memory of the default shuffle buffer. Part of the
+        for splits with fewer than 512 records per stream) and 6 * C * W =
+        10,000 records (about six windows per stream are in flight), the
+        memory of the default shuffle buffer. Part of the
         order: keep them for a whole run.
       shuffle_buffer: records in the "buffer" order's shuffle buffer (encoded
         bytes, so 10,000 ImageNet-sized records are about 1.1 GB).

@@ -12,7 +12,7 @@ The order of epoch e, with N records and S = N // G steps::
     -> their records, one sequence, cut into C streams of L = S * G / C records
        (the N - S * G records left at the end wait for another epoch's cut)
     -> each stream in windows of W records, each window permuted by
-       index_shuffle(seed, e, stream, window)      memory: 2 * C * W records
+       index_shuffle(seed, e, stream, window)      memory: about 6 * C * W records
     -> streams read round-robin, G / C records at a time: global batch t is
        block t of stream 0, of stream 1, ..., of stream C - 1
 
@@ -44,7 +44,11 @@ POSITION_VERSION = 1
 MAX_STREAMS = 64  # default C: gcd(G, 64), so every power-of-two host count up to 64 divides it ...
 MIN_STREAM_RECORDS = 512  # ... halved (not below 8) while a stream would hold fewer records than this per epoch,
 MIN_DEFAULT_STREAMS = 8  # since each stream costs about 5 ms of CPU per epoch to plan and open (bench/resume.py)
-DEFAULT_SHUFFLE_RECORDS = 10_000  # 2 * C * W (a window and the next, prefetched): the default buffer's memory
+# 6 * C * W: what the windows in flight hold (per stream: the row being cut into batches and its copy, the
+# interleave's read-ahead, the one being read; about 5.7 measured by bench/resume.py's peak RSS): the memory of
+# the default 10,000-record shuffle buffer.
+DEFAULT_SHUFFLE_RECORDS = 10_000
+WINDOWS_IN_FLIGHT = 6
 # Salts keep the shard permutation, the window permutations and the augmentation seeds apart.
 _SHARDS, _WINDOWS = 0x5A4D, 0x3117
 
@@ -86,9 +90,9 @@ def stream_layout(num_records: int, batch_size: int, streams: Optional[int] = No
 
     Defaults: C = gcd(G, 64), halved while a stream would get fewer than 512
     records per epoch, down to 8 (every power-of-two pipeline count up to 8
-    still divides it); W = 10,000 / (2 C) records, so the windows
-    (each stream's current one and its next, prefetched) hold what today's
-    default 10,000-record shuffle buffer holds.
+    still divides it); W = 10,000 / (6 C) records, so the windows in flight
+    (about six per stream) hold what today's default 10,000-record
+    shuffle buffer holds.
 
     Raises:
       ValueError: the split is smaller than one batch, or ``streams`` does not divide G.
@@ -105,7 +109,7 @@ def stream_layout(num_records: int, batch_size: int, streams: Optional[int] = No
     if streams < 1 or batch_size % streams:
         raise ValueError(f"ReadOptions(streams={streams}) must divide the global batch size {batch_size}")
     if window is None:
-        window = max(1, DEFAULT_SHUFFLE_RECORDS // (2 * streams))
+        window = max(1, DEFAULT_SHUFFLE_RECORDS // (WINDOWS_IN_FLIGHT * streams))
     if window < 1:
         raise ValueError(f"ReadOptions(window={window}) must be a positive number of records")
     block = batch_size // streams
