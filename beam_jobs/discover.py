@@ -29,7 +29,7 @@ from typing import Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence
 from apache_beam.io.filesystems import FileSystems
 
 import record_schema
-from beam_jobs import formats
+from beam_jobs import formats, interrupt
 
 logger = logging.getLogger(__name__)
 
@@ -553,6 +553,7 @@ def _walk_local(src: str, dirs: list[str], skipped: collections.Counter) -> Iter
     seen = {_identity(root)}
     stack = [("", root)]
     while stack:
+        interrupt.raise_if_received()  # a signal whose exception was lost (see interrupt.raise_if_received)
         rel, path = stack.pop()
         try:
             entries = sorted(os.scandir(path), key=lambda entry: entry.name)

@@ -87,7 +87,13 @@ def received() -> Optional[int]:
 
 
 def raise_if_received() -> None:
-    """Raise :class:`Interrupted` if a stop signal came while it could not be raised."""
+    """Raise :class:`Interrupted` if a stop signal came while it could not be raised.
+
+    Also where it was raised but lost: Python ignores an exception raised in
+    some callbacks (an import's module-lock weakref callback, seen once in
+    the signal matrix), and the run went on until the deadline. The
+    launcher's long loops (listing, writing parts) call this.
+    """
     if _received is not None:
         raise Interrupted(_received)
 
@@ -208,7 +214,8 @@ def _reap(run: _LiveRun, deadline: float) -> None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
         if time.monotonic() >= deadline:
-            _exit_now(run)
+            live = list(_live)  # a run that started after the signal holds the cleanup
+            _exit_now(live[-1] if live else run)
         time.sleep(_REAP_INTERVAL_S)
 
 

@@ -23,7 +23,7 @@ from typing import Iterable, Mapping, Optional
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import work_records
+from beam_jobs import interrupt, work_records
 from beam_jobs.discover import ImageRef
 
 # Parts of at most this many images: a part's records are sorted in one worker's memory (~200 B each).
@@ -117,6 +117,7 @@ def write_parts(layout: WorkLayout, refs: Iterable[ImageRef], part_size: int) ->
     for ref in refs:
         batch.append(work_records.encode_listed(ref))
         if len(batch) == part_size:
+            interrupt.raise_if_received()  # a signal whose exception was lost (see interrupt.raise_if_received)
             _write_part(layout, part, batch, digest)
             part, batch = part + 1, []
     if batch:
