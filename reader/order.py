@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
@@ -190,68 +190,83 @@ def host_records(
     while its current one is consumed (the interleave reads ahead), so
     neither a window's end nor an epoch's stalls the round-robin.
     """
-    num = len(files)
-    paths = tf.constant(list(files), tf.string)
-    sizes = tf.constant(list(counts), tf.int64)
-    indexes = tf.constant(list(index_files), tf.string)
-    bases = tf.constant([sum(counts[:i]) for i in range(num)], tf.int64)  # first record id of each shard
-    length, window, block = layout.stream_length, layout.window, layout.block
+    shards = _Shards(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
+                     tf.constant(list(index_files), tf.string),
+                     tf.constant([sum(counts[:i]) for i in range(len(files))], tf.int64), read_segment)
     start_step = tf.cast(start_step, tf.int64)
     first_epoch = start_step // layout.steps_per_epoch
     last_epoch = num_epochs if num_epochs is not None else 1 << 62
 
-    def windows(index: tf.Tensor, epoch: tf.Tensor) -> tf.data.Dataset:
-        """Stream ``index``'s shuffled windows of ``epoch``, the first cut to start at the start step."""
-        order = shard_order(num, seed, epoch)
-        ordered = tf.gather(sizes, order)
-        ends = tf.cumsum(ordered)
-        starts = ends - ordered
-        position = tf.where(tf.equal(epoch, first_epoch), start_step % layout.steps_per_epoch * block,
-                            tf.constant(0, tf.int64))
-        first_window = position // window
-        begin = index * length + first_window * window
-        end = (index + 1) * length
-        hit = tf.where(tf.logical_and(starts < end, ends > begin))[:, 0]
-        shard = tf.gather(order, hit)
-        first = tf.maximum(begin - tf.gather(starts, hit), 0)
-        count = tf.minimum(end - tf.gather(starts, hit), tf.gather(ordered, hit)) - first
-
-        def segment(shard: tf.Tensor, first: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
-            records = read_segment(tf.gather(paths, shard), tf.gather(indexes, shard), first, count)
-            key = epoch * layout.num_records + tf.gather(bases, shard) + first
-            return tf.data.Dataset.zip((records, tf.data.Dataset.range(key, key + count)))
-
-        def shuffle(number: tf.Tensor, window_records: tuple) -> tuple:
-            records, keys = window_records
-            size = tf.shape(keys, out_type=tf.int64)[0]
-            permutation = window_permutation(size, seed, epoch, index, number)
-            drop = tf.where(tf.equal(number, first_window), position - first_window * window, 0)
-            return tf.gather(records, permutation)[drop:], tf.gather(keys, permutation)[drop:]
-
-        records = tf.data.Dataset.from_tensor_slices((shard, first, count)).flat_map(segment)
-        return records.batch(window).enumerate(start=first_window).map(shuffle)
-
     def stream(index: tf.Tensor) -> tf.data.Dataset:
         epochs = tf.data.Dataset.range(first_epoch, last_epoch)
-        return epochs.flat_map(lambda epoch: windows(index, epoch))
+        return epochs.flat_map(lambda epoch: _stream_windows(shards, layout, seed, start_step, index, epoch))
 
     per_pipeline = layout.streams // pipelines
-
-    def round_robin(records: tf.Tensor, keys: tf.Tensor) -> tuple:
-        """A row of windows, one per stream (``[streams, n]``), in batch order: ``block`` records of each in turn."""
-
-        def order(values: tf.Tensor) -> tf.Tensor:
-            blocks = tf.reshape(values, [per_pipeline, -1, block])
-            return tf.reshape(tf.transpose(blocks, [1, 0, 2]), [-1])
-
-        return order(records), order(keys)
-
     # Windows, not records, go through the interleave (a record at a time cost 0.2 ms of CPU each): every
     # stream's windows have the same sizes at the same batches, so a row of them is cut into batches at once.
     mine = tf.data.Dataset.range(pipeline_id * per_pipeline, (pipeline_id + 1) * per_pipeline)
     rows = mine.interleave(stream, cycle_length=per_pipeline, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
                            deterministic=True).batch(per_pipeline)
-    return rows.map(round_robin).unbatch()
+    return rows.map(lambda records, keys: (_round_robin(records, per_pipeline, layout.block),
+                                           _round_robin(keys, per_pipeline, layout.block))).unbatch()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shards:
+    """A split's shards as graph constants (in manifest order), and how to read a run of records of one."""
+
+    paths: tf.Tensor
+    sizes: tf.Tensor
+    indexes: tf.Tensor
+    bases: tf.Tensor  # first record id of each shard
+    read_segment: Callable[..., tf.data.Dataset]
+
+
+def _stream_windows(shards: _Shards, layout: StreamLayout, seed: int, start_step: tf.Tensor, index: tf.Tensor,
+                    epoch: tf.Tensor) -> tf.data.Dataset:
+    """Stream ``index``'s shuffled windows of ``epoch`` as ``(records, keys)``, the first cut at the start step."""
+    window = layout.window
+    position = tf.where(tf.equal(epoch, start_step // layout.steps_per_epoch),
+                        start_step % layout.steps_per_epoch * layout.block, tf.constant(0, tf.int64))
+    first_window = position // window
+    shard, first, count = _segments(shards.sizes, layout, seed, epoch, index, first_window * window)
+
+    def segment(shard: tf.Tensor, first: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
+        records = shards.read_segment(tf.gather(shards.paths, shard), tf.gather(shards.indexes, shard), first, count)
+        key = epoch * layout.num_records + tf.gather(shards.bases, shard) + first
+        return tf.data.Dataset.zip((records, tf.data.Dataset.range(key, key + count)))
+
+    def shuffle(number: tf.Tensor, window_records: tuple) -> tuple:
+        records, keys = window_records
+        size = tf.shape(keys, out_type=tf.int64)[0]
+        permutation = window_permutation(size, seed, epoch, index, number)
+        drop = tf.where(tf.equal(number, first_window), position - first_window * window, 0)
+        return tf.gather(records, permutation)[drop:], tf.gather(keys, permutation)[drop:]
+
+    records = tf.data.Dataset.from_tensor_slices((shard, first, count)).flat_map(segment)
+    return records.batch(window).enumerate(start=first_window).map(shuffle)
+
+
+def _segments(sizes: tf.Tensor, layout: StreamLayout, seed: int, epoch: tf.Tensor, index: tf.Tensor,
+              begin_at: tf.Tensor) -> tuple:
+    """``(shard, first record, count)`` runs making stream ``index`` of ``epoch`` from its record ``begin_at``."""
+    num_shards = sizes.shape[0]
+    order = shard_order(num_shards, seed, epoch)
+    ordered = tf.gather(sizes, order)
+    ends = tf.cumsum(ordered)
+    starts = ends - ordered
+    begin = index * layout.stream_length + begin_at
+    end = (index + 1) * layout.stream_length
+    hit = tf.where(tf.logical_and(starts < end, ends > begin))[:, 0]
+    first = tf.maximum(begin - tf.gather(starts, hit), 0)
+    count = tf.minimum(end - tf.gather(starts, hit), tf.gather(ordered, hit)) - first
+    return tf.gather(order, hit), first, count
+
+
+def _round_robin(values: tf.Tensor, streams: int, block: int) -> tf.Tensor:
+    """A row of windows, one per stream (``[streams, n]``), in batch order: ``block`` values of each in turn."""
+    blocks = tf.reshape(values, [streams, -1, block])
+    return tf.reshape(tf.transpose(blocks, [1, 0, 2]), [-1])
 
 
 def shard_order(num_shards: int, seed: int, epoch: tf.Tensor) -> tf.Tensor:

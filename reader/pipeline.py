@@ -122,22 +122,13 @@ def build_dataset(
     if not info.converted:
         check_foreign_shards(split_info, keys)
     _check_shards_present(split_info, skip_corrupt)
-    streams = training and options.order == "streams" and options.cache is None and options.service is None
-    if streams and split_info.num_examples < batch_size and start is None:
-        # No whole batch per epoch: the buffer order's batches hold examples of several epochs.
-        logger.warning("split %s has %d examples, fewer than one batch of %d: reading in the buffer order, whose "
-                       "batches repeat examples (and which cannot resume)", split_info.name,
-                       split_info.num_examples, batch_size)
-        streams = False
-    if start is not None and not (training and streams):
-        raise ValueError("start= resumes the training order; it needs training=True and options.order='streams' "
-                         "without cache or service (their order depends on the pipeline count)")
+    streams = _reads_streams(training, options, split_info, batch_size, start)
     source = Source(info, split_info, keys, label_offset, skip_corrupt)
     pipelines, pipeline_id = (1, 0) if input_context is None else (
         input_context.num_input_pipelines, input_context.input_pipeline_id)
     per_pipeline_batch = batch_size if input_context is None else input_context.get_per_replica_batch_size(batch_size)
     decode = _decode_choices(info, split_info, size)
-    if training and streams:
+    if streams:
         layout = stream_layout(split_info.num_examples, batch_size, options.streams, options.window, split_info.name)
         check_pipelines(layout, pipelines)
         seed, start_step = _start(start, seed, info, split_info, layout)
@@ -152,6 +143,26 @@ def build_dataset(
                                    PARSE_BATCH)
         deterministic = deterministic if deterministic is not None else seed is not None
     dataset = dataset.with_options(_options(deterministic or not training, input_context, options.private_threads))
+    return _deliver(dataset, options)
+
+
+def _reads_streams(training: bool, options: ReadOptions, split_info: SplitInfo, batch_size: int, start) -> bool:
+    """Whether this pipeline reads in the streams order; ``ValueError`` for a ``start`` it cannot honour."""
+    streams = training and options.order == "streams" and options.cache is None and options.service is None
+    if streams and split_info.num_examples < batch_size and start is None:
+        # No whole batch per epoch: the buffer order's batches hold examples of several epochs.
+        logger.warning("split %s has %d examples, fewer than one batch of %d: reading in the buffer order, whose "
+                       "batches repeat examples (and which cannot resume)", split_info.name,
+                       split_info.num_examples, batch_size)
+        streams = False
+    if start is not None and not streams:
+        raise ValueError("start= resumes the training order; it needs training=True and options.order='streams' "
+                         "without cache or service (their order depends on the pipeline count)")
+    return streams
+
+
+def _deliver(dataset: tf.data.Dataset, options: ReadOptions) -> tf.data.Dataset:
+    """The batches as the trainer takes them: through the tf.data service, onto a device, or prefetched."""
     if options.service is not None:
         dataset = dataset.apply(tf.data.experimental.service.distribute(
             processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC, service=options.service,
