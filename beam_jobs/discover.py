@@ -26,10 +26,9 @@ import uuid
 from array import array
 from typing import Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
-from apache_beam.io.filesystems import FileSystems
-
 import record_schema
 from beam_jobs import formats, interrupt
+from beam_jobs.filesystems import FileSystems
 
 logger = logging.getLogger(__name__)
 

@@ -21,10 +21,9 @@ import hashlib
 import math
 from typing import Iterable, Mapping, Optional
 
-from apache_beam.io.filesystems import FileSystems
-
 from beam_jobs import interrupt, work_records
 from beam_jobs.discover import ImageRef
+from beam_jobs.filesystems import FileSystems
 
 # Parts of at most this many images: a part's records are sorted in one worker's memory (~200 B each).
 MAX_PART_SIZE = 1 << 20

@@ -25,10 +25,10 @@ from typing import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import faults, publish, work_records
 from beam_jobs.discover import display_path
+from beam_jobs.filesystems import FileSystems
 from beam_jobs.list_parts import WorkLayout
 
 # Files merged at once; more are merged in rounds (each open file holds a buffer and a descriptor).

@@ -13,10 +13,9 @@ hash ranges, so the split's order is the buckets' orders one after another.
 
 from __future__ import annotations
 
-from apache_beam.io.filesystems import FileSystems
-
 from beam_jobs import faults, publish, work_records
 from beam_jobs.count import BucketTask
+from beam_jobs.filesystems import FileSystems
 from beam_jobs.list_parts import WorkLayout
 
 

@@ -21,16 +21,16 @@ from typing import Iterator, Mapping, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 import record_schema
 from beam_jobs import discover, faults, interrupt, list_parts, publish, resume, runners, sources
 from beam_jobs.count import PartCounts
-from beam_jobs.sources import imagenet
+from beam_jobs.filesystems import FileSystems
 from beam_jobs.manifest import ConvertSummary, build_manifest, check_results
 from beam_jobs.options import AUTO, ConvertOptions
 from beam_jobs.progress import ProgressBars
 from beam_jobs.shard import plan_shard_counts, shard_size_warning
+from beam_jobs.sources import imagenet
 from beam_jobs.transforms import COUNTS_FILE, DUPLICATES_SUMMARY_FILE, ConvertImages
 from beam_jobs.write import ShardResult
 

@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Optional
 
-from apache_beam.io.filesystems import FileSystems
+from beam_jobs.filesystems import FileSystems
 
 _INTERVAL_S = 1.0
 

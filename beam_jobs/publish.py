@@ -31,10 +31,10 @@ import uuid
 from typing import Iterator, Optional
 
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 import record_schema
-from beam_jobs import faults
+from beam_jobs import faults, filesystems
+from beam_jobs.filesystems import FileSystems
 
 logger = logging.getLogger(__name__)
 
@@ -288,14 +288,13 @@ def _put_empty_s3_object(path: str) -> None:
 
     Beam's S3 writer always completes a multipart upload, and S3 refuses one
     with no parts (MalformedXML), so an empty file is written with one
-    PutObject through the client Beam builds from the same --s3_* options.
+    PutObject through the process's client for the same --s3_* options.
     """
-    from apache_beam.io.aws.clients.s3 import boto3_client
     from apache_beam.io.aws.s3io import parse_s3_path
 
     options = FileSystems.get_filesystem(path)._options  # the --s3_* flags the pipeline was given
     bucket, key = parse_s3_path(path)
-    boto3_client.Client(options=options).client.put_object(Bucket=bucket, Key=key, Body=b"")
+    filesystems.s3_client(options).put_object(Bucket=bucket, Key=key, Body=b"")
 
 
 def read_text(path: str) -> str:

@@ -26,10 +26,9 @@ import json
 import logging
 from typing import Optional, Sequence
 
-from apache_beam.io.filesystems import FileSystems
-
 from beam_jobs import publish, work_records
 from beam_jobs.discover import InputPlan
+from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
 
 logger = logging.getLogger(__name__)

@@ -31,19 +31,18 @@ import json
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 import record_schema
 from beam_jobs import faults, merge_reports, publish, work_records
 from beam_jobs.count import BucketTask, PartCounts, SumCounts, bucket_tasks
+from beam_jobs.filesystems import FileSystems
 from beam_jobs.list_parts import WorkLayout
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.order_bucket import order_bucket
 from beam_jobs.progress import ProgressWriter
 from beam_jobs.validate_part import validate_part
 from beam_jobs.write import ShardResult, write_shard
-
 
 NAMESPACE = "converter"
 COUNTS_FILE = "counts.json"

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from apache_beam.io.filesystems import FileSystems
-
 from beam_jobs import discover, faults, publish, work_records
 from beam_jobs.count import PartCounts
+from beam_jobs.filesystems import FileSystems
 from beam_jobs.list_parts import WorkLayout
 from beam_jobs.options import EncodeOptions
 from beam_jobs.validate import RejectedInput, validate_chunk

@@ -39,11 +39,11 @@ import struct
 from typing import BinaryIO, Callable, Generic, Iterable, Iterator, NamedTuple, Sequence, TypeVar
 
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 import record_schema
 from beam_jobs import publish
 from beam_jobs.discover import ImageRef
+from beam_jobs.filesystems import FileSystems
 from beam_jobs.validate import Accepted
 
 MAGIC = b"IMGSHARDS-WORK"

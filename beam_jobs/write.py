@@ -20,12 +20,12 @@ import json
 from typing import Callable, Iterable, Optional, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 import record_schema
 from beam_jobs import publish
 from beam_jobs.discover import display_path
 from beam_jobs.encode import Encoded, encode_image
+from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.tfrecord import frame_parts, serialize_example
 from beam_jobs.validate import Accepted, read_source, read_spilled

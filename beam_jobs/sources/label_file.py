@@ -33,10 +33,10 @@ import posixpath
 from typing import Iterable, Iterator, Optional, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import discover, formats
 from beam_jobs.discover import InputError, InputPlan, plan_from_members
+from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import ANNOTATION_COLUMNS
 from record_schema import SPLIT_ALIASES, SPLITS
 

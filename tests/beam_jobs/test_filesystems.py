@@ -1,0 +1,79 @@
+"""Beam's S3 file system, as the job uses it: one boto3 client per process, the same bytes as before."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+pytest.importorskip("boto3", reason="the aws extra is not installed: pip install '.[aws]'")
+
+from apache_beam.io.aws import s3filesystem  # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+
+from beam_jobs import filesystems  # noqa: E402
+from beam_jobs.filesystems import FileSystems  # noqa: E402
+
+
+@pytest.fixture()
+def s3_options(s3_server):
+    """FileSystems pointed at the test's S3 server by the converter's --s3_* flags (restored afterwards)."""
+    before = FileSystems._pipeline_options
+    FileSystems.set_options(PipelineOptions(s3_server.flags))
+    yield s3_server
+    FileSystems._pipeline_options = before
+
+
+def _write(path: str, data: bytes) -> None:
+    with FileSystems.create(path) as handle:
+        handle.write(data)
+
+
+def _read(path: str) -> bytes:
+    with FileSystems.open(path) as handle:
+        return handle.read()
+
+
+def test_every_s3_call_reuses_the_processs_boto3_client_and_keeps_the_bytes(s3_options):
+    bucket = s3_options.new_bucket()
+    paths = [f"s3://{bucket}/work/part-{index}" for index in range(3)]
+    for index, path in enumerate(paths):
+        _write(path, bytes([index]) * (1000 + index))
+    assert all(FileSystems.exists(path) for path in paths)
+    FileSystems.rename([paths[0]], [paths[0] + ".done"])
+    assert _read(paths[0] + ".done") == bytes([0]) * 1000
+    FileSystems.delete([paths[0] + ".done"])
+    assert not FileSystems.exists(paths[0] + ".done")
+    listed = sorted(meta.path for meta in FileSystems.match([f"s3://{bucket}/work/*"])[0].metadata_list)
+    assert listed == paths[1:]
+    options = FileSystems.get_filesystem(paths[1])._options
+    # Beam builds an S3IO per call; they now share one boto3 client for these settings.
+    first, second = s3filesystem.s3io.S3IO(options=options), s3filesystem.s3io.S3IO(options=options)
+    assert first.client is not second.client  # Beam's per-download state stays per call
+    assert first.client.client is second.client.client is filesystems.s3_client(options)
+
+
+def test_files_read_interleaved_in_one_thread_and_across_threads_keep_their_bytes(s3_options):
+    """The shared client carries no per-file state: readers switching between objects get their own bytes."""
+    bucket = s3_options.new_bucket()
+    contents = {f"s3://{bucket}/run-{index}": bytes(range(256)) * (64 + index) for index in range(8)}
+    for path, data in contents.items():
+        _write(path, data)
+    handles = {path: FileSystems.open(path) for path in contents}
+    chunks: dict[str, bytes] = {path: b"" for path in contents}
+    while any(len(chunks[path]) < len(data) for path, data in contents.items()):
+        for path, handle in handles.items():  # a k-way merge's pattern: a little of each in turn
+            chunks[path] += handle.read(1000)
+    assert chunks == contents
+
+    results: dict[str, bytes] = {}
+
+    def read(path: str) -> None:
+        results[path] = _read(path)
+
+    threads = [threading.Thread(target=read, args=(path,)) for path in contents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == contents
