@@ -4,8 +4,10 @@ A conversion passes through :func:`point` at each step that matters for
 crash safety. Unless the environment variable ``IMGSHARDS_FAULT`` names that
 point, it does nothing. ``IMGSHARDS_FAULT=kill@before-commit`` sends the
 process SIGKILL there (no cleanup handlers run, exactly like ``kill -9`` or the
-OOM killer); ``sleep:2.5@listed`` pauses, so a test can change the inputs in
-between. SQLite and etcd test crash safety the same way.
+OOM killer); ``fail@bucket-ordered`` raises :class:`InjectedFailure` there (a
+worker's error, as a full disk or a lost connection raises);
+``sleep:2.5@listed`` pauses, so a test can change the inputs in between.
+SQLite and etcd test crash safety the same way.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ REMOTE_POINTS = (
 logger = logging.getLogger(__name__)
 
 
+class InjectedFailure(RuntimeError):
+    """Raised at a point named by ``fail@POINT``."""
+
+
 def point(name: str) -> None:
     """Kill or pause here if ``IMGSHARDS_FAULT`` asks for it."""
     spec = os.environ.get(ENV)
@@ -49,6 +55,8 @@ def point(name: str) -> None:
         return
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "fail":
+        raise InjectedFailure(f"injected failure at {name}")
     elif action.startswith("sleep:"):
         seconds = float(action.split(":", 1)[1])
         logger.warning("fault point %s: sleeping %.1f s", name, seconds)

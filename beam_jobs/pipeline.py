@@ -28,17 +28,27 @@ from beam_jobs.count import PartCounts
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.manifest import ConvertSummary, build_manifest, check_results
 from beam_jobs.options import AUTO, ConvertOptions
+from beam_jobs.order_bucket import BucketCountError
 from beam_jobs.progress import ProgressBars
 from beam_jobs.shard import plan_shard_counts, shard_size_warning
 from beam_jobs.sources import imagenet
 from beam_jobs.transforms import COUNTS_FILE, DUPLICATES_SUMMARY_FILE, ConvertImages
-from beam_jobs.write import ShardResult
+from beam_jobs.work_records import WorkFileError
+from beam_jobs.write import ShardResult, SourceChangedError
 
 logger = logging.getLogger(__name__)
 
 
 class ConversionFailedError(RuntimeError):
-    """The Beam pipeline failed (a worker raised, a disk filled up...); nothing was published."""
+    """The Beam pipeline failed (a worker raised, a disk filled up...); nothing was published.
+
+    ``kept_staging`` holds the finished work: the same command, run again once
+    the cause is fixed, resumes from it (a run with other inputs or options removes it).
+    """
+
+    def __init__(self, message: str, kept_staging: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.kept_staging = kept_staging
 
 
 class TooManyRejectedError(RuntimeError):
@@ -65,7 +75,8 @@ def run(
       publish.PublishError: OUT cannot be (over)written.
       TooManyRejectedError: the error budget was exceeded; nothing published.
       ConversionFailedError: the pipeline failed (disk full, an input changed
-        during the run...); nothing published.
+        during the run...); nothing published. Its ``kept_staging`` holds the
+        finished work the same call resumes from (None when the work was stale).
       interrupt.Interrupted: SIGINT or SIGTERM stopped the run (in the main
         thread); nothing published unless ``published`` says the commit had begun.
     """
@@ -105,8 +116,8 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
             with interrupt.deferred():  # a signal now takes effect once the dataset is whole
                 publish.commit(staging, out, manifest)
             faults.point("committed")
-        except BaseException:
-            if staging is not None:
+        except BaseException as err:
+            if staging is not None and not getattr(err, "kept_staging", None):
                 try:
                     publish.discard_staging(staging)
                 except (OSError, BeamIOError) as err:
@@ -164,9 +175,14 @@ def _convert(
         except Exception as err:  # runners re-raise worker errors as assorted types; name the outcome
             # A worker that died of the user's Ctrl-C or SIGTERM (sent to the whole group) is the stop.
             interrupt.raise_if_received()
+            failed = f"the conversion failed and nothing was published ({options.out} is unchanged): {_first_line(err)}"
+            if not _work_is_sound(err):
+                raise ConversionFailedError(failed) from err
+            # Kept, as a killed run's is: what failed (a full disk, a lost connection, a worker's memory) is
+            # usually fixed without touching the inputs, and hours of finished work should survive it.
             raise ConversionFailedError(
-                f"the conversion failed and nothing was published ({options.out} is unchanged): {_first_line(err)}"
-            ) from err
+                f"{failed}. Its finished work is kept in {staging}: the same command resumes from it once the cause "
+                "is fixed (a run with other inputs or options removes it)", kept_staging=staging) from err
 
     faults.point("pipeline-done")
     counts = PartCounts.from_json(publish.read_text(FileSystems.join(work, COUNTS_FILE)))
@@ -184,6 +200,24 @@ def _convert(
             duplicates["num_cross_label"], duplicates["num_cross_split"], record_schema.DUPLICATES_FILE,
         )
     return build_manifest(plan, results, counts.rejected_by_reason(), options, duplicates, runner=choice.description)
+
+
+# Failures that say the finished work itself is wrong: resuming it would fail the same way.
+_UNSOUND_WORK = (SourceChangedError, WorkFileError, BucketCountError)
+
+
+def _work_is_sound(err: BaseException) -> bool:
+    """False when a pipeline failure says the work is stale or inconsistent (an input changed under the run...).
+
+    Runners re-raise a worker's error as its own type (in process) or as text
+    holding its traceback (worker processes), so both are looked at.
+    """
+    seen: Optional[BaseException] = err
+    while seen is not None:
+        if isinstance(seen, _UNSOUND_WORK):
+            return False
+        seen = seen.__cause__ or seen.__context__
+    return not any(kind.__name__ in str(err) for kind in _UNSOUND_WORK)
 
 
 def _warn_about_shard_sizes(results: Sequence[ShardResult]) -> None:

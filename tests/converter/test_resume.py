@@ -1,4 +1,4 @@
-"""A killed conversion resumes: the same command continues from the finished work, to the same bytes.
+"""A killed or failed conversion resumes: the same command continues from the finished work, to the same bytes.
 
 The run is killed (SIGKILL, no cleanup) at each phase of a conversion cut into
 many parts, key buckets and hash ranges; the rerun must say it resumes, redo
@@ -56,6 +56,25 @@ def test_a_run_killed_in_any_phase_resumes_from_its_finished_work_to_the_same_by
         assert validated == parts
     assert _digests(out) == reference
     assert sorted(os.listdir(tmp_path)) == ["out"]  # nothing left beside OUT
+
+
+@pytest.mark.slow
+def test_a_failed_run_keeps_its_finished_work_and_the_same_command_resumes_from_it(tmp_path, demo_src, reference):
+    """A worker's error (here injected; a full disk or a lost connection in the field) costs only the rerun's
+    remaining work: the failed run says where it kept its work, and the same command continues from it."""
+    out = tmp_path / "out"
+    failed = run_converter("--src", demo_src, "--out", str(out), *ARGS, env={faults.ENV: "fail@shard-written"})
+    assert failed.returncode == 1 and not out.exists(), failed.stderr
+    kept = [name for name in os.listdir(tmp_path) if name != "out"]
+    assert len(kept) == 1 and kept[0].startswith(".out.staging-"), kept
+    assert "injected failure at shard-written" in failed.stderr
+    assert f"Its finished work is kept in {tmp_path / kept[0]}: the same command resumes from it" in failed.stderr
+    rerun = run_converter("--src", demo_src, "--out", str(out), *ARGS, check=True)
+    match = re.search(r"resuming the interrupted run with the same inputs and options: (\d+) of (\d+) parts "
+                      r"validated", rerun.stderr)
+    assert match and match.group(1) == match.group(2) == "12", rerun.stderr
+    assert _digests(out) == reference
+    assert sorted(os.listdir(tmp_path)) == ["out"]
 
 
 @pytest.mark.slow
