@@ -182,7 +182,7 @@ def _convert(
             # usually fixed without touching the inputs, and hours of finished work should survive it.
             raise ConversionFailedError(
                 f"{failed}. Its finished work is kept in {staging}: the same command resumes from it once the cause "
-                "is fixed (a run with other inputs or options removes it)", kept_staging=staging) from err
+                "is fixed (a run with other inputs or options removes it, as may you)", kept_staging=staging) from err
 
     faults.point("pipeline-done")
     counts = PartCounts.from_json(publish.read_text(FileSystems.join(work, COUNTS_FILE)))

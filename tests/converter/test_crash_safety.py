@@ -162,7 +162,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(mount)], check=True)
 
 
-def test_a_full_disk_fails_clearly_and_leaves_the_previous_dataset(tmp_path, demo_src, small_disk):
+def test_a_full_disk_fails_clearly_leaves_the_previous_dataset_and_keeps_the_finished_work(tmp_path, demo_src, small_disk):
     import shutil
 
     tiny = tmp_path / "tiny"
@@ -180,4 +180,7 @@ def test_a_full_disk_fails_clearly_and_leaves_the_previous_dataset(tmp_path, dem
     assert proc.returncode == 1
     assert "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
     assert _snapshot(out) == before
-    assert sorted(os.listdir(small_disk)) == ["out"]
+    # The finished work stays for the same command to resume once there is room, and the error says where.
+    kept = [name for name in os.listdir(small_disk) if name != "out"]
+    assert len(kept) == 1 and kept[0].startswith(".out.staging-"), kept
+    assert f"Its finished work is kept in {small_disk / kept[0]}" in proc.stderr
