@@ -181,8 +181,11 @@ def _stream_records(source: Source, layout: StreamLayout, seed: int, start_step:
                     "inside a shard read through the records before their start", split.name)
 
     def segment(path, index_path, first, count):
-        return read_segment(path, index_path, first, count, source.skip_corrupt, source.labels, source.s3,
-                            source.read_buffer)
+        records = read_segment(path, index_path, first, count, source.skip_corrupt, source.labels, source.s3,
+                               source.read_buffer)
+        if source.skip_corrupt:  # skipped records keep their places (empty), so every window has its planned size
+            records = records.concatenate(tf.data.Dataset.from_tensors(tf.constant(b"")).repeat()).take(count)
+        return records
 
     def from_step(step: tf.Tensor) -> tf.data.Dataset:
         return host_records(split.files, source.counts, [shard.index_path for shard in split.shards], layout, seed,
@@ -190,7 +193,10 @@ def _stream_records(source: Source, layout: StreamLayout, seed: int, start_step:
 
     # The start is read when iteration begins, so a variable restored after this call (Keras'
     # BackupAndRestore restores the optimizer's step in on_train_begin) is the one that counts.
-    return tf.data.Dataset.from_tensors(0).map(lambda _: tf.cast(start_step(), tf.int64)).flat_map(from_step)
+    records = tf.data.Dataset.from_tensors(0).map(lambda _: tf.cast(start_step(), tf.int64)).flat_map(from_step)
+    if source.skip_corrupt:  # the places of skipped records are dropped: later batches shift (documented)
+        records = records.filter(lambda record, key: tf.strings.length(record) > 0)
+    return records
 
 
 def _train_batches(records: tf.data.Dataset, source: Source, seed: int, size, augment, decode, dtype,

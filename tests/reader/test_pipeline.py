@@ -216,6 +216,11 @@ def test_a_corrupt_shard_fails_naming_the_file_or_is_skipped_on_request(demo_dat
     skipping = reader.build_dataset(str(broken), batch_size=8, image_size=16, training=False, skip_corrupt=True)
     assert 54 <= len(_labels(skipping)) < 72
     assert victim.name in capfd.readouterr().err
+    # Training too, in the streams order: whole batches of what is left, every record that remains in each epoch.
+    training = reader.build_dataset(str(broken), batch_size=8, image_size=16, seed=1, num_epochs=2, skip_corrupt=True)
+    batches = [labels.numpy() for _, labels in training]
+    assert 2 * 54 // 8 <= len(batches) < 2 * 72 // 8 and all(len(labels) == 8 for labels in batches)
+    assert victim.name in capfd.readouterr().err
 
 
 def test_a_shard_truncated_at_a_record_boundary_is_caught_by_the_manifest_count(demo_dataset, tmp_path):
