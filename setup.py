@@ -31,6 +31,7 @@ setup(
     install_requires=[
         "apache-beam[tfrecord]>=2.77",
         "tensorflow>=2.21",
+        "keras>=3.15",  # BackupAndRestore(double_checkpoint=True), which the README's resume recipe needs
         "pillow>=12.3",  # the 2026 security fixes (14 advisories, July 2026)
         "simplejpeg>=1.9",
         "tifffile>=2026.3",  # 64-bit float TIFFs, which Pillow cannot open

@@ -22,6 +22,7 @@ import hashlib
 import heapq
 import logging
 import os
+import re
 import uuid
 from array import array
 from typing import Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence
@@ -88,6 +89,7 @@ class InputPlan:
     warnings: tuple[str, ...] = ()
     class_text: tuple[str, ...] = ()  # each class's text for the records (--synsets); default: its name
     split_counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    unlisted: tuple[str, ...] = ()  # classes (of --labels) with no listed file, already warned about
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}
@@ -343,7 +345,7 @@ def plan_from_members(
     ``labels``), so a class missing from one split never shifts the others;
     ``val_fraction`` carves validation out of train; oddities become warnings.
     """
-    found = sorted({name for _, name in members.counts})
+    found = class_order({name for _, name in members.counts})
     if labels is not None:
         unknown = [name for name in found if name not in labels]
         if unknown:
@@ -377,7 +379,8 @@ def plan_from_members(
                             + (f" (--val-fraction {val_fraction:g})" if val_fraction > 0 else ""))
     refs = PlannedRefs(members, label_of, carve, seed)
     return InputPlan(refs, classes, dict(sorted(skipped.items())), tuple(warnings),
-                     split_counts={split: n for split, n in sizes.items() if n})
+                     split_counts={split: n for split, n in sizes.items() if n},
+                     unlisted=tuple(name for name in classes if name not in set(found)))
 
 
 def carve_count(count: int, fraction: float) -> int:
@@ -448,8 +451,35 @@ def _few(names: Sequence[str], limit: int = 5, total: Optional[int] = None) -> s
     return shown + (f" and {total - limit} more" if total > limit else "")
 
 
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def class_order(names: Iterable[str]) -> list[str]:
+    """Class names in label order: numerically when every name is an integer ("10" after "9"), else sorted.
+
+    The same classes get the same ids however they are given (folders, label
+    files, ImageNet's layout): folders ``0 1 2 10`` are labels 0, 1, 2, 3 in
+    that order. Keras' ``image_dataset_from_directory`` sorts them as strings
+    (``0 1 10 2``); the README says so. Ties ("7" and "007") keep string order.
+    """
+    names = list(names)
+    if names and all(_INTEGER.fullmatch(name) for name in names):
+        return sorted(names, key=lambda name: (int(name), name))
+    return sorted(names)
+
+
 def _class_warnings(src: str, found: Sequence[str], classes: Sequence[str], from_labels: bool) -> list[str]:
     warnings = []
+    folded: dict[str, list[str]] = {}
+    for name in found:
+        folded.setdefault(name.casefold(), []).append(name)
+    clashes = [names for names in folded.values() if len(names) > 1]
+    if clashes:
+        pairs = _few([" / ".join(names) for names in clashes])
+        noun = "group of classes differs" if len(clashes) == 1 else "groups of classes differ"
+        warnings.append(f"{len(clashes)} {noun} only in case ({pairs}): each is a class of its own here, but "
+                        "they merge into one folder on a case-insensitive disk (macOS, Windows); rename or merge "
+                        "them if they are one class")
     if len(found) == 1:
         warnings.append(f"{src} has a single class ({found[0]}): every record gets label 0. If {src}/{found[0]} "
                         "holds the class folders, pass it as --src")

@@ -6,7 +6,8 @@ point, it does nothing. ``IMGSHARDS_FAULT=kill@before-commit`` sends the
 process SIGKILL there (no cleanup handlers run, exactly like ``kill -9`` or the
 OOM killer); ``fail@bucket-ordered`` raises :class:`InjectedFailure` there (a
 worker's error, as a full disk or a lost connection raises);
-``sleep:2.5@listed`` pauses, so a test can change the inputs in between.
+``term@shard-written`` sends SIGTERM (a preemption; in-memory runs, whose
+workers are the launcher's threads); ``sleep:2.5@listed`` pauses, so a test can change the inputs in between.
 SQLite and etcd test crash safety the same way.
 """
 
@@ -55,6 +56,8 @@ def point(name: str) -> None:
         return
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "term":  # a preemption at an exact moment (the process must be the launcher: in-memory runs)
+        os.kill(os.getpid(), signal.SIGTERM)
     elif action == "fail":
         raise InjectedFailure(f"injected failure at {name}")
     elif action.startswith("sleep:"):

@@ -1,7 +1,7 @@
-"""A signal ends a conversion at any moment: promptly, in one line, leaving nothing behind.
+"""A signal ends a conversion at any moment: promptly, in one line, keeping only finished work.
 
-SIGINT (Ctrl-C) and SIGTERM (``timeout``, Slurm, Kubernetes) raise
-:class:`Interrupted` in the main thread, once: a second Ctrl-C while the run
+SIGINT (Ctrl-C), SIGTERM (``timeout``, Slurm, Kubernetes, spot VMs) and SIGHUP
+(an ssh session that drops) raise :class:`Interrupted` in the main thread, once: a second Ctrl-C while the run
 cleans up is ignored, so it cannot cut the cleanup short.
 
 Raising is not enough on its own. Beam's local runner, unwinding, joins every
@@ -34,7 +34,8 @@ from typing import Callable, Iterator, Optional
 # Seconds from the signal to the forced exit; the issue promises 10 s.
 DEADLINE_S = 7.0
 _REAP_INTERVAL_S = 0.05
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_VERBS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
 _received: Optional[int] = None
 _deferring = 0
@@ -59,26 +60,29 @@ _live: list[_LiveRun] = []
 
 
 class Interrupted(KeyboardInterrupt):
-    """The run was stopped by SIGINT or SIGTERM.
+    """The run was stopped by SIGINT, SIGTERM or SIGHUP.
 
     Attributes:
       signum: the signal.
       published: the signal came during a commit, which completed first.
+      kept: what the run kept for the same command to resume (its staging
+        folder, described for the user), or "" when nothing was kept.
     """
 
     def __init__(self, signum: int, published: bool = False) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
         self.published = published
+        self.kept = ""
 
     @property
     def exit_status(self) -> int:
-        """128 + the signal's number, as shells report it: 130 for SIGINT, 143 for SIGTERM."""
+        """128 + the signal's number, as shells report it: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP."""
         return 128 + self.signum
 
     @property
     def verb(self) -> str:
-        return "terminated" if self.signum == signal.SIGTERM else "interrupted"
+        return _VERBS.get(self.signum, "stopped")
 
 
 def received() -> Optional[int]:
@@ -112,7 +116,7 @@ def _handle(signum: int, frame: object) -> None:
 
 
 def install(exit_message: str = "") -> None:
-    """Make SIGINT and SIGTERM raise :class:`Interrupted` in this (main) thread, for the whole process.
+    """Make SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` in this (main) thread, for the whole process.
 
     The CLI calls this before importing anything heavy, so a signal while Beam
     imports is one line too. ``exit_message`` is what a forced exit prints
@@ -123,6 +127,22 @@ def install(exit_message: str = "") -> None:
     _owns_process = True
     for signum in _SIGNALS:
         signal.signal(signum, _handle)
+    _quiet_lost_interrupts()
+
+
+def _quiet_lost_interrupts() -> None:
+    """Python prints "Exception ignored in ..." for an exception raised where it cannot propagate (an
+    import's module-lock callback); for ours that is no news: :func:`raise_if_received` raises it again."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_imgshards", False):
+        return
+
+    def hook(args) -> None:
+        if not isinstance(args.exc_value, Interrupted):
+            previous(args)
+
+    hook._imgshards = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 def exit_line(signum: int) -> str:
@@ -136,6 +156,12 @@ def set_exit_message(message: str) -> None:
     _exit_message = message
 
 
+def add_to_exit_message(sentence: str) -> None:
+    """Append a sentence to what a forced exit prints (the last resort's word on kept work)."""
+    global _exit_message
+    _exit_message = (_exit_message or "{verb}") + ". " + sentence.replace("{", "{{").replace("}", "}}")
+
+
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
     """Within: the stop signals raise :class:`Interrupted` (only in the main thread; elsewhere a no-op).
@@ -147,7 +173,9 @@ def handled() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _received = None  # a new run: a signal that stopped an earlier one in this process (a notebook) is spent
+    if not _owns_process:  # a new run: a signal that stopped an earlier one in a notebook's process is spent
+        _received = None  # (in the CLI, one that came while it loaded, its exception lost, still stops this run)
+    _quiet_lost_interrupts()
     previous = {signum: signal.getsignal(signum) for signum in _SIGNALS}
     for signum in _SIGNALS:
         signal.signal(signum, _handle)
@@ -223,8 +251,9 @@ def _exit_now(run: _LiveRun) -> None:
     """The last resort: unwinding hung past the deadline."""
     with contextlib.suppress(Exception):  # best effort: the process is going down either way
         run.last_resort()
-    sys.stderr.write("\n" + exit_line(_received or signal.SIGTERM) + "\n")
-    sys.stderr.flush()
+    with contextlib.suppress(OSError, ValueError):  # after SIGHUP the terminal may be gone
+        sys.stderr.write("\n" + exit_line(_received or signal.SIGTERM) + "\n")
+        sys.stderr.flush()
     os._exit(128 + (_received or signal.SIGTERM))
 
 

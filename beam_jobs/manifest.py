@@ -77,7 +77,7 @@ def build_manifest(
             "num_small": sum(s.small for s in shards),
             "shards": [
                 {"file": s.file, "num_examples": s.num_examples, "num_bytes": s.num_bytes, "sha256": s.sha256,
-                 **({"dali_index": s.dali_index} if s.dali_index else {})}
+                 **({"dali_index": s.dali_index, "index_bytes": s.index_bytes} if s.dali_index else {})}
                 for s in shards
             ],
         }

@@ -77,7 +77,7 @@ def run(
       ConversionFailedError: the pipeline failed (disk full, an input changed
         during the run...); nothing published. Its ``kept_staging`` holds the
         finished work the same call resumes from (None when the work was stale).
-      interrupt.Interrupted: SIGINT or SIGTERM stopped the run (in the main
+      interrupt.Interrupted: SIGINT, SIGTERM or SIGHUP stopped the run (in the main
         thread); nothing published unless ``published`` says the commit had begun.
     """
     with interrupt.handled():
@@ -94,10 +94,10 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
     with publish.output_lock(out):
         faults.point("locked")
         publish.recover_and_clean(out)
-        publish.check_out(out, options.overwrite)
+        _check_out(out, options.overwrite)
         scratch, staging = publish.new_scratch(out), None
         try:
-            with interrupt.live_run(last_resort=lambda: publish.abandon(staging, out, scratch)):
+            with interrupt.live_run(last_resort=lambda: _last_resort(staging, out, scratch)):
                 plan = _plan(options, scratch)
                 leftovers = publish.leftover_stagings(out)
                 staging = publish.new_staging(out)
@@ -117,7 +117,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
                 publish.commit(staging, out, manifest)
             faults.point("committed")
         except BaseException as err:
-            if staging is not None and not getattr(err, "kept_staging", None):
+            if staging is not None and not getattr(err, "kept_staging", None) and not _kept_on_stop(err, staging):
                 try:
                     publish.discard_staging(staging)
                 except (OSError, BeamIOError) as err:
@@ -127,6 +127,44 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
             shutil.rmtree(scratch, ignore_errors=True)
     _remove_quietly(_rejected_report_path(out))
     return ConvertSummary.from_manifest(out, manifest, time.monotonic() - started)
+
+
+def _check_out(out: str, overwrite: bool) -> None:
+    """:func:`publish.check_out`, whose refusal also names work a stopped run kept beside OUT (never forgotten)."""
+    try:
+        publish.check_out(out, overwrite)
+    except publish.DatasetExistsError as err:
+        kept = [work for work in map(resume.kept_work, publish.leftover_stagings(out)) if work]
+        if not kept:
+            raise
+        notes = "; ".join(f"a stopped run's finished work ({work.describe()}, {work.age_s / 3600:.1f} h old) is "
+                          f"kept in {work.staging}: the same command with --overwrite resumes from it; deleting "
+                          "that folder discards it" for work in kept)
+        raise publish.DatasetExistsError(f"{err}. Also, {notes}") from None
+
+
+def _kept_on_stop(err: BaseException, staging: str) -> bool:
+    """A stop signal keeps the run's finished work, as a SIGKILL would (spot VMs, Slurm and Kubernetes
+    send SIGTERM first): True, and ``err`` says where, when there is any. A stop during the commit keeps
+    nothing (the dataset was published, or the commit's own record finishes it)."""
+    if not isinstance(err, interrupt.Interrupted) or err.published:
+        return False
+    try:
+        kept = resume.kept_work(staging)
+    except (OSError, BeamIOError) as failed:  # cannot tell: keep it, the next run decides
+        logger.warning("could not look into %s: %s", staging, failed)
+        return True
+    if kept:
+        err.kept = kept.sentence()
+    return kept is not None
+
+
+def _last_resort(staging: Optional[str], out: str, scratch: str) -> None:
+    """The deadline's cleanup when unwinding hung: lock file and scratch go; finished work stays, and is named."""
+    kept = resume.kept_work(staging) if staging else None
+    publish.abandon(None if kept else staging, out, scratch)
+    if kept:
+        interrupt.add_to_exit_message(kept.sentence())
 
 
 def _plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
@@ -190,6 +228,7 @@ def _convert(
     _check_error_budget(options, len(plan.refs), counts.rejected_by_reason(), staging)
     results = _read_results(work)
     check_results(results, counts.accepted_per_split())
+    _warn_about_empty_classes(plan, results)
     if options.shards != AUTO:
         _warn_about_shard_sizes(results)
     duplicates = json.loads(publish.read_text(FileSystems.join(work, DUPLICATES_SUMMARY_FILE)))
@@ -218,6 +257,19 @@ def _work_is_sound(err: BaseException) -> bool:
             return False
         seen = seen.__cause__ or seen.__context__
     return not any(kind.__name__ in str(err) for kind in _UNSOUND_WORK)
+
+
+def _warn_about_empty_classes(plan: discover.InputPlan, results: Sequence[ShardResult]) -> None:
+    """A class whose every file was rejected is published with no records: say so, naming it."""
+    written: set[int] = set()
+    for result in results:
+        written.update(label for label, count in result.label_counts.items() if count)
+    empty = [name for label, name in enumerate(plan.classes) if label not in written and name not in plan.unlisted]
+    if empty:
+        noun = "class has" if len(empty) == 1 else "classes have"
+        shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+        logger.warning("%d %s no records: every file listed for %s was rejected (%s): %s", len(empty), noun,
+                       "it" if len(empty) == 1 else "them", record_schema.REJECTED_FILE, shown)
 
 
 def _warn_about_shard_sizes(results: Sequence[ShardResult]) -> None:
@@ -301,7 +353,7 @@ def _check_error_budget(
     ordered = sorted(rejected_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))
     counted = ", ".join(f"{reason} {count}" for reason, count in ordered)
     raise TooManyRejectedError(
-        f"{rejected} of {num_listed} images ({fraction:.1%}) were rejected ({counted}), more than "
+        f"{rejected} of {num_listed} files ({fraction:.1%}) were rejected ({counted}), more than "
         f"--max-bad-fraction {options.max_bad_fraction:g}; nothing was published. "
         f"Each file and its reason is in {report}"
     )

@@ -136,7 +136,7 @@ def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner
         # stays ignored across exec, and CPython keeps it so): a worker spawned just as Ctrl-C reaches the
         # process group would otherwise die in its start-up with a "Fatal Python error" on the terminal.
         # The launcher stops its workers itself (beam_jobs.interrupt).
-        command = f"trap '' INT TERM; exec {shlex.quote(sys.executable)} -m beam_jobs.local_worker"
+        command = f"trap '' INT TERM HUP; exec {shlex.quote(sys.executable)} -m beam_jobs.local_worker"
         environment = environments.SubprocessSDKEnvironment.from_command_string(command_string=command)
         # FnApiRunner.run_pipeline replaces its environment with Beam's own worker command when it
         # sees this mode; the workers already have the options (above), so the runner sees our name.

@@ -51,7 +51,8 @@ class ShardResult:
     max_side: int = 0  # the longest side of any stored image (readers skip reduced-scale decoding below 2x their size)
     grayscale: int = 0  # records whose JPEG has one channel (image/channels = 1)
     small: int = 0  # records whose shorter side is under record_schema.SMALL_SIDE
-    dali_index: str = ""  # the shard's DALI index file, when asked for
+    dali_index: str = ""  # the shard's record index file (DALI's format)
+    index_bytes: int = 0  # its size: a reader checks a copied dataset's indexes against it from one listing
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -159,10 +160,10 @@ def write_shard(
                 reencoded[encoded.reencoded_because] += 1
             if on_record is not None:
                 on_record()
-    index_file = ""
+    index_file, index_text = "", "".join(index_lines)
     if dali_index:
         index_file = record_schema.dali_index_filename(name)
-        publish.write_text(FileSystems.join(folder, index_file), "".join(index_lines))
+        publish.write_text(FileSystems.join(folder, index_file), index_text)
     return ShardResult(
         split=split,
         index=index,
@@ -177,4 +178,5 @@ def write_shard(
         grayscale=grayscale,
         small=small,
         dali_index=index_file,
+        index_bytes=len(index_text) if index_file else 0,
     )

@@ -9,6 +9,7 @@ Beam's ``PipelineOptions`` (the split Beam's wordcount example makes), so
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import logging
 import os
@@ -22,12 +23,13 @@ from beam_jobs import options as opts
 
 logger = logging.getLogger("converter")
 
-SUBCOMMANDS = ("convert", "verify", "inspect", "tfds-metadata")
+SUBCOMMANDS = ("convert", "verify", "inspect", "reindex", "tfds-metadata")
 
 _EPILOG = """\
 Other commands:
   python -m converter verify OUT [--sample N]     check every shard and record against the manifest
   python -m converter inspect OUT [--grid F.png]  classes by split, shard sizes, rejections, duplicates
+  python -m converter reindex OUT [--all]         rebuild missing or damaged record indexes (.idx) from the shards
   python -m converter tfds-metadata OUT           write TFDS's metadata: tfds.builder_from_directory(OUT)
 
 Any other flag is an Apache Beam pipeline option, passed to PipelineOptions untouched, e.g.
@@ -35,7 +37,8 @@ Any other flag is an Apache Beam pipeline option, passed to PipelineOptions unto
   --direct_num_workers=N   (local runs use every core by default)
 
 Exit status: 0 only when the dataset was published; 1 for a failed conversion; 2 for bad usage;
-130 after Ctrl-C (SIGINT), 143 after SIGTERM.
+130 after Ctrl-C (SIGINT), 143 after SIGTERM, 129 after SIGHUP. A stopped run keeps its finished work
+(the line it ends with says where) and the same command resumes from it.
 """
 
 
@@ -86,9 +89,7 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--max-bad-fraction", type=float, default=opts.DEFAULT_MAX_BAD_FRACTION,
         help="fail and publish nothing when more than this fraction of the images is rejected "
         "(default: %(default)s)")
-    add("--dali-index", action="store_true", default=True,
-        help="each shard's record index (<shard>.idx, as NVIDIA DALI's tfrecord2idx makes it) is always written "
-        "now: the reader resumes mid-shard with it; the flag is kept for scripts that pass it")
+    add("--dali-index", action="store_true", default=None, help=argparse.SUPPRESS)  # deprecated: always on
     add("--part-size", type=int, default=None,
         help="images per unit of work (validation, and the ordering stage's memory: ~200 bytes per image); "
         "never changes the output (default: about 1/64 of the images, within 128..1048576)")
@@ -131,6 +132,9 @@ def convert(argv: Sequence[str]) -> int:
     args, pipeline_args = parser.parse_known_args(argv)
     _reject_near_misses(parser, pipeline_args)
     _configure_logging(args.verbose)
+    if args.dali_index:
+        logger.warning("--dali-index is deprecated and does nothing: every shard's record index (<shard>.idx, "
+                       "NVIDIA DALI's format) is always written; drop the flag")
     try:
         options = opts.ConvertOptions(
             src=args.src,
@@ -147,7 +151,6 @@ def convert(argv: Sequence[str]) -> int:
             annotation_columns=tuple(name.strip() for name in args.annotation_columns.split(",")),
             val_labels=args.val_labels,
             synsets=args.synsets,
-            dali_index=args.dali_index,
             part_size=args.part_size,
         )
     except ValueError as err:
@@ -156,11 +159,15 @@ def convert(argv: Sequence[str]) -> int:
     interrupt.set_exit_message(_stop_line("{verb}", options.out, published=False))
     from beam_jobs import discover, pipeline, publish, runners  # Beam loads only now, after logging is set
 
+    interrupt.raise_if_received()  # a signal while Beam loaded whose exception Python lost in an import callback
+
     try:
         summary = pipeline.run(options, pipeline_args, show_progress=None if args.progress else False)
     except interrupt.Interrupted as err:
-        # Cleanup (workers, staging folder, lock) ran on the way out; nothing else is worth a traceback.
-        print("\n" + _stop_line(err.verb, options.out, err.published), file=sys.stderr)
+        # Cleanup (workers, scratch, lock) ran on the way out; nothing else is worth a traceback.
+        line = _stop_line(err.verb, options.out, err.published) + (f". {err.kept}" if err.kept else "")
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print("\n" + line, file=sys.stderr)
         return err.exit_status
     except runners.UnknownFlagError as err:
         if err.flag.startswith("-"):
@@ -295,6 +302,29 @@ def inspect(argv: Sequence[str]) -> int:
     return 0
 
 
+def reindex(argv: Sequence[str]) -> int:
+    """``python -m converter reindex OUT [--all]``: exit 0 when every shard has a sound record index."""
+    parser = _dataset_command(
+        "reindex", "Rebuild the record index (<shard>.idx) of every shard whose index is missing or damaged, from "
+        "the shard itself, once its size and SHA-256 match the manifest. A dataset copied without its .idx files "
+        "reads correctly anyway, but starts inside a shard (streams, resuming) then read through the records "
+        "before them.")
+    parser.add_argument("--all", action="store_true", help="rebuild every index, not only the missing or damaged")
+    args = parser.parse_args(argv)
+    _quiet_tensorflow()
+    _configure_s3(args)
+    from reader.info import DatasetNotFoundError
+    from reader.record_index import rebuild
+
+    try:
+        result = rebuild(args.out, every=args.all)
+    except (DatasetNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(result.format())
+    return 1 if result.failed else 0
+
+
 def tfds_metadata(argv: Sequence[str]) -> int:
     """``python -m converter tfds-metadata OUT``: make OUT readable by ``tfds.builder_from_directory``."""
     parser = _dataset_command(
@@ -351,9 +381,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command = argv[0] if argv and argv[0] in SUBCOMMANDS else "convert"
     rest = argv[1:] if argv and argv[0] in SUBCOMMANDS else argv
     try:
-        return {"convert": convert, "verify": verify, "inspect": inspect,
+        return {"convert": convert, "verify": verify, "inspect": inspect, "reindex": reindex,
                 "tfds-metadata": tfds_metadata}[command](rest)
     except KeyboardInterrupt as err:  # before or after the run itself (while loading, verifying...)
         stop = err if isinstance(err, interrupt.Interrupted) else interrupt.Interrupted(signal.SIGINT)
-        print("\n" + interrupt.exit_line(stop.signum), file=sys.stderr)
+        with contextlib.suppress(OSError):
+            print("\n" + interrupt.exit_line(stop.signum), file=sys.stderr)
         return stop.exit_status

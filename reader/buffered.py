@@ -53,7 +53,8 @@ def buffered_batches(source: Source, options: ReadOptions, training: bool, seed:
         )
     if training and batch > split_info.num_examples // pipelines:
         logger.warning("split %s has %d examples%s, fewer than one batch of %d: every batch holds repeats of "
-                       "the same examples, from several epochs", split_info.name, split_info.num_examples,
+                       "the same examples, from several epochs (read in the buffer order, which cannot resume "
+                       "from a step)", split_info.name, split_info.num_examples,
                        f" for {pipelines} input pipelines" if pipelines > 1 else "", batch)
     cache = options.cache
     if cache == "memory":

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import time
 from typing import Optional, Sequence, Union
 
 import tensorflow as tf
@@ -31,6 +32,7 @@ class ShardInfo:
     num_bytes: int
     sha256: str
     index_path: str = ""  # its record index ("offset size" per record, DALI's format); "" if it has none
+    index_bytes: int = 0  # the index's size as written (0: unknown, a dataset written before sizes were recorded)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +118,8 @@ def dataset_info(data_dir: str) -> DatasetInfo:
     try:
         body = storage.read_bytes(path)
     except (FileNotFoundError, tf.errors.NotFoundError):
-        raise DatasetNotFoundError(_not_found_message(data_dir)) from None
+        kept = "".join(f"; {work.describe()}" for work in kept_work(data_dir))
+        raise DatasetNotFoundError(_not_found_message(data_dir) + kept) from None
     try:
         manifest = json.loads(body.decode("utf-8"))
     except ValueError as err:
@@ -154,10 +157,50 @@ def _not_found_message(data_dir: str) -> str:
     return base + f". Convert a folder of images into it with: python -m converter --src IMAGE_FOLDER --out {data_dir}"
 
 
+@dataclasses.dataclass(frozen=True)
+class KeptWork:
+    """A stopped conversion's staging folder for ``data_dir``, kept for the same command to resume."""
+
+    path: str
+    num_bytes: int
+    age_s: float
+
+    def describe(self) -> str:
+        hours = self.age_s / 3600
+        age = f"{hours:.1f} h" if hours >= 1 else f"{self.age_s / 60:.0f} min"
+        return (f"a stopped conversion's finished work is kept in {self.path} ({self.num_bytes / 1e6:.1f} MB, "
+                f"{age} old): the command that was stopped resumes from it; deleting that folder discards it")
+
+
+def kept_work(data_dir: str) -> list[KeptWork]:
+    """Staging folders that stopped conversions into ``data_dir`` kept (beside it, or inside it in an object store)."""
+    data_dir = data_dir.rstrip("/")
+    if storage.is_s3(data_dir) or "://" in data_dir:
+        candidates = [f"{data_dir}/{name}" for name in _listing(data_dir)
+                      if name.startswith(record_schema.STAGING_PREFIX)]
+    else:
+        parent, name = os.path.split(os.path.abspath(data_dir))
+        prefix = f".{name}{record_schema.STAGING_PREFIX}"
+        candidates = [os.path.join(parent, entry) for entry in sorted(_listing(parent)) if entry.startswith(prefix)]
+    found = []
+    for path in candidates:
+        if storage.exists(f"{path}/{record_schema.RESUME_RECORD_PATH}"):
+            num_bytes, newest = storage.tree_size(path)
+            found.append(KeptWork(path, num_bytes, max(0.0, time.time() - newest)))
+    return found
+
+
+def _listing(folder: str) -> list[str]:
+    try:
+        return storage.listdir(folder)
+    except (OSError, tf.errors.NotFoundError):
+        return []
+
+
 def _split_info(data_dir: str, name: str, raw: dict) -> SplitInfo:
     shards = tuple(
         ShardInfo(os.path.join(data_dir, s["file"]), s["num_examples"], s["num_bytes"], s["sha256"],
-                  os.path.join(data_dir, s["dali_index"]) if s.get("dali_index") else "")
+                  os.path.join(data_dir, s["dali_index"]) if s.get("dali_index") else "", s.get("index_bytes", 0))
         for s in raw["shards"]
     )
     return SplitInfo(name, raw["num_examples"], raw["num_bytes"], shards, tuple(raw.get("label_counts", ())),

@@ -18,7 +18,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 import record_schema
 from reader import storage
-from reader.info import DatasetInfo, dataset_info
+from reader.info import DatasetInfo, dataset_info, kept_work
 from reader.verify import RecordError, iter_records
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ def summarize(data_dir: str) -> str:
                   + ", ".join(f"{name} {count}" for name, count in small.items() if count), ""]
     lines += _rejections(data_dir) + _skipped(info) + [""]
     lines += _duplicates(info)
+    lines += [f"note: {work.describe()}" for work in kept_work(data_dir)]
     return "\n".join(lines)
 
 

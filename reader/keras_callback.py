@@ -88,5 +88,8 @@ class ExactResume(keras.callbacks.Callback):
         folder = os.path.dirname(self.path)
         if folder:
             tf.io.gfile.makedirs(folder)
-        with tf.io.gfile.GFile(self.path, "w") as handle:
+        # Whole or not at all: a kill during the write must not leave half a position for the restart.
+        temp = f"{self.path}.partial"
+        with tf.io.gfile.GFile(temp, "w") as handle:
             handle.write(now.to_json())
+        tf.io.gfile.rename(temp, self.path, overwrite=True)

@@ -29,7 +29,7 @@ from typing import Optional, Sequence, Union
 
 import tensorflow as tf
 
-from reader import preprocess, storage
+from reader import preprocess, record_index
 from reader.buffered import buffered_batches
 from reader.info import DatasetInfo, SplitInfo, check_foreign_shards, dataset_info
 from reader.options import (Augmentation, FeatureKeys, ReadOptions, as_int, as_options, check_flag, check_output,
@@ -121,7 +121,10 @@ def build_dataset(
     seed = _check_seed(seed)
     if not info.converted:
         check_foreign_shards(split_info, keys)
-    _check_shards_present(split_info, skip_corrupt)
+    listings = record_index.list_folders([shard.path for shard in split_info.shards]
+                                         + [shard.index_path for shard in split_info.shards if shard.index_path])
+    split_info = _check_shards_present(split_info, skip_corrupt, listings)
+    split_info = record_index.usable(split_info, listings)  # a lost or damaged .idx: read through, never fail
     streams = _reads_streams(training, options, split_info, batch_size, start)
     source = Source(info, split_info, keys, label_offset, skip_corrupt)
     pipelines, pipeline_id = (1, 0) if input_context is None else (
@@ -150,10 +153,7 @@ def _reads_streams(training: bool, options: ReadOptions, split_info: SplitInfo, 
     """Whether this pipeline reads in the streams order; ``ValueError`` for a ``start`` it cannot honour."""
     streams = training and options.order == "streams" and options.cache is None and options.service is None
     if streams and split_info.num_examples < batch_size and start is None:
-        # No whole batch per epoch: the buffer order's batches hold examples of several epochs.
-        logger.warning("split %s has %d examples, fewer than one batch of %d: reading in the buffer order, whose "
-                       "batches repeat examples (and which cannot resume)", split_info.name,
-                       split_info.num_examples, batch_size)
+        # No whole batch per epoch: the buffer order's batches hold examples of several epochs (it warns).
         streams = False
     if start is not None and not streams:
         raise ValueError("start= resumes the training order; it needs training=True and options.order='streams' "
@@ -176,9 +176,6 @@ def _stream_records(source: Source, layout: StreamLayout, seed: int, start_step:
                     num_epochs: Optional[int], pipelines: int, pipeline_id: int) -> tf.data.Dataset:
     """``(record, key)`` of this pipeline in the "streams" order, from global step ``start_step`` on."""
     split = source.split
-    if not all(shard.index_path for shard in split.shards):
-        logger.info("split %s has shards without a record index (written before indexes): streams that start "
-                    "inside a shard read through the records before their start", split.name)
 
     def segment(path, index_path, first, count):
         records = read_segment(path, index_path, first, count, source.skip_corrupt, source.labels, source.s3,
@@ -346,29 +343,24 @@ def _check_seed(seed: object) -> Optional[int]:
     return value
 
 
-def _check_shards_present(split_info: SplitInfo, skip_corrupt: bool) -> None:
-    """Every shard the manifest lists is there (one listing per folder), or fail naming the missing ones.
+def _check_shards_present(split_info: SplitInfo, skip_corrupt: bool, listings: dict) -> SplitInfo:
+    """Every shard the manifest lists is there (``listings``: one listing per folder), or fail naming the missing;
+    with ``skip_corrupt``, the split without them, and one warning (not one per epoch that would have read them).
 
     The read itself checks again (a file can vanish later); this fails at
     once, before any thread starts.
     """
-    missing = []
-    by_folder: dict[str, list[str]] = {}
-    for path in split_info.files:
-        by_folder.setdefault(os.path.dirname(path), []).append(path)
-    for folder, paths in by_folder.items():
-        try:
-            present = set(storage.listdir(folder))
-        except tf.errors.NotFoundError:
-            present = set()
-        missing += [path for path in paths if os.path.basename(path) not in present]
+    missing = [path for path in split_info.files
+               if os.path.basename(path) not in listings.get(os.path.dirname(path), {})]
     if not missing:
-        return
+        return split_info
     names = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
     if skip_corrupt:
         logger.warning("split %s: %d listed shards are missing and will be skipped: %s",
                        split_info.name, len(missing), names)
-        return
+        kept = tuple(shard for shard in split_info.shards if shard.path not in set(missing))
+        return dataclasses.replace(split_info, shards=kept, num_examples=sum(s.num_examples for s in kept),
+                                   num_bytes=sum(s.num_bytes for s in kept))
     raise FileNotFoundError(
         f"split {split_info.name!r}: {len(missing)} of its {len(split_info.files)} shards are listed in the "
         f"manifest but missing: {names}. The dataset is incomplete: restore them, reconvert, or pass "

@@ -124,11 +124,22 @@ def record_offset(index_path: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
     """
 
     def lookup() -> tf.Tensor:
-        lines = tf.strings.split(tf.io.read_file(index_path), "\n")
-        return tf.strings.to_number(tf.strings.split(lines[record], " ")[0], tf.int64)
+        # Checked as record_schema.index_offset checks it: a copy's damaged index means reading through.
+        lines = tf.strings.split(tf.io.read_file(index_path), "\n")[:record + 1]
+        sound = tf.logical_and(tf.size(lines, out_type=tf.int64) > record,
+                               tf.reduce_all(tf.strings.regex_full_match(lines, r"\d{1,18} \d{1,18}")))
+        return tf.cond(sound, lambda: _chained_offset(lines), lambda: tf.constant(-1, tf.int64))
 
     return tf.cond(tf.equal(record, 0), lambda: tf.constant(0, tf.int64),
                    lambda: tf.cond(tf.equal(index_path, ""), lambda: tf.constant(-1, tf.int64), lookup))
+
+
+def _chained_offset(lines: tf.Tensor) -> tf.Tensor:
+    """The last line's offset if every offset is the one before plus its size, the first 0; else -1."""
+    fields = tf.strings.to_number(tf.strings.split(lines, " ").to_tensor(), tf.int64)
+    offsets, sizes = fields[:, 0], fields[:, 1]
+    starts = tf.concat([[0], tf.cumsum(sizes)[:-1]], axis=0)
+    return tf.where(tf.reduce_all(tf.equal(offsets, starts)), offsets[-1], tf.constant(-1, tf.int64))
 
 
 def _open_records(path: tf.Tensor, s3: bool, skip_corrupt: bool, read_buffer: Optional[int],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import struct
 import sys
 import threading
@@ -108,6 +109,64 @@ def listdir(folder: str) -> list[str]:
     return sorted(names)
 
 
+def tree_size(folder: str) -> tuple[int, float]:
+    """Bytes of every file under ``folder``, and the newest one's modification time (seconds since the epoch)."""
+    total, newest = 0, 0.0
+    if not is_s3(folder):
+        for root, _, files in tf.io.gfile.walk(folder):
+            for name in files:
+                stat = tf.io.gfile.stat(os.path.join(root, name))
+                total, newest = total + stat.length, max(newest, stat.mtime_nsec / 1e9)
+        return total, newest
+    bucket, prefix = _split(folder.rstrip("/") + "/")
+    for page in _client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            total, newest = total + item["Size"], max(newest, item["LastModified"].timestamp())
+    return total, newest
+
+
+def list_sizes(folder: str) -> dict[str, Optional[int]]:
+    """Name -> size of every file directly in ``folder``, from one listing; None where a listing gives no size.
+
+    Local folders are listed with their sizes (a stat each, microseconds);
+    S3 lists sizes itself, 1,000 keys per request; TensorFlow's other file
+    systems (gs://) list names only. A missing folder lists as empty.
+    """
+    if is_s3(folder):
+        bucket, prefix = _split(folder.rstrip("/") + "/")
+        found: dict[str, Optional[int]] = {}
+        for page in _client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+            found.update({item["Key"][len(prefix):]: item["Size"] for item in page.get("Contents", [])})
+        return found
+    if "://" not in folder or folder.startswith("file://"):
+        local = folder[len("file://"):] if folder.startswith("file://") else folder
+        try:
+            # A folder in a file's place lists with size -1: present, never a usable file of any size.
+            return {entry.name: entry.stat().st_size if entry.is_file() else -1 for entry in os.scandir(local or ".")}
+        except FileNotFoundError:
+            return {}
+    try:
+        return {name.rstrip("/"): None for name in tf.io.gfile.listdir(folder)}
+    except tf.errors.NotFoundError:
+        return {}
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write a whole file (a temporary name renamed into place where the file system can rename)."""
+    if is_s3(path):
+        bucket, key = _split(path)
+        _client().put_object(Bucket=bucket, Key=key, Body=data)
+        return
+    if "://" in path and not path.startswith("file://"):  # an object store: an object appears whole
+        with tf.io.gfile.GFile(path, "wb") as handle:
+            handle.write(data)
+        return
+    temp = path + ".partial"
+    with tf.io.gfile.GFile(temp, "wb") as handle:
+        handle.write(data)
+    tf.io.gfile.rename(temp, path, overwrite=True)
+
+
 def isdir(path: str) -> bool:
     return bool(listdir(path)) if is_s3(path) else tf.io.gfile.isdir(path)
 
@@ -133,8 +192,11 @@ def _stream(path: bytes, skip_missing: bool, index_path: bytes = b"", first: int
     url = path.decode("utf-8")
     client, (bucket, key) = _client(), _split(url)
     offset = 0
-    if first and index_path:  # "offset size" per record: the line of record ``first``
-        offset = int(read_bytes(index_path.decode("utf-8")).split(b"\n")[first].split()[0])
+    if first and index_path:  # "offset size" per record; a lost or damaged index: read through instead
+        try:
+            offset = record_schema.index_offset(read_bytes(index_path.decode("utf-8")), first) or 0
+        except FileNotFoundError:
+            offset = 0
     skip = 0 if offset or not first else first
     ranged = {"Range": f"bytes={offset}-"} if offset else {}
     try:

@@ -83,8 +83,23 @@ def iter_records(path: str) -> Iterator[bytes]:
     Raises:
       RecordError: at the first damaged frame; ``args[1]`` is its index.
     """
+    for _, _, data in _frames(path):
+        yield data
+
+
+def iter_frames(path: str) -> Iterator[tuple[int, int]]:
+    """``(offset, size)`` of every framed record of a TFRecord file (its record index), CRCs checked.
+
+    Raises:
+      RecordError: at the first damaged frame.
+    """
+    for offset, size, _ in _frames(path):
+        yield offset, size
+
+
+def _frames(path: str) -> Iterator[tuple[int, int, bytes]]:
     with storage.open_read(path) as handle:
-        index = 0
+        index, offset = 0, 0
         while True:
             header = handle.read(12)
             if not header:
@@ -100,8 +115,8 @@ def iter_records(path: str) -> Iterator[bytes]:
                 raise RecordError("truncated record data", index, path)
             if struct.unpack("<I", footer)[0] != record_schema.masked_crc32c(data):
                 raise RecordError("data CRC mismatch", index, path)
-            yield data
-            index += 1
+            yield offset, 16 + length, data
+            index, offset = index + 1, offset + 16 + length
 
 
 def verify(data_dir: str, sample: Optional[int] = None) -> Report:
@@ -137,7 +152,7 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
     name = os.path.basename(shard.path)
     report.shards_checked += 1
     count = 0
-    frames = []  # (offset, size) of every record: what a DALI index must say
+    frames = []  # (offset, size) of every record: what its record index must say
     try:
         for index, data in enumerate(iter_records(shard.path)):
             count += 1
@@ -156,32 +171,31 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
         report.problems.append(Problem(name, None, f"{count} records, the manifest says {shard.num_examples}"))
     if size != shard.num_bytes:
         report.problems.append(Problem(name, None, f"{size} bytes, the manifest says {shard.num_bytes}"))
-    if shard.sha256 and _file_sha256(shard.path) != shard.sha256:
+    if shard.sha256 and file_sha256(shard.path) != shard.sha256:
         report.problems.append(Problem(name, None, "SHA-256 differs from the manifest"))
     if frames is not None:
-        _check_dali_index(info, shard.path, frames, report)
+        _check_record_index(info, shard, frames, report)
 
 
-def _check_dali_index(info: DatasetInfo, shard_path: str, frames: list, report: Report) -> None:
-    """The shard's DALI index, if the manifest lists one, gives every record's offset and size."""
-    name = os.path.basename(shard_path)
-    entries = [s for split in info.manifest.get("splits", {}).values() for s in split.get("shards", [])
-               if s.get("file") == name and s.get("dali_index")]
-    if not entries:
+def _check_record_index(info: DatasetInfo, shard, frames: list, report: Report) -> None:
+    """The shard's record index (``.idx``, DALI's format), if the manifest names one, gives every record's
+    offset and size. A missing or damaged one slows the reader's starts inside the shard, never breaks them."""
+    if not shard.index_path:
         return
-    index_name = entries[0]["dali_index"]
-    index_path = os.path.join(os.path.dirname(shard_path), index_name)
+    index_name = os.path.basename(shard.index_path)
+    fix = f"; rebuild it with: python -m converter reindex {info.data_dir}"
     try:
-        text = storage.read_bytes(index_path).decode("ascii", errors="replace")
+        text = storage.read_bytes(shard.index_path).decode("ascii", errors="replace")
     except (FileNotFoundError, tf.errors.NotFoundError):
-        report.problems.append(Problem(index_name, None, "DALI index listed in the manifest but missing"))
+        report.problems.append(Problem(index_name, None, "record index listed in the manifest but missing" + fix))
         return
     expected = "".join(f"{offset} {size}\n" for offset, size in frames)
     if text != expected:
-        report.problems.append(Problem(index_name, None, f"DALI index does not match {name}'s records"))
+        report.problems.append(Problem(index_name, None,
+                                       f"record index does not match {os.path.basename(shard.path)}'s records" + fix))
 
 
-def _file_sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
     digest = hashlib.sha256()
     with storage.open_read(path) as handle:
         while chunk := handle.read(8 << 20):

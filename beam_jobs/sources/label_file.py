@@ -65,9 +65,6 @@ def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: flo
     checker.check()
     if not members.counts:
         raise InputError(f"--annotations {path} lists no images")
-    names = {name for _, name in members.counts}
-    if labels is None and all(name.lstrip("-").isdigit() for name in names):
-        labels = sorted(names, key=int)  # numeric labels keep their order: "10" after "9"
     return plan_from_members(members, labels, val_fraction, seed, src, {}, what="labels")
 
 

@@ -31,6 +31,29 @@ def test_class_folders_make_one_train_split_with_sorted_label_ids():
     assert _by_split(plan) == {"train": [("cat/a.jpg", "cat"), ("dog/b.jpg", "dog"), ("dog/sub/c.png", "dog")]}
 
 
+def test_integer_class_folders_get_numeric_label_ids_as_a_label_file_gives_them(tmp_path):
+    """Folders 0 1 2 10 are labels 0 1 2 3 in that order (Keras' string order would make 10 label 2)."""
+    plan = plan_inputs(Listing(("10/a.jpg", "2/b.jpg", "0/c.jpg", "1/d.jpg")))
+    assert plan.classes == ("0", "1", "2", "10")
+    from beam_jobs.options import ConvertOptions
+    from beam_jobs.sources import plan_inputs as plan_source
+
+    _touch(tmp_path / "src", "x/a.jpg", "x/b.jpg", "x/c.jpg", "x/d.jpg")
+    (tmp_path / "labels.csv").write_text("path,label\nx/a.jpg,10\nx/b.jpg,2\nx/c.jpg,0\nx/d.jpg,1\n")
+    options = ConvertOptions(src=str(tmp_path / "src"), out=str(tmp_path / "out"),
+                             annotations=str(tmp_path / "labels.csv"))
+    assert plan_source(options, str(tmp_path)).classes == plan.classes
+    mixed = plan_inputs(Listing(("10/a.jpg", "2/b.jpg", "cat/c.jpg")))
+    assert mixed.classes == ("10", "2", "cat")  # not all integers: sorted as text
+
+
+def test_classes_that_differ_only_in_case_are_a_warning():
+    plan = plan_inputs(Listing(("Cat/a.jpg", "cat/b.jpg", "dog/c.jpg")))
+    assert plan.classes == ("Cat", "cat", "dog")
+    assert any("1 group of classes differs only in case (Cat / cat)" in w and "case-insensitive" in w
+               for w in plan.warnings), plan.warnings
+
+
 def test_split_folders_share_label_ids_even_when_a_class_is_missing_from_one():
     plan = plan_inputs(Listing(("train/cat/1.jpg", "train/dog/2.jpg", "train/emu/3.jpg", "val/emu/4.jpg", "test/dog/5.jpg")))
     assert plan.classes == ("cat", "dog", "emu")

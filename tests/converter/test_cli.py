@@ -163,13 +163,24 @@ def test_error_budget_fails_publishes_nothing_and_points_to_the_report(tmp_path,
     proc = converter("--src", str(src), "--out", str(out), "--max-bad-fraction", "0.05", *FAST)
     assert proc.returncode == 1
     report = f"{out}.rejected.jsonl"
-    assert "10 of 100 images (10.0%) were rejected (undecodable 7, not-an-image 3)" in proc.stderr
+    assert "10 of 100 files (10.0%) were rejected (undecodable 7, not-an-image 3)" in proc.stderr
     assert report in proc.stderr
     assert not out.exists()
     assert len(open(report).readlines()) == 10
     # Within budget, the same tree converts and the stale report is cleared.
-    converter("--src", str(src), "--out", str(out), "--max-bad-fraction", "0.2", *FAST, check=True)
+    proc = converter("--src", str(src), "--out", str(out), "--max-bad-fraction", "0.2", *FAST, check=True)
     assert _manifest(out)["num_rejected"] == 10 and not os.path.exists(report)
+    assert "no records" not in proc.stderr
+
+    # A class whose every file is rejected is still a class (its label id stays), with a warning naming it.
+    (src / "zebra").mkdir()
+    for index in range(3):
+        (src / "zebra" / f"text{index}.jpg").write_bytes(sample_images["text"])
+    proc = converter("--src", str(src), "--out", str(out), "--overwrite", "--max-bad-fraction", "0.2", *FAST,
+                     check=True)
+    assert "warning: 1 class has no records: every file listed for it was rejected (rejected.jsonl): zebra" \
+        in proc.stderr
+    assert _manifest(out)["classes"][-1] == "zebra"
 
 
 def test_split_folders_and_pinned_labels(tmp_path, demo_src, converter):

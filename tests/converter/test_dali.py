@@ -1,4 +1,4 @@
-"""Record indexes (written by default; ``--dali-index`` is kept for old scripts): the index files NVIDIA DALI's TFRecord reader needs, checked against DALI itself.
+"""Record indexes (always written; ``--dali-index`` is deprecated, with a warning): the index files NVIDIA DALI's TFRecord reader needs, checked against DALI itself.
 
 DALI's own ``tfrecord2idx`` (installed with the ``nvidia-dali`` wheel) must
 write the same bytes, and a DALI pipeline on the CPU must read every record
@@ -28,8 +28,9 @@ def indexed(demo_src, tmp_path_factory):
     from tests.conftest import run_converter
 
     out = tmp_path_factory.mktemp("dali") / "out"
-    run_converter("--src", demo_src, "--out", str(out), "--shards", "3", "--val-fraction", "0.2", "--dali-index",
-                  *FAST, check=True)
+    proc = run_converter("--src", demo_src, "--out", str(out), "--shards", "3", "--val-fraction", "0.2",
+                         "--dali-index", *FAST, check=True)
+    assert "warning: --dali-index is deprecated and does nothing" in proc.stderr
     return out
 
 
@@ -53,7 +54,7 @@ def test_index_files_are_the_bytes_dalis_tfrecord2idx_writes_and_verify_checks_t
     victim = damaged / shards[0]["dali_index"]
     victim.write_text(victim.read_text().replace("\n", "\n", 1).replace(" ", "  ", 1))
     proc = converter("verify", str(damaged))
-    assert proc.returncode == 1 and f"{shards[0]['dali_index']}: DALI index does not match" in proc.stdout
+    assert proc.returncode == 1 and f"{shards[0]['dali_index']}: record index does not match" in proc.stdout
 
 
 def test_dali_reads_every_record_in_order_through_our_index_files(indexed):

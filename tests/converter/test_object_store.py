@@ -11,8 +11,10 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -155,6 +157,37 @@ def test_runs_killed_during_the_s3_publish_are_finished_by_the_next_run(images, 
         assert record_schema.MANIFEST_FILE not in s3_server.snapshot(bucket, "data")  # "no dataset", never a mix
     proc = run_converter(*command, check=True)
     assert "finishing the publish" in proc.stderr
+    files = s3_server.snapshot(bucket, "data")
+    assert not any(name.startswith(".staging-") for name in files)
+    assert _comparable(files) == _comparable(local_run)
+
+
+@pytest.mark.slow
+def test_a_stopped_run_keeps_its_work_in_s3_and_inspect_and_the_same_command_find_it(images, local_run, s3_server):
+    """SIGTERM (a preempted VM) once every part is validated: the work stays in OUT/.staging-<run>/, inspect
+    names it, and the same command resumes from it to a local run's bytes."""
+    bucket = s3_server.new_bucket()
+    out = f"s3://{bucket}/data"
+    command = [sys.executable, "-m", "converter", "--src", images, "--out", out, "--shards", "3",
+               "--val-fraction", "0.2", *s3_server.flags, *FAST]
+    stopped = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": REPO, faults.ENV: "sleep:60@bucket-ordered"})
+    for _ in range(1200):
+        if any("/_work/counts/part-" in name for name in s3_server.snapshot(bucket, "data")):
+            break
+        assert stopped.poll() is None, stopped.communicate()
+        time.sleep(0.1)
+    stopped.send_signal(signal.SIGTERM)
+    _, stderr = stopped.communicate(timeout=60)
+    assert stopped.returncode == 143, stderr
+    kept = sorted({name.split("/")[0] for name in s3_server.snapshot(bucket, "data")})
+    assert len(kept) == 1 and kept[0].startswith(".staging-")
+    assert f"is kept in {out}/{kept[0]}: the same command resumes from it" in stderr, stderr
+    inspect = subprocess.run([sys.executable, "-m", "converter", "inspect", out, *s3_server.flags], cwd=REPO,
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}, timeout=120)
+    assert inspect.returncode == 1 and f"finished work is kept in {out}/{kept[0]}" in inspect.stderr, inspect.stderr
+    proc = run_converter(*command[3:], check=True)
+    assert "resuming the interrupted run" in proc.stderr
     files = s3_server.snapshot(bucket, "data")
     assert not any(name.startswith(".staging-") for name in files)
     assert _comparable(files) == _comparable(local_run)

@@ -95,3 +95,33 @@ def test_a_rerun_with_other_options_or_inputs_starts_afresh_and_says_why(tmp_pat
     rerun = run_converter("--src", str(src), "--out", str(out), "--overwrite", *ARGS, check=True)
     assert "the listed images changed (90 -> 89 images)" in rerun.stderr
     assert sorted(name for name in os.listdir(tmp_path)) == ["out", "src"]
+
+
+@pytest.mark.slow
+def test_a_preempted_overwrite_keeps_its_work_beside_the_old_dataset_and_every_command_names_it(
+        tmp_path, demo_src, demo_dataset, reference):
+    """SIGTERM once a shard is written: the old dataset stays, the work stays beside it; the refusal without
+    --overwrite and inspect both name the kept folder, and the same command resumes from it."""
+    out = tmp_path / "out"
+    shutil.copytree(demo_dataset, out)
+    stopped = run_converter("--src", demo_src, "--out", str(out), "--overwrite", *ARGS,
+                            env={faults.ENV: "term@shard-written"})
+    assert stopped.returncode == 143, stopped.stderr
+    kept = [name for name in os.listdir(tmp_path) if name != "out"]
+    assert len(kept) == 1 and kept[0].startswith(".out.staging-"), kept
+    line = stopped.stderr.strip().splitlines()
+    assert len(line) == 1 and line[0].startswith(f"terminated: nothing was published; {out} is unchanged. Its "
+                                                 "finished work (12 of 12 parts validated, ")
+    assert f"is kept in {tmp_path / kept[0]}: the same command resumes from it" in line[0]
+
+    refused = run_converter("--src", demo_src, "--out", str(out), *ARGS)
+    assert refused.returncode == 1 and "pass --overwrite" in refused.stderr
+    assert re.search(r"a stopped run's finished work \(12 of 12 parts validated, \d+ shards? written; [\d.]+ kB, "
+                     r"0\.0 h old\) is kept in " + re.escape(str(tmp_path / kept[0])), refused.stderr), refused.stderr
+    inspect = run_converter("inspect", str(out), check=True)
+    assert f"note: a stopped conversion's finished work is kept in {tmp_path / kept[0]}" in inspect.stdout
+
+    rerun = run_converter("--src", demo_src, "--out", str(out), "--overwrite", *ARGS, check=True)
+    assert "resuming the interrupted run" in rerun.stderr
+    assert _digests(out) == reference
+    assert sorted(os.listdir(tmp_path)) == ["out"]

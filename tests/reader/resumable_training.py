@@ -19,10 +19,9 @@ import argparse
 import os
 import time
 
+import reader  # first: TensorFlow loads through it, which quiets TensorFlow's C++ INFO lines  # isort: skip
 import keras
 import tensorflow as tf
-
-import reader
 
 SEED, BATCH, SIZE = 3, 8, 16
 
@@ -43,8 +42,10 @@ class LoggedModel(keras.Sequential):
         return super().train_step(data)
 
 
-def _model(cls=keras.Sequential) -> keras.Model:
-    model = cls([keras.Input((SIZE, SIZE, 3)), keras.layers.Flatten(), keras.layers.Dense(3)])
+def _model(cls=keras.Sequential, hidden: int = 0) -> keras.Model:
+    """A linear model; ``hidden`` units in between make its backups big enough (MBs) to kill inside a save."""
+    layers = [keras.layers.Dense(hidden)] if hidden else []
+    model = cls([keras.Input((SIZE, SIZE, 3)), keras.layers.Flatten(), *layers, keras.layers.Dense(3)])
     model.compile(optimizer=keras.optimizers.SGD(1e-4),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.optimizer.build(model.trainable_variables)
@@ -64,11 +65,13 @@ class Slow(keras.callbacks.Callback):
 
 def train_keras(args) -> None:
     LoggedModel.log_path = args.log
-    model = _model(LoggedModel)
+    model = _model(LoggedModel, args.hidden)
     steps = reader.steps_per_epoch(args.data, "train", BATCH)
     dataset = reader.build_dataset(args.data, "train", BATCH, SIZE, seed=SEED, start=model.optimizer.iterations)
-    model.fit(dataset, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=[
-        keras.callbacks.BackupAndRestore(args.backup, save_freq=4, delete_checkpoint=False),
+    model.fit(dataset, epochs=args.epochs, steps_per_epoch=steps, verbose=0, shuffle=False, callbacks=[
+        # The README's recipe: double_checkpoint keeps the previous backup for a kill inside a save.
+        keras.callbacks.BackupAndRestore(args.backup, save_freq=args.save_freq, double_checkpoint=True,
+                                         delete_checkpoint=False),
         reader.ExactResume(os.path.join(args.backup, "position.json"), args.data, "train", BATCH, SEED, args.epochs),
         Slow(args.slow),
     ])
@@ -114,6 +117,8 @@ def main() -> None:
     parser.add_argument("--pipelines", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--slow", type=float, default=0.0)
+    parser.add_argument("--save-freq", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=0)
     args = parser.parse_args()
     (train_keras if args.mode == "keras" else train_loop)(args)
 

@@ -55,6 +55,16 @@ def test_a_shard_that_vanishes_after_build_fails_within_seconds_naming_it(copy_o
     assert time.monotonic() - started < 30
 
 
+def test_a_shard_missing_before_the_build_is_skipped_with_one_warning_not_one_per_epoch(copy_of, capfd, caplog):
+    victim = _shard(copy_of)
+    victim.unlink()
+    ds = reader.build_dataset(str(copy_of), batch_size=8, image_size=16, seed=1, skip_corrupt=True)
+    for _ in ds.take(120):  # several epochs
+        pass
+    said = capfd.readouterr().err + caplog.text
+    assert said.count(victim.name) == 1, said
+
+
 def test_a_missing_shard_is_skipped_with_a_warning_on_request(copy_of, capfd):
     ds = reader.build_dataset(str(copy_of), batch_size=8, image_size=16, training=False, skip_corrupt=True)
     victim = _shard(copy_of)
@@ -183,7 +193,7 @@ def test_numpy_integers_and_option_dicts_are_taken_as_what_they_mean(demo_datase
 
 def test_a_training_batch_larger_than_the_split_is_a_warning(demo_dataset, caplog):
     reader.build_dataset(demo_dataset, "validation", batch_size=64, image_size=16)
-    assert "split validation has 18 examples, fewer than one batch of 64" in caplog.text
+    assert caplog.text.count("split validation has 18 examples, fewer than one batch of 64") == 1  # once
     assert "the buffer order" in caplog.text  # an epoch of the default order holds whole batches: none here
     with pytest.raises(ValueError, match="split 'validation' has 18 examples, fewer than one batch of 64"):
         reader.build_dataset(demo_dataset, "validation", batch_size=64, image_size=16, seed=1, start=0)

@@ -98,3 +98,19 @@ def test_verify_and_inspect_take_the_converters_s3_flags(s3_dataset, s3_server):
         proc = subprocess.run([sys.executable, "-m", "converter", command, url, *s3_server.flags],
                               capture_output=True, text=True, timeout=300, cwd=REPO, env={**env, "PYTHONPATH": REPO})
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_s3_copy_without_or_with_damaged_indexes_resumes_the_same_and_reindex_puts_them_back(
+        demo_dataset, s3_dataset, s3_server, s3_env, caplog):
+    url, bucket = s3_dataset
+    client, shards = s3_server.client(), reader.dataset_info(url).split("train").shards
+    keys = [shard.index_path[len(f"s3://{bucket}/"):] for shard in shards]
+    originals = {key: client.get_object(Bucket=bucket, Key=key)["Body"].read() for key in keys}
+    client.delete_object(Bucket=bucket, Key=keys[0])  # as `aws s3 sync --exclude '*.idx'` leaves it
+    client.put_object(Bucket=bucket, Key=keys[1], Body=b"garbage")
+    resumed = dict(split="train", batch_size=8, image_size=64, seed=3, start=5, num_epochs=1)
+    assert _batches(reader.build_dataset(url, **resumed)) == _batches(reader.build_dataset(demo_dataset, **resumed))
+    assert "2 of its 4 shards have no usable record index (1 missing, 1 damaged" in caplog.text
+    proc = _cli("reindex", url, env=s3_env)
+    assert proc.returncode == 0 and proc.stdout.startswith("rebuilt 2 record indexes, "), proc.stdout
+    assert {key: client.get_object(Bucket=bucket, Key=key)["Body"].read() for key in keys} == originals
