@@ -25,11 +25,12 @@ import os
 import re
 import uuid
 from array import array
-from typing import Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import record_schema
 from beam_jobs import formats, interrupt
 from beam_jobs.filesystems import FileSystems
+from beam_jobs.stage_records import ImageRef
 
 logger = logging.getLogger(__name__)
 
@@ -39,19 +40,6 @@ SYSTEM_FILES = frozenset({"thumbs.db", "desktop.ini", ".ds_store"})
 
 class InputError(ValueError):
     """SRC (or --labels) does not describe a dataset we can convert."""
-
-
-class ImageRef(NamedTuple):
-    """One listed input image: where it is and what it is labelled.
-
-    ``relpath`` is relative to SRC, ``/``-separated. A NamedTuple, not a
-    dataclass: millions of these are pickled between pipeline stages, and
-    tuples pickle several times faster.
-    """
-
-    split: str
-    relpath: str
-    label: int
 
 
 @dataclasses.dataclass(frozen=True)

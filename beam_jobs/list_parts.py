@@ -22,7 +22,7 @@ import math
 from typing import Iterable, Mapping, Optional
 
 from beam_jobs import interrupt, work_records
-from beam_jobs.discover import ImageRef
+from beam_jobs.stage_records import ImageRef
 from beam_jobs.filesystems import FileSystems
 
 # Parts of at most this many images: a part's records are sorted in one worker's memory (~200 B each).

@@ -12,69 +12,18 @@ from there. So each image is decoded at most once and encoded at most once.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
-import json
-from typing import Callable, NamedTuple, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 
 from beam_jobs import formats
-from beam_jobs.discover import ImageRef, display_path
+from beam_jobs.discover import display_path
 from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
-
-
-class Accepted(NamedTuple):
-    """A listed image that will be written (a NamedTuple: it is pickled between stages).
-
-    Attributes:
-      ref: the image.
-      source_sha256: SHA-256 digest (32 bytes) of the input file, so the writer can tell if
-        the file changed between the two reads.
-      reencoded_because: "" when stored byte for byte.
-      height, width: size of the stored image.
-      spill: where a re-encoded image's JPEG bytes wait for the writer:
-        (chunk id, byte offset, length) in the chunk's spill file; () when
-        stored byte for byte.
-    """
-
-    ref: ImageRef
-    source_sha256: bytes
-    reencoded_because: str
-    height: int
-    width: int
-    spill: tuple = ()
-    channels: int = 3
-    stored_bytes: int = 0  # bytes of the JPEG the record will hold (sizes shards for --shards auto)
-
-
-@dataclasses.dataclass(frozen=True)
-class AcceptedBatch:
-    """Accepted images that travel together between pipeline stages (a chunk, or a shard's worth).
-
-    A wrapper rather than a list: Beam's default coder pickles each NamedTuple
-    of a list on its own (about nine pickles per image over the pipeline, a
-    tenth of the per-image CPU), while an unknown object like this one is
-    pickled once, as a whole.
-    """
-
-    items: tuple[Accepted, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RejectedInput:
-    """A listed image that will not be written, and why."""
-
-    relpath: str  # as text (discover.display_path)
-    reason: str
-    detail: str
-
-    def to_json(self) -> str:
-        """One line of ``rejected.jsonl``."""
-        return json.dumps({"path": self.relpath, "reason": self.reason, "detail": self.detail}, ensure_ascii=False)
+from beam_jobs.stage_records import Accepted, ImageRef, RejectedInput
 
 
 @functools.lru_cache(maxsize=16)

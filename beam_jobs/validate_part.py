@@ -23,7 +23,8 @@ from beam_jobs.count import PartCounts
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.list_parts import WorkLayout
 from beam_jobs.options import EncodeOptions
-from beam_jobs.validate import RejectedInput, validate_chunk
+from beam_jobs.stage_records import RejectedInput
+from beam_jobs.validate import validate_chunk
 
 
 def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: EncodeOptions,

@@ -42,9 +42,8 @@ from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
 from beam_jobs import publish
-from beam_jobs.discover import ImageRef
 from beam_jobs.filesystems import FileSystems
-from beam_jobs.validate import Accepted
+from beam_jobs.stage_records import Accepted, ImageRef
 
 MAGIC = b"IMGSHARDS-WORK"
 END = b"WORK-END"

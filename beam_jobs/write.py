@@ -28,7 +28,8 @@ from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.tfrecord import frame_parts, serialize_example
-from beam_jobs.validate import Accepted, read_source, read_spilled
+from beam_jobs.stage_records import Accepted
+from beam_jobs.validate import read_source, read_spilled
 
 
 class SourceChangedError(RuntimeError):

@@ -12,3 +12,50 @@ def test_ruff_finds_nothing():
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--output-format", "concise", REPO],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (at the top or inside a function alike)."""
+    import ast
+    import os
+
+    modules = {}
+    for package in ("beam_jobs", "reader", "converter", "bench"):
+        for folder, _, files in os.walk(os.path.join(REPO, package)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    module = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+                    modules[module] = path
+    graph = {module: set() for module in modules}
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    target = f"{node.module}.{alias.name}"
+                    graph[module].add(target if target in modules else node.module)
+            elif isinstance(node, ast.Import):
+                graph[module].update(alias.name for alias in node.names)
+        graph[module] = {target for target in graph[module] if target in modules and target != module}
+    return graph
+
+
+def test_every_import_arrow_points_one_way():
+    """No import circles: a module's dependencies never import it back, even lazily inside a function."""
+    graph, state, path, circles = _imports(), {}, [], []
+
+    def visit(module: str) -> None:
+        state[module] = "open"
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                circles.append(" -> ".join(path[path.index(target):] + [target]))
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert not circles, circles

@@ -25,8 +25,7 @@ def test_sorted_files_merge_into_one_sorted_file_in_rounds_past_the_fan_in(tmp_p
 
 
 def _content(relpath: str, sha: bytes, split: str = "train", label: int = 0) -> bytes:
-    from beam_jobs.discover import ImageRef
-    from beam_jobs.validate import Accepted
+    from beam_jobs.stage_records import Accepted, ImageRef
 
     return work_records.encode_content(Accepted(ImageRef(split, relpath, label), sha + b"\0" * 16, "", 1, 1))
 

@@ -9,8 +9,8 @@ import random
 import pytest
 
 from beam_jobs import work_records
-from beam_jobs.discover import ImageRef, keyed_hash
-from beam_jobs.validate import Accepted
+from beam_jobs.discover import keyed_hash
+from beam_jobs.stage_records import Accepted, ImageRef
 
 
 def _accepted(relpath: str, split: str = "train", label: int = 3, spill: tuple = ()) -> Accepted:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
-from beam_jobs.discover import ImageRef
+from beam_jobs.stage_records import Accepted, ImageRef
 from beam_jobs.options import EncodeOptions
-from beam_jobs.validate import Accepted, validate_chunk
+from beam_jobs.validate import validate_chunk
 from beam_jobs.write import write_shard
 from tests.conftest import read_records
 
