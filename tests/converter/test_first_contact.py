@@ -124,10 +124,12 @@ def _wait_for(pattern, timeout=60):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("signum", "to_group", "code", "word"),
-                         [(signal.SIGINT, True, 130, "interrupted"), (signal.SIGTERM, False, 143, "terminated")])
-def test_ctrl_c_and_sigterm_print_one_line_and_leave_nothing_beside_out(tmp_path, demo_src, signum, to_group,
-                                                                          code, word):
-    """Ctrl-C reaches the terminal's whole process group; timeout/Slurm/Kubernetes send SIGTERM to the launcher."""
+                         [(signal.SIGINT, True, 130, "interrupted"), (signal.SIGTERM, False, 143, "terminated"),
+                          (signal.SIGHUP, True, 129, "hung up")])
+def test_a_stop_prints_one_line_naming_the_finished_work_it_keeps_beside_out(tmp_path, demo_src, signum, to_group,
+                                                                              code, word):
+    """Ctrl-C reaches the terminal's whole process group; Kubernetes sends SIGTERM to the launcher; a dropped
+    ssh session SIGHUP to the group. Once a shard is written, the stop keeps the run's work for the rerun."""
     src = tmp_path / "imgs"
     shutil.copytree(demo_src, src)
     out = tmp_path / "imgs-tfrecords"
@@ -142,8 +144,13 @@ def test_ctrl_c_and_sigterm_print_one_line_and_leave_nothing_beside_out(tmp_path
     _, stderr = proc.communicate(timeout=60)
     assert time.monotonic() - started < 20
     assert proc.returncode == code
-    assert stderr.strip().splitlines() == [f"{word}: nothing was published; {out} is unchanged"]
-    assert sorted(os.listdir(tmp_path)) == ["imgs"]
+    kept = [name for name in os.listdir(tmp_path) if name != "imgs"]
+    assert len(kept) == 1 and kept[0].startswith(".imgs-tfrecords.staging-"), kept
+    line = stderr.strip().splitlines()
+    assert len(line) == 1 and line[0].startswith(f"{word}: nothing was published; {out} is unchanged. Its finished "
+                                                 "work (1 of 1 parts validated, ")
+    assert line[0].endswith(f"is kept in {tmp_path / kept[0]}: the same command resumes from it; deleting that "
+                            "folder discards it")
     # No worker process outlives the launcher (its workers share its session; other tests' runs do not).
     time.sleep(1)
     workers = subprocess.run(["pgrep", "-s", str(proc.pid), "-f", "beam_jobs.local_worker"], capture_output=True,
