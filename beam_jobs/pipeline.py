@@ -94,10 +94,10 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
     with publish.output_lock(out):
         faults.point("locked")
         publish.recover_and_clean(out)
-        _check_out(out, options.overwrite)
+        resume.check_out(out, options.overwrite)
         scratch, staging = publish.new_scratch(out), None
         try:
-            with interrupt.live_run(last_resort=lambda: _last_resort(staging, out, scratch)):
+            with interrupt.live_run(last_resort=lambda: resume.last_resort(staging, out, scratch)):
                 plan = _plan(options, scratch)
                 leftovers = publish.leftover_stagings(out)
                 staging = publish.new_staging(out)
@@ -117,7 +117,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
                 publish.commit(staging, out, manifest)
             faults.point("committed")
         except BaseException as err:
-            if staging is not None and not getattr(err, "kept_staging", None) and not _kept_on_stop(err, staging):
+            if staging is not None and not getattr(err, "kept_staging", None) and not resume.kept_on_stop(err, staging):
                 try:
                     publish.discard_staging(staging)
                 except (OSError, BeamIOError) as err:
@@ -127,44 +127,6 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
             shutil.rmtree(scratch, ignore_errors=True)
     _remove_quietly(_rejected_report_path(out))
     return ConvertSummary.from_manifest(out, manifest, time.monotonic() - started)
-
-
-def _check_out(out: str, overwrite: bool) -> None:
-    """:func:`publish.check_out`, whose refusal also names work a stopped run kept beside OUT (never forgotten)."""
-    try:
-        publish.check_out(out, overwrite)
-    except publish.DatasetExistsError as err:
-        kept = [work for work in map(resume.kept_work, publish.leftover_stagings(out)) if work]
-        if not kept:
-            raise
-        notes = "; ".join(f"a stopped run's finished work ({work.describe()}, {work.age_s / 3600:.1f} h old) is "
-                          f"kept in {work.staging}: the same command with --overwrite resumes from it; deleting "
-                          "that folder discards it" for work in kept)
-        raise publish.DatasetExistsError(f"{err}. Also, {notes}") from None
-
-
-def _kept_on_stop(err: BaseException, staging: str) -> bool:
-    """A stop signal keeps the run's finished work, as a SIGKILL would (spot VMs, Slurm and Kubernetes
-    send SIGTERM first): True, and ``err`` says where, when there is any. A stop during the commit keeps
-    nothing (the dataset was published, or the commit's own record finishes it)."""
-    if not isinstance(err, interrupt.Interrupted) or err.published:
-        return False
-    try:
-        kept = resume.kept_work(staging)
-    except (OSError, BeamIOError) as failed:  # cannot tell: keep it, the next run decides
-        logger.warning("could not look into %s: %s", staging, failed)
-        return True
-    if kept:
-        err.kept = kept.sentence()
-    return kept is not None
-
-
-def _last_resort(staging: Optional[str], out: str, scratch: str) -> None:
-    """The deadline's cleanup when unwinding hung: lock file and scratch go; finished work stays, and is named."""
-    kept = resume.kept_work(staging) if staging else None
-    publish.abandon(None if kept else staging, out, scratch)
-    if kept:
-        interrupt.add_to_exit_message(kept.sentence())
 
 
 def _plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:

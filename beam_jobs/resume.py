@@ -34,7 +34,9 @@ import os
 import time
 from typing import Optional, Sequence
 
-from beam_jobs import publish, work_records
+from apache_beam.io.filesystem import BeamIOError
+
+from beam_jobs import interrupt, publish, work_records
 from beam_jobs.discover import InputPlan
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
@@ -191,3 +193,41 @@ def human_bytes(num: int) -> str:
             return f"{num} {unit}" if unit == "bytes" else f"{num:.1f} {unit}"
         num /= 1000
     raise AssertionError("unreachable")
+
+
+def check_out(out: str, overwrite: bool) -> None:
+    """:func:`publish.check_out`, whose refusal also names work a stopped run kept beside OUT (never forgotten)."""
+    try:
+        publish.check_out(out, overwrite)
+    except publish.DatasetExistsError as err:
+        kept = [work for work in map(kept_work, publish.leftover_stagings(out)) if work]
+        if not kept:
+            raise
+        notes = "; ".join(f"a stopped run's finished work ({work.describe()}, {work.age_s / 3600:.1f} h old) is "
+                          f"kept in {work.staging}: the same command with --overwrite resumes from it; deleting "
+                          "that folder discards it" for work in kept)
+        raise publish.DatasetExistsError(f"{err}. Also, {notes}") from None
+
+
+def kept_on_stop(err: BaseException, staging: str) -> bool:
+    """A stop signal keeps the run's finished work, as a SIGKILL would (spot VMs, Slurm and Kubernetes
+    send SIGTERM first): True, and ``err`` says where, when there is any. A stop during the commit keeps
+    nothing (the dataset was published, or the commit's own record finishes it)."""
+    if not isinstance(err, interrupt.Interrupted) or err.published:
+        return False
+    try:
+        kept = kept_work(staging)
+    except (OSError, BeamIOError) as failed:  # cannot tell: keep it, the next run decides
+        logger.warning("could not look into %s: %s", staging, failed)
+        return True
+    if kept:
+        err.kept = kept.sentence()
+    return kept is not None
+
+
+def last_resort(staging: Optional[str], out: str, scratch: str) -> None:
+    """The deadline's cleanup when unwinding hung: lock file and scratch go; finished work stays, and is named."""
+    kept = kept_work(staging) if staging else None
+    publish.abandon(None if kept else staging, out, scratch)
+    if kept:
+        interrupt.add_to_exit_message(kept.sentence())

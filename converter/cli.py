@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import traceback
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from beam_jobs import interrupt
 from beam_jobs import options as opts
@@ -260,18 +260,30 @@ def verify(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     if args.sample is not None and args.sample < 0:
         parser.error(f"--sample must be >= 0, got {args.sample}")
+
+    def check(args: argparse.Namespace) -> int:
+        from reader.verify import verify as run_verify
+
+        report = run_verify(args.out, sample=args.sample)
+        print(report.format())
+        return 0 if report.ok else 1
+
+    return _on_dataset(args, check)
+
+
+def _on_dataset(args: argparse.Namespace, act: Callable[[argparse.Namespace], int],
+                also: tuple[type[Exception], ...] = ()) -> int:
+    """Run a dataset command's ``act`` with TensorFlow quiet and the ``--s3_*`` flags applied; a missing or
+    malformed dataset (or one of ``also``) is one ``error:`` line and exit 1."""
     _quiet_tensorflow()
     _configure_s3(args)
     from reader.info import DatasetNotFoundError
-    from reader.verify import verify as run_verify
 
     try:
-        report = run_verify(args.out, sample=args.sample)
-    except (DatasetNotFoundError, ValueError) as err:
+        return act(args)
+    except (DatasetNotFoundError, ValueError, *also) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(report.format())
-    return 0 if report.ok else 1
 
 
 def inspect(argv: Sequence[str]) -> int:
@@ -310,19 +322,15 @@ def reindex(argv: Sequence[str]) -> int:
         "reads correctly anyway, but starts inside a shard (streams, resuming) then read through the records "
         "before them.")
     parser.add_argument("--all", action="store_true", help="rebuild every index, not only the missing or damaged")
-    args = parser.parse_args(argv)
-    _quiet_tensorflow()
-    _configure_s3(args)
-    from reader.info import DatasetNotFoundError
-    from reader.record_index import rebuild
 
-    try:
+    def fix(args: argparse.Namespace) -> int:
+        from reader.record_index import rebuild
+
         result = rebuild(args.out, every=args.all)
-    except (DatasetNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    print(result.format())
-    return 1 if result.failed else 0
+        print(result.format())
+        return 1 if result.failed else 0
+
+    return _on_dataset(parser.parse_args(argv), fix)
 
 
 def tfds_metadata(argv: Sequence[str]) -> int:
@@ -330,19 +338,15 @@ def tfds_metadata(argv: Sequence[str]) -> int:
     parser = _dataset_command(
         "tfds-metadata", "Write TensorFlow Datasets' metadata (dataset_info.json, features.json, the label list) "
         "into a converted dataset, so tfds.builder_from_directory(OUT) reads it. Needs tensorflow-datasets.")
-    args = parser.parse_args(argv)
-    _quiet_tensorflow()
-    _configure_s3(args)
-    from reader.info import DatasetNotFoundError
-    from reader.tfds_metadata import write_tfds_metadata
 
-    try:
+    def write(args: argparse.Namespace) -> int:
+        from reader.tfds_metadata import write_tfds_metadata
+
         names = write_tfds_metadata(args.out)
-    except (DatasetNotFoundError, ValueError, ImportError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    print(f"wrote {', '.join(names)} into {args.out}; read it with tfds.builder_from_directory({args.out!r})")
-    return 0
+        print(f"wrote {', '.join(names)} into {args.out}; read it with tfds.builder_from_directory({args.out!r})")
+        return 0
+
+    return _on_dataset(parser.parse_args(argv), write, also=(ImportError,))
 
 
 def _quiet_tensorflow() -> None:
