@@ -1,0 +1,283 @@
+"""What an archive holds, read without extracting it and without trusting it: the member table.
+
+In: a seekable file object over a ``.tar`` or ``.zip`` (local, or an object
+store's ranged reader), or a range of one (an archive inside an uncompressed
+tar). Out: :class:`Member` (a regular file: its normalised path and where its
+bytes sit in the outermost file) or :class:`Refused` (a member that must not
+be converted, with a reason for ``rejected.jsonl``), in archive order.
+
+Archives come from strangers, so no member is trusted:
+
+* ``unsafe-path``: an absolute name, a ``..`` component, or an empty name;
+* ``link``: symbolic and hard links; ``special-file``: devices, FIFOs, sparse files;
+* ``suspicious-compression``: a zip member that claims to inflate past
+  :data:`MAX_RATIO` times its stored size (and past 1 MiB), or past the
+  caller's byte limit: zip bombs are refused from the central directory,
+  before a byte is inflated; ``overlapping-member``: a zip member whose bytes
+  overlap another's (the other classic bomb); ``encrypted``; ``unsupported-compression``;
+* ``truncated-archive``: the archive ends inside a member or a header; the
+  members before the cut are whole and listed, the cut is one refusal naming
+  where it broke.
+
+A zip whose central directory cannot be read is an :class:`ArchiveError` (the
+caller names the file): nothing in it can be located. Member bytes are read
+with :func:`read_member`, which inflates with a bound, so memory never follows
+what an archive claims.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import posixpath
+import stat
+import struct
+import tarfile
+import zipfile
+import zlib
+from typing import BinaryIO, Iterator, Union
+
+# A member inflating past this many times its stored size (and past _RATIO_FLOOR bytes) is refused.
+# Compressed images (JPEG, PNG, WebP) deflate by 1-1.1x; raw BMP or TIFF of photos by 2-4x; only flat
+# synthetic images reach 100x, and a deflate bomb 1000x.
+MAX_RATIO = 100
+_RATIO_FLOOR = 1 << 20
+_ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length
+_ZIP_LOCAL_SIGNATURE = b"PK\x03\x04"
+STORED, DEFLATED = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
+
+
+class ArchiveError(ValueError):
+    """An archive that cannot be read at all (a ``.zip`` that is not one, a corrupt central directory)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """A regular file in an archive: ``size`` stored bytes at ``offset`` of the outermost file."""
+
+    path: str  # normalised: "/"-separated, no "./", no leading or trailing "/"
+    offset: int
+    size: int
+    length: int  # bytes once inflated (== size when stored)
+    method: int = STORED
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """A member that is not converted, and why (a reason of ``rejected.jsonl`` and the detail)."""
+
+    path: str
+    reason: str
+    detail: str
+
+
+Entry = Union[Member, Refused]
+
+
+class RangeFile(io.RawIOBase):
+    """Bytes ``start .. start + size`` of a seekable file, as a file of their own (an archive in an archive)."""
+
+    def __init__(self, handle: BinaryIO, start: int, size: int) -> None:
+        super().__init__()
+        self._handle, self._start, self._size, self._position = handle, start, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer) -> int:
+        wanted = min(len(buffer), self._size - self._position)
+        if wanted <= 0:
+            return 0
+        self._handle.seek(self._start + self._position)
+        data = self._handle.read(wanted)
+        buffer[:len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+
+def normalise(name: str) -> Union[str, Refused]:
+    """A member's path as an extraction would place it, or why it must not be placed anywhere."""
+    if not name or name.startswith("/") or (len(name) > 1 and name[1] == ":"):  # "C:..." too
+        return Refused(name or "(empty name)", "unsafe-path", "an absolute or empty member name")
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        return Refused(name, "unsafe-path", "a member name with '..' points outside the archive")
+    if not parts:
+        return Refused(name, "unsafe-path", "an empty member name")
+    return "/".join(parts)
+
+
+def scan_tar(handle: BinaryIO, size: int, base: int = 0) -> Iterator[Entry]:
+    """The members of an uncompressed tar of ``size`` bytes read through ``handle`` (which starts at ``base``
+    of the outermost file), in archive order. Folders are left out: a folder is its members."""
+    try:
+        archive = tarfile.open(fileobj=handle, mode="r:")  # noqa: SIM115 (closed below; never extracts)
+    except tarfile.ReadError as err:
+        yield Refused("", "truncated-archive", f"no tar header could be read: {err}")
+        return
+    with archive:
+        while True:
+            try:
+                info = archive.next()
+            except (tarfile.ReadError, EOFError) as err:  # a cut or corrupt header: what came before stands
+                yield Refused("", "truncated-archive", f"the tar breaks after byte {archive.offset}: {err}")
+                return
+            if info is None:
+                yield from _unless_ended(handle, archive.offset, size)
+                return
+            entry = _tar_entry(info, size, base)
+            if entry is not None:
+                yield entry
+            if isinstance(entry, Refused) and entry.reason == "truncated-archive":
+                return  # the archive ends inside this member: nothing follows
+
+
+def _unless_ended(handle: BinaryIO, offset: int, size: int) -> Iterator[Refused]:
+    """A refusal when the tar stops at ``offset`` without its end marker (cut short, or a corrupt header:
+    tarfile takes either for the end)."""
+    handle.seek(offset)
+    block = handle.read(tarfile.BLOCKSIZE)
+    if offset < size and len(block) == tarfile.BLOCKSIZE and not block.strip(b"\0"):
+        return  # the end-of-archive marker
+    what = "ends" if offset >= size else "breaks (not a tar header)"
+    yield Refused("", "truncated-archive", f"the tar {what} at byte {offset}; the members before it are whole")
+
+
+def _tar_entry(info: tarfile.TarInfo, size: int, base: int) -> Union[Entry, None]:
+    path = normalise(info.name)
+    if isinstance(path, Refused):
+        return path
+    if info.isdir():
+        return None
+    if info.issym() or info.islnk():
+        return Refused(path, "link", f"a {'symbolic' if info.issym() else 'hard'} link to {info.linkname!r}")
+    if not info.isreg() or info.issparse():
+        return Refused(path, "special-file", "a device, FIFO or sparse file, not a regular file")
+    if info.offset_data + info.size > size:
+        return Refused(path, "truncated-archive", f"the tar ends at byte {size}, inside this member "
+                       f"({info.size} bytes from byte {info.offset_data})")
+    return Member(path, base + info.offset_data, info.size, info.size)
+
+
+def scan_zip(handle: BinaryIO, base: int = 0, limit: int = 1 << 62) -> Iterator[Entry]:
+    """The members of a zip read through ``handle`` (starting at ``base`` of the outermost file).
+
+    ``limit``: the most bytes one member may inflate to (the caller's
+    ``--max-pixels``-scale bound). Raises :class:`ArchiveError` when the
+    central directory cannot be read.
+    """
+    try:
+        archive = zipfile.ZipFile(handle)  # noqa: SIM115 (closed below)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as err:
+        raise ArchiveError(f"not a readable zip: {err}") from err
+    with archive:
+        infos = archive.infolist()
+    spans = []
+    for info in infos:
+        entry = _zip_entry(handle, info, base, limit)
+        if isinstance(entry, Member):
+            spans.append((entry.offset, entry.offset + entry.size, entry.path))
+        if entry is not None:
+            yield from _unless_overlapping(entry, spans)
+
+
+def _zip_entry(handle: BinaryIO, info: zipfile.ZipInfo, base: int, limit: int) -> Union[Entry, None]:
+    path = normalise(info.filename)
+    if isinstance(path, Refused):
+        return path
+    if info.is_dir():
+        return None
+    mode = info.external_attr >> 16
+    if stat.S_ISLNK(mode):
+        return Refused(path, "link", "a symbolic link")
+    if stat.S_IFMT(mode) and not stat.S_ISREG(mode):  # zipfile's own writestr leaves the type bits unset
+        return Refused(path, "special-file", "a device, FIFO or socket, not a regular file")
+    if info.flag_bits & 0x1:
+        return Refused(path, "encrypted", "an encrypted member")
+    if info.compress_type not in (STORED, DEFLATED):
+        return Refused(path, "unsupported-compression", f"compression method {info.compress_type} "
+                       "(stored and deflated members are read)")
+    if info.file_size > limit or (info.file_size > _RATIO_FLOOR and info.file_size > MAX_RATIO * info.compress_size):
+        return Refused(path, "suspicious-compression", f"claims {info.file_size} bytes from {info.compress_size} "
+                       f"stored (at most {MAX_RATIO}x, and {limit} bytes, are read): a zip bomb")
+    handle.seek(info.header_offset)
+    header = handle.read(_ZIP_LOCAL_HEADER.size)
+    if len(header) < _ZIP_LOCAL_HEADER.size or header[:4] != _ZIP_LOCAL_SIGNATURE:
+        return Refused(path, "truncated-archive", f"no local header at byte {info.header_offset}")
+    name_length, extra_length = _ZIP_LOCAL_HEADER.unpack(header)[1:]
+    offset = base + info.header_offset + _ZIP_LOCAL_HEADER.size + name_length + extra_length
+    return Member(path, offset, info.compress_size, info.file_size, info.compress_type)
+
+
+def _unless_overlapping(entry: Entry, spans: list) -> Iterator[Entry]:
+    """``entry``, or its refusal when its bytes overlap a member listed before it (checked against all)."""
+    if isinstance(entry, Member):
+        start, end = entry.offset, entry.offset + entry.size
+        for other_start, other_end, other in spans[:-1]:
+            if start < other_end and other_start < end and entry.size:
+                spans.pop()
+                yield Refused(entry.path, "overlapping-member", f"its bytes overlap those of {other!r}")
+                return
+    yield entry
+
+
+def read_member(handle: BinaryIO, member: Member) -> bytes:
+    """The bytes of ``member`` (inflated), reading ``handle`` (the outermost file) at its offset.
+
+    Never inflates past the length the archive declared: a member that
+    would is an :class:`ArchiveError`, so memory stays bounded by what was
+    checked when the member was listed.
+    """
+    handle.seek(member.offset)
+    stored = handle.read(member.size)
+    if len(stored) < member.size:
+        raise ArchiveError(f"{member.path}: the archive ends {member.size - len(stored)} bytes into it")
+    if member.method == STORED:
+        return stored
+    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+    try:
+        data = inflater.decompress(stored, member.length + 1)
+    except zlib.error as err:
+        raise ArchiveError(f"{member.path}: its deflated bytes are corrupt: {err}") from err
+    if len(data) != member.length or inflater.unconsumed_tail:
+        raise ArchiveError(f"{member.path}: inflates to other than the {member.length} bytes it declares")
+    return data
+
+
+def folder_members(entries: Iterator[Entry]) -> tuple[list[Member], list[Refused], str]:
+    """The members an extraction would leave, as a folder: a later member of a name replaces an earlier one
+    (as ``tar -x`` and ``unzip -o`` do; the earlier is refused as ``duplicate-member``); when every member
+    sits under one top folder (what ``zip -r x.zip x/`` makes), that folder is the archive's folder and its
+    name is returned, stripped from every path.
+    """
+    members: dict[str, Member] = {}
+    refused: list[Refused] = []
+    for entry in entries:
+        if isinstance(entry, Refused):
+            refused.append(entry)
+            continue
+        if entry.path in members:
+            refused.append(Refused(entry.path, "duplicate-member", "a later member of the same name replaces "
+                                   "it, as extraction would"))
+        members[entry.path] = entry
+    listed = list(members.values())
+    tops = {posixpath.dirname(member.path).split("/")[0] for member in listed}
+    if len(tops) == 1 and "" not in tops and listed:
+        top = tops.pop()
+        cut = len(top) + 1
+        listed = [dataclasses.replace(member, path=member.path[cut:]) for member in listed]
+        refused = [dataclasses.replace(r, path=r.path[cut:]) if r.path.startswith(top + "/") else r
+                   for r in refused]
+        return listed, refused, top
+    return listed, refused, ""
