@@ -233,11 +233,29 @@ def _listing(folder: str) -> list[str]:
 
 
 def write_text(path: str, text: str) -> None:
-    if not text and FileSystems.get_scheme(path) == "s3":
+    """Write a small file whole or not at all (every stage's completion marker is one of these).
+
+    Locally a temporary name is renamed into place: a kill during the write
+    must never leave an empty or half marker that a resumed run would trust
+    (the signal matrix once kept a part's empty counts file). In an object
+    store an object appears whole when its upload completes.
+    """
+    data = text.encode("utf-8")
+    if not is_local(path):
+        _create(path, data)
+        return
+    temp = path + ".partial"
+    _create(temp, data)
+    FileSystems.rename([temp], [path])
+
+
+def _create(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` directly, as its file system needs (S3 refuses an empty multipart upload)."""
+    if not data and FileSystems.get_scheme(path) == "s3":
         _put_empty_s3_object(path)
         return
-    with FileSystems.create(path) as handle:
-        handle.write(text.encode("utf-8"))
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(data)
 
 
 class _LazyFile:
@@ -254,7 +272,7 @@ class _LazyFile:
 
     def close(self) -> None:
         if self._handle is None:
-            write_text(self._path, "")
+            _create(self._path, b"")
         else:
             self._handle.close()
 
