@@ -20,12 +20,13 @@ import collections
 import dataclasses
 import hashlib
 import heapq
+import itertools
 import logging
 import os
 import re
 import uuid
 from array import array
-from typing import Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import record_schema
 from beam_jobs import formats, interrupt
@@ -47,13 +48,25 @@ class Listing:
     """What a walk of SRC found: file paths and folder paths, relative to SRC.
 
     ``files`` is any re-iterable collection (a tuple, or a scratch file's
-    :class:`beam_jobs.work_records.Spilled`); rules read it in passes.
+    :class:`beam_jobs.work_records.Spilled`); rules read it in passes. When
+    SRC holds archives (:mod:`beam_jobs.sources.archives`), their members are
+    files at the paths their extraction would give, and ``located`` holds
+    ``(path, source)`` for every file, in the order of ``files`` (the source
+    locates a member's bytes; "" for a plain file).
     """
 
     files: Iterable[str]
     dirs: tuple[str, ...] = ()
     # Reason -> count of entries the walk itself passed over (symlink loops...).
     skipped: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    located: Optional[Iterable[tuple[str, str]]] = None
+    # (path as shown, refusal locator) of archive entries that have no place in the tree (a member named
+    # "../x", a tar cut short): listed only to be rejected, with their reason, by validation.
+    refused: tuple[tuple[str, str], ...] = ()
+
+    def entries(self) -> Iterator[tuple[str, str]]:
+        """``(path, source)`` of every file."""
+        return iter(self.located) if self.located is not None else ((path, "") for path in self.files)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +91,9 @@ class InputPlan:
     class_text: tuple[str, ...] = ()  # each class's text for the records (--synsets); default: its name
     split_counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
     unlisted: tuple[str, ...] = ()  # classes (of --labels) with no listed file, already warned about
+    # Compressed archives the listing inflated (beam_jobs.sources.archives.Inflated): the launcher puts
+    # them in the run's work folder, where their members' sources point, before the pipeline reads them.
+    inflated: tuple = ()
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}
@@ -85,17 +101,17 @@ class InputPlan:
 
 @dataclasses.dataclass(frozen=True)
 class Members:
-    """``(split, class name, relpath)`` of every image, and the count per (split, class name).
+    """``(split, class name, relpath, source)`` of every image, and the count per (split, class name).
 
     ``items`` is held in memory, or spilled to a scratch file (see :func:`collect_members`).
     """
 
-    items: Iterable[tuple[str, str, str]]
+    items: Iterable[tuple[str, str, str, str]]
     counts: Mapping[tuple[str, str], int]
 
 
-def collect_members(triples: Iterable[tuple[str, str, str]], scratch: Optional[str] = None) -> Members:
-    """Gather ``(split, class name, relpath)`` triples, counting them: in memory, or streamed to ``scratch``."""
+def collect_members(triples: Iterable[tuple[str, str, str, str]], scratch: Optional[str] = None) -> Members:
+    """Gather ``(split, class name, relpath, source)`` tuples, counting them: in memory, or streamed to ``scratch``."""
     counts: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def counted() -> Iterator[tuple[str, str, str]]:
@@ -104,7 +120,7 @@ def collect_members(triples: Iterable[tuple[str, str, str]], scratch: Optional[s
             yield triple
 
     if scratch is None:
-        items: Iterable[tuple[str, str, str]] = tuple(counted())
+        items: Iterable[tuple[str, str, str, str]] = tuple(counted())
     else:
         from beam_jobs import work_records  # imports this module: loaded when first needed
 
@@ -126,23 +142,25 @@ class PlannedRefs:
     """
 
     def __init__(self, members: Members, label_of: Mapping[str, int], carve: Optional[Mapping[str, bytes]],
-                 seed: int) -> None:
+                 seed: int, refused: Sequence[ImageRef] = ()) -> None:
         self._members, self._label_of, self._carve, self._seed = members, dict(label_of), carve, seed
-        self._count = sum(members.counts.values())
+        self._refused = tuple(refused)  # listed only to be rejected (see Listing.refused): last
+        self._count = sum(members.counts.values()) + len(self._refused)
 
     def _refs(self) -> Iterator[ImageRef]:
         carve, seed, label_of = self._carve, self._seed, self._label_of
-        for split, name, relpath in self._members.items:
+        for split, name, relpath, source in self._members.items:
             if carve is not None:
                 threshold = carve.get(name)
                 carved = threshold is not None and carve_key(seed, relpath) <= threshold
                 split = "validation" if carved else "train"
-            yield ImageRef(split, relpath, label_of[name])
+            yield ImageRef(split, relpath, label_of[name], source)
 
     def __iter__(self) -> Iterator[ImageRef]:
         if isinstance(self._members.items, tuple):
-            return iter(sorted(self._refs(), key=lambda ref: (record_schema.SPLITS.index(ref.split), ref.relpath)))
-        return self._refs()
+            ordered = sorted(self._refs(), key=lambda ref: (record_schema.SPLITS.index(ref.split), ref.relpath))
+            return iter(ordered + list(self._refused))
+        return itertools.chain(self._refs(), self._refused)
 
     def __len__(self) -> int:
         return self._count
@@ -209,14 +227,14 @@ def plan_inputs(
                         "not a class: skipped. Point --src at the folder of images")
     inside = tuple(folder + "/" for folder in datasets)
 
-    def visible(count: bool) -> Iterator[str]:
-        for path in listing.files:
+    def visible(count: bool) -> Iterator[tuple[str, str]]:
+        for path, source in listing.entries():
             if path.startswith(inside):
                 skipped["converted-dataset"] += count
             elif not _skip_reason(path, skipped if count else None):
-                yield path
+                yield path, source
 
-    top_dirs = {path.split("/")[0] for path in visible(count=True) if "/" in path}
+    top_dirs = {path.split("/")[0] for path, _ in visible(count=True) if "/" in path}
     dirs = [d for d in listing.dirs if d not in datasets and not d.startswith(inside)]
     top_dirs |= {d.split("/")[0] for d in dirs if not _is_hidden(d)}
     split_layout = bool(top_dirs) and all(d.lower() in _SPLIT_NAMES for d in top_dirs)
@@ -226,15 +244,18 @@ def plan_inputs(
     depth = 2 if split_layout else 1  # path parts before the file's class
     stray = _Stray()  # images not in a class folder, by folder
 
-    def triples() -> Iterator[tuple[str, str, str]]:
-        for path in visible(count=False):
+    def split_of(path: str) -> str:
+        return _SPLIT_NAMES.get(path.split("/")[0].lower(), "train") if split_layout else "train"
+
+    def triples() -> Iterator[tuple[str, str, str, str]]:
+        for path, source in visible(count=False):
             parts = path.split("/")
             if len(parts) <= depth:
                 skipped["stray-file"] += 1
                 if formats.has_image_extension(parts[-1]):
                     stray.add("/".join(parts[:-1]), path)
                 continue
-            yield (_SPLIT_NAMES[parts[0].lower()] if split_layout else "train"), parts[depth - 1], path
+            yield split_of(path), parts[depth - 1], path, source
 
     members = collect_members(triples(), scratch)
     class_dirs = {tuple(d.split("/")[:depth]) for d in dirs if len(d.split("/")) >= depth}
@@ -252,7 +273,8 @@ def plan_inputs(
                 f"class folder {src}/{display_path(name)} has a name that is not valid UTF-8, so it cannot "
                 "be a class name (class names are stored as text in every record); rename it"
             )
-    plan = plan_from_members(members, labels, val_fraction, seed, src, skipped, what="class folders")
+    refused = [ImageRef(split_of(path), path, 0, source) for path, source in listing.refused]
+    plan = plan_from_members(members, labels, val_fraction, seed, src, skipped, what="class folders", refused=refused)
     warnings += [_stray_warning(src, folder, count, examples, depth) for folder, count, examples in stray.folders()]
     return dataclasses.replace(plan, warnings=tuple(warnings) + plan.warnings)
 
@@ -326,12 +348,14 @@ def plan_from_members(
     src: str,
     skipped: Mapping[str, int],
     what: str = "classes",
+    refused: Sequence[ImageRef] = (),
 ) -> InputPlan:
     """The plan of every input source: ``(split, class name, relpath)`` members in, refs with label ids out.
 
     Label ids index the sorted union of class names over all splits (or
     ``labels``), so a class missing from one split never shifts the others;
     ``val_fraction`` carves validation out of train; oddities become warnings.
+    ``refused``: archive entries listed only to be rejected (see :class:`Listing`).
     """
     found = class_order({name for _, name in members.counts})
     if labels is not None:
@@ -365,7 +389,7 @@ def plan_from_members(
         if sizes["train"] and sizes[split] > sizes["train"]:
             warnings.append(f"split {split} has {sizes[split]} images, more than train's {sizes['train']}"
                             + (f" (--val-fraction {val_fraction:g})" if val_fraction > 0 else ""))
-    refs = PlannedRefs(members, label_of, carve, seed)
+    refs = PlannedRefs(members, label_of, carve, seed, refused)
     return InputPlan(refs, classes, dict(sorted(skipped.items())), tuple(warnings),
                      split_counts={split: n for split, n in sizes.items() if n},
                      unlisted=tuple(name for name in classes if name not in set(found)))
@@ -409,7 +433,7 @@ def carve_thresholds(members: Members, wanted: Mapping[str, int], seed: int) -> 
         if not refine:
             break
         counts = {name: array("q", bytes(8 * 256)) for name in refine}
-        for _, name, relpath in members.items:
+        for _, name, relpath, _ in members.items:
             if name in counts:
                 key, known = carve_key(seed, relpath), prefix[name]
                 if key.startswith(known):
@@ -424,7 +448,7 @@ def carve_thresholds(members: Members, wanted: Mapping[str, int], seed: int) -> 
                     break
                 below += count
     candidates: dict[str, list[bytes]] = collections.defaultdict(list)
-    for _, name, relpath in members.items:
+    for _, name, relpath, _ in members.items:
         if name in prefix:
             key = carve_key(seed, relpath)
             if key.startswith(prefix[name]):
@@ -546,20 +570,42 @@ def list_tree(src: str, scratch: Optional[str] = None) -> Listing:
     """
     skipped: collections.Counter[str] = collections.Counter()
     dirs: list[str] = []
-    if FileSystems.get_scheme(src) in (None, "file"):
-        files = _walk_local(src, dirs, skipped)
-    else:
-        files = _walk_remote(src)
-    if scratch is None:
-        listed: Iterable[str] = tuple(sorted(files))
-    else:
-        from beam_jobs import work_records  # imports this module: loaded when first needed
+    return listing_of(src, walk(src, dirs, skipped), dirs, skipped, scratch)
 
-        listed = work_records.spill(scratch_file(scratch, "listing"), work_records.PATH, files,
-                                    work_records.encode_path, work_records.decode_path)
+
+def walk(src: str, dirs: list[str], skipped: collections.Counter) -> Iterator[str]:
+    """The files under ``src`` as :func:`list_tree` finds them (folders go to ``dirs``, passed-over entries
+    are counted in ``skipped``), streamed."""
+    if FileSystems.get_scheme(src) in (None, "file"):
+        return _walk_local(src, dirs, skipped)
+    return _walk_remote(src)
+
+
+def listing_of(src: str, files: Iterable[str], dirs: Iterable[str], skipped: Mapping[str, int],
+               scratch: Optional[str] = None, located: Optional[Iterable[tuple[str, str]]] = None,
+               refused: Callable[[], Sequence[tuple[str, str]]] = tuple) -> Listing:
+    """The :class:`Listing` of streamed ``files`` (or ``located`` ``(path, source)`` entries): spilled to
+    ``scratch`` as they come, or held sorted. ``dirs``, ``skipped`` and ``refused()`` are read once the
+    stream has been consumed (a walk fills them as it goes)."""
+    from beam_jobs import work_records
+
+    if located is None:
+        entries: Iterable[tuple[str, str]] = ((path, "") for path in files)
+    else:
+        entries = located
+    if scratch is None:
+        held = tuple(sorted(entries))
+        listed: Iterable[str] = tuple(path for path, _ in held)
+        pairs: Optional[Iterable[tuple[str, str]]] = held if located is not None else None
+    else:
+        spilled = work_records.spill(scratch_file(scratch, "listing"), work_records.PATH, entries,
+                                     lambda entry: work_records.encode_path(*entry), work_records.decode_path)
+        listed = spilled
+        pairs = work_records.Spilled(spilled.path, work_records.PATH, work_records.decode_entry, len(spilled)) \
+            if located is not None else None
     if not FileSystems.get_scheme(src) in (None, "file") and not len(listed):
         raise InputError(f"--src {src!r} holds no files (or does not exist)")
-    return Listing(listed, tuple(sorted(dirs)), dict(skipped))
+    return Listing(listed, tuple(sorted(set(dirs))), dict(skipped), pairs, tuple(refused()))
 
 
 def _walk_local(src: str, dirs: list[str], skipped: collections.Counter) -> Iterator[str]:

@@ -19,14 +19,20 @@ from typing import NamedTuple
 class ImageRef(NamedTuple):
     """One listed input image: where it is and what it is labelled.
 
-    ``relpath`` is relative to SRC, ``/``-separated. A NamedTuple, not a
-    dataclass: millions of these are pickled between pipeline stages, and
-    tuples pickle several times faster.
+    ``relpath`` is relative to SRC, ``/``-separated: where the image is in SRC,
+    or in its extraction when it is an archive's member. ``source`` is empty
+    for a plain file, else the member's locator (where its bytes sit in the
+    archive, or why it is refused: :mod:`beam_jobs.sources.archive_members`).
+    Everything the output holds depends on ``relpath`` only, so an archive
+    converts to the bytes of its extraction. A NamedTuple, not a dataclass:
+    millions of these are pickled between pipeline stages, and tuples pickle
+    several times faster.
     """
 
     split: str
     relpath: str
     label: int
+    source: str = ""
 
 
 class Accepted(NamedTuple):

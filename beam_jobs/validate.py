@@ -23,6 +23,7 @@ from beam_jobs.discover import display_path
 from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
+from beam_jobs.sources import archive_members
 from beam_jobs.stage_records import Accepted, ImageRef, RejectedInput
 
 
@@ -42,27 +43,49 @@ def source_path(src: str, relpath: str) -> str:
     return source_filesystem(src).join(src, *relpath.split("/"))
 
 
-def read_source(src: str, relpath: str) -> bytes:
-    """The bytes of one input file (raises OSError when it cannot be read).
+def read_source(src: str, relpath: str, source: str = "", work: str = "") -> bytes:
+    """The bytes of one input: the file ``relpath`` of SRC, or the archive member ``source`` locates.
 
-    Read as stored: an image is never decompressed because its name ends in ``.gz``.
+    Raises OSError when it cannot be read, ArchiveError (a ValueError) when an
+    archive member's bytes are not what its archive declared. Read as stored:
+    an image is never decompressed because its name ends in ``.gz``.
     """
+    if source:
+        return _read_member(src, source, work)
     path = source_path(src, relpath)
     # S3 reuses one boto3 client per process (beam_jobs.filesystems), not one per image.
     with source_filesystem(src).open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         return handle.read()
 
 
-def validate_ref(src: str, ref: ImageRef, options: EncodeOptions) -> Union[tuple[Accepted, Encoded], RejectedInput]:
+def _read_member(src: str, source: str, work: str) -> bytes:
+    """An archive member's bytes, by offset: a ranged read of the archive (in SRC, or inflated in ``work``)."""
+    located = archive_members.parse_locator(source)
+    if isinstance(located, archive_members.Refused):
+        raise ValueError("a refused member has no bytes to read")
+    root = work if located.in_work else src
+    path = source_path(root, located.file) if located.file else root
+    with source_filesystem(root).open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return archive_members.read_member(handle, located.member)
+
+
+def validate_ref(src: str, ref: ImageRef, options: EncodeOptions,
+                 work: str = "") -> Union[tuple[Accepted, Encoded], RejectedInput]:
     """Read ``ref`` and decide whether it is written: ``(Accepted, Encoded)`` or the rejection.
 
     A file that vanished or cannot be read since the listing is rejected, not
-    fatal: the run goes on and the report names it.
+    fatal: the run goes on and the report names it. So is an archive member the
+    listing refused (its reason), or whose bytes are not what its archive declares.
     """
+    if ref.source.startswith(archive_members.REFUSED):
+        refused = archive_members.parse_locator(ref.source)
+        return RejectedInput(display_path(ref.relpath), refused.reason, refused.detail)
     try:
-        data = read_source(src, ref.relpath)
+        data = read_source(src, ref.relpath, ref.source, work)
+    except archive_members.ArchiveError as err:
+        return RejectedInput(display_path(ref.relpath), "corrupt-member", display_path(str(err)))
     except OSError as err:  # Beam's BeamIOError is an OSError too
-        if not FileSystems.exists(source_path(src, ref.relpath)):  # gone since listing, or a label file's typo
+        if not ref.source and not FileSystems.exists(source_path(src, ref.relpath)):  # gone, or a label file's typo
             return RejectedInput(display_path(ref.relpath), "missing-file", missing_detail(ref.relpath))
         return RejectedInput(display_path(ref.relpath), "unreadable",
                              f"could not be read: {display_path(str(err))}")
@@ -103,7 +126,7 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
     offset = 0
     try:
         for ref in refs:
-            result = validate_ref(src, ref, options)
+            result = validate_ref(src, ref, options, work)
             if on_result is not None:
                 on_result()
             if isinstance(result, RejectedInput):

@@ -17,16 +17,18 @@ file gives every record whose key falls in that range, with one seek per file.
 Kinds of record (all big-endian):
 
 * ``LISTED``: an image to read, as listed by the launcher: split code (u8),
-  label (u32), relative path. Unsorted (no buckets).
+  label (u32), relative path, then NUL and its source locator when it has one
+  (an archive member). Unsorted (no buckets).
 * ``ACCEPTED``: a validated image, keyed by the keyed hash of its path that
   orders the records: key (16 B), path, NUL, then label, source SHA-256,
-  height, width, channels, spill part, offset and length, stored bytes, re-encode reason.
+  height, width, channels, spill part, offset and length, stored bytes, re-encode reason,
+  and NUL and the source locator when there is one.
   Sorting the raw bytes sorts by (key, path): the records' final order.
 * ``CONTENT``: one accepted image for the duplicate search: the first 16 bytes
   of its SHA-256, split code, label, path.
 * ``PATH`` and ``MEMBER``: the launcher's scratch lists while it plans (stage
   1): a listed file's path; an image's split code (u8), class name (u16
-  length, then UTF-8) and path.
+  length, then UTF-8) and path. Both end with NUL and the source locator when there is one.
 
 Paths are UTF-8 with lone surrogates kept (``surrogatepass``), so a file whose
 name is not UTF-8 round-trips to the same ``str`` the listing produced. About
@@ -47,7 +49,7 @@ from beam_jobs.stage_records import Accepted, ImageRef
 
 MAGIC = b"IMGSHARDS-WORK"
 END = b"WORK-END"
-VERSION = 1
+VERSION = 2  # 2: source locators (archive members)
 LISTED, ACCEPTED, CONTENT, PATH, MEMBER = 1, 2, 3, 4, 5
 
 _HEADER = struct.Struct(">14sBBI")
@@ -88,13 +90,24 @@ def bucket_of(key: bytes, buckets: int) -> int:
 
 # --- records ---------------------------------------------------------------------------------------------------
 
+def _with_source(data: bytes, source: str) -> bytes:
+    return data + b"\0" + source.encode("utf-8", "surrogatepass") if source else data
+
+
+def _and_source(data: bytes) -> tuple[str, str]:
+    """``(text, source)`` of a field written by :func:`_with_source`."""
+    text, _, source = data.partition(b"\0")
+    return _path_text(text), _path_text(source)
+
+
 def encode_listed(ref: ImageRef) -> bytes:
-    return _LISTED.pack(split_code(ref.split), ref.label) + _path_bytes(ref.relpath)
+    return _LISTED.pack(split_code(ref.split), ref.label) + _with_source(_path_bytes(ref.relpath), ref.source)
 
 
 def decode_listed(record: bytes) -> ImageRef:
     code, label = _LISTED.unpack_from(record)
-    return ImageRef(record_schema.SPLITS[code], _path_text(record[_LISTED.size:]), label)
+    relpath, source = _and_source(record[_LISTED.size:])
+    return ImageRef(record_schema.SPLITS[code], relpath, label, source)
 
 
 def encode_accepted(key: bytes, item: Accepted) -> bytes:
@@ -102,16 +115,17 @@ def encode_accepted(key: bytes, item: Accepted) -> bytes:
     part, offset, length = item.spill if item.spill else (_NO_SPILL, 0, 0)
     fields = _ACCEPTED.pack(item.ref.label, item.source_sha256, item.height, item.width, item.channels,
                             part, offset, length, item.stored_bytes)
-    return key + _path_bytes(item.ref.relpath) + b"\0" + fields + item.reencoded_because.encode("utf-8")
+    return (key + _path_bytes(item.ref.relpath) + b"\0" + fields
+            + _with_source(item.reencoded_because.encode("utf-8"), item.ref.source))
 
 
 def decode_accepted(record: bytes, split: str) -> Accepted:
     end = record.index(b"\0", KEY_BYTES)
     relpath = _path_text(record[KEY_BYTES:end])
     label, sha, height, width, channels, part, offset, length, stored = _ACCEPTED.unpack_from(record, end + 1)
-    because = record[end + 1 + _ACCEPTED.size:].decode("utf-8")
+    because, source = _and_source(record[end + 1 + _ACCEPTED.size:])
     spill = () if part == _NO_SPILL else (part, offset, length)
-    return Accepted(ImageRef(split, relpath, label), sha, because, height, width, spill, channels, stored)
+    return Accepted(ImageRef(split, relpath, label, source), sha, because, height, width, spill, channels, stored)
 
 
 class Content(NamedTuple):
@@ -133,24 +147,31 @@ def decode_content(record: bytes) -> Content:
     return Content(sha, record_schema.SPLITS[code], label, _path_text(record[_CONTENT.size:]))
 
 
-def encode_path(relpath: str) -> bytes:
-    return _path_bytes(relpath)
+def encode_path(relpath: str, source: str = "") -> bytes:
+    return _with_source(_path_bytes(relpath), source)
 
 
 def decode_path(record: bytes) -> str:
-    return _path_text(record)
+    """The path alone of a PATH record (its source, if any, left out)."""
+    return _and_source(record)[0]
 
 
-def encode_member(split: str, name: str, relpath: str) -> bytes:
+def decode_entry(record: bytes) -> tuple[str, str]:
+    """``(path, source)`` of a PATH record."""
+    return _and_source(record)
+
+
+def encode_member(split: str, name: str, relpath: str, source: str = "") -> bytes:
     data = name.encode("utf-8", "surrogatepass")
-    return _MEMBER.pack(split_code(split), len(data)) + data + _path_bytes(relpath)
+    return _MEMBER.pack(split_code(split), len(data)) + data + _with_source(_path_bytes(relpath), source)
 
 
-def decode_member(record: bytes) -> tuple[str, str, str]:
+def decode_member(record: bytes) -> tuple[str, str, str, str]:
+    """``(split, class name, path, source)``."""
     code, size = _MEMBER.unpack_from(record)
     start = _MEMBER.size
     return (record_schema.SPLITS[code], record[start:start + size].decode("utf-8", "surrogatepass"),
-            _path_text(record[start + size:]))
+            *_and_source(record[start + size:]))
 
 
 # --- files -----------------------------------------------------------------------------------------------------

@@ -99,8 +99,8 @@ def encode_accepted(src: str, item: Accepted, options: EncodeOptions, work: str 
         # Encoded once, by validation (see beam_jobs.validate): copy, never decode again.
         return Encoded(read_spilled(work, item), item.height, item.width, "", item.reencoded_because)
     try:
-        data = read_source(src, relpath)
-    except OSError as err:
+        data = read_source(src, relpath, item.ref.source, work)
+    except (OSError, ValueError) as err:  # ValueError: an archive member no longer what its archive declared
         raise SourceChangedError(f"{display_path(relpath)} vanished during the conversion ({err}); rerun the command") from err
     if hashlib.sha256(data).digest() != item.source_sha256:
         raise SourceChangedError(f"{display_path(relpath)} changed during the conversion; rerun the command")

@@ -7,11 +7,16 @@
 * ImageNet as it ships (class folders for train, a flat ``val/`` labelled by a
   ground-truth file, ``--val-labels``): :mod:`beam_jobs.sources.imagenet`.
 
+Wherever a folder is read, an archive (``.tar``, ``.tar.gz``, ``.zip``...) reads
+as its extraction, by offset and without extracting
+(:mod:`beam_jobs.sources.archives`, over :mod:`beam_jobs.sources.archive_members`).
+
 Everything after the plan (validation, shards, manifest) is the same for all.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 from beam_jobs import discover
@@ -33,9 +38,16 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None) -> disco
 
         return label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed,
                                options.annotation_columns, scratch=scratch)
-    listing = discover.list_tree(options.src, scratch)
+    from beam_jobs.sources import archives
+
+    # Bytes one archive member may inflate to: an image at --max-pixels, 32 bytes a pixel (a float64 RGBA TIFF).
+    limit = 32 * options.encode.max_pixels
+    listing, inflated = archives.list_tree(options.src, scratch, limit)
     if options.val_labels:
         from beam_jobs.sources import imagenet
 
-        return imagenet.plan(options.src, listing, options.val_labels, labels, options.seed, scratch=scratch)
-    return discover.plan_inputs(listing, labels, options.val_fraction, options.seed, src=options.src, scratch=scratch)
+        plan = imagenet.plan(options.src, listing, options.val_labels, labels, options.seed, scratch=scratch)
+    else:
+        plan = discover.plan_inputs(listing, labels, options.val_fraction, options.seed, src=options.src,
+                                    scratch=scratch)
+    return dataclasses.replace(plan, inflated=tuple(inflated))

@@ -23,6 +23,11 @@ A zip whose central directory cannot be read is an :class:`ArchiveError` (the
 caller names the file): nothing in it can be located. Member bytes are read
 with :func:`read_member`, which inflates with a bound, so memory never follows
 what an archive claims.
+
+A listed member travels through the conversion as its *locator*
+(``ImageRef.source``): a short text saying which file holds its bytes and
+where (:func:`locator`, :func:`parse_locator`), or why it is refused
+(:func:`refusal`). Plain files have the empty locator.
 """
 
 from __future__ import annotations
@@ -232,6 +237,76 @@ def _unless_overlapping(entry: Entry, spans: list) -> Iterator[Entry]:
     yield entry
 
 
+# --- locators: where a listed member's bytes are, as text carried by its ImageRef --------------------------------
+
+IN_SRC, IN_WORK, REFUSED = "a", "w", "!"
+
+
+@dataclasses.dataclass(frozen=True)
+class Located:
+    """A member's bytes: ``member`` (offset, sizes, method) in ``file``.
+
+    ``file`` is relative to SRC ("" when SRC itself is the archive), or to the
+    run's work folder when ``in_work`` (a compressed archive inflated there).
+    """
+
+    file: str
+    in_work: bool
+    member: Member
+
+
+def locator(file: str, member: Member, in_work: bool = False) -> str:
+    """The text that locates ``member``'s bytes in ``file`` (see :class:`Located`)."""
+    kind = IN_WORK if in_work else IN_SRC
+    return f"{kind}:{member.method}:{member.offset}:{member.size}:{member.length}:{file}"
+
+
+def refusal(reason: str, detail: str) -> str:
+    """The locator of a member that is listed only to be rejected: validation reports ``reason`` and ``detail``."""
+    return f"{REFUSED}{reason}\t{detail}"
+
+
+def parse_locator(text: str) -> Union[Located, Refused]:
+    """What :func:`locator` or :func:`refusal` wrote (raises ValueError on anything else)."""
+    if text.startswith(REFUSED):
+        reason, _, detail = text[1:].partition("\t")
+        return Refused("", reason, detail)
+    kind, method, offset, size, length, file = text.split(":", 5)
+    if kind not in (IN_SRC, IN_WORK):
+        raise ValueError(f"not a member locator: {text!r}")
+    return Located(file, kind == IN_WORK, Member("", int(offset), int(size), int(length), int(method)))
+
+
+def copy_member(handle: BinaryIO, member: Member, out: BinaryIO, chunk: int = 1 << 20) -> None:
+    """Write ``member``'s inflated bytes to ``out``, a chunk at a time (memory: a chunk, whatever its size).
+
+    Raises :class:`ArchiveError` when it does not inflate to exactly the length it declares.
+    """
+    handle.seek(member.offset)
+    inflater = zlib.decompressobj(-zlib.MAX_WBITS) if member.method == DEFLATED else None
+    remaining, written = member.size, 0
+    try:
+        while remaining:
+            data = handle.read(min(chunk, remaining))
+            if not data:
+                raise ArchiveError(f"{member.path}: the archive ends {remaining} bytes into it")
+            remaining -= len(data)
+            while data:
+                if inflater is None:
+                    piece, data = data, b""
+                else:
+                    piece = inflater.decompress(data, chunk)
+                    data = inflater.unconsumed_tail
+                written += len(piece)
+                if written > member.length:
+                    raise ArchiveError(f"{member.path}: inflates past the {member.length} bytes it declares")
+                out.write(piece)
+    except zlib.error as err:
+        raise ArchiveError(f"{member.path}: its deflated bytes are corrupt: {err}") from err
+    if written != member.length:
+        raise ArchiveError(f"{member.path}: inflates to {written} bytes, not the {member.length} it declares")
+
+
 def read_member(handle: BinaryIO, member: Member) -> bytes:
     """The bytes of ``member`` (inflated), reading ``handle`` (the outermost file) at its offset.
 
@@ -255,11 +330,15 @@ def read_member(handle: BinaryIO, member: Member) -> bytes:
     return data
 
 
-def folder_members(entries: Iterator[Entry]) -> tuple[list[Member], list[Refused], str]:
+def folder_members(entries: Iterator[Entry], name: str = "") -> tuple[list[Member], list[Refused], str]:
     """The members an extraction would leave, as a folder: a later member of a name replaces an earlier one
-    (as ``tar -x`` and ``unzip -o`` do; the earlier is refused as ``duplicate-member``); when every member
-    sits under one top folder (what ``zip -r x.zip x/`` makes), that folder is the archive's folder and its
-    name is returned, stripped from every path.
+    (as ``tar -x`` and ``unzip -o`` do; the earlier is refused as ``duplicate-member``).
+
+    When every member sits under one top folder that is named ``name`` (the
+    archive's own folder name: what ``zip -r x.zip x/`` makes) or that holds
+    folders itself, that folder is the archive's folder: its name is returned,
+    stripped from every path. One folder of files under another name (``cat.zip``
+    holding ``kitten/*.jpg``) is kept: it may be the one class the archive holds.
     """
     members: dict[str, Member] = {}
     refused: list[Refused] = []
@@ -273,7 +352,8 @@ def folder_members(entries: Iterator[Entry]) -> tuple[list[Member], list[Refused
         members[entry.path] = entry
     listed = list(members.values())
     tops = {posixpath.dirname(member.path).split("/")[0] for member in listed}
-    if len(tops) == 1 and "" not in tops and listed:
+    deeper = any(member.path.count("/") >= 2 for member in listed)
+    if len(tops) == 1 and "" not in tops and listed and (not name or deeper or name in tops):
         top = tops.pop()
         cut = len(top) + 1
         listed = [dataclasses.replace(member, path=member.path[cut:]) for member in listed]

@@ -29,6 +29,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from beam_jobs import discover
 from beam_jobs.discover import InputError, InputPlan, Listing
+from beam_jobs.stage_records import ImageRef
 
 _FLAT_SPLITS = {"val": "validation", "validation": "validation"}
 
@@ -40,39 +41,44 @@ def plan(src: str, listing: Listing, val_labels: str, labels: Optional[Sequence[
     Holds the flat folder's names (ImageNet: 50,000) and the train classes;
     train images stream from the listing (see :mod:`beam_jobs.discover`).
     """
-    flat = sorted(path for path in listing.files if path.count("/") == 1
-                  and path.split("/")[0].lower() in _FLAT_SPLITS and not discover._is_hidden(path))
+    flat = sorted(entry for entry in listing.entries() if entry[0].count("/") == 1
+                  and entry[0].split("/")[0].lower() in _FLAT_SPLITS and not discover._is_hidden(entry[0]))
     if not flat:
         raise InputError(f"--val-labels needs a flat validation folder: {src}/val/<image> (found none)")
-    folder = flat[0].split("/")[0]
+    folder = flat[0][0].split("/")[0]
     train_listing = Listing(_Train(listing.files), tuple(d for d in listing.dirs if d.split("/")[0].lower() == "train"),
-                            listing.skipped)
+                            listing.skipped, None if listing.located is None else _Train(listing.located))
     if not any(True for _ in train_listing.files):
         raise InputError(f"{src} has no train/<class>/<image> folders beside {folder}/")
     train = discover.plan_inputs(train_listing, labels, 0.0, seed, src=src, scratch=scratch)
-    label_of_file = read_val_labels(val_labels, sorted(posixpath.basename(p) for p in flat))
+    label_of_file = read_val_labels(val_labels, sorted(posixpath.basename(p) for p, _ in flat))
     unknown = sorted({name for name in label_of_file.values() if name not in train.classes})
     if unknown:
         raise InputError(f"--val-labels {val_labels} names classes with no train folder: {unknown[:5]}")
 
-    def triples() -> Iterator[tuple[str, str, str]]:
+    def triples() -> Iterator[tuple[str, str, str, str]]:
         for ref in train.refs:
-            yield "train", train.classes[ref.label], ref.relpath
-        for path in flat:
-            yield "validation", label_of_file[posixpath.basename(path)], path
+            yield "train", train.classes[ref.label], ref.relpath, ref.source
+        for path, source in flat:
+            yield "validation", label_of_file[posixpath.basename(path)], path, source
 
     members = discover.collect_members(triples(), scratch)
-    return discover.plan_from_members(members, train.classes, 0.0, seed, src, train.skipped, what="classes")
+    refused = [ImageRef("validation" if path.split("/")[0].lower() in _FLAT_SPLITS else "train", path, 0, source)
+               for path, source in listing.refused]
+    return discover.plan_from_members(members, train.classes, 0.0, seed, src, train.skipped, what="classes",
+                                      refused=refused)
 
 
 class _Train:
-    """The listed files under ``train/``, re-iterable (streamed from the listing on each pass)."""
+    """The listed files (paths, or ``(path, source)`` entries) under ``train/``, re-iterable (streamed from the
+    listing on each pass)."""
 
-    def __init__(self, files: Iterable[str]) -> None:
+    def __init__(self, files: Iterable) -> None:
         self._files = files
 
-    def __iter__(self) -> Iterator[str]:
-        return (path for path in self._files if path.split("/")[0].lower() == "train")
+    def __iter__(self) -> Iterator:
+        return (item for item in self._files
+                if (item if isinstance(item, str) else item[0]).split("/")[0].lower() == "train")
 
 
 def read_val_labels(path: str, names: Sequence[str]) -> dict[str, str]:

@@ -55,11 +55,11 @@ def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: flo
     resolver = _IdResolver(src, path)
     checker = _ListedOnce(path, scratch)
 
-    def triples() -> Iterator[tuple[str, str, str]]:
+    def triples() -> Iterator[tuple[str, str, str, str]]:
         for line, relpath, label, split in read_rows(path, columns):
             relpath = resolver.resolve(line, relpath)
             checker.add(line, relpath)
-            yield split, label, relpath
+            yield split, label, relpath, ""
 
     members = discover.collect_members(triples(), scratch)
     checker.check()

@@ -1,0 +1,347 @@
+"""Archives as the input: wherever a folder is read, a ``.tar``, ``.tar.gz``, ``.zip``... reads as its extraction.
+
+In:  SRC (a folder, or itself an archive), local or in an object store.
+Out: a :class:`beam_jobs.discover.Listing` whose files are the paths the
+     extraction would give, each with its locator (where its bytes sit: a
+     range of the archive file; see :mod:`beam_jobs.sources.archive_members`),
+     so every other source (class folders, ImageNet, label files) plans it as
+     it plans a folder, and the conversion writes the bytes of the extraction.
+
+The rule, "an archive is a folder":
+
+* ``shapes.zip`` is the folder ``shapes/`` (its stem); ImageNet's own names read
+  as the split folders its layout uses (``ILSVRC2012_img_train.tar`` is
+  ``train/``, ``ILSVRC2012_img_val.tar`` is ``val/``). Archives inside archives
+  (ImageNet's tar of class tars) read the same way, to :data:`MAX_DEPTH`.
+* An archive whose members all sit under one top folder reads as that folder
+  (what ``zip -r shapes.zip shapes/`` and Kaggle's ``train.zip`` hold), when
+  that folder bears the archive's name or holds folders itself: it is the folder
+  a user gets by extracting and pointing at what appeared. An archive holding
+  one class folder (``cat.zip`` of ``kitten/*.jpg``) keeps it.
+* A later member of a name replaces an earlier one, as ``tar -x`` and
+  ``unzip -o`` do (the earlier is rejected as ``duplicate-member``).
+
+Reading: an uncompressed tar and a zip are read in place, by offset, by every
+worker at once (an inner tar of an uncompressed tar is a range of the outer
+file). A compressed tar (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``) can only be
+read front to back: the launcher inflates it once, into the run's work folder
+(temporary disk: its uncompressed size, gone when the run ends), and it is
+then read like a tar; so is an archive stored deflated inside a zip.
+
+Hostile archives cost only themselves: every member the table refuses (unsafe
+names, links, devices, bombs, overlaps, a cut) is listed only to be rejected
+with its reason; nothing is extracted, and no member path is trusted.
+"""
+
+from __future__ import annotations
+
+import bz2
+import collections
+import dataclasses
+import gzip
+import hashlib
+import logging
+import lzma
+import os
+import posixpath
+import tempfile
+import zlib
+from typing import BinaryIO, Iterable, Iterator, Optional
+
+from apache_beam.io.filesystem import CompressionTypes
+
+from beam_jobs import discover, interrupt
+from beam_jobs.discover import InputError, Listing
+from beam_jobs.filesystems import FileSystems
+from beam_jobs.sources import archive_members
+from beam_jobs.sources.archive_members import ArchiveError, Member, RangeFile, Refused
+
+logger = logging.getLogger(__name__)
+
+# Name endings read as archives, longest first, and how each is read.
+SUFFIXES = (
+    (".tar.gz", "gz"), (".tar.bz2", "bz2"), (".tar.xz", "xz"), (".tgz", "gz"), (".tbz2", "bz2"), (".tbz", "bz2"),
+    (".txz", "xz"), (".tar", "tar"), (".zip", "zip"),
+)
+# ImageNet's archives read as the split folders its layout uses.
+SPLIT_ARCHIVES = {"ilsvrc2012_img_train": "train", "ilsvrc2012_img_val": "val", "ilsvrc2012_img_test": "test"}
+# Archives inside archives are read to this depth; deeper ones are refused (a zip quine nests forever).
+MAX_DEPTH = 8
+# A compressed tar inflating past this many times its size (and past 1 MiB) is cut there and refused.
+MAX_INFLATE_RATIO = archive_members.MAX_RATIO
+INFLATED_FOLDER = "inflated"  # in the run's work folder: compressed archives, inflated once
+_DECOMPRESSORS = {
+    "gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
+    "bz2": bz2.BZ2File,
+    "xz": lzma.LZMAFile,
+}
+_CHUNK = 1 << 20
+
+
+def archive_kind(name: str) -> Optional[tuple[str, str]]:
+    """``(kind, stem)`` when ``name`` reads as an archive (kind: tar, zip, gz, bz2, xz), else None."""
+    lower = name.lower()
+    for suffix, kind in SUFFIXES:
+        if lower.endswith(suffix) and len(name) > len(suffix):
+            return kind, name[: -len(suffix)]
+    return None
+
+
+def folder_name(stem: str) -> str:
+    """The folder an archive of this stem reads as (its stem; ImageNet's split archives as their split)."""
+    return SPLIT_ARCHIVES.get(stem.lower(), stem)
+
+
+def is_archive_file(src: str) -> bool:
+    """Whether ``--src`` names an archive file rather than a folder."""
+    if archive_kind(posixpath.basename(src.rstrip("/"))) is None:
+        return False
+    if FileSystems.get_scheme(src) in (None, "file"):
+        return os.path.isfile(src[len("file://"):] if src.startswith("file://") else src)
+    return FileSystems.exists(src)
+
+
+@dataclasses.dataclass(frozen=True)
+class Inflated:
+    """A compressed archive inflated by the launcher: a local file, to be placed at ``name`` in the work folder."""
+
+    local: str
+    name: str  # relative to the work folder: inflated/<key>.tar
+
+
+def list_tree(src: str, scratch: Optional[str] = None, limit: int = 1 << 62) -> tuple[Listing, list[Inflated]]:
+    """List ``src`` (a folder, or an archive) with every archive in it read as a folder.
+
+    ``scratch``: a local folder for the listing and for inflated compressed
+    archives (:class:`Inflated`: the launcher places them in the run's work
+    folder, which their members' locators name). ``limit``: the most bytes one
+    member may inflate to.
+
+    Raises:
+      InputError: SRC does not exist; an archive is not one (a ``.zip`` that
+        is not a zip, a corrupt central directory), naming it.
+    """
+    dirs: list[str] = []
+    skipped: collections.Counter[str] = collections.Counter()
+    lister = _ArchiveLister(src, scratch, dirs, limit)
+    if is_archive_file(src):
+        entries = lister.archive_as_root(src)
+    else:
+        entries = lister.expand(discover.walk(src, dirs, skipped))
+    listing = discover.listing_of(src, (), dirs, skipped, scratch, located=_counted(entries, lister),
+                                  refused=lambda: lister.refused)
+    lister.report()
+    return listing, lister.inflated
+
+
+def _counted(entries: Iterator[tuple[str, str]], lister: "_ArchiveLister") -> Iterator[tuple[str, str]]:
+    for entry in entries:
+        if entry[1]:
+            lister.members += 1
+        yield entry
+
+
+class _ArchiveLister:
+    """Turns archives into listing entries: ``(path in the extraction, locator)``; refusals go to ``refused``."""
+
+    def __init__(self, src: str, scratch: Optional[str], dirs: list[str], limit: int) -> None:
+        self._src, self._dirs, self._limit = src, dirs, limit
+        self._scratch = scratch
+        self.refused: list[tuple[str, str]] = []
+        self.inflated: list[Inflated] = []
+        self.archives, self.members, self.stripped = 0, 0, []
+
+    # --- where archives are --------------------------------------------------------------------------------
+
+    def expand(self, paths: Iterable[str]) -> Iterator[tuple[str, str]]:
+        """The walk's files, each archive among them replaced by its members."""
+        for path in paths:
+            kind = archive_kind(posixpath.basename(path))
+            if kind is None:
+                yield path, ""
+                continue
+            folder = posixpath.join(posixpath.dirname(path), folder_name(kind[1]))
+            yield from self._top_archive(self._full(path), path, kind[0], folder)
+
+    def archive_as_root(self, src: str) -> Iterator[tuple[str, str]]:
+        """SRC itself is an archive: its members are the tree (``--src shapes.zip`` is the folder ``shapes/``)."""
+        name = posixpath.basename(src.rstrip("/"))
+        kind = archive_kind(name)
+        assert kind is not None
+        yield from self._top_archive(src, "", kind[0], "", display=name)
+
+    def _full(self, relpath: str) -> str:
+        return FileSystems.join(self._src, *relpath.split("/"))
+
+    def _top_archive(self, path: str, file: str, kind: str, folder: str,
+                     display: str = "") -> Iterator[tuple[str, str]]:
+        """The members of the archive file at ``path`` (``file`` relative to SRC) as entries under ``folder``."""
+        self.archives += 1
+        display = display or file
+        if folder:
+            self._dirs.append(folder)
+        try:
+            with _open(path) as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                yield from self._archive(_Where(handle, 0, size, file, False), kind, folder, display, 0)
+        except ArchiveError as err:
+            raise InputError(f"{display} under --src is not a readable archive: {err}") from err
+        except OSError as err:
+            raise InputError(f"archive {display} under --src could not be read: {err}") from err
+
+    # --- one archive --------------------------------------------------------------------------------------
+
+    def _archive(self, where: "_Where", kind: str, folder: str, display: str, depth: int) -> Iterator[tuple[str, str]]:
+        interrupt.raise_if_received()  # a signal whose exception was lost (see interrupt.raise_if_received)
+        if kind in _DECOMPRESSORS:
+            inflated, size = self._inflate(where, kind, display)
+            with open(inflated.local, "rb") as handle:
+                yield from self._archive(_Where(handle, 0, size, inflated.name, True), "tar", folder, display, depth)
+            return
+        view = RangeFile(where.handle, where.base, where.size)
+        if kind == "tar":
+            entries: Iterator = archive_members.scan_tar(view, where.size, where.base)
+        else:
+            entries = archive_members.scan_zip(view, where.base, self._limit)
+        name = posixpath.basename(folder) or folder_name(archive_kind(posixpath.basename(display))[1])
+        members, refused, top = archive_members.folder_members(entries, name)
+        if top:
+            self.stripped.append((display, top))
+        for entry in refused:
+            yield from self._refusal(entry, folder, display)
+        for member in members:
+            path = posixpath.join(folder, member.path) if folder else member.path
+            parent = posixpath.dirname(path)
+            if parent:
+                self._dirs.append(parent)
+            inner = archive_kind(posixpath.basename(member.path))
+            if inner is None:
+                yield path, archive_members.locator(where.file, member, where.in_work)
+            elif depth + 1 >= MAX_DEPTH:
+                yield path, archive_members.refusal("nested-too-deep", f"in {display}: an archive nested "
+                                                    f"{MAX_DEPTH} deep (at most {MAX_DEPTH - 1} levels are read)")
+            else:
+                yield from self._inner(where, member, inner[0], posixpath.join(parent, folder_name(inner[1])),
+                                       f"{display}/{member.path}", depth + 1)
+
+    def _inner(self, where: "_Where", member: Member, kind: str, folder: str, display: str,
+               depth: int) -> Iterator[tuple[str, str]]:
+        """An archive inside an archive: a range of the same file when stored, else inflated once."""
+        self.archives += 1
+        self._dirs.append(folder)
+        try:
+            if member.method == archive_members.STORED:
+                yield from self._archive(_Where(where.handle, member.offset, member.size, where.file, where.in_work),
+                                         kind, folder, display, depth)
+                return
+            inflated = self._new_inflated(display)
+            with open(inflated.local, "wb") as out:
+                archive_members.copy_member(where.handle, member, out)
+            with open(inflated.local, "rb") as handle:
+                yield from self._archive(_Where(handle, 0, member.length, inflated.name, True), kind, folder,
+                                         display, depth)
+        except ArchiveError as err:  # an inner archive that is not one costs only itself
+            self.refused.append((display, archive_members.refusal("corrupt-archive", f"not a readable archive: {err}")))
+
+    def _refusal(self, entry: Refused, folder: str, display: str) -> Iterator[tuple[str, str]]:
+        """A refused member: at its place in the tree when it has one, else listed by the archive's name."""
+        locator = archive_members.refusal(entry.reason, f"in {display}: {entry.detail}")
+        if entry.reason in ("unsafe-path", "truncated-archive") or not entry.path:
+            self.refused.append((f"{display}/{entry.path}" if entry.path else display, locator))
+        else:
+            yield (posixpath.join(folder, entry.path) if folder else entry.path), locator
+
+    # --- compressed archives ------------------------------------------------------------------------------
+
+    def _new_inflated(self, display: str) -> Inflated:
+        """A new local file for an inflated archive, named by the archive's place (the same in every run)."""
+        key = hashlib.sha256(display.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="imgshards-inflated-")
+        inflated = Inflated(os.path.join(self._scratch, f"inflated-{key}.tar"), f"{INFLATED_FOLDER}/{key}.tar")
+        self.inflated.append(inflated)
+        return inflated
+
+    def _inflate(self, where: "_Where", kind: str, display: str) -> tuple[Inflated, int]:
+        """Inflate a compressed tar once, front to back, into a local file; bounded by :data:`MAX_INFLATE_RATIO`.
+
+        A stream that breaks, or inflates past the bound, keeps what came
+        before (its whole members convert) and is one refusal naming where.
+        """
+        inflated = self._new_inflated(display)
+        bound = max(MAX_INFLATE_RATIO * where.size, 1 << 20)
+        written, problem = 0, None
+        with open(inflated.local, "wb") as out:
+            try:
+                with _DECOMPRESSORS[kind](RangeFile(where.handle, where.base, where.size)) as stream:
+                    while chunk := stream.read(_CHUNK):
+                        interrupt.raise_if_received()
+                        if written + len(chunk) > bound:
+                            out.write(chunk[: bound - written])
+                            written = bound
+                            problem = ("suspicious-compression", f"inflates past {bound} bytes ({MAX_INFLATE_RATIO}x "
+                                       f"its {where.size}); only the members before that point are read")
+                            break
+                        out.write(chunk)
+                        written += len(chunk)
+            except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
+                problem = ("truncated-archive", f"its {kind} stream breaks after {written} inflated bytes ({err}); "
+                           "the members before that point are read")
+        if problem:
+            self.refused.append((display, archive_members.refusal(problem[0], f"{display}: {problem[1]}")))
+        logger.info("%s is compressed: read once, front to back, and inflated into the run's work folder "
+                    "(%.1f MB of temporary disk)", display, written / 1e6)
+        return inflated, written
+
+    def report(self) -> None:
+        """One line saying what the archives read as (and which read as their one top folder)."""
+        if not self.archives:
+            return
+        logger.info("read %d archive(s) as folders: %d members", self.archives, self.members)
+        for display, top in self.stripped[:5]:
+            logger.info("%s reads as its one top folder %s/ (every member sits under it), as its extraction "
+                        "would be pointed at", display, top)
+        if len(self.stripped) > 5:
+            logger.info("... and %d more archives read as their one top folder", len(self.stripped) - 5)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Where:
+    """Where an archive's bytes are: ``size`` bytes at ``base`` of ``handle``, the file ``file`` (relative to
+    SRC, or to the work folder when ``in_work``) that member locators name."""
+
+    handle: BinaryIO
+    base: int
+    size: int
+    file: str
+    in_work: bool
+
+
+def _open(path: str) -> BinaryIO:
+    """A seekable handle on a local or object-store file (ranged reads in S3 and GCS)."""
+    if FileSystems.get_scheme(path) in (None, "file"):
+        return open(path[len("file://"):] if path.startswith("file://") else path, "rb")  # noqa: SIM115
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def place_inflated(inflated: Iterable[Inflated], work: str) -> None:
+    """Put the launcher's inflated archives where their members' locators point: ``work/inflated/``.
+
+    A rename when the work folder is on the same local disk; an upload
+    otherwise. One already there (a resumed run's) is kept: it holds the same bytes.
+    """
+    for item in inflated:
+        target = FileSystems.join(work, *item.name.split("/"))
+        if FileSystems.exists(target):
+            continue
+        folder = FileSystems.join(work, INFLATED_FOLDER)
+        if FileSystems.get_scheme(work) in (None, "file"):
+            os.makedirs(folder, exist_ok=True)
+            os.replace(item.local, target)
+            continue
+        with open(item.local, "rb") as source, FileSystems.create(
+                target, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+            while chunk := source.read(_CHUNK):
+                out.write(chunk)
+        os.remove(item.local)
