@@ -275,7 +275,7 @@ class _ArchiveLister:
         with open(inflated.local, "wb") as out:
             try:
                 with _DECOMPRESSORS[kind](RangeFile(where.handle, where.base, where.size)) as stream:
-                    while chunk := stream.read(_CHUNK):
+                    while chunk := stream.read1(_CHUNK):  # read1: a cut loses no more than one raw buffer
                         interrupt.raise_if_received()
                         if written + len(chunk) > bound:
                             out.write(chunk[: bound - written])

@@ -1,0 +1,62 @@
+"""Archives made from generated folders, as datasets ship them: with ``tarfile`` and ``zipfile``, seeded.
+
+Every function packs a folder the tests already made, so a test can convert
+the archive and the folder and compare the bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+import tarfile
+import zipfile
+
+
+def _files(folder) -> list[tuple[str, pathlib.Path]]:
+    """``(relative path, file)`` under ``folder``, by path (archives list members in a fixed order)."""
+    folder = pathlib.Path(folder)
+    return sorted((path.relative_to(folder).as_posix(), path) for path in folder.rglob("*") if path.is_file())
+
+
+def tar_folder(folder, out, mode: str = "w", top: str = "") -> str:
+    """``folder``'s files into a tar at ``out`` (``mode`` "w", "w:gz", "w:bz2", "w:xz"), under ``top/`` if given."""
+    with tarfile.open(out, mode, format=tarfile.GNU_FORMAT) as archive:
+        for rel, path in _files(folder):
+            info = tarfile.TarInfo(f"{top}/{rel}" if top else rel)
+            info.size, info.mtime = path.stat().st_size, 1_700_000_000
+            with open(path, "rb") as handle:
+                archive.addfile(info, handle)
+    return str(out)
+
+
+def zip_folder(folder, out, top: str = "", method: int = zipfile.ZIP_DEFLATED) -> str:
+    """``folder``'s files into a zip at ``out``, under ``top/`` if given (what ``zip -r out top/`` makes)."""
+    with zipfile.ZipFile(out, "w", method) as archive:
+        for rel, path in _files(folder):
+            archive.write(path, f"{top}/{rel}" if top else rel)
+    return str(out)
+
+
+def tar_of_tars(folder, out, inner_mode: str = "w") -> str:
+    """ImageNet's train tar: one inner tar per sub-folder of ``folder`` (``<class>.tar`` of its files)."""
+    with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as archive:
+        for entry in sorted(pathlib.Path(folder).iterdir()):
+            suffix = {"w": ".tar", "w:gz": ".tar.gz"}[inner_mode]
+            inner = io.BytesIO()
+            with tarfile.open(fileobj=inner, mode=inner_mode, format=tarfile.GNU_FORMAT) as class_tar:
+                for rel, path in _files(entry):
+                    class_tar.add(path, rel)
+            info = tarfile.TarInfo(entry.name + suffix)
+            info.size = len(inner.getvalue())
+            archive.addfile(info, io.BytesIO(inner.getvalue()))
+    return str(out)
+
+
+def imagenet_archives(tree, out_folder) -> str:
+    """A miniature ImageNet as image-net.org ships it, from the tree ``write_imagenet_tree`` made:
+    ``ILSVRC2012_img_train.tar`` (a tar of class tars) and ``ILSVRC2012_img_val.tar`` (flat)."""
+    os.makedirs(out_folder, exist_ok=True)
+    tar_of_tars(os.path.join(tree, "train"), os.path.join(out_folder, "ILSVRC2012_img_train.tar"))
+    tar_folder(os.path.join(tree, "val"), os.path.join(out_folder, "ILSVRC2012_img_val.tar"))
+    return str(out_folder)

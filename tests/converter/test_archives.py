@@ -1,0 +1,192 @@
+"""Converting an archive gives exactly what converting its extraction gives: the property every test pins.
+
+The images are the shared sample kinds (JPEG, PNG, CMYK, a corrupt JPEG, a
+truncated file...), so the comparison covers re-encoding and rejections too.
+Runs are in-process on the in-memory runner where only the bytes matter, and
+``python -m converter`` where the user's view matters (ImageNet as it ships,
+hostile archives, a killed run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pathlib
+import re
+import shutil
+import tarfile
+import zipfile
+
+import pytest
+
+from beam_jobs import faults
+from beam_jobs.options import ConvertOptions
+from beam_jobs.pipeline import run
+from tests.archive_data import imagenet_archives, tar_folder, tar_of_tars, zip_folder
+from tests.conftest import run_converter, write_imagenet_tree
+
+IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+FAST = [*IN_MEMORY, "--no-progress"]
+# Differ between any two runs (when, and the paths the user typed), never between their outputs' contents.
+RUN_FIELDS = ("created",)
+OPTION_FIELDS = ("src", "out")
+
+
+def dataset_contents(out) -> dict[str, object]:
+    """Every file of a published dataset by name, the manifest without what only names the run."""
+    contents: dict[str, object] = {}
+    for name in sorted(os.listdir(out)):
+        data = pathlib.Path(out, name).read_bytes()
+        if name == "manifest.json":
+            manifest = json.loads(data)
+            for field in RUN_FIELDS:
+                manifest.pop(field)
+            for field in OPTION_FIELDS:
+                manifest["options"].pop(field)
+            contents[name] = manifest
+        else:
+            contents[name] = hashlib.sha256(data).hexdigest()
+    return contents
+
+
+def _convert(src, out, **options) -> dict[str, object]:
+    run(ConvertOptions(src=str(src), out=str(out), shards=2, seed=3, max_bad_fraction=0.5, **options), IN_MEMORY,
+        show_progress=False)
+    return dataset_contents(out)
+
+
+@pytest.fixture(scope="module")
+def pets(tmp_path_factory, sample_images) -> pathlib.Path:
+    """``pets/{cat,dog,emu}/``: every sample kind, the broken ones among them (rejected with their reasons)."""
+    folder = tmp_path_factory.mktemp("archive-src") / "pets"
+    for index, (kind, data) in enumerate(sorted(sample_images.items())):
+        name = ("cat", "dog", "emu")[index % 3]
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        (folder / name / f"{kind}.img").write_bytes(data)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def extracted(pets, tmp_path_factory) -> dict[str, object]:
+    """What converting the folder itself gives: every archive of it must give the same."""
+    contents = _convert(pets, tmp_path_factory.mktemp("extracted-out") / "out")
+    manifest = contents["manifest.json"]
+    assert manifest["num_rejected"] > 0 and manifest["splits"]["train"]["num_examples"] > 10
+    return contents
+
+
+ARCHIVES = {
+    "pets.tar": lambda pets, out: tar_folder(pets, out),
+    "pets.tar.gz": lambda pets, out: tar_folder(pets, out, "w:gz"),
+    "pets.tar.xz": lambda pets, out: tar_folder(pets, out, "w:xz"),
+    "pets.zip": lambda pets, out: zip_folder(pets, out, top="pets"),  # zip -r pets.zip pets/
+    "pets-stored.zip": lambda pets, out: zip_folder(pets, out, method=zipfile.ZIP_STORED),
+    "classes.tar": lambda pets, out: tar_of_tars(pets, out),  # ImageNet's shape: a tar of class tars
+    "classes-gz.tar": lambda pets, out: tar_of_tars(pets, out, "w:gz"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARCHIVES))
+def test_an_archive_converts_to_the_bytes_of_its_extraction(tmp_path, pets, extracted, name):
+    archive = ARCHIVES[name](pets, tmp_path / name)
+    assert _convert(archive, tmp_path / "out") == extracted
+    assert sorted(os.listdir(tmp_path)) == sorted([name, "out"])  # nothing left beside OUT (inflated archives included)
+
+
+def test_a_folder_mixing_class_folders_and_class_archives_converts_as_its_extraction(tmp_path, pets, extracted):
+    src = tmp_path / "src"
+    shutil.copytree(pets / "cat", src / "cat")
+    zip_folder(pets / "dog", src / "dog.zip", top="dog")
+    tar_folder(pets / "emu", src / "emu.tgz", "w:gz")
+    assert _convert(src, tmp_path / "out") == extracted
+
+
+def test_imagenet_as_it_ships_converts_as_its_extraction(tmp_path, sample_images):
+    """``ILSVRC2012_img_train.tar`` (a tar of class tars) and ``ILSVRC2012_img_val.tar`` beside each other, with
+    ``--val-labels`` and ``--synsets``: the records of the extracted CLS-LOC tree; and the train tar alone."""
+    tree = tmp_path / "CLS-LOC"
+    write_imagenet_tree(tree, tmp_path, sample_images)
+    shipped = imagenet_archives(tree, tmp_path / "imagenet")
+    flags = ["--val-labels", str(tmp_path / "LOC_val_solution.csv"), "--synsets",
+             str(tmp_path / "LOC_synset_mapping.txt"), "--shards", "2", *FAST]
+    run_converter("--src", str(tree), "--out", str(tmp_path / "from-tree"), *flags, check=True)
+    proc = run_converter("--src", shipped, "--out", str(tmp_path / "from-tars"), "-v", *flags, check=True)
+    assert dataset_contents(tmp_path / "from-tree") == dataset_contents(tmp_path / "from-tars")
+    assert "read 5 archive(s) as folders" in proc.stderr  # the two tars and the three class tars
+
+    train_tar = os.path.join(shipped, "ILSVRC2012_img_train.tar")
+    run_converter("--src", train_tar, "--out", str(tmp_path / "train-only"), "--shards", "1", *FAST, check=True)
+    run_converter("--src", str(tree / "train"), "--out", str(tmp_path / "train-tree"), "--shards", "1", *FAST,
+                  check=True)
+    assert dataset_contents(tmp_path / "train-only") == dataset_contents(tmp_path / "train-tree")
+
+
+def _hostile_zip(path, sample_images) -> None:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("cat/good.jpg", sample_images["jpeg_rgb"])
+        archive.writestr("dog/good.png", sample_images["png_rgb"])
+        archive.writestr("../escape.jpg", sample_images["jpeg_rgb"])
+        archive.writestr("cat/bomb.bmp", bytes(64 << 20))  # 64 MiB of zeros, deflated to ~64 kB
+        link = zipfile.ZipInfo("dog/link.jpg")
+        link.external_attr = 0o120777 << 16
+        archive.writestr(link, "/etc/passwd")
+
+
+def test_a_hostile_archive_costs_only_its_bad_members_each_rejected_with_its_reason(tmp_path, sample_images):
+    src = tmp_path / "src"
+    src.mkdir()
+    _hostile_zip(src / "pets.zip", sample_images)
+    out = tmp_path / "out"
+    proc = run_converter("--src", str(src / "pets.zip"), "--out", str(out), "--max-bad-fraction", "0.9", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["num_examples"] == 2
+    assert manifest["rejected_by_reason"] == {"link": 1, "suspicious-compression": 1, "unsafe-path": 1}
+    rejected = {row["path"]: row for row in map(json.loads, (out / "rejected.jsonl").read_text().splitlines())}
+    assert set(rejected) == {"cat/bomb.bmp", "dog/link.jpg", "pets.zip/../escape.jpg"}
+    assert "pets.zip" in rejected["cat/bomb.bmp"]["detail"]
+    assert not (tmp_path / "escape.jpg").exists() and sorted(os.listdir(tmp_path)) == ["out", "src"]
+
+
+def test_a_zip_that_is_not_one_is_an_error_naming_it(tmp_path):
+    (tmp_path / "train.zip").write_bytes(b"<html>404 Not Found</html>")
+    proc = run_converter("--src", str(tmp_path / "train.zip"), "--out", str(tmp_path / "out"), *FAST)
+    assert proc.returncode == 1
+    assert "train.zip" in proc.stderr and "not a readable archive" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_killed_archive_conversion_resumes_to_the_same_bytes(tmp_path, pets, extracted):
+    """Killed once a shard is written: the compressed archive's inflated copy is kept with the work, and the same
+    command resumes from it to the bytes of the extraction."""
+    archive = tar_folder(pets, tmp_path / "pets.tar.gz", "w:gz")
+    out = tmp_path / "out"
+    args = ["--src", archive, "--out", str(out), "--shards", "2", "--seed", "3", "--max-bad-fraction", "0.5",
+            "--part-size", "4", *FAST]
+    killed = run_converter(*args, env={faults.ENV: "kill@shard-written"})
+    assert killed.returncode == -9
+    rerun = run_converter(*args, check=True)
+    assert re.search(r"resuming the interrupted run .* (\d+) of \1 parts validated", rerun.stderr), rerun.stderr
+    assert dataset_contents(out) == {**extracted, "manifest.json": {**extracted["manifest.json"], "options": {
+        **extracted["manifest.json"]["options"], "part_size": 4}}}
+    assert sorted(os.listdir(tmp_path)) == ["out", "pets.tar.gz"]
+
+
+def test_a_truncated_class_tar_converts_its_whole_members_and_the_cut_is_one_rejection(tmp_path, pets):
+    src = tmp_path / "src"
+    src.mkdir()
+    tar_folder(pets / "cat", tmp_path / "cat.tar")
+    data = (tmp_path / "cat.tar").read_bytes()
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        last = archive.getmembers()[-1]
+    (src / "cat.tar").write_bytes(data[: last.offset_data + 10])
+    tar_folder(pets / "dog", src / "dog.tar")
+    out = tmp_path / "out"
+    run_converter("--src", str(src), "--out", str(out), "--max-bad-fraction", "0.9", *FAST, check=True)
+    rows = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
+    cuts = [row for row in rows if row["reason"] == "truncated-archive"]
+    assert len(cuts) == 1 and cuts[0]["path"] == f"cat.tar/{last.name}", rows
+    assert f"byte {len(data[: last.offset_data + 10])}" in cuts[0]["detail"]
