@@ -91,3 +91,27 @@ def test_conversion_on_a_dask_cluster_matches_the_direct_runner_byte_for_byte(tm
     for manifest in manifests:
         del manifest["created"], manifest["written_by"], manifest["options"]["out"], manifest["options"]["part_size"]
     assert manifests[0] == manifests[1]
+
+
+@pytest.mark.slow
+def test_archives_convert_on_a_dask_cluster_to_the_bytes_of_their_extraction(tmp_path, demo_src, dask_cluster):
+    """A tar holding class tars (read by offset in the workers) and a .tar.gz class (inflated into the work
+    folder by the launcher, read there by the workers) on Dask: the bytes of the extracted folder, direct runner."""
+    from tests.archive_data import tar_folder
+    from tests.converter.test_archives import dataset_contents
+
+    address, _ = dask_cluster
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    tar_folder(os.path.join(demo_src, "circle"), packed / "circle.tar")
+    tar_folder(os.path.join(demo_src, "square"), packed / "square.tar")
+    tar_folder(os.path.join(demo_src, "triangle"), packed / "triangle.tar.gz", "w:gz")
+    src = tar_folder(packed, tmp_path / "shapes.tar")
+    common = ["--shards", "3", "--val-fraction", "0.2", "--part-size", "37", "--no-progress"]
+    run_converter("--src", src, "--out", str(tmp_path / "dask"), *common, "--runner=dask",
+                  f"--dask_client_address={address}", check=True, timeout=600)
+    run_converter("--src", demo_src, "--out", str(tmp_path / "direct"), *common, check=True)
+    dask, direct = dataset_contents(tmp_path / "dask"), dataset_contents(tmp_path / "direct")
+    for contents in (dask, direct):
+        del contents["manifest.json"]["written_by"]
+    assert dask == direct
