@@ -138,6 +138,9 @@ class ConvertOptions:
         record's offset and size, the format of DALI's ``tfrecord2idx``). On by
         default: the reader seeks with it to resume mid-shard, and DALI's
         TFRecord reader needs it, so users skip a pass over every byte.
+      label_member: WebDataset samples: each image's label is its sibling member
+        of this extension (``cls``), or a field of its JSON member (``json:FIELD``);
+        folder and archive names are then not classes.
       part_size: images per part, the unit of work of validation and of the
         ordering stage's memory (about 200 bytes per image); default: about
         1/64 of the images, within [128, 2**20]. It never changes the output.
@@ -158,6 +161,7 @@ class ConvertOptions:
     synsets: Optional[str] = None
     dali_index: bool = True
     part_size: Optional[int] = None
+    label_member: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not self.src:
@@ -166,8 +170,14 @@ class ConvertOptions:
             object.__setattr__(self, "out", default_out(self.src))
         check_out_and_src(self.src, self.out)
         self._check_annotation_columns()
-        if self.annotations and self.val_labels:
-            raise ValueError("--annotations and --val-labels are two ways to label images; give one")
+        given = [flag for flag, value in (("--annotations", self.annotations), ("--val-labels", self.val_labels),
+                                          ("--label-member", self.label_member)) if value]
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)} are ways to label images; give one")
+        if self.label_member:
+            from beam_jobs.sources.webdataset import LabelMember
+
+            LabelMember.parse(self.label_member)
         if self.val_labels and self.val_fraction:
             raise ValueError("--val-labels labels the validation folder; --val-fraction would carve another")
         if self.shards != AUTO and (not isinstance(self.shards, int) or isinstance(self.shards, bool)

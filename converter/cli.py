@@ -75,6 +75,9 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--val-labels", default=None,
         help="ImageNet-style: labels of a flat SRC/val/ folder (LOC_val_solution.csv, or one class id per line "
         "in file-name order); train stays SRC/train/<class>/")
+    add("--label-member", default=None, metavar="EXT|json:FIELD",
+        help="WebDataset samples (img2dataset shards): label each image by its sibling member with the same key, "
+        "the text of <key>.EXT (cls) or a field of <key>.json; folder and archive names are then not classes")
     add("--synsets", default=None, help="'ID text' per line: each class's text in the records "
         "(ImageNet's LOC_synset_mapping.txt)")
     add("--max-side", type=int, default=None,
@@ -150,6 +153,7 @@ def convert(argv: Sequence[str]) -> int:
             annotations=args.annotations,
             annotation_columns=tuple(name.strip() for name in args.annotation_columns.split(",")),
             val_labels=args.val_labels,
+            label_member=args.label_member,
             synsets=args.synsets,
             part_size=args.part_size,
         )

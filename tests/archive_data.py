@@ -60,3 +60,31 @@ def imagenet_archives(tree, out_folder) -> str:
     tar_of_tars(os.path.join(tree, "train"), os.path.join(out_folder, "ILSVRC2012_img_train.tar"))
     tar_folder(os.path.join(tree, "val"), os.path.join(out_folder, "ILSVRC2012_img_val.tar"))
     return str(out_folder)
+
+
+def webdataset_shards(folder, out_folder, shards: int = 2, seed: int = 0) -> dict[str, str]:
+    """``folder``'s class folders as img2dataset writes them: ``out_folder/0000N.tar`` shards of samples
+    ``<key>.<ext>`` + ``<key>.cls`` (the class index) + ``<key>.json`` (``{"label": class}``) + ``<key>.txt``,
+    shuffled (seeded). Returns each image's path in the extraction (``00000/<key>.<ext>``) -> class name."""
+    import json
+    import random
+
+    folder = pathlib.Path(folder)
+    classes = sorted(entry.name for entry in folder.iterdir() if entry.is_dir())
+    samples = [(name, path) for name in classes for _, path in _files(folder / name)]
+    random.Random(seed).shuffle(samples)
+    os.makedirs(out_folder, exist_ok=True)
+    expected = {}
+    for shard in range(shards):
+        with tarfile.open(os.path.join(out_folder, f"{shard:05d}.tar"), "w", format=tarfile.GNU_FORMAT) as archive:
+            for index, (name, path) in enumerate(samples[shard::shards]):
+                key = f"{shard:05d}{index:04d}"
+                members = {path.suffix.lstrip(".").lower(): path.read_bytes(),
+                           "cls": str(classes.index(name)).encode(), "json": json.dumps({"label": name}).encode(),
+                           "txt": b"a caption"}
+                for extension, data in members.items():
+                    info = tarfile.TarInfo(f"{key}.{extension}")
+                    info.size = len(data)
+                    archive.addfile(info, io.BytesIO(data))
+                expected[f"{shard:05d}/{key}.{path.suffix.lstrip('.').lower()}"] = name
+    return expected

@@ -5,7 +5,9 @@
 * a label file (``--annotations``: CSV, TSV or JSON Lines of path, label and
   optionally split): :mod:`beam_jobs.sources.label_file`;
 * ImageNet as it ships (class folders for train, a flat ``val/`` labelled by a
-  ground-truth file, ``--val-labels``): :mod:`beam_jobs.sources.imagenet`.
+  ground-truth file, ``--val-labels``): :mod:`beam_jobs.sources.imagenet`;
+* WebDataset samples (img2dataset's shards), each image labelled by its sibling
+  member (``--label-member cls``, ``json:FIELD``): :mod:`beam_jobs.sources.webdataset`.
 
 Wherever a folder is read, an archive (``.tar``, ``.tar.gz``, ``.zip``...) reads
 as its extraction, by offset and without extracting
@@ -43,7 +45,13 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None) -> disco
     # Bytes one archive member may inflate to: an image at --max-pixels, 32 bytes a pixel (a float64 RGBA TIFF).
     limit = 32 * options.encode.max_pixels
     listing, inflated = archives.list_tree(options.src, scratch, limit)
-    if options.val_labels:
+    if options.label_member:
+        from beam_jobs.sources import webdataset
+
+        plan = webdataset.plan(options.src, listing, webdataset.LabelMember.parse(options.label_member), labels,
+                               archives.launcher_reader(options.src, inflated), options.val_fraction, options.seed,
+                               scratch=scratch)
+    elif options.val_labels:
         from beam_jobs.sources import imagenet
 
         plan = imagenet.plan(options.src, listing, options.val_labels, labels, options.seed, scratch=scratch)

@@ -325,6 +325,26 @@ def _open(path: str) -> BinaryIO:
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
+def launcher_reader(src: str, inflated: Iterable[Inflated]):
+    """``read(path, source) -> bytes`` for the launcher while it plans (a WebDataset sample's label member):
+    a listed file, or an archive member, inflated ones from their local copies (not yet in the work folder)."""
+    local = {item.name: item.local for item in inflated}
+
+    def read(path: str, source: str) -> bytes:
+        if not source:
+            with _open(FileSystems.join(src, *path.split("/"))) as handle:
+                return handle.read()
+        located = archive_members.parse_locator(source)
+        if isinstance(located, Refused):
+            raise ValueError(f"{path} was refused: {located.detail}")
+        where = local[located.file] if located.in_work else (
+            FileSystems.join(src, *located.file.split("/")) if located.file else src)
+        with _open(where) as handle:
+            return archive_members.read_member(handle, located.member)
+
+    return read
+
+
 def place_inflated(inflated: Iterable[Inflated], work: str) -> None:
     """Put the launcher's inflated archives where their members' locators point: ``work/inflated/``.
 

@@ -190,3 +190,46 @@ def test_a_truncated_class_tar_converts_its_whole_members_and_the_cut_is_one_rej
     cuts = [row for row in rows if row["reason"] == "truncated-archive"]
     assert len(cuts) == 1 and cuts[0]["path"] == f"cat.tar/{last.name}", rows
     assert f"byte {len(data[: last.offset_data + 10])}" in cuts[0]["detail"]
+
+
+def test_webdataset_shards_convert_by_their_label_members_as_their_extraction_does(tmp_path, demo_src):
+    """img2dataset's shards: ``--label-member cls`` (class ids as text, sorted numerically) and
+    ``--label-member json:label`` (class names); the folder of shards gives the bytes of its extraction."""
+    from tests.archive_data import webdataset_shards
+    from tests.conftest import read_records
+
+    expected = webdataset_shards(demo_src, tmp_path / "shards", shards=3, seed=4)
+    extraction = tmp_path / "extracted"
+    for shard in sorted(os.listdir(tmp_path / "shards")):
+        with tarfile.open(tmp_path / "shards" / shard) as archive:
+            archive.extractall(extraction / shard.removesuffix(".tar"), filter="data")
+    by_cls = _convert(tmp_path / "shards", tmp_path / "cls", label_member="cls")
+    assert by_cls == _convert(extraction, tmp_path / "cls-extracted", label_member="cls")
+    assert by_cls["manifest.json"]["classes"] == ["0", "1", "2"]
+    assert by_cls["manifest.json"]["skipped_by_reason"] == {"sample-metadata": 3 * len(expected)}
+    _convert(tmp_path / "shards", tmp_path / "json", label_member="json:label")
+    manifest = json.loads((tmp_path / "json" / "manifest.json").read_text())
+    records = [row for shard in manifest["splits"]["train"]["shards"]
+               for row in read_records(str(tmp_path / "json" / shard["file"]))]
+    got = {row["image/filename"].decode(): manifest["classes"][row["image/class/label"]] for row in records}
+    assert got == expected
+
+
+def test_webdataset_samples_without_a_label_or_an_image_are_rejected_with_a_reason(tmp_path, sample_images):
+    src = tmp_path / "shard.tar"
+    with tarfile.open(src, "w") as archive:
+        for name, data in (("a.jpg", sample_images["jpeg_rgb"]), ("a.cls", b"7"), ("b.jpg", sample_images["jpeg_rgb"]),
+                           ("b.txt", b"no label"), ("c.cls", b"3"), ("d.png", sample_images["png_rgb"]),
+                           ("d.cls", b"two\nlines")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    out = tmp_path / "out"
+    proc = run_converter("--src", str(src), "--out", str(out), "--label-member", "cls", "--max-bad-fraction", "0.9",
+                         *FAST)
+    assert proc.returncode == 0, proc.stderr
+    rows = {row["path"]: row["reason"] for row in map(json.loads, (out / "rejected.jsonl").read_text().splitlines())}
+    assert rows == {"b.jpg": "missing-label", "c.cls": "missing-image", "d.png": "missing-label"}
+    assert json.loads((out / "manifest.json").read_text())["classes"] == ["7"]
+    bad = run_converter("--src", str(src), "--out", str(tmp_path / "bad"), "--label-member", "json", *FAST)
+    assert bad.returncode != 0 and "--label-member" in bad.stderr
