@@ -23,6 +23,7 @@ from typing import Optional
 
 from beam_jobs import discover
 from beam_jobs.options import ConvertOptions
+from beam_jobs.stage_records import ImageRef
 
 
 def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None) -> discover.InputPlan:
@@ -35,15 +36,21 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None) -> disco
       discover.InputError: the source cannot be planned (a message naming the file, line or folder).
     """
     labels = discover.read_labels_file(options.labels_file) if options.labels_file else None
-    if options.annotations:
-        from beam_jobs.sources import label_file
-
-        return label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed,
-                               options.annotation_columns, scratch=scratch)
     from beam_jobs.sources import archives
 
     # Bytes one archive member may inflate to: an image at --max-pixels, 32 bytes a pixel (a float64 RGBA TIFF).
     limit = 32 * options.encode.max_pixels
+    if options.annotations:
+        from beam_jobs.sources import label_file
+
+        if not archives.is_archive_file(options.src):  # a folder: the label file lists it, no walk needed
+            return label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed,
+                                   options.annotation_columns, scratch=scratch)
+        listing, inflated = archives.list_tree(options.src, scratch, limit)
+        plan = label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed,
+                               options.annotation_columns, scratch=scratch, archive=dict(listing.entries()),
+                               refused=[ImageRef("train", path, 0, source) for path, source in listing.refused])
+        return dataclasses.replace(plan, inflated=tuple(inflated))
     listing, inflated = archives.list_tree(options.src, scratch, limit)
     if options.label_member:
         from beam_jobs.sources import webdataset

@@ -30,7 +30,7 @@ import itertools
 import json
 import os
 import posixpath
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 
@@ -38,34 +38,43 @@ from beam_jobs import discover, formats
 from beam_jobs.discover import InputError, InputPlan, plan_from_members
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import ANNOTATION_COLUMNS
+from beam_jobs.sources import archive_members
 from record_schema import SPLIT_ALIASES, SPLITS
 
 COLUMNS = ANNOTATION_COLUMNS  # path, label, split
 
 
 def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: float, seed: int,
-         columns: Sequence[str] = COLUMNS, scratch: Optional[str] = None) -> InputPlan:
+         columns: Sequence[str] = COLUMNS, scratch: Optional[str] = None,
+         archive: Optional[Mapping[str, str]] = None, refused: Sequence = ()) -> InputPlan:
     """The plan of the images ``path`` lists under ``src``; ``columns``: its names for path, label and split.
 
     Rows stream from the file; with a local ``scratch`` folder the images go
     there as they are read, and the launcher holds the classes, the folders of
     ids being resolved, and one hash range of paths at a time (checking that
     no path is listed twice).
+
+    ``archive``: when SRC is an archive, its members (``{path: locator}``, as
+    its extraction would place them): paths resolve among them, and a path
+    that is not one is rejected as ``missing-file`` naming what the archive's
+    root holds (held in memory: the member table, about 150 bytes a member).
+    ``refused``: the archive's entries listed only to be rejected (``ImageRef``s).
     """
-    resolver = _IdResolver(src, path)
+    members = _ArchiveMembers(src, archive) if archive is not None else None
+    resolver = _IdResolver(src, path, members)
     checker = _ListedOnce(path, scratch)
 
     def triples() -> Iterator[tuple[str, str, str, str]]:
         for line, relpath, label, split in read_rows(path, columns):
             relpath = resolver.resolve(line, relpath)
             checker.add(line, relpath)
-            yield split, label, relpath, ""
+            yield split, label, relpath, members.source(relpath) if members is not None else ""
 
-    members = discover.collect_members(triples(), scratch)
+    found = discover.collect_members(triples(), scratch)
     checker.check()
-    if not members.counts:
+    if not found.counts:
         raise InputError(f"--annotations {path} lists no images")
-    return plan_from_members(members, labels, val_fraction, seed, src, {}, what="labels")
+    return plan_from_members(found, labels, val_fraction, seed, src, {}, what="labels", refused=refused)
 
 
 class _ListedOnce:
@@ -127,8 +136,8 @@ class _IdResolver:
 
     KEEP = 4  # folders whose listing is kept
 
-    def __init__(self, src: str, label_file: str) -> None:
-        self._src, self._file = src, label_file
+    def __init__(self, src: str, label_file: str, archive: Optional["_ArchiveMembers"] = None) -> None:
+        self._src, self._file, self._archive = src, label_file, archive
         self._extensions = formats.image_extensions()
         self._folders: "collections.OrderedDict[str, tuple[set[str], dict[str, list[str]]]]" = \
             collections.OrderedDict()
@@ -152,7 +161,7 @@ class _IdResolver:
         if folder in self._folders:
             self._folders.move_to_end(folder)
             return self._folders[folder]
-        present = _names_in(self._src, folder)
+        present = self._archive.names_in(folder) if self._archive is not None else _names_in(self._src, folder)
         by_stem: dict[str, list[str]] = collections.defaultdict(list)
         for entry in present:
             stem, dot, extension = entry.rpartition(".")
@@ -162,6 +171,33 @@ class _IdResolver:
         if len(self._folders) > self.KEEP:
             self._folders.popitem(last=False)
         return self._folders[folder]
+
+
+class _ArchiveMembers:
+    """An archive's members as the label file sees them: sources by path, names by folder, and the miss message."""
+
+    def __init__(self, src: str, members: Mapping[str, str]) -> None:
+        self._src, self._members = src, members
+        self._folders: dict[str, set[str]] = collections.defaultdict(set)
+        for member in members:
+            folder, _, name = member.rpartition("/")
+            self._folders[folder].add(name)
+
+    def names_in(self, folder: str) -> set[str]:
+        return self._folders.get(folder, set())
+
+    def source(self, relpath: str) -> str:
+        """The member's locator, or a ``missing-file`` refusal saying what was looked for and what the root holds."""
+        if relpath in self._members:
+            return self._members[relpath]
+        top = sorted(self._folders.get("", set()) | {f.split("/")[0] + "/" for f in self._folders if f})
+        root = ", ".join(top[:5]) + (f" and {len(top) - 5} more" if len(top) > 5 else "")
+        hint = ""
+        if len(top) == 1 and top[0].endswith("/") and not relpath.startswith(top[0]):
+            hint = f"; every member sits under {top[0]}: list paths as {top[0]}{relpath}"
+        archive = posixpath.basename(self._src.rstrip("/"))
+        return archive_members.refusal("missing-file", f"listed, but {archive} has no member {relpath} "
+                                       f"(its root holds {root or 'nothing'}){hint}")
 
 
 def resolve_ids(src: str, path: str, listed: Sequence[tuple[int, str]]) -> dict[str, str]:

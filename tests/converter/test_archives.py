@@ -233,3 +233,32 @@ def test_webdataset_samples_without_a_label_or_an_image_are_rejected_with_a_reas
     assert json.loads((out / "manifest.json").read_text())["classes"] == ["7"]
     bad = run_converter("--src", str(src), "--out", str(tmp_path / "bad"), "--label-member", "json", *FAST)
     assert bad.returncode != 0 and "--label-member" in bad.stderr
+
+
+def test_a_kaggle_zip_with_a_csv_of_ids_converts_as_its_extraction_and_a_miss_says_what_the_root_holds(
+        tmp_path, pets):
+    """Kaggle's dog-breed shape: ``train.zip`` holding ``train/<id>.jpg``, ``labels.csv`` of ``id,breed``:
+    the zip reads as the folder ``train/`` its extraction gives, and ids resolve inside it."""
+    extracted = tmp_path / "train"
+    extracted.mkdir()
+    rows = ["id,breed"]
+    for index, path in enumerate(sorted(p for p in pets.rglob("*") if p.is_file())):
+        name = f"{index:04x}"
+        (extracted / f"{name}.jpg").write_bytes(path.read_bytes())
+        rows.append(f"{name},{path.parent.name}")
+    (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
+    zip_folder(extracted, tmp_path / "train.zip", top="train")
+    options = {"annotations": str(tmp_path / "labels.csv"), "annotation_columns": ("id", "breed")}
+    assert _convert(tmp_path / "train.zip", tmp_path / "from-zip", **options) == \
+        _convert(extracted, tmp_path / "from-folder", **options)
+
+    (tmp_path / "prefixed.csv").write_text("path,label\nfoo/0000.jpg,cat\n" + "".join(
+        f"{row.split(',')[0]}.jpg,{row.split(',')[1]}\n" for row in rows[1:]))
+    proc = run_converter("--src", str(tmp_path / "train.zip"), "--out", str(tmp_path / "miss"), "--annotations",
+                         str(tmp_path / "prefixed.csv"), "--max-bad-fraction", "0.9", *FAST, check=True)
+    rejected = [json.loads(line) for line in (tmp_path / "miss" / "rejected.jsonl").read_text().splitlines()]
+    missing = [row for row in rejected if row["reason"] == "missing-file"]
+    assert missing == [{"path": "foo/0000.jpg", "reason": "missing-file", "detail":
+                        "listed, but train.zip has no member foo/0000.jpg (its root holds "
+                        + ", ".join(sorted(f"{row.split(',')[0]}.jpg" for row in rows[1:])[:5])
+                        + f" and {len(rows) - 6} more)"}], proc.stderr
