@@ -30,6 +30,26 @@ def _imagenet(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
     return {}
 
 
+def _imagenet_tars(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
+    """image-net.org's release: imagenet/ILSVRC2012_img_{train,val}.tar (a tar of class tars; flat), labels beside."""
+    from tests.archive_data import imagenet_archives
+
+    if not os.path.isdir(os.path.join(cwd, "imagenet")):
+        tree = os.path.join(cwd, "imagenet-tree")
+        write_imagenet_tree(tree, cwd, images)
+        imagenet_archives(tree, os.path.join(cwd, "imagenet"))
+    return {}
+
+
+def _webdataset(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
+    """img2dataset's output: shards/0000N.tar of <key>.jpg + .cls + .json + .txt samples (the demo's shapes)."""
+    from tests.archive_data import webdataset_shards
+
+    if not os.path.isdir(os.path.join(cwd, "shards")):
+        webdataset_shards(os.path.join(cwd, "demo", "shapes"), os.path.join(cwd, "shards"), shards=2)
+    return {}
+
+
 def _s3(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
     """An S3 endpoint with a bucket ``my-bucket``, configured the usual way: AWS environment variables."""
     client = s3_server.client()
@@ -39,7 +59,7 @@ def _s3(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
 
 
 # What a block marked ``<!-- readme-test: given: NAME -->`` needs: NAME -> (cwd, images, s3) -> environment.
-GIVEN = {"imagenet": _imagenet, "s3": _s3}
+GIVEN = {"imagenet": _imagenet, "imagenet-tars": _imagenet_tars, "webdataset": _webdataset, "s3": _s3}
 
 SKIP = re.compile(r"<!-- readme-test: skip: (.+?) -->\n$")
 GIVEN_MARK = re.compile(r"<!-- readme-test: given: (\S+) -->\n$")
