@@ -64,3 +64,17 @@ def test_the_reader_stage_profile_runs_and_reports_every_variant_against_the_bou
     assert list(measured) == list(reader_stages.VARIANTS)  # what --only accepts is what runs
     assert all(result["images_per_s"] > 0 for result in measured.values())
     assert "over bound" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_archive_benchmark_runs_end_to_end(tmp_path):
+    """``python -m bench.archives`` at a tiny size: every form converts and the table names each target."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.archives", "--photos", "20", "--tiny", "300", "--memory", "0", "--rounds", "1",
+         "--work", str(tmp_path)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for row in ("20 photos: tar ", "20 photos: zip ", "20 photos: tar.gz ", "300 tiny images, 1000 classes: tar of tars"):
+        assert row in proc.stdout, proc.stdout
