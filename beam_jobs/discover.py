@@ -94,6 +94,8 @@ class InputPlan:
     # Compressed archives the listing inflated (beam_jobs.sources.archives.Inflated): the launcher puts
     # them in the run's work folder, where their members' sources point, before the pipeline reads them.
     inflated: tuple = ()
+    # Each archive of SRC (not inside another) -> its size and modification time: a changed one is a changed input.
+    archives: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}

@@ -57,6 +57,7 @@ class RunRecord:
     num_listed: int
     part_size: int
     format: int = work_records.VERSION
+    archives: dict = dataclasses.field(default_factory=dict)  # archive -> "size bytes, modified T"
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -77,9 +78,10 @@ def record_for(options: ConvertOptions, plan: InputPlan, part_size: int, listing
                                    default=str))
     everything = json.dumps({"options": chosen, "listing": listing, "classes": list(plan.classes),
                              "class_text": list(plan.class_text), "part_size": part_size,
-                             "format": work_records.VERSION}, sort_keys=True, default=str)
+                             "format": work_records.VERSION, "archives": dict(plan.archives)},
+                            sort_keys=True, default=str)
     return RunRecord(hashlib.sha256(everything.encode("utf-8")).hexdigest(), chosen, listing, len(plan.refs),
-                     part_size)
+                     part_size, archives=dict(plan.archives))
 
 
 def save(work: str, record: RunRecord) -> None:
@@ -103,6 +105,11 @@ def why_not(old: Optional[RunRecord], new: RunRecord) -> str:
                for key in sorted(set(old.options) | set(new.options)) if old.options.get(key) != new.options.get(key)]
     if changed:
         return "its options differ: " + ", ".join(changed)
+    if old.archives != new.archives:
+        changed = sorted(name for name in set(old.archives) | set(new.archives)
+                         if old.archives.get(name) != new.archives.get(name))
+        return f"an archive of --src changed: {changed[0]} ({old.archives.get(changed[0], 'absent')} -> " \
+               f"{new.archives.get(changed[0], 'absent')})"
     if old.listing != new.listing:
         return f"the listed images changed ({old.num_listed} -> {new.num_listed} images)"
     if old.part_size != new.part_size:

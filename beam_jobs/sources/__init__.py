@@ -46,17 +46,18 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None) -> disco
         if not archives.is_archive_file(options.src):  # a folder: the label file lists it, no walk needed
             return label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed,
                                    options.annotation_columns, scratch=scratch)
-        listing, inflated = archives.list_tree(options.src, scratch, limit)
+        found = archives.list_tree(options.src, scratch, limit)
         plan = label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed,
-                               options.annotation_columns, scratch=scratch, archive=dict(listing.entries()),
-                               refused=[ImageRef("train", path, 0, source) for path, source in listing.refused])
-        return dataclasses.replace(plan, inflated=tuple(inflated))
-    listing, inflated = archives.list_tree(options.src, scratch, limit)
+                               options.annotation_columns, scratch=scratch, archive=dict(found.listing.entries()),
+                               refused=[ImageRef("train", path, 0, source) for path, source in found.listing.refused])
+        return dataclasses.replace(plan, inflated=found.inflated, archives=found.identities)
+    found = archives.list_tree(options.src, scratch, limit)
+    listing = found.listing
     if options.label_member:
         from beam_jobs.sources import webdataset
 
         plan = webdataset.plan(options.src, listing, webdataset.LabelMember.parse(options.label_member), labels,
-                               archives.launcher_reader(options.src, inflated), options.val_fraction, options.seed,
+                               archives.launcher_reader(options.src, found.inflated), options.val_fraction, options.seed,
                                scratch=scratch)
     elif options.val_labels:
         from beam_jobs.sources import imagenet
@@ -65,4 +66,4 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None) -> disco
     else:
         plan = discover.plan_inputs(listing, labels, options.val_fraction, options.seed, src=options.src,
                                     scratch=scratch)
-    return dataclasses.replace(plan, inflated=tuple(inflated))
+    return dataclasses.replace(plan, inflated=found.inflated, archives=found.identities)

@@ -109,7 +109,16 @@ class Inflated:
     name: str  # relative to the work folder: inflated/<key>.tar
 
 
-def list_tree(src: str, scratch: Optional[str] = None, limit: int = 1 << 62) -> tuple[Listing, list[Inflated]]:
+@dataclasses.dataclass(frozen=True)
+class ArchiveListing:
+    """What :func:`list_tree` found: the listing, the archives it inflated, and each top-level archive's identity."""
+
+    listing: Listing
+    inflated: tuple[Inflated, ...]
+    identities: dict[str, str]
+
+
+def list_tree(src: str, scratch: Optional[str] = None, limit: int = 1 << 62) -> ArchiveListing:
     """List ``src`` (a folder, or an archive) with every archive in it read as a folder.
 
     ``scratch``: a local folder for the listing and for inflated compressed
@@ -131,7 +140,7 @@ def list_tree(src: str, scratch: Optional[str] = None, limit: int = 1 << 62) -> 
     listing = discover.listing_of(src, (), dirs, skipped, scratch, located=_counted(entries, lister),
                                   refused=lambda: lister.refused)
     lister.report()
-    return listing, lister.inflated
+    return ArchiveListing(listing, tuple(lister.inflated), dict(sorted(lister.identities.items())))
 
 
 def _counted(entries: Iterator[tuple[str, str]], lister: "_ArchiveLister") -> Iterator[tuple[str, str]]:
@@ -150,6 +159,7 @@ class _ArchiveLister:
         self.refused: list[tuple[str, str]] = []
         self.inflated: list[Inflated] = []
         self.archives, self.members, self.stripped = 0, 0, []
+        self.identities: dict[str, str] = {}  # top-level archive -> "size bytes, modified T": what resume checks
 
     # --- where archives are --------------------------------------------------------------------------------
 
@@ -184,6 +194,7 @@ class _ArchiveLister:
             with _open(path) as handle:
                 handle.seek(0, os.SEEK_END)
                 size = handle.tell()
+                self.identities[display] = f"{size} bytes, modified {_modified(path)}"
                 yield from self._archive(_Where(handle, 0, size, file, False), kind, folder, display, 0)
         except ArchiveError as err:
             raise InputError(f"{display} under --src is not a readable archive: {err}") from err
@@ -316,6 +327,13 @@ class _Where:
     size: int
     file: str
     in_work: bool
+
+
+def _modified(path: str) -> str:
+    """When the file at ``path`` was last modified (a changed archive is a changed input to resume)."""
+    if FileSystems.get_scheme(path) in (None, "file"):
+        return repr(os.path.getmtime(path[len("file://"):] if path.startswith("file://") else path))
+    return repr(FileSystems.match([path])[0].metadata_list[0].last_updated_in_seconds)
 
 
 def _open(path: str) -> BinaryIO:

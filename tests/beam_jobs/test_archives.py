@@ -44,7 +44,8 @@ def _read_listing(src, tmp_path) -> tuple[dict[str, bytes], discover.Listing]:
     scratch, work = tmp_path / "scratch", tmp_path / "work"
     scratch.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    listing, inflated = archives.list_tree(str(src), str(scratch))
+    found = archives.list_tree(str(src), str(scratch))
+    listing, inflated = found.listing, found.inflated
     archives.place_inflated(inflated, str(work))
     read = {path: read_source(str(src), path, source, str(work)) for path, source in listing.entries()
             if not source.startswith(archive_members.REFUSED)}
@@ -127,7 +128,7 @@ def test_one_top_folder_is_the_archives_folder_when_it_bears_its_name_or_holds_f
         with zipfile.ZipFile(path, "w") as archive:
             for member in members:
                 archive.writestr(member, data[member.rsplit("/", 1)[-1]])
-        return sorted(archives.list_tree(str(path))[0].files)
+        return sorted(archives.list_tree(str(path)).listing.files)
 
     assert listed("train.zip", ["train/a.jpg", "train/b.jpg"]) == ["a.jpg", "b.jpg"]  # Kaggle's train.zip
     assert listed("shapes.zip", ["data/cat/a.jpg", "data/dog/b.jpg"]) == ["cat/a.jpg", "dog/b.jpg"]
@@ -252,7 +253,8 @@ def test_mutated_nested_archives_list_and_read_or_fail_with_an_error_naming_the_
     tmp = tmp_path_factory.mktemp("fuzz")
     (tmp / "sample.zip").write_bytes(bytes(data[:cut] if cut < len(data) else data))
     try:
-        listing, inflated = archives.list_tree(str(tmp / "sample.zip"), str(tmp))
+        found = archives.list_tree(str(tmp / "sample.zip"), str(tmp))
+        listing, inflated = found.listing, found.inflated
     except discover.InputError as err:
         assert "sample.zip" in str(err)
         return

@@ -174,6 +174,13 @@ def test_a_killed_archive_conversion_resumes_to_the_same_bytes(tmp_path, pets, e
         **extracted["manifest.json"]["options"], "part_size": 4}}}
     assert sorted(os.listdir(tmp_path)) == ["out", "pets.tar.gz"]
 
+    # A changed archive is a changed input: the kept work is not resumed, and the run says which archive.
+    run_converter(*args, "--overwrite", env={faults.ENV: "kill@shard-written"})
+    os.utime(archive, (1_800_000_000, 1_800_000_000))
+    rerun = run_converter(*args, "--overwrite", check=True)
+    assert "not resuming the interrupted run" in rerun.stderr
+    assert "an archive of --src changed: pets.tar.gz" in rerun.stderr, rerun.stderr
+
 
 def test_a_truncated_class_tar_converts_its_whole_members_and_the_cut_is_one_rejection(tmp_path, pets):
     src = tmp_path / "src"
