@@ -215,3 +215,45 @@ def test_src_and_out_in_gcs_give_a_local_runs_bytes(images, local_run, gcs_emula
     files = gcs_emulator.snapshot(bucket, "out")
     assert _comparable(files) == _comparable(local_run)
     assert not any(name.startswith(".staging-") for name in files)
+
+
+def _archived(images, folder) -> str:
+    """``images`` packed as users upload them: ``packed/`` holding ``circle.tar``, ``square.zip`` (under
+    ``square/``) and ``triangle.tar.gz``, beside ``shipped.tar``, a tar of class tars (ImageNet's shape)."""
+    from tests.archive_data import tar_folder, tar_of_tars, zip_folder
+
+    packed = os.path.join(folder, "upload", "packed")
+    os.makedirs(packed)
+    tar_folder(os.path.join(images, "circle"), os.path.join(packed, "circle.tar"))
+    zip_folder(os.path.join(images, "square"), os.path.join(packed, "square.zip"), top="square")
+    tar_folder(os.path.join(images, "triangle"), os.path.join(packed, "triangle.tar.gz"), "w:gz")
+    tar_of_tars(images, os.path.join(folder, "upload", "shipped.tar"))
+    return os.path.join(folder, "upload")
+
+
+@pytest.mark.slow
+def test_archives_in_s3_and_gcs_convert_to_the_local_runs_bytes(images, local_run, s3_server, gcs_emulator, tmp_path):
+    """A folder of class archives (tar, zip, tar.gz) and a tar of class tars in a bucket, read by ranges through
+    Beam's S3 and GCS file systems: the bytes of the local run of the extracted folder."""
+    pytest.importorskip("apache_beam.io.gcp.gcsio", reason="the gcp extra is not installed: pip install '.[gcp]'")
+    upload = _archived(images, tmp_path)
+    common = ["--shards", "3", "--val-fraction", "0.2", "--no-progress"]
+    bucket = s3_server.new_bucket()
+    s3_src = s3_server.upload(upload, bucket, "upload")
+    # The default runner: worker processes read the members by ranged GETs.
+    run_converter("--src", f"{s3_src}/packed", "--out", f"s3://{bucket}/packed-out", *common, *s3_server.flags,
+                  check=True)
+    assert _comparable(s3_server.snapshot(bucket, "packed-out")) == _comparable(local_run)
+    run_converter("--src", f"{s3_src}/shipped.tar", "--out", str(tmp_path / "shipped-out"), *common, *FAST,
+                  *s3_server.flags, check=True)
+    assert _comparable(_local_snapshot(tmp_path / "shipped-out")) == _comparable(local_run)
+
+    gcs_bucket = gcs_emulator.new_bucket()
+    gcs_src = gcs_emulator.upload(upload, gcs_bucket, "upload")
+    env = {**os.environ, "PYTHONPATH": REPO, **gcs_emulator.env}
+    for name in ("packed", "shipped.tar"):
+        out = tmp_path / f"gcs-{name}"
+        proc = subprocess.run([sys.executable, "-m", "converter", "--src", f"{gcs_src}/{name}", "--out", str(out),
+                               *common, *FAST], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert _comparable(_local_snapshot(out)) == _comparable(local_run)
