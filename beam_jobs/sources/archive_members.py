@@ -32,7 +32,9 @@ where (:func:`locator`, :func:`parse_locator`), or why it is refused
 
 from __future__ import annotations
 
+import array
 import dataclasses
+import hashlib
 import io
 import posixpath
 import stat
@@ -40,7 +42,9 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from typing import BinaryIO, Iterator, Union
+from typing import BinaryIO, Callable, Iterator, Union
+
+import numpy
 
 # A member inflating past this many times its stored size (and past _RATIO_FLOOR bytes) is refused.
 # Compressed images (JPEG, PNG, WebP) deflate by 1-1.1x; raw BMP or TIFF of photos by 2-4x; only flat
@@ -141,6 +145,7 @@ def scan_tar(handle: BinaryIO, size: int, base: int = 0) -> Iterator[Entry]:
             if info is None:
                 yield from _unless_ended(handle, archive.offset, size)
                 return
+            archive.members = []  # tarfile keeps every header it read: memory would follow the member count
             entry = _tar_entry(info, size, base)
             if entry is not None:
                 yield entry
@@ -328,6 +333,56 @@ def read_member(handle: BinaryIO, member: Member) -> bytes:
     if len(data) != member.length or inflater.unconsumed_tail:
         raise ArchiveError(f"{member.path}: inflates to other than the {member.length} bytes it declares")
     return data
+
+
+def streamed_folder_members(scan: Callable[[], Iterator[Entry]], name: str = "") -> tuple[str, Iterator[Entry]]:
+    """:func:`folder_members` in memory that does not follow the member count: two passes of ``scan()``.
+
+    The first keeps an 8-byte hash of each member's path (8 MB a million
+    members) and the top folders; the second yields the entries, a member
+    replaced by a later one of the same path refused as ``duplicate-member``,
+    paths stripped of the one top folder when :func:`folder_members` would.
+    Returns ``(top folder stripped or "", entries)``.
+    """
+    hashes = array.array("Q")
+    tops: set[str] = set()
+    deeper = False
+    for entry in scan():
+        if isinstance(entry, Member):
+            hashes.append(_path_hash(entry.path))
+            if len(tops) < 2:
+                tops.add(posixpath.dirname(entry.path).split("/")[0])
+            deeper = deeper or entry.path.count("/") >= 2
+    values = numpy.frombuffer(hashes, dtype=numpy.uint64) if hashes else numpy.zeros(0, numpy.uint64)
+    ordered = numpy.sort(values)
+    repeated = set(ordered[1:][ordered[1:] == ordered[:-1]].tolist())
+    last = {value: index for index, value in enumerate(values.tolist()) if value in repeated} if repeated else {}
+    del hashes, values, ordered
+    top = next(iter(tops)) if len(tops) == 1 else ""  # "" also when some member sits at the root
+    if top and name and not deeper and name != top:
+        top = ""  # one folder of files under another name: perhaps the archive's one class, kept
+
+    def entries() -> Iterator[Entry]:
+        index = 0
+        for entry in scan():
+            if isinstance(entry, Member):
+                replaced = last and last.get(_path_hash(entry.path), index) != index
+                index += 1
+                if replaced:
+                    yield Refused(_strip(entry.path, top), "duplicate-member", "a later member of the same name "
+                                  "replaces it, as extraction would")
+                    continue
+            yield dataclasses.replace(entry, path=_strip(entry.path, top)) if top else entry
+
+    return top, entries()
+
+
+def _strip(path: str, top: str) -> str:
+    return path[len(top) + 1:] if top and path.startswith(top + "/") else path
+
+
+def _path_hash(path: str) -> int:
+    return int.from_bytes(hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
 def folder_members(entries: Iterator[Entry], name: str = "") -> tuple[list[Member], list[Refused], str]:

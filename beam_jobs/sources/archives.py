@@ -210,18 +210,22 @@ class _ArchiveLister:
             with open(inflated.local, "rb") as handle:
                 yield from self._archive(_Where(handle, 0, size, inflated.name, True), "tar", folder, display, depth)
             return
-        view = RangeFile(where.handle, where.base, where.size)
-        if kind == "tar":
-            entries: Iterator = archive_members.scan_tar(view, where.size, where.base)
-        else:
-            entries = archive_members.scan_zip(view, where.base, self._limit)
         name = posixpath.basename(folder) or folder_name(archive_kind(posixpath.basename(display))[1])
-        members, refused, top = archive_members.folder_members(entries, name)
+        if kind == "tar":  # two passes over the headers: memory does not follow the member count
+            top, entries = archive_members.streamed_folder_members(
+                lambda: archive_members.scan_tar(RangeFile(where.handle, where.base, where.size), where.size,
+                                                 where.base), name)
+        else:  # zipfile holds the central directory in memory anyway
+            view = RangeFile(where.handle, where.base, where.size)
+            members, refused, top = archive_members.folder_members(
+                archive_members.scan_zip(view, where.base, self._limit), name)
+            entries = iter([*refused, *members])
         if top:
             self.stripped.append((display, top))
-        for entry in refused:
-            yield from self._refusal(entry, folder, display)
-        for member in members:
+        for member in entries:
+            if isinstance(member, Refused):
+                yield from self._refusal(member, folder, display)
+                continue
             path = posixpath.join(folder, member.path) if folder else member.path
             parent = posixpath.dirname(path)
             if parent:

@@ -190,3 +190,21 @@ def test_mutated_archives_give_entries_or_an_archive_error_never_anything_else(k
                 read_member(handle, entry)
             except ArchiveError:
                 pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(paths=st.lists(st.sampled_from(["a.jpg", "x/a.jpg", "x/b.jpg", "x/y/c.jpg", "y/d.jpg", "x/a.jpg"]),
+                      max_size=8),
+       name=st.sampled_from(["", "x", "other"]))
+def test_streamed_folder_members_agree_with_folder_members(paths, name):
+    """The two-pass, hash-keeping form used for tars decides as the in-memory one: same members, same refusals."""
+    from beam_jobs.sources.archive_members import streamed_folder_members
+
+    entries = [Member(path, index * 10, 5, 5) for index, path in enumerate(paths)]
+    members, refused, top = folder_members(iter(entries), name)
+    streamed_top, streamed = streamed_folder_members(lambda: iter(entries), name)
+    streamed = list(streamed)
+    assert streamed_top == top
+    assert sorted((m.path, m.offset) for m in streamed if isinstance(m, Member)) == sorted((m.path, m.offset) for m in members)
+    assert sorted((r.path, r.reason) for r in streamed if isinstance(r, Refused)) == \
+        sorted((r.path, r.reason) for r in refused)
