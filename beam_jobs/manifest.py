@@ -98,6 +98,9 @@ def build_manifest(
         "duplicates": duplicates or _no_duplicates(),
         "options": options.to_json(),
         "written_by": {"runner": runner, "apache_beam": _beam_version()},
+        # Where the images came from when SRC holds archives: each one (not inside another), its size and
+        # modification time. Records name images by their path in the extraction, as a folder's would be.
+        **({"source_archives": dict(plan.archives)} if plan.archives else {}),
     }
 
 

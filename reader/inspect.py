@@ -56,6 +56,12 @@ def summarize(data_dir: str) -> str:
         lines += [f"small images (a side under {record_schema.SMALL_SIDE} px; some training code fails on them, "
                   f"--min-side {record_schema.SMALL_SIDE} rejects them): "
                   + ", ".join(f"{name} {count}" for name, count in small.items() if count), ""]
+    archives = info.manifest.get("source_archives") or {}
+    if archives:
+        shown = [f"{name} ({identity})" for name, identity in list(archives.items())[:5]]
+        more = f" and {len(archives) - 5} more" if len(archives) > 5 else ""
+        lines += [f"converted from {len(archives)} archive{'s' if len(archives) > 1 else ''} (records name images "
+                  f"by their path in the extraction): " + ", ".join(shown) + more, ""]
     lines += _rejections(data_dir) + _skipped(info) + [""]
     lines += _duplicates(info)
     lines += [f"note: {work.describe()}" for work in kept_work(data_dir)]

@@ -43,6 +43,7 @@ def dataset_contents(out) -> dict[str, object]:
             manifest = json.loads(data)
             for field in RUN_FIELDS:
                 manifest.pop(field)
+            manifest.pop("source_archives", None)  # names the archives an archive run read, and only that
             for field in OPTION_FIELDS:
                 manifest["options"].pop(field)
             contents[name] = manifest
@@ -115,6 +116,13 @@ def test_imagenet_as_it_ships_converts_as_its_extraction(tmp_path, sample_images
     proc = run_converter("--src", shipped, "--out", str(tmp_path / "from-tars"), "-v", *flags, check=True)
     assert dataset_contents(tmp_path / "from-tree") == dataset_contents(tmp_path / "from-tars")
     assert "read 5 archive(s) as folders" in proc.stderr  # the two tars and the three class tars
+    manifest = json.loads((tmp_path / "from-tars" / "manifest.json").read_text())
+    assert sorted(manifest["source_archives"]) == ["ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar"]
+    summary = run_converter("inspect", str(tmp_path / "from-tars"), check=True).stdout
+    assert "converted from 2 archives (records name images by their path in the extraction): " \
+           "ILSVRC2012_img_train.tar (" in summary
+    verified = run_converter("verify", str(tmp_path / "from-tars"))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
     train_tar = os.path.join(shipped, "ILSVRC2012_img_train.tar")
     run_converter("--src", train_tar, "--out", str(tmp_path / "train-only"), "--shards", "1", *FAST, check=True)

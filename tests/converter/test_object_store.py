@@ -35,6 +35,7 @@ def _comparable(files: dict[str, bytes]) -> dict[str, bytes]:
     manifest = json.loads(files.pop(record_schema.MANIFEST_FILE))
     for key in ("created", "written_by"):
         manifest.pop(key)
+    manifest.pop("source_archives", None)  # an archive run also names the archives it read
     for key in ("src", "out", "overwrite"):
         manifest["options"].pop(key)
     files[record_schema.MANIFEST_FILE] = json.dumps(manifest, sort_keys=True).encode()
