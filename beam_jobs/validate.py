@@ -24,6 +24,7 @@ from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.sources import archive_members
+from beam_jobs.sources.member_reads import MemberReader
 from beam_jobs.stage_records import Accepted, ImageRef, RejectedInput
 
 
@@ -43,34 +44,30 @@ def source_path(src: str, relpath: str) -> str:
     return source_filesystem(src).join(src, *relpath.split("/"))
 
 
-def read_source(src: str, relpath: str, source: str = "", work: str = "") -> bytes:
+def read_source(src: str, relpath: str, source: str = "", work: str = "",
+                members: Optional[MemberReader] = None) -> bytes:
     """The bytes of one input: the file ``relpath`` of SRC, or the archive member ``source`` locates.
+
+    ``members``: the chunk's reader of archive members (consecutive members
+    by one ranged read); without one, a member is read alone.
 
     Raises OSError when it cannot be read, ArchiveError (a ValueError) when an
     archive member's bytes are not what its archive declared. Read as stored:
     an image is never decompressed because its name ends in ``.gz``.
     """
     if source:
-        return _read_member(src, source, work)
+        if members is not None:
+            return members.read(source)
+        with MemberReader(src, work) as alone:
+            return alone.read(source)
     path = source_path(src, relpath)
     # S3 reuses one boto3 client per process (beam_jobs.filesystems), not one per image.
     with source_filesystem(src).open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         return handle.read()
 
 
-def _read_member(src: str, source: str, work: str) -> bytes:
-    """An archive member's bytes, by offset: a ranged read of the archive (in SRC, or inflated in ``work``)."""
-    located = archive_members.parse_locator(source)
-    if isinstance(located, archive_members.Refused):
-        raise ValueError("a refused member has no bytes to read")
-    root = work if located.in_work else src
-    path = source_path(root, located.file) if located.file else root
-    with source_filesystem(root).open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return archive_members.read_member(handle, located.member)
-
-
-def validate_ref(src: str, ref: ImageRef, options: EncodeOptions,
-                 work: str = "") -> Union[tuple[Accepted, Encoded], RejectedInput]:
+def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = "",
+                 members: Optional[MemberReader] = None) -> Union[tuple[Accepted, Encoded], RejectedInput]:
     """Read ``ref`` and decide whether it is written: ``(Accepted, Encoded)`` or the rejection.
 
     A file that vanished or cannot be read since the listing is rejected, not
@@ -81,7 +78,7 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions,
         refused = archive_members.parse_locator(ref.source)
         return RejectedInput(display_path(ref.relpath), refused.reason, refused.detail)
     try:
-        data = read_source(src, ref.relpath, ref.source, work)
+        data = read_source(src, ref.relpath, ref.source, work, members)
     except archive_members.ArchiveError as err:
         return RejectedInput(display_path(ref.relpath), "corrupt-member", display_path(str(err)))
     except OSError as err:  # Beam's BeamIOError is an OSError too
@@ -124,9 +121,10 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
     results: list[Union[Accepted, RejectedInput]] = []
     spill = None
     offset = 0
+    members = MemberReader(src, work, [ref.source for ref in refs])
     try:
         for ref in refs:
-            result = validate_ref(src, ref, options, work)
+            result = validate_ref(src, ref, options, work, members)
             if on_result is not None:
                 on_result()
             if isinstance(result, RejectedInput):
@@ -141,6 +139,7 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
                 offset += len(encoded.data)
             results.append(accepted)
     finally:
+        members.close()
         if spill is not None:
             spill.close()
     return results

@@ -29,6 +29,7 @@ from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.tfrecord import frame_parts, serialize_example
 from beam_jobs.stage_records import Accepted
+from beam_jobs.sources.member_reads import MemberReader
 from beam_jobs.validate import read_source, read_spilled
 
 
@@ -87,8 +88,11 @@ def build_example(
     )
 
 
-def encode_accepted(src: str, item: Accepted, options: EncodeOptions, work: str = "") -> Encoded:
+def encode_accepted(src: str, item: Accepted, options: EncodeOptions, work: str = "",
+                    members: Optional[MemberReader] = None) -> Encoded:
     """The stored bytes of an accepted image: its spilled re-encoding, or the source re-read.
+
+    ``members``: the shard's reader of archive members (each archive opened once).
 
     Raises:
       SourceChangedError: a pass-through file changed or vanished since it was
@@ -99,7 +103,7 @@ def encode_accepted(src: str, item: Accepted, options: EncodeOptions, work: str 
         # Encoded once, by validation (see beam_jobs.validate): copy, never decode again.
         return Encoded(read_spilled(work, item), item.height, item.width, "", item.reencoded_because)
     try:
-        data = read_source(src, relpath, item.ref.source, work)
+        data = read_source(src, relpath, item.ref.source, work, members)
     except (OSError, ValueError) as err:  # ValueError: an archive member no longer what its archive declared
         raise SourceChangedError(f"{display_path(relpath)} vanished during the conversion ({err}); rerun the command") from err
     if hashlib.sha256(data).digest() != item.source_sha256:
@@ -139,9 +143,11 @@ def write_shard(
     reencoded: collections.Counter[str] = collections.Counter()
     num_bytes = max_side = grayscale = small = count = 0
     index_lines = []
-    with FileSystems.create(FileSystems.join(folder, name), compression_type=CompressionTypes.UNCOMPRESSED) as out:
+    # In shard order, archive members are read one by one (exactly, no read-ahead), each archive opened once.
+    with MemberReader(src, work) as members, FileSystems.create(
+            FileSystems.join(folder, name), compression_type=CompressionTypes.UNCOMPRESSED) as out:
         for item in items:
-            encoded = encode_accepted(src, item, options, work)
+            encoded = encode_accepted(src, item, options, work, members)
             label = item.ref.label
             # A pass-through image is the source file, whose SHA-256 validation already computed.
             known = None if encoded.reencoded else item.source_sha256.hex()

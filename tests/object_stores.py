@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -55,6 +56,23 @@ class S3Server:
                 client.upload_file(path, bucket, f"{prefix}/{os.path.relpath(path, folder)}")
         return f"s3://{bucket}/{prefix}"
 
+    def record(self) -> None:
+        """Start recording the requests the server answers (moto's recorder), forgetting earlier ones."""
+        for action in ("reset-recording", "start-recording"):
+            urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/moto-api/recorder/{action}",
+                                                          method="POST"), timeout=30)
+
+    def recorded(self) -> list[tuple[str, str, str]]:
+        """``(method, path, Range header)`` of every request answered since :meth:`record`; stops recording."""
+        import json
+        from urllib.parse import unquote, urlparse
+
+        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/moto-api/recorder/stop-recording",
+                                                      method="POST"), timeout=30)
+        with urllib.request.urlopen(f"{self.endpoint}/moto-api/recorder/download-recording", timeout=60) as reply:
+            rows = [json.loads(line) for line in reply.read().decode().splitlines() if line.strip()]
+        return [(row["method"], unquote(urlparse(row["url"]).path), row["headers"].get("Range", "")) for row in rows]
+
     def snapshot(self, bucket: str, prefix: str) -> dict[str, bytes]:
         """name (relative to prefix) -> bytes of every object under ``prefix/``."""
         client, found = self.client(), {}
@@ -70,9 +88,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _serve(argv: list[str], port: int, what: str) -> tuple[subprocess.Popen, str]:
+def _serve(argv: list[str], port: int, what: str, env=None) -> tuple[subprocess.Popen, str]:
     """Start a server process and wait until it answers HTTP on ``port``; returns it and its endpoint."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -90,8 +108,10 @@ def _serve(argv: list[str], port: int, what: str) -> tuple[subprocess.Popen, str
 
 def start() -> tuple[subprocess.Popen, S3Server]:
     port = _free_port()
+    # Its recorder (off until S3Server.record) writes here, not into the current folder.
+    recording = os.path.join(tempfile.mkdtemp(prefix="moto-recording-"), "requests.jsonl")
     proc, endpoint = _serve([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], port,
-                            "moto's S3 server")
+                            "moto's S3 server", env={**os.environ, "MOTO_RECORDER_FILEPATH": recording})
     return proc, S3Server(endpoint)
 
 

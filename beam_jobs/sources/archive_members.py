@@ -323,6 +323,14 @@ def read_member(handle: BinaryIO, member: Member) -> bytes:
     stored = handle.read(member.size)
     if len(stored) < member.size:
         raise ArchiveError(f"{member.path}: the archive ends {member.size - len(stored)} bytes into it")
+    return member_bytes(member, stored)
+
+
+def member_bytes(member: Member, stored: bytes) -> bytes:
+    """``member``'s bytes from its ``stored`` bytes: inflated, never past the length its archive declared.
+
+    Raises :class:`ArchiveError` when they do not inflate to exactly that length.
+    """
     if member.method == STORED:
         return stored
     inflater = zlib.decompressobj(-zlib.MAX_WBITS)

@@ -258,3 +258,42 @@ def test_archives_in_s3_and_gcs_convert_to_the_local_runs_bytes(images, local_ru
                                *common, *FAST], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert _comparable(_local_snapshot(out)) == _comparable(local_run)
+
+
+@pytest.mark.slow
+def test_an_archive_in_s3_is_read_by_runs_of_members_not_by_requests_per_member(images, local_run, s3_server,
+                                                                                    tmp_path):
+    """The requests moto answers for a tar of the images, against those for the same images as a folder.
+
+    Validation reads each part's members by one ranged GET per run of consecutive members (at most 16 MiB);
+    the writer re-reads each pass-through image by exactly one ranged GET, in shard order, opening the archive
+    once per shard. A folder costs a HEAD and a GET per file at each of the two reads. (README: "S3 and GCS".)
+    """
+    from tests.archive_data import tar_folder
+
+    upload = tmp_path / "upload"
+    shutil.copytree(images, upload / "images")
+    tar_folder(upload / "images", upload / "images.tar")
+    bucket = s3_server.new_bucket()
+    s3_server.upload(str(upload), bucket, "upload")
+    files = sum(len(names) for _, _, names in os.walk(upload / "images"))
+    reads = {}
+    for name in ("images", "images.tar"):
+        out = tmp_path / f"out-{name}"
+        s3_server.record()
+        run_converter("--src", f"s3://{bucket}/upload/{name}", "--out", str(out), "--shards", "3",
+                      "--val-fraction", "0.2", *FAST, *s3_server.flags, check=True)
+        assert _comparable(_local_snapshot(out)) == _comparable(local_run)
+        source = f"/{bucket}/upload/{name}"
+        reads[name] = [(method, rng) for method, path, rng in s3_server.recorded()
+                       if path == source or path.startswith(source + "/")]
+    manifest = json.loads(local_run[record_schema.MANIFEST_FILE])
+    shards = sum(split["num_shards"] for split in manifest["splits"].values())
+    passed_through = sum(split["num_examples"] - split["num_reencoded"] for split in manifest["splits"].values())
+    archive = reads["images.tar"]
+    heads, gets = (sum(1 for method, _ in archive if method == kind) for kind in ("HEAD", "GET"))
+    # Listing: a few HEADs (is it a file, its size and date, the open) and one GET of the headers (16 MiB at a
+    # time). Validation (one part): a HEAD and one GET for the run. Writing: a HEAD per shard, a GET per
+    # pass-through image (a re-encoded one is read from the run's spill file).
+    assert heads <= 5 + 1 + shards and gets <= 1 + 1 + passed_through, archive
+    assert len(reads["images"]) >= 3.5 * files  # a folder: a HEAD and a GET per file, at validation and writing
