@@ -1,10 +1,11 @@
 """What an archive holds, read without extracting it and without trusting it: the member table.
 
-In: a seekable file object over a ``.tar`` or ``.zip`` (local, or an object
-store's ranged reader), or a range of one (an archive inside an uncompressed
-tar). Out: :class:`Member` (a regular file: its normalised path and where its
-bytes sit in the outermost file) or :class:`Refused` (a member that must not
-be converted, with a reason for ``rejected.jsonl``), in archive order.
+In: a seekable file object over a ``.zip`` (local, or an object store's ranged
+reader), or a range of one (an archive inside an uncompressed tar); tars are
+scanned by :mod:`tar_members` into the same entries. Out: :class:`Member` (a
+regular file: its normalised path and where its bytes sit in the outermost
+file) or :class:`Refused` (a member that must not be converted, with a reason
+for ``rejected.jsonl``), in archive order.
 
 Archives come from strangers, so no member is trusted:
 
@@ -33,13 +34,13 @@ where (:func:`locator`, :func:`parse_locator`), or why it is refused
 from __future__ import annotations
 
 import array
+import bisect
 import dataclasses
 import hashlib
 import io
 import posixpath
 import stat
 import struct
-import tarfile
 import zipfile
 import zlib
 from typing import BinaryIO, Callable, Iterator, Union
@@ -127,59 +128,6 @@ def normalise(name: str) -> Union[str, Refused]:
     return "/".join(parts)
 
 
-def scan_tar(handle: BinaryIO, size: int, base: int = 0) -> Iterator[Entry]:
-    """The members of an uncompressed tar of ``size`` bytes read through ``handle`` (which starts at ``base``
-    of the outermost file), in archive order. Folders are left out: a folder is its members."""
-    try:
-        archive = tarfile.open(fileobj=handle, mode="r:")  # noqa: SIM115 (closed below; never extracts)
-    except tarfile.ReadError as err:
-        yield Refused("", "truncated-archive", f"no tar header could be read: {err}")
-        return
-    with archive:
-        while True:
-            try:
-                info = archive.next()
-            except (tarfile.ReadError, EOFError) as err:  # a cut or corrupt header: what came before stands
-                yield Refused("", "truncated-archive", f"the tar breaks after byte {archive.offset}: {err}")
-                return
-            if info is None:
-                yield from _unless_ended(handle, archive.offset, size)
-                return
-            archive.members = []  # tarfile keeps every header it read: memory would follow the member count
-            entry = _tar_entry(info, size, base)
-            if entry is not None:
-                yield entry
-            if isinstance(entry, Refused) and entry.reason == "truncated-archive":
-                return  # the archive ends inside this member: nothing follows
-
-
-def _unless_ended(handle: BinaryIO, offset: int, size: int) -> Iterator[Refused]:
-    """A refusal when the tar stops at ``offset`` without its end marker (cut short, or a corrupt header:
-    tarfile takes either for the end)."""
-    handle.seek(offset)
-    block = handle.read(tarfile.BLOCKSIZE)
-    if offset < size and len(block) == tarfile.BLOCKSIZE and not block.strip(b"\0"):
-        return  # the end-of-archive marker
-    what = "ends" if offset >= size else "breaks (not a tar header)"
-    yield Refused("", "truncated-archive", f"the tar {what} at byte {offset}; the members before it are whole")
-
-
-def _tar_entry(info: tarfile.TarInfo, size: int, base: int) -> Union[Entry, None]:
-    path = normalise(info.name)
-    if isinstance(path, Refused):
-        return path
-    if info.isdir():
-        return None
-    if info.issym() or info.islnk():
-        return Refused(path, "link", f"a {'symbolic' if info.issym() else 'hard'} link to {info.linkname!r}")
-    if not info.isreg() or info.issparse():
-        return Refused(path, "special-file", "a device, FIFO or sparse file, not a regular file")
-    if info.offset_data + info.size > size:
-        return Refused(path, "truncated-archive", f"the tar ends at byte {size}, inside this member "
-                       f"({info.size} bytes from byte {info.offset_data})")
-    return Member(path, base + info.offset_data, info.size, info.size)
-
-
 def scan_zip(handle: BinaryIO, base: int = 0, limit: int = 1 << 62) -> Iterator[Entry]:
     """The members of a zip read through ``handle`` (starting at ``base`` of the outermost file).
 
@@ -193,13 +141,17 @@ def scan_zip(handle: BinaryIO, base: int = 0, limit: int = 1 << 62) -> Iterator[
         raise ArchiveError(f"not a readable zip: {err}") from err
     with archive:
         infos = archive.infolist()
-    spans = []
+    spans = _Spans()
     for info in infos:
         entry = _zip_entry(handle, info, base, limit)
-        if isinstance(entry, Member):
-            spans.append((entry.offset, entry.offset + entry.size, entry.path))
+        if isinstance(entry, Member) and entry.size:
+            other = spans.overlapped(entry.offset, entry.offset + entry.size)
+            if other is not None:
+                entry = Refused(entry.path, "overlapping-member", f"its bytes overlap those of {other!r}")
+            else:
+                spans.add(entry.offset, entry.offset + entry.size, entry.path)
         if entry is not None:
-            yield from _unless_overlapping(entry, spans)
+            yield entry
 
 
 def _zip_entry(handle: BinaryIO, info: zipfile.ZipInfo, base: int, limit: int) -> Union[Entry, None]:
@@ -230,16 +182,29 @@ def _zip_entry(handle: BinaryIO, info: zipfile.ZipInfo, base: int, limit: int) -
     return Member(path, offset, info.compress_size, info.file_size, info.compress_type)
 
 
-def _unless_overlapping(entry: Entry, spans: list) -> Iterator[Entry]:
-    """``entry``, or its refusal when its bytes overlap a member listed before it (checked against all)."""
-    if isinstance(entry, Member):
-        start, end = entry.offset, entry.offset + entry.size
-        for other_start, other_end, other in spans[:-1]:
-            if start < other_end and other_start < end and entry.size:
-                spans.pop()
-                yield Refused(entry.path, "overlapping-member", f"its bytes overlap those of {other!r}")
-                return
-    yield entry
+class _Spans:
+    """Byte ranges of the zip members accepted so far: disjoint, kept sorted, so a new member's overlap is
+    found by bisection (a zip of a million members would take hours checked pairwise)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self._paths: list[str] = []
+
+    def overlapped(self, start: int, end: int) -> Union[str, None]:
+        """The path of an accepted member whose bytes overlap ``start .. end``, if any."""
+        index = bisect.bisect_right(self._starts, start)
+        if index and self._ends[index - 1] > start:  # the range starting at or before ``start`` reaches into it
+            return self._paths[index - 1]
+        if index < len(self._starts) and self._starts[index] < end:  # the next range starts inside it
+            return self._paths[index]
+        return None
+
+    def add(self, start: int, end: int, path: str) -> None:
+        index = bisect.bisect_right(self._starts, start)
+        self._starts.insert(index, start)
+        self._ends.insert(index, end)
+        self._paths.insert(index, path)
 
 
 # --- locators: where a listed member's bytes are, as text carried by its ImageRef --------------------------------

@@ -53,7 +53,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from beam_jobs import discover, interrupt
 from beam_jobs.discover import InputError, Listing
 from beam_jobs.filesystems import FileSystems
-from beam_jobs.sources import archive_members
+from beam_jobs.sources import archive_members, tar_members
 from beam_jobs.sources.archive_members import ArchiveError, Member, RangeFile, Refused
 
 logger = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ class _ArchiveLister:
         name = posixpath.basename(folder) or folder_name(archive_kind(posixpath.basename(display))[1])
         if kind == "tar":  # two passes over the headers: memory does not follow the member count
             top, entries = archive_members.streamed_folder_members(
-                lambda: archive_members.scan_tar(RangeFile(where.handle, where.base, where.size), where.size,
+                lambda: tar_members.scan_tar(RangeFile(where.handle, where.base, where.size), where.size,
                                                  where.base), name)
         else:  # zipfile holds the central directory in memory anyway
             view = RangeFile(where.handle, where.base, where.size)

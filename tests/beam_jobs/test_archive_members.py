@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from beam_jobs.sources.archive_members import (ArchiveError, Member, RangeFile, Refused, folder_members,
-                                               read_member, scan_tar, scan_zip)
+                                               read_member, scan_zip)
+from beam_jobs.sources.tar_members import scan_tar
 
 FILES = {"cat/a.jpg": b"A" * 700, "cat/b.jpg": os.urandom(1500), "dog/c.png": b"C" * 10}
 
@@ -208,3 +209,19 @@ def test_streamed_folder_members_agree_with_folder_members(paths, name):
     assert sorted((m.path, m.offset) for m in streamed if isinstance(m, Member)) == sorted((m.path, m.offset) for m in members)
     assert sorted((r.path, r.reason) for r in streamed if isinstance(r, Refused)) == \
         sorted((r.path, r.reason) for r in refused)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 20)), max_size=12))
+def test_zip_overlaps_are_found_by_bisection_as_a_pairwise_check_finds_them(spans):
+    """A member is refused when its bytes overlap any member accepted before it (found in log time, not n^2)."""
+    from beam_jobs.sources.archive_members import _Spans
+
+    accepted, found = [], _Spans()
+    for index, (start, size) in enumerate(spans):
+        overlapping = {path for s, e, path in accepted if start < e and s < start + size}
+        named = found.overlapped(start, start + size)
+        assert (named in overlapping) if overlapping else named is None
+        if not overlapping:
+            accepted.append((start, start + size, str(index)))
+            found.add(start, start + size, str(index))

@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 
-from beam_jobs.sources import archive_members
+from beam_jobs.sources import archive_members, tar_members
 from beam_jobs.sources.archive_members import ArchiveError, Member
 from beam_jobs.sources.member_reads import MAX_GAP, MAX_RUN, MemberReader, plan_runs
 
@@ -37,7 +37,7 @@ def _locators(path, file="") -> dict[str, str]:
         size = handle.seek(0, io.SEEK_END)
         handle.seek(0)
         scan = archive_members.scan_zip(handle) if str(path).endswith(".zip") else \
-            archive_members.scan_tar(handle, size)
+            tar_members.scan_tar(handle, size)
         return {m.path: archive_members.locator(file, m) for m in scan if isinstance(m, Member)}
 
 
