@@ -38,12 +38,14 @@ import bisect
 import dataclasses
 import hashlib
 import io
+import marshal
 import posixpath
 import stat
 import struct
+import tempfile
 import zipfile
 import zlib
-from typing import BinaryIO, Callable, Iterator, Union
+from typing import BinaryIO, Callable, Iterator, Optional, Union
 
 import numpy
 
@@ -348,6 +350,42 @@ def streamed_folder_members(scan: Callable[[], Iterator[Entry]], name: str = "")
             yield dataclasses.replace(entry, path=_strip(entry.path, top)) if top else entry
 
     return top, entries()
+
+
+def replayable(entries: Iterator[Entry], scratch: Optional[str] = None) -> Callable[[], Iterator[Entry]]:
+    """``entries`` as a scan that runs twice (what :func:`streamed_folder_members` needs) reading them once.
+
+    The first run passes them through, writing each to a local temporary
+    file in ``scratch`` (about 60 bytes a member), the second reads that file
+    back and deletes it. A tar's headers are spread through it, so scanning a
+    tar in S3 or GCS downloads it: this keeps that to once, and memory flat.
+    """
+    spool = tempfile.TemporaryFile(dir=scratch)  # noqa: SIM115 (closed by the second run)
+    runs = 0
+
+    def scan() -> Iterator[Entry]:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            for entry in entries:
+                if isinstance(entry, Member):  # dataclasses.astuple would cost 25 us a member
+                    record = (entry.path, entry.offset, entry.size, entry.length, entry.method, True)
+                else:
+                    record = (entry.path, entry.reason, entry.detail, False)
+                marshal.dump(record, spool)
+                yield entry
+            return
+        assert runs == 2, "a replayable scan runs twice"
+        spool.seek(0)
+        with spool:
+            while True:
+                try:
+                    *fields, member = marshal.load(spool)
+                except EOFError:
+                    return
+                yield Member(*fields) if member else Refused(*fields)
+
+    return scan
 
 
 def _strip(path: str, top: str) -> str:

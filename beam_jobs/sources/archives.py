@@ -211,10 +211,10 @@ class _ArchiveLister:
                 yield from self._archive(_Where(handle, 0, size, inflated.name, True), "tar", folder, display, depth)
             return
         name = posixpath.basename(folder) or folder_name(archive_kind(posixpath.basename(display))[1])
-        if kind == "tar":  # two passes over the headers: memory does not follow the member count
-            top, entries = archive_members.streamed_folder_members(
-                lambda: tar_members.scan_tar(RangeFile(where.handle, where.base, where.size), where.size,
-                                                 where.base), name)
+        if kind == "tar":  # two passes over the headers (memory does not follow the member count), one read
+            top, entries = archive_members.streamed_folder_members(archive_members.replayable(
+                tar_members.scan_tar(RangeFile(where.handle, where.base, where.size), where.size, where.base),
+                self._scratch), name)
         else:  # zipfile holds the central directory in memory anyway
             view = RangeFile(where.handle, where.base, where.size)
             members, refused, top = archive_members.folder_members(

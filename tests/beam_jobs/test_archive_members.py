@@ -225,3 +225,23 @@ def test_zip_overlaps_are_found_by_bisection_as_a_pairwise_check_finds_them(span
         if not overlapping:
             accepted.append((start, start + size, str(index)))
             found.add(start, start + size, str(index))
+
+
+def test_a_tar_scanned_twice_for_its_folder_is_read_once(tmp_path):
+    """The lister's two passes read the tar once (in S3 or GCS that is one download): the second replays a spool."""
+    from beam_jobs.sources.archive_members import replayable, streamed_folder_members
+
+    data = _tar([_file(name, body) for name, body in FILES.items()] + [_special("cat/link.jpg", tarfile.SYMTYPE, "x")])
+    reads = []
+
+    class Counted(io.BytesIO):
+        def read(self, *args):
+            reads.append(self.tell())
+            return super().read(*args)
+
+    scan = replayable(scan_tar(Counted(data), len(data)), str(tmp_path))
+    top, entries = streamed_folder_members(scan, "")
+    reads_of_the_first_pass = len(reads)
+    assert list(entries) == _scan_tar(data) and top == ""
+    assert len(reads) == reads_of_the_first_pass > 0
+    assert os.listdir(tmp_path) == []  # the spool is an unnamed temporary file, gone once replayed
