@@ -55,7 +55,7 @@ def scan_tar(handle: BinaryIO, size: int, base: int = 0) -> Iterator[Entry]:
     except tarfile.ReadError as err:
         yield Refused("", "truncated-archive", f"no tar header could be read: {err}")
         return
-    window = _Window(handle)
+    window = _Window(handle, size)
     with archive:
         offset, fast = 0, False  # the first header was read by tarfile.open: take it from tarfile
         while True:
@@ -81,15 +81,17 @@ def scan_tar(handle: BinaryIO, size: int, base: int = 0) -> Iterator[Entry]:
 class _Window:
     """Reads of a file through a window of :data:`_WINDOW` bytes: consecutive small headers cost one read."""
 
-    def __init__(self, handle: BinaryIO) -> None:
-        self._handle, self._start, self._data = handle, 0, b""
+    def __init__(self, handle: BinaryIO, size: int) -> None:
+        self._handle, self._size, self._start, self._data = handle, size, 0, b""
 
     def block(self, offset: int) -> bytes:
         """The 512 bytes at ``offset`` (fewer at the end of the file)."""
         start = offset - self._start
         if start < 0 or start + _BLOCK > len(self._data):
             self._handle.seek(offset)  # tarfile shares the handle: always seek
-            self._start, self._data = offset, self._handle.read(_WINDOW)
+            # Up to a byte short of the end: a BufferedReader (an object store's reader) drops its buffer once
+            # read to its end, and tarfile's read of the end marker would then cost another request.
+            self._start, self._data = offset, self._handle.read(max(_BLOCK, min(_WINDOW, self._size - offset - 1)))
             start = 0
         return self._data[start:start + _BLOCK]
 
