@@ -89,8 +89,13 @@ def measured_run(command: Sequence[str], env: dict, cwd: str, watch: Sequence[in
     started = time.perf_counter()
     proc = subprocess.Popen(list(command), env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peaks: dict[int, int] = {}
+    launcher = 0
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # not Popen.poll: wait4 also gives the peak RSS
+        # The launcher's own high-water mark, not wait4's ru_maxrss: a forked child's maxrss counts its
+        # parent's pages until exec, so a benchmark process that had just packed a million-member tar
+        # (900 MB) made every launcher look 900 MB. VmHWM starts afresh at exec.
+        launcher = max(launcher, _peak_kb(proc.pid))
+        pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
         for child in _descendants(proc.pid):
@@ -100,7 +105,7 @@ def measured_run(command: Sequence[str], env: dict, cwd: str, watch: Sequence[in
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:6])} failed: {proc.stderr.read().decode()[-3000:]}")
-    return {"seconds": round(elapsed, 1), "launcher_mb": round(usage.ru_maxrss / 1024, 1),
+    return {"seconds": round(elapsed, 1), "launcher_mb": round(launcher / 1024, 1),
             "largest_worker_mb": round(max(peaks.values(), default=0) / 1024, 1),
             "watched_mb": {str(pid): round(_peak_kb(pid) / 1024, 1) for pid in watch}}
 

@@ -228,8 +228,8 @@ class _ArchiveLister:
                 continue
             path = posixpath.join(folder, member.path) if folder else member.path
             parent = posixpath.dirname(path)
-            if parent:
-                self._dirs.append(parent)
+            if parent and parent != (self._dirs[-1] if self._dirs else None):  # members come folder by folder:
+                self._dirs.append(parent)  # one entry per run, not one per member (a million in a big tar)
             inner = archive_kind(posixpath.basename(member.path))
             if inner is None:
                 yield path, archive_members.locator(where.file, member, where.in_work)
