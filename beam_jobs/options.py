@@ -19,6 +19,8 @@ DEFAULT_QUALITY = 95
 DEFAULT_SEED = 0
 # The columns of an --annotations file: path, label, split.
 ANNOTATION_COLUMNS = ("path", "label", "split")
+# --archive-scan: who reads the tars' headers (beam_jobs.sources.archive_scan).
+ARCHIVE_SCANS = ("auto", "launcher", "workers")
 # Larger than nearly any photograph (a 100 MP medium-format frame) yet small
 # enough that one decode cannot exhaust a worker (300 MB of RGB). Pillow itself
 # refuses images over ~179 MP as decompression bombs.
@@ -144,6 +146,11 @@ class ConvertOptions:
       part_size: images per part, the unit of work of validation and of the
         ordering stage's memory (about 200 bytes per image); default: about
         1/64 of the images, within [128, 2**20]. It never changes the output.
+      archive_scan: who reads the headers of the tars under ``src`` (a tar has
+        no index: its headers are spread through it): ``"workers"``, spread
+        over the run's workers; ``"launcher"``, this process, before they
+        start; ``"auto"``: the workers when the tars hold 4 GiB or more. It
+        never changes the output.
     """
 
     src: str
@@ -162,6 +169,7 @@ class ConvertOptions:
     dali_index: bool = True
     part_size: Optional[int] = None
     label_member: Optional[str] = None
+    archive_scan: str = "auto"
 
     def __post_init__(self) -> None:
         if not self.src:
@@ -178,6 +186,8 @@ class ConvertOptions:
             from beam_jobs.sources.webdataset import LabelMember
 
             LabelMember.parse(self.label_member)
+        if self.archive_scan not in ARCHIVE_SCANS:
+            raise ValueError(f"--archive-scan must be one of {', '.join(ARCHIVE_SCANS)}, got {self.archive_scan!r}")
         if self.val_labels and self.val_fraction:
             raise ValueError("--val-labels labels the validation folder; --val-fraction would carve another")
         if self.shards != AUTO and (not isinstance(self.shards, int) or isinstance(self.shards, bool)

@@ -31,7 +31,7 @@ from beam_jobs.options import AUTO, ConvertOptions
 from beam_jobs.order_bucket import BucketCountError
 from beam_jobs.progress import ProgressBars
 from beam_jobs.shard import plan_shard_counts, shard_size_warning
-from beam_jobs.sources import archives, imagenet
+from beam_jobs.sources import archive_scan, archives, imagenet
 from beam_jobs.transforms import COUNTS_FILE, DUPLICATES_SUMMARY_FILE, ConvertImages
 from beam_jobs.work_records import WorkFileError
 from beam_jobs.write import ShardResult, SourceChangedError
@@ -98,9 +98,9 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
         scratch, staging = publish.new_scratch(out), None
         try:
             with interrupt.live_run(last_resort=lambda: resume.last_resort(staging, out, scratch)):
-                plan = _plan(options, scratch)
                 leftovers = publish.leftover_stagings(out)
-                staging = publish.new_staging(out)
+                staging = publish.new_staging(out)  # before the plan: the workers may read the tars' headers into it
+                plan = _plan(options, scratch, _archive_scanner(options, staging, choice))
                 part_size = list_parts.choose_part_size(len(plan.refs), options.part_size)
                 layout = list_parts.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size)
                 record = resume.record_for(options, plan, part_size,
@@ -130,9 +130,9 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
     return ConvertSummary.from_manifest(out, manifest, time.monotonic() - started)
 
 
-def _plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
+def _plan(options: ConvertOptions, scratch: str, scanner: archives.Scanner) -> discover.InputPlan:
     """List SRC into ``scratch`` and plan the conversion; log what was skipped and any warnings."""
-    plan = sources.plan_inputs(options, scratch)
+    plan = sources.plan_inputs(options, scratch, scanner)
     if options.synsets:
         plan = dataclasses.replace(plan, class_text=imagenet.read_synsets(options.synsets, plan.classes))
     if plan.skipped:
@@ -140,6 +140,21 @@ def _plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
     for warning in plan.warnings:
         logger.warning("%s", warning)
     return plan
+
+
+def _archive_scanner(options: ConvertOptions, staging: str, choice: runners.RunnerChoice) -> archives.Scanner:
+    """Reads the headers of SRC's tars on the run's workers, into the staging folder (see --archive-scan)."""
+    folder = FileSystems.join(publish.work_dir(staging), "member-tables")
+
+    def run(build) -> None:
+        try:
+            with beam.Pipeline(runner=choice.runner, options=choice.options) as scan:
+                build(scan)
+        except Exception:
+            interrupt.raise_if_received()  # a worker that died of the user's Ctrl-C or SIGTERM is the stop
+            raise
+
+    return lambda units: archive_scan.scan_on_workers(units, folder, run, options.archive_scan)
 
 
 def _convert(

@@ -44,7 +44,7 @@ from beam_jobs.options import ConvertOptions
 logger = logging.getLogger(__name__)
 
 # Options that do not change the output.
-_IGNORED = ("overwrite",)
+_IGNORED = ("overwrite", "archive_scan")
 
 
 @dataclasses.dataclass(frozen=True)

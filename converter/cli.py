@@ -78,6 +78,10 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--label-member", default=None, metavar="EXT|json:FIELD",
         help="WebDataset samples (img2dataset shards): label each image by its sibling member with the same key, "
         "the text of <key>.EXT (cls) or a field of <key>.json; folder and archive names are then not classes")
+    add("--archive-scan", choices=opts.ARCHIVE_SCANS, default="auto",
+        help="who reads the headers of the tars under --src (a tar has no index; its headers are spread through "
+        "it): the run's workers, or this process before they start; auto: the workers when the tars hold 4 GiB "
+        "or more (default: %(default)s; the output is the same)")
     add("--synsets", default=None, help="'ID text' per line: each class's text in the records "
         "(ImageNet's LOC_synset_mapping.txt)")
     add("--max-side", type=int, default=None,
@@ -156,6 +160,7 @@ def convert(argv: Sequence[str]) -> int:
             label_member=args.label_member,
             synsets=args.synsets,
             part_size=args.part_size,
+            archive_scan=args.archive_scan,
         )
     except ValueError as err:
         parser.error(str(err))

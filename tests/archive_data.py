@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import pathlib
+import random
 import tarfile
 import zipfile
 
@@ -88,3 +89,36 @@ def webdataset_shards(folder, out_folder, shards: int = 2, seed: int = 0) -> dic
                     archive.addfile(info, io.BytesIO(data))
                 expected[f"{shard:05d}/{key}.{path.suffix.lstrip('.').lower()}"] = name
     return expected
+
+
+def write_tree(folder, classes=("cat", "dog"), per_class=3, seed=0) -> dict[str, bytes]:
+    """Class folders of random bytes (the listing does not decode): ``{relative path: bytes}``."""
+    rng = random.Random(seed)
+    files = {}
+    for name in classes:
+        for i in range(per_class):
+            files[f"{name}/{name}_{i}.jpg"] = rng.randbytes(rng.randint(10, 3000))
+    for rel, data in files.items():
+        path = pathlib.Path(folder, rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return files
+
+
+def hostile_tar(path) -> None:
+    """A tar of every hostile member kind: unsafe names, a link, a FIFO, a name twice; last, ``dog/last.jpg``
+    of ``"cut" * 400`` (cut inside it for a truncated tar)."""
+    def add(archive, name, data=b"x", kind=tarfile.REGTYPE, link=""):
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname, info.size = kind, link, len(data) if kind == tarfile.REGTYPE else 0
+        archive.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as archive:
+        add(archive, "cat/ok.jpg", b"fine")
+        add(archive, "../../escape.jpg")
+        add(archive, "/etc/passwd")
+        add(archive, "cat/link.jpg", kind=tarfile.SYMTYPE, link="/etc/passwd")
+        add(archive, "cat/fifo.jpg", kind=tarfile.FIFOTYPE)
+        add(archive, "cat/twice.jpg", b"first")
+        add(archive, "cat/twice.jpg", b"second")
+        add(archive, "dog/last.jpg", b"cut" * 400)

@@ -22,22 +22,23 @@ import dataclasses
 from typing import Optional
 
 from beam_jobs import discover
+from beam_jobs.sources import archives
 from beam_jobs.options import ConvertOptions
 from beam_jobs.stage_records import ImageRef
 
 
-def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None) -> discover.InputPlan:
+def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
+                scanner: Optional[archives.Scanner] = None) -> discover.InputPlan:
     """The plan of ``options.src`` according to the source the options name.
 
     ``scratch``: a local folder for the per-image lists, so the plan holds
-    counters, not images (see :mod:`beam_jobs.discover`).
+    counters, not images (see :mod:`beam_jobs.discover`). ``scanner``: reads
+    the tars' headers on the workers (:mod:`beam_jobs.sources.archive_scan`).
 
     Raises:
       discover.InputError: the source cannot be planned (a message naming the file, line or folder).
     """
     labels = discover.read_labels_file(options.labels_file) if options.labels_file else None
-    from beam_jobs.sources import archives
-
     # Bytes one archive member may inflate to: an image at --max-pixels, 32 bytes a pixel (a float64 RGBA TIFF).
     limit = 32 * options.encode.max_pixels
     if options.annotations:
@@ -46,12 +47,12 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None) -> disco
         if not archives.is_archive_file(options.src):  # a folder: the label file lists it, no walk needed
             return label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed,
                                    options.annotation_columns, scratch=scratch)
-        found = archives.list_tree(options.src, scratch, limit)
+        found = archives.list_tree(options.src, scratch, limit, scanner)
         plan = label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed,
                                options.annotation_columns, scratch=scratch, archive=dict(found.listing.entries()),
                                refused=[ImageRef("train", path, 0, source) for path, source in found.listing.refused])
         return dataclasses.replace(plan, inflated=found.inflated, archives=found.identities)
-    found = archives.list_tree(options.src, scratch, limit)
+    found = archives.list_tree(options.src, scratch, limit, scanner)
     listing = found.listing
     if options.label_member:
         from beam_jobs.sources import webdataset

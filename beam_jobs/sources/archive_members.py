@@ -368,11 +368,7 @@ def replayable(entries: Iterator[Entry], scratch: Optional[str] = None) -> Calla
         runs += 1
         if runs == 1:
             for entry in entries:
-                if isinstance(entry, Member):  # dataclasses.astuple would cost 25 us a member
-                    record = (entry.path, entry.offset, entry.size, entry.length, entry.method, True)
-                else:
-                    record = (entry.path, entry.reason, entry.detail, False)
-                marshal.dump(record, spool)
+                marshal.dump(entry_record(entry), spool)
                 yield entry
             return
         assert runs == 2, "a replayable scan runs twice"
@@ -380,12 +376,25 @@ def replayable(entries: Iterator[Entry], scratch: Optional[str] = None) -> Calla
         with spool:
             while True:
                 try:
-                    *fields, member = marshal.load(spool)
+                    record = marshal.load(spool)
                 except EOFError:
                     return
-                yield Member(*fields) if member else Refused(*fields)
+                yield entry_from_record(record)
 
     return scan
+
+
+def entry_record(entry: Entry) -> tuple:
+    """``entry`` as a tuple of plain values, for ``marshal`` (:func:`entry_from_record` reads it back)."""
+    if isinstance(entry, Member):  # dataclasses.astuple would cost 25 us a member
+        return entry.path, entry.offset, entry.size, entry.length, entry.method, True
+    return entry.path, entry.reason, entry.detail, False
+
+
+def entry_from_record(record: tuple) -> Entry:
+    """The entry :func:`entry_record` wrote."""
+    *fields, member = record
+    return Member(*fields) if member else Refused(*fields)
 
 
 def _strip(path: str, top: str) -> str:

@@ -42,11 +42,12 @@ import gzip
 import hashlib
 import logging
 import lzma
+import marshal
 import os
 import posixpath
 import tempfile
 import zlib
-from typing import BinaryIO, Iterable, Iterator, Optional
+from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Protocol
 
 from apache_beam.io.filesystem import CompressionTypes
 
@@ -118,13 +119,42 @@ class ArchiveListing:
     identities: dict[str, str]
 
 
-def list_tree(src: str, scratch: Optional[str] = None, limit: int = 1 << 62) -> ArchiveListing:
+@dataclasses.dataclass(frozen=True)
+class TarUnit:
+    """An uncompressed tar whose headers may be read apart from the listing (by the workers, see
+    :mod:`beam_jobs.sources.archive_scan`): ``size`` bytes at ``base`` of the file at ``path``, which
+    member locators name ``file``; ``depth``: how many archives hold it."""
+
+    path: str
+    file: str
+    base: int
+    size: int
+    depth: int = 0
+    in_work: bool = False
+
+
+class MemberTables(Protocol):
+    """Member tables read before the listing: a tar's entries as :func:`tar_members.scan_tar` gives them."""
+
+    def scan(self, unit: TarUnit) -> Optional[Callable[[], Iterator[archive_members.Entry]]]: ...
+
+    def remove(self) -> None: ...
+
+
+# Given the top-level tars, reads their headers elsewhere (on the workers) and returns the tables, or None.
+Scanner = Callable[[list[TarUnit]], Optional[MemberTables]]
+
+
+def list_tree(src: str, scratch: Optional[str] = None, limit: int = 1 << 62,
+              scanner: Optional[Scanner] = None) -> ArchiveListing:
     """List ``src`` (a folder, or an archive) with every archive in it read as a folder.
 
     ``scratch``: a local folder for the listing and for inflated compressed
     archives (:class:`Inflated`: the launcher places them in the run's work
     folder, which their members' locators name). ``limit``: the most bytes one
-    member may inflate to.
+    member may inflate to. ``scanner``: reads the top-level tars' headers
+    before the listing (on the workers); without it, or when it declines, the
+    listing reads them.
 
     Raises:
       InputError: SRC does not exist; an archive is not one (a ``.zip`` that
@@ -133,14 +163,53 @@ def list_tree(src: str, scratch: Optional[str] = None, limit: int = 1 << 62) -> 
     dirs: list[str] = []
     skipped: collections.Counter[str] = collections.Counter()
     lister = _ArchiveLister(src, scratch, dirs, limit)
-    if is_archive_file(src):
-        entries = lister.archive_as_root(src)
-    else:
-        entries = lister.expand(discover.walk(src, dirs, skipped))
-    listing = discover.listing_of(src, (), dirs, skipped, scratch, located=_counted(entries, lister),
-                                  refused=lambda: lister.refused)
+    try:
+        if is_archive_file(src):
+            if scanner and archive_kind(posixpath.basename(src.rstrip("/")))[0] == "tar":
+                lister.tables = scanner([TarUnit(src, "", 0, _size(src))])
+            entries = lister.archive_as_root(src)
+        else:
+            paths: Iterable[str] = discover.walk(src, dirs, skipped)
+            if scanner:  # walked once to find the tars, then replayed to list them
+                paths, tars = _walked(paths, scratch)
+                lister.tables = scanner([TarUnit(lister.full(path), path, 0, _size(lister.full(path)))
+                                         for path in tars]) if tars else None
+            entries = lister.expand(paths)
+        listing = discover.listing_of(src, (), dirs, skipped, scratch, located=_counted(entries, lister),
+                                      refused=lambda: lister.refused)
+    finally:
+        if lister.tables is not None:
+            lister.tables.remove()
     lister.report()
     return ArchiveListing(listing, tuple(lister.inflated), dict(sorted(lister.identities.items())))
+
+
+def _walked(paths: Iterable[str], scratch: Optional[str]) -> tuple[Iterator[str], list[str]]:
+    """``paths`` read to their end (spooled to ``scratch``, memory flat) and replayable once, and the tars among
+    them."""
+    spool = tempfile.TemporaryFile(dir=scratch)  # noqa: SIM115 (closed by the replay)
+    tars = []
+    for path in paths:
+        marshal.dump(path, spool)
+        if (archive_kind(posixpath.basename(path)) or ("",))[0] == "tar":
+            tars.append(path)
+    spool.seek(0)
+
+    def replay() -> Iterator[str]:
+        with spool:
+            while True:
+                try:
+                    yield marshal.load(spool)
+                except EOFError:
+                    return
+
+    return replay(), tars
+
+
+def _size(path: str) -> int:
+    if FileSystems.get_scheme(path) in (None, "file"):
+        return os.path.getsize(path[len("file://"):] if path.startswith("file://") else path)
+    return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
 
 
 def _counted(entries: Iterator[tuple[str, str]], lister: "_ArchiveLister") -> Iterator[tuple[str, str]]:
@@ -160,6 +229,7 @@ class _ArchiveLister:
         self.inflated: list[Inflated] = []
         self.archives, self.members, self.stripped = 0, 0, []
         self.identities: dict[str, str] = {}  # top-level archive -> "size bytes, modified T": what resume checks
+        self.tables: Optional[MemberTables] = None  # tars whose headers were read before the listing
 
     # --- where archives are --------------------------------------------------------------------------------
 
@@ -171,7 +241,7 @@ class _ArchiveLister:
                 yield path, ""
                 continue
             folder = posixpath.join(posixpath.dirname(path), folder_name(kind[1]))
-            yield from self._top_archive(self._full(path), path, kind[0], folder)
+            yield from self._top_archive(self.full(path), path, kind[0], folder)
 
     def archive_as_root(self, src: str) -> Iterator[tuple[str, str]]:
         """SRC itself is an archive: its members are the tree (``--src shapes.zip`` is the folder ``shapes/``)."""
@@ -180,7 +250,8 @@ class _ArchiveLister:
         assert kind is not None
         yield from self._top_archive(src, "", kind[0], "", display=name)
 
-    def _full(self, relpath: str) -> str:
+    def full(self, relpath: str) -> str:
+        """The path of the file at ``relpath`` under SRC."""
         return FileSystems.join(self._src, *relpath.split("/"))
 
     def _top_archive(self, path: str, file: str, kind: str, folder: str,
@@ -191,7 +262,7 @@ class _ArchiveLister:
         if folder:
             self._dirs.append(folder)
         try:
-            with _open(path) as handle:
+            with open_file(path) as handle:
                 handle.seek(0, os.SEEK_END)
                 size = handle.tell()
                 self.identities[display] = f"{size} bytes, modified {_modified(path)}"
@@ -212,7 +283,9 @@ class _ArchiveLister:
             return
         name = posixpath.basename(folder) or folder_name(archive_kind(posixpath.basename(display))[1])
         if kind == "tar":  # two passes over the headers (memory does not follow the member count), one read
-            top, entries = archive_members.streamed_folder_members(archive_members.replayable(
+            unit = TarUnit("", where.file, where.base, where.size, depth, where.in_work)
+            scan = self.tables.scan(unit) if self.tables else None
+            top, entries = archive_members.streamed_folder_members(scan or archive_members.replayable(
                 tar_members.scan_tar(RangeFile(where.handle, where.base, where.size), where.size, where.base),
                 self._scratch), name)
         else:  # zipfile holds the central directory in memory anyway
@@ -340,7 +413,7 @@ def _modified(path: str) -> str:
     return repr(FileSystems.match([path])[0].metadata_list[0].last_updated_in_seconds)
 
 
-def _open(path: str) -> BinaryIO:
+def open_file(path: str) -> BinaryIO:
     """A seekable handle on a local or object-store file (ranged reads in S3 and GCS)."""
     if FileSystems.get_scheme(path) in (None, "file"):
         return open(path[len("file://"):] if path.startswith("file://") else path, "rb")  # noqa: SIM115
@@ -354,14 +427,14 @@ def launcher_reader(src: str, inflated: Iterable[Inflated]):
 
     def read(path: str, source: str) -> bytes:
         if not source:
-            with _open(FileSystems.join(src, *path.split("/"))) as handle:
+            with open_file(FileSystems.join(src, *path.split("/"))) as handle:
                 return handle.read()
         located = archive_members.parse_locator(source)
         if isinstance(located, Refused):
             raise ValueError(f"{path} was refused: {located.detail}")
         where = local[located.file] if located.in_work else (
             FileSystems.join(src, *located.file.split("/")) if located.file else src)
-        with _open(where) as handle:
+        with open_file(where) as handle:
             return archive_members.read_member(handle, located.member)
 
     return read

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import os
-import pathlib
 import random
 import tarfile
 import zipfile
@@ -22,21 +21,7 @@ from hypothesis import strategies as st
 from beam_jobs import discover
 from beam_jobs.sources import archive_members, archives
 from beam_jobs.validate import read_source
-from tests.archive_data import tar_folder, tar_of_tars, zip_folder
-
-
-def _make_tree(folder, classes=("cat", "dog"), per_class=3, seed=0) -> dict[str, bytes]:
-    """Class folders of random bytes (the listing does not decode): ``{relative path: bytes}``."""
-    rng = random.Random(seed)
-    files = {}
-    for name in classes:
-        for i in range(per_class):
-            files[f"{name}/{name}_{i}.jpg"] = rng.randbytes(rng.randint(10, 3000))
-    for rel, data in files.items():
-        path = pathlib.Path(folder, rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return files
+from tests.archive_data import hostile_tar, tar_folder, tar_of_tars, write_tree, zip_folder
 
 
 def _read_listing(src, tmp_path) -> tuple[dict[str, bytes], discover.Listing]:
@@ -63,7 +48,7 @@ def _refused(listing) -> dict[str, str]:
 @pytest.mark.parametrize("kind", ["tar", "tar.gz", "tar.bz2", "tar.xz", "zip-stored", "zip-deflated",
                                   "zip-under-its-name", "tar-under-its-name"])
 def test_every_kind_of_archive_reads_as_the_files_of_its_extraction(tmp_path, kind):
-    files = _make_tree(tmp_path / "shapes")
+    files = write_tree(tmp_path / "shapes")
     if kind.startswith("zip"):
         archive = tmp_path / "shapes.zip"
         zip_folder(tmp_path / "shapes", archive, top="shapes" if kind.endswith("name") else "",
@@ -81,9 +66,9 @@ def test_every_kind_of_archive_reads_as_the_files_of_its_extraction(tmp_path, ki
 
 def test_a_folder_mixing_class_folders_and_archives_reads_as_one_tree(tmp_path):
     src = tmp_path / "src"
-    files = _make_tree(src, classes=("cat",), seed=1)
+    files = write_tree(src, classes=("cat",), seed=1)
     for name, seed in (("dog", 2), ("emu", 3), ("fox", 4)):
-        more = _make_tree(tmp_path / "packed", classes=(name,), seed=seed)
+        more = write_tree(tmp_path / "packed", classes=(name,), seed=seed)
         files.update(more)
     tar_folder(tmp_path / "packed" / "dog", src / "dog.tar")
     zip_folder(tmp_path / "packed" / "emu", src / "emu.zip", top="emu")  # zip -r emu.zip emu/
@@ -94,8 +79,8 @@ def test_a_folder_mixing_class_folders_and_archives_reads_as_one_tree(tmp_path):
 
 
 def test_imagenets_tar_of_class_tars_and_val_tar_read_as_its_train_and_val_folders(tmp_path):
-    train = _make_tree(tmp_path / "tree" / "train", classes=("n01440764", "n01443537"), seed=5)
-    val = _make_tree(tmp_path / "tree" / "val", classes=("flat",), seed=6)
+    train = write_tree(tmp_path / "tree" / "train", classes=("n01440764", "n01443537"), seed=5)
+    val = write_tree(tmp_path / "tree" / "val", classes=("flat",), seed=6)
     src = tmp_path / "imagenet"
     src.mkdir()
     tar_of_tars(tmp_path / "tree" / "train", src / "ILSVRC2012_img_train.tar")
@@ -111,7 +96,7 @@ def test_imagenets_tar_of_class_tars_and_val_tar_read_as_its_train_and_val_folde
 
 @pytest.mark.parametrize("inner", ["w", "w:gz"])
 def test_archives_nested_stored_or_compressed_read_as_nested_folders(tmp_path, inner):
-    files = _make_tree(tmp_path / "classes", seed=7)
+    files = write_tree(tmp_path / "classes", seed=7)
     outer = tmp_path / "outer"
     outer.mkdir()
     tar_of_tars(tmp_path / "classes", outer / "inner.tar", inner)
@@ -135,27 +120,10 @@ def test_one_top_folder_is_the_archives_folder_when_it_bears_its_name_or_holds_f
     assert listed("cat.zip", ["kitten/a.jpg", "kitten/b.jpg"]) == ["kitten/a.jpg", "kitten/b.jpg"]  # one class
 
 
-def _hostile_tar(path) -> None:
-    def add(archive, name, data=b"x", kind=tarfile.REGTYPE, link=""):
-        info = tarfile.TarInfo(name)
-        info.type, info.linkname, info.size = kind, link, len(data) if kind == tarfile.REGTYPE else 0
-        archive.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
-
-    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as archive:
-        add(archive, "cat/ok.jpg", b"fine")
-        add(archive, "../../escape.jpg")
-        add(archive, "/etc/passwd")
-        add(archive, "cat/link.jpg", kind=tarfile.SYMTYPE, link="/etc/passwd")
-        add(archive, "cat/fifo.jpg", kind=tarfile.FIFOTYPE)
-        add(archive, "cat/twice.jpg", b"first")
-        add(archive, "cat/twice.jpg", b"second")
-        add(archive, "dog/last.jpg", b"cut" * 400)
-
-
 def test_hostile_members_are_each_refused_with_a_reason_and_the_rest_reads(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
-    _hostile_tar(tmp_path / "full.tar")
+    hostile_tar(tmp_path / "full.tar")
     whole = (tmp_path / "full.tar").read_bytes()
     (src / "pets.tar").write_bytes(whole[: whole.index(b"cut" * 10) + 100])  # cut inside the last member
     read, listing = _read_listing(src, tmp_path)
@@ -167,7 +135,7 @@ def test_hostile_members_are_each_refused_with_a_reason_and_the_rest_reads(tmp_p
 
 
 def test_a_compressed_tar_cut_short_keeps_its_whole_members_and_is_one_refusal(tmp_path):
-    files = _make_tree(tmp_path / "shapes", per_class=20, seed=8)
+    files = write_tree(tmp_path / "shapes", per_class=20, seed=8)
     tar_folder(tmp_path / "shapes", tmp_path / "full.tar.gz", "w:gz")
     whole = (tmp_path / "full.tar.gz").read_bytes()
     (tmp_path / "cut.tar.gz").write_bytes(whole[: len(whole) * 2 // 3])
@@ -198,7 +166,7 @@ def test_a_compressed_bomb_is_inflated_no_further_than_its_bound(tmp_path):
 
 def test_a_file_that_only_looks_like_an_archive_is_an_error_naming_it(tmp_path):
     src = tmp_path / "src"
-    _make_tree(src)
+    write_tree(src)
     (src / "extra.zip").write_bytes(b"not a zip at all" * 10)
     with pytest.raises(discover.InputError, match="extra.zip"):
         archives.list_tree(str(src))

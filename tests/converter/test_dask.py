@@ -95,8 +95,9 @@ def test_conversion_on_a_dask_cluster_matches_the_direct_runner_byte_for_byte(tm
 
 @pytest.mark.slow
 def test_archives_convert_on_a_dask_cluster_to_the_bytes_of_their_extraction(tmp_path, demo_src, dask_cluster):
-    """A tar holding class tars (read by offset in the workers) and a .tar.gz class (inflated into the work
-    folder by the launcher, read there by the workers) on Dask: the bytes of the extracted folder, direct runner."""
+    """A tar holding class tars (their headers and members read by offset in the workers) and a .tar.gz class
+    (inflated into the work folder by the launcher, read there by the workers) on Dask: the bytes of the
+    extracted folder, direct runner."""
     from tests.archive_data import tar_folder
     from tests.converter.test_archives import dataset_contents
 
@@ -108,8 +109,8 @@ def test_archives_convert_on_a_dask_cluster_to_the_bytes_of_their_extraction(tmp
     tar_folder(os.path.join(demo_src, "triangle"), packed / "triangle.tar.gz", "w:gz")
     src = tar_folder(packed, tmp_path / "shapes.tar")
     common = ["--shards", "3", "--val-fraction", "0.2", "--part-size", "37", "--no-progress"]
-    run_converter("--src", src, "--out", str(tmp_path / "dask"), *common, "--runner=dask",
-                  f"--dask_client_address={address}", check=True, timeout=600)
+    run_converter("--src", src, "--out", str(tmp_path / "dask"), *common, "--archive-scan", "workers",
+                  "--runner=dask", f"--dask_client_address={address}", check=True, timeout=600)
     run_converter("--src", demo_src, "--out", str(tmp_path / "direct"), *common, check=True)
     dask, direct = dataset_contents(tmp_path / "dask"), dataset_contents(tmp_path / "direct")
     for contents in (dask, direct):

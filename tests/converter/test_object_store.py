@@ -36,7 +36,7 @@ def _comparable(files: dict[str, bytes]) -> dict[str, bytes]:
     for key in ("created", "written_by"):
         manifest.pop(key)
     manifest.pop("source_archives", None)  # an archive run also names the archives it read
-    for key in ("src", "out", "overwrite"):
+    for key in ("src", "out", "overwrite", "archive_scan"):
         manifest["options"].pop(key)
     files[record_schema.MANIFEST_FILE] = json.dumps(manifest, sort_keys=True).encode()
     return files
@@ -241,10 +241,14 @@ def test_archives_in_s3_and_gcs_convert_to_the_local_runs_bytes(images, local_ru
     common = ["--shards", "3", "--val-fraction", "0.2", "--no-progress"]
     bucket = s3_server.new_bucket()
     s3_src = s3_server.upload(upload, bucket, "upload")
-    # The default runner: worker processes read the members by ranged GETs.
-    run_converter("--src", f"{s3_src}/packed", "--out", f"s3://{bucket}/packed-out", *common, *s3_server.flags,
-                  check=True)
-    assert _comparable(s3_server.snapshot(bucket, "packed-out")) == _comparable(local_run)
+    # The default runner: worker processes read the tars' headers into tables in the S3 staging folder, and the
+    # members by ranged GETs.
+    proc = run_converter("--src", f"{s3_src}/packed", "--out", f"s3://{bucket}/packed-out", *common,
+                         "--archive-scan", "workers", "-v", *s3_server.flags, check=True)
+    assert "the workers read the headers of 1 tar(s)" in proc.stderr
+    files = s3_server.snapshot(bucket, "packed-out")
+    assert _comparable(files) == _comparable(local_run)
+    assert not any(name.startswith(".staging-") for name in files)
     run_converter("--src", f"{s3_src}/shipped.tar", "--out", str(tmp_path / "shipped-out"), *common, *FAST,
                   *s3_server.flags, check=True)
     assert _comparable(_local_snapshot(tmp_path / "shipped-out")) == _comparable(local_run)
@@ -252,10 +256,11 @@ def test_archives_in_s3_and_gcs_convert_to_the_local_runs_bytes(images, local_ru
     gcs_bucket = gcs_emulator.new_bucket()
     gcs_src = gcs_emulator.upload(upload, gcs_bucket, "upload")
     env = {**os.environ, "PYTHONPATH": REPO, **gcs_emulator.env}
-    for name in ("packed", "shipped.tar"):
+    for name, scan in (("packed", "launcher"), ("shipped.tar", "workers")):
         out = tmp_path / f"gcs-{name}"
         proc = subprocess.run([sys.executable, "-m", "converter", "--src", f"{gcs_src}/{name}", "--out", str(out),
-                               *common, *FAST], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                               "--archive-scan", scan, *common, *FAST], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert _comparable(_local_snapshot(out)) == _comparable(local_run)
 
