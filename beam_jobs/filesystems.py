@@ -30,7 +30,7 @@ except ImportError:
     _s3filesystem = _beam_s3io = None
     _BeamClient = object
 
-__all__ = ["FileSystems", "open_for_ranges", "s3io", "s3_client"]
+__all__ = ["FileSystems", "ReadAhead", "open_for_ranges", "open_for_scanning", "s3io", "s3_client"]
 
 _SETTINGS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token", "s3_endpoint_url", "s3_disable_ssl",
              "s3_region_name", "s3_api_version", "s3_verify")
@@ -82,6 +82,71 @@ def open_for_ranges(path: str) -> BinaryIO:
     if hasattr(handle, "_chunk_size"):  # GCS: BlobReader fetches max(asked, _chunk_size) at each read
         handle._chunk_size = 1
     return handle
+
+
+def open_for_scanning(path: str) -> BinaryIO:
+    """A seekable handle on ``path`` for reading what is spread through a file (tar headers, a zip's local
+    headers): locally the file; in S3 and GCS a :class:`ReadAhead` over :func:`open_for_ranges`."""
+    if FileSystems.get_scheme(path) in (None, "file"):
+        return open(path[len("file://"):] if path.startswith("file://") else path, "rb")  # noqa: SIM115
+    return ReadAhead(open_for_ranges(path))  # noqa: SIM115
+
+
+class ReadAhead(io.RawIOBase):
+    """Reads of a ranged handle through a window that widens while reads stay close and narrows at a jump.
+
+    Beam's readers fetch 16 MiB at every read away from their buffer: right for
+    a tar of images, whose headers sit every few hundred KB, wasteful for
+    ImageNet's tar of tars, whose 1,000 headers sit 140 MB apart (16 GB
+    fetched to read 1,000 headers). Here a read after a jump fetches
+    :data:`NARROW` bytes, each read close after the window (within its width)
+    fetches twice the last, up to :data:`WIDE`; the first read of a file is wide
+    (a small archive costs one request). Memory: one window.
+    """
+
+    NARROW, WIDE = 64 << 10, 16 << 20
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__()
+        self._raw, self._start, self._data, self._position, self._width = raw, 0, b"", 0, self.WIDE
+        self.fetches = 0  # requests made (what the tests count)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_END:
+            self._position = self._raw.seek(offset, io.SEEK_END)
+        else:
+            self._position = max(0, offset + (self._position if whence == io.SEEK_CUR else 0))
+        return self._position
+
+    def readinto(self, buffer) -> int:
+        wanted = len(buffer)
+        at = self._position - self._start
+        if at < 0 or at + wanted > len(self._data):
+            end = self._start + len(self._data)
+            if self.fetches:
+                close = end <= self._position < end + self._width
+                self._width = min(2 * self._width, self.WIDE) if close else self.NARROW
+            self._raw.seek(self._position)
+            self._start, self._data = self._position, self._raw.read(max(wanted, self._width))
+            self.fetches += 1
+            at = 0
+        data = self._data[at:at + wanted]
+        buffer[:len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def s3io(options: Any = None, client: Any = None):

@@ -38,7 +38,7 @@ from typing import BinaryIO, Callable, Iterator, Optional, Sequence
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 
-from beam_jobs.filesystems import FileSystems
+from beam_jobs.filesystems import FileSystems, open_for_scanning
 from beam_jobs.sources import archive_members, archives, tar_members
 from beam_jobs.sources.archive_members import ArchiveError, Entry, RangeFile
 from beam_jobs.sources.archives import TarUnit
@@ -119,7 +119,7 @@ class _ScanTar(beam.DoFn):
         self._folder, self._nested = folder, nested
 
     def process(self, unit: TarUnit) -> Iterator[TarUnit]:
-        with archives.open_file(unit.path) as handle:
+        with open_for_scanning(unit.path) as handle:
             inner = write_table(handle, unit, self._folder)
             if not self._nested:
                 yield from inner

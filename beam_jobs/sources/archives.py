@@ -53,7 +53,7 @@ from apache_beam.io.filesystem import CompressionTypes
 
 from beam_jobs import discover, interrupt
 from beam_jobs.discover import InputError, Listing
-from beam_jobs.filesystems import FileSystems
+from beam_jobs.filesystems import FileSystems, open_for_scanning
 from beam_jobs.sources import archive_members, tar_members
 from beam_jobs.sources.archive_members import ArchiveError, Member, RangeFile, Refused
 
@@ -262,7 +262,7 @@ class _ArchiveLister:
         if folder:
             self._dirs.append(folder)
         try:
-            with open_file(path) as handle:
+            with open_for_scanning(path) as handle:
                 handle.seek(0, os.SEEK_END)
                 size = handle.tell()
                 self.identities[display] = f"{size} bytes, modified {_modified(path)}"
@@ -413,13 +413,6 @@ def _modified(path: str) -> str:
     return repr(FileSystems.match([path])[0].metadata_list[0].last_updated_in_seconds)
 
 
-def open_file(path: str) -> BinaryIO:
-    """A seekable handle on a local or object-store file (ranged reads in S3 and GCS)."""
-    if FileSystems.get_scheme(path) in (None, "file"):
-        return open(path[len("file://"):] if path.startswith("file://") else path, "rb")  # noqa: SIM115
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-
-
 def launcher_reader(src: str, inflated: Iterable[Inflated]):
     """``read(path, source) -> bytes`` for the launcher while it plans (a WebDataset sample's label member):
     a listed file, or an archive member, inflated ones from their local copies (not yet in the work folder)."""
@@ -427,14 +420,14 @@ def launcher_reader(src: str, inflated: Iterable[Inflated]):
 
     def read(path: str, source: str) -> bytes:
         if not source:
-            with open_file(FileSystems.join(src, *path.split("/"))) as handle:
+            with open_for_scanning(FileSystems.join(src, *path.split("/"))) as handle:
                 return handle.read()
         located = archive_members.parse_locator(source)
         if isinstance(located, Refused):
             raise ValueError(f"{path} was refused: {located.detail}")
         where = local[located.file] if located.in_work else (
             FileSystems.join(src, *located.file.split("/")) if located.file else src)
-        with open_file(where) as handle:
+        with open_for_scanning(where) as handle:
             return archive_members.read_member(handle, located.member)
 
     return read

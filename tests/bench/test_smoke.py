@@ -76,5 +76,6 @@ def test_the_archive_benchmark_runs_end_to_end(tmp_path):
         capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for row in ("20 photos: tar ", "20 photos: zip ", "20 photos: tar.gz ", "300 tiny images, 1000 classes: tar of tars"):
+    for row in ("20 photos: tar ", "20 photos: zip ", "20 photos: tar.gz ", "300 tiny images, 1000 classes: tar of tars |",
+                "300 tiny images, 1000 classes: tar of tars, workers read headers |"):
         assert row in proc.stdout, proc.stdout
