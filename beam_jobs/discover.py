@@ -91,7 +91,7 @@ class InputPlan:
     class_text: tuple[str, ...] = ()  # each class's text for the records (--synsets); default: its name
     split_counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
     unlisted: tuple[str, ...] = ()  # classes (of --labels) with no listed file, already warned about
-    # Compressed archives the listing inflated (beam_jobs.sources.archives.Inflated): the launcher puts
+    # Compressed archives the listing inflated (beam_jobs.sources.compressed.Inflated): the launcher puts
     # them in the run's work folder, where their members' sources point, before the pipeline reads them.
     inflated: tuple = ()
     # Each archive of SRC (not inside another) -> its size and modification time: a changed one is a changed input.

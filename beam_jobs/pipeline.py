@@ -31,7 +31,7 @@ from beam_jobs.options import AUTO, ConvertOptions
 from beam_jobs.order_bucket import BucketCountError
 from beam_jobs.progress import ProgressBars
 from beam_jobs.shard import plan_shard_counts, shard_size_warning
-from beam_jobs.sources import archive_scan, archives, imagenet
+from beam_jobs.sources import archive_scan, archives, compressed, imagenet
 from beam_jobs.transforms import COUNTS_FILE, DUPLICATES_SUMMARY_FILE, ConvertImages
 from beam_jobs.work_records import WorkFileError
 from beam_jobs.write import ShardResult, SourceChangedError
@@ -111,7 +111,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
                     staging = resumed
                 else:
                     resume.save(layout.work, record)  # from here on, a killed run can be resumed
-                archives.place_inflated(plan.inflated, publish.work_dir(staging))
+                compressed.place_inflated(plan.inflated, publish.work_dir(staging))
                 manifest = _convert(options, plan, record, staging, bool(resumed), choice, show_progress)
             faults.point("before-commit")
             with interrupt.deferred():  # a signal now takes effect once the dataset is whole

@@ -25,8 +25,11 @@ Reading: an uncompressed tar and a zip are read in place, by offset, by every
 worker at once (an inner tar of an uncompressed tar is a range of the outer
 file). A compressed tar (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``) can only be
 read front to back: the launcher inflates it once, into the run's work folder
-(temporary disk: its uncompressed size, gone when the run ends), and it is
-then read like a tar; so is an archive stored deflated inside a zip.
+(:mod:`beam_jobs.sources.compressed`; temporary disk: its uncompressed size,
+gone when the run ends), and it is then read like a tar; so is an archive
+stored deflated inside a zip. The headers of the tars under SRC may be read by
+the workers before the listing (:mod:`beam_jobs.sources.archive_scan`): the
+listing then reads their member tables instead, and is the same.
 
 Hostile archives cost only themselves: every member the table refuses (unsafe
 names, links, devices, bombs, overlaps, a cut) is listed only to be rejected
@@ -35,27 +38,22 @@ with its reason; nothing is extracted, and no member path is trusted.
 
 from __future__ import annotations
 
-import bz2
 import collections
 import dataclasses
-import gzip
-import hashlib
 import logging
-import lzma
 import marshal
 import os
 import posixpath
 import tempfile
-import zlib
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Protocol
 
-from apache_beam.io.filesystem import CompressionTypes
 
 from beam_jobs import discover, interrupt
 from beam_jobs.discover import InputError, Listing
 from beam_jobs.filesystems import FileSystems, open_for_scanning
-from beam_jobs.sources import archive_members, tar_members
+from beam_jobs.sources import archive_members, compressed, tar_members
 from beam_jobs.sources.archive_members import ArchiveError, Member, RangeFile, Refused
+from beam_jobs.sources.compressed import Inflated
 
 logger = logging.getLogger(__name__)
 
@@ -68,15 +66,6 @@ SUFFIXES = (
 SPLIT_ARCHIVES = {"ilsvrc2012_img_train": "train", "ilsvrc2012_img_val": "val", "ilsvrc2012_img_test": "test"}
 # Archives inside archives are read to this depth; deeper ones are refused (a zip quine nests forever).
 MAX_DEPTH = 8
-# A compressed tar inflating past this many times its size (and past 1 MiB) is cut there and refused.
-MAX_INFLATE_RATIO = archive_members.MAX_RATIO
-INFLATED_FOLDER = "inflated"  # in the run's work folder: compressed archives, inflated once
-_DECOMPRESSORS = {
-    "gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
-    "bz2": bz2.BZ2File,
-    "xz": lzma.LZMAFile,
-}
-_CHUNK = 1 << 20
 
 
 def archive_kind(name: str) -> Optional[tuple[str, str]]:
@@ -100,14 +89,6 @@ def is_archive_file(src: str) -> bool:
     if FileSystems.get_scheme(src) in (None, "file"):
         return os.path.isfile(src[len("file://"):] if src.startswith("file://") else src)
     return FileSystems.exists(src)
-
-
-@dataclasses.dataclass(frozen=True)
-class Inflated:
-    """A compressed archive inflated by the launcher: a local file, to be placed at ``name`` in the work folder."""
-
-    local: str
-    name: str  # relative to the work folder: inflated/<key>.tar
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,10 +257,10 @@ class _ArchiveLister:
 
     def _archive(self, where: "_Where", kind: str, folder: str, display: str, depth: int) -> Iterator[tuple[str, str]]:
         interrupt.raise_if_received()  # a signal whose exception was lost (see interrupt.raise_if_received)
-        if kind in _DECOMPRESSORS:
-            inflated, size = self._inflate(where, kind, display)
-            with open(inflated.local, "rb") as handle:
-                yield from self._archive(_Where(handle, 0, size, inflated.name, True), "tar", folder, display, depth)
+        if kind in compressed.DECOMPRESSORS:
+            copy, size = self._inflate(where, kind, display)
+            with open(copy.local, "rb") as handle:
+                yield from self._archive(_Where(handle, 0, size, copy.name, True), "tar", folder, display, depth)
             return
         name = posixpath.basename(folder) or folder_name(archive_kind(posixpath.basename(display))[1])
         if kind == "tar":  # two passes over the headers (memory does not follow the member count), one read
@@ -343,44 +324,22 @@ class _ArchiveLister:
     # --- compressed archives ------------------------------------------------------------------------------
 
     def _new_inflated(self, display: str) -> Inflated:
-        """A new local file for an inflated archive, named by the archive's place (the same in every run)."""
-        key = hashlib.sha256(display.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+        """A new local file for an inflated archive (see :mod:`beam_jobs.sources.compressed`)."""
         if self._scratch is None:
             self._scratch = tempfile.mkdtemp(prefix="imgshards-inflated-")
-        inflated = Inflated(os.path.join(self._scratch, f"inflated-{key}.tar"), f"{INFLATED_FOLDER}/{key}.tar")
-        self.inflated.append(inflated)
-        return inflated
+        copy = Inflated.named(display, self._scratch)
+        self.inflated.append(copy)
+        return copy
 
     def _inflate(self, where: "_Where", kind: str, display: str) -> tuple[Inflated, int]:
-        """Inflate a compressed tar once, front to back, into a local file; bounded by :data:`MAX_INFLATE_RATIO`.
-
-        A stream that breaks, or inflates past the bound, keeps what came
-        before (its whole members convert) and is one refusal naming where.
-        """
-        inflated = self._new_inflated(display)
-        bound = max(MAX_INFLATE_RATIO * where.size, 1 << 20)
-        written, problem = 0, None
-        with open(inflated.local, "wb") as out:
-            try:
-                with _DECOMPRESSORS[kind](RangeFile(where.handle, where.base, where.size)) as stream:
-                    while chunk := stream.read1(_CHUNK):  # read1: a cut loses no more than one raw buffer
-                        interrupt.raise_if_received()
-                        if written + len(chunk) > bound:
-                            out.write(chunk[: bound - written])
-                            written = bound
-                            problem = ("suspicious-compression", f"inflates past {bound} bytes ({MAX_INFLATE_RATIO}x "
-                                       f"its {where.size}); only the members before that point are read")
-                            break
-                        out.write(chunk)
-                        written += len(chunk)
-            except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
-                problem = ("truncated-archive", f"its {kind} stream breaks after {written} inflated bytes ({err}); "
-                           "the members before that point are read")
+        """Inflate a compressed tar once, front to back, into a local file; a cut or a bomb is one refusal."""
+        copy = self._new_inflated(display)
+        written, problem = compressed.inflate(RangeFile(where.handle, where.base, where.size), kind, copy.local)
         if problem:
             self.refused.append((display, archive_members.refusal(problem[0], f"{display}: {problem[1]}")))
         logger.info("%s is compressed: read once, front to back, and inflated into the run's work folder "
                     "(%.1f MB of temporary disk)", display, written / 1e6)
-        return inflated, written
+        return copy, written
 
     def report(self) -> None:
         """One line saying what the archives read as (and which read as their one top folder)."""
@@ -431,25 +390,3 @@ def launcher_reader(src: str, inflated: Iterable[Inflated]):
             return archive_members.read_member(handle, located.member)
 
     return read
-
-
-def place_inflated(inflated: Iterable[Inflated], work: str) -> None:
-    """Put the launcher's inflated archives where their members' locators point: ``work/inflated/``.
-
-    A rename when the work folder is on the same local disk; an upload
-    otherwise. One already there (a resumed run's) is kept: it holds the same bytes.
-    """
-    for item in inflated:
-        target = FileSystems.join(work, *item.name.split("/"))
-        if FileSystems.exists(target):
-            continue
-        folder = FileSystems.join(work, INFLATED_FOLDER)
-        if FileSystems.get_scheme(work) in (None, "file"):
-            os.makedirs(folder, exist_ok=True)
-            os.replace(item.local, target)
-            continue
-        with open(item.local, "rb") as source, FileSystems.create(
-                target, compression_type=CompressionTypes.UNCOMPRESSED) as out:
-            while chunk := source.read(_CHUNK):
-                out.write(chunk)
-        os.remove(item.local)

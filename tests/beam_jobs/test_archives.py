@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from beam_jobs import discover
-from beam_jobs.sources import archive_members, archives
+from beam_jobs.sources import archive_members, archives, compressed
 from beam_jobs.validate import read_source
 from tests.archive_data import hostile_tar, tar_folder, tar_of_tars, write_tree, zip_folder
 
@@ -31,7 +31,7 @@ def _read_listing(src, tmp_path) -> tuple[dict[str, bytes], discover.Listing]:
     work.mkdir(parents=True, exist_ok=True)
     found = archives.list_tree(str(src), str(scratch))
     listing, inflated = found.listing, found.inflated
-    archives.place_inflated(inflated, str(work))
+    compressed.place_inflated(inflated, str(work))
     read = {path: read_source(str(src), path, source, str(work)) for path, source in listing.entries()
             if not source.startswith(archive_members.REFUSED)}
     return read, listing
@@ -160,8 +160,8 @@ def test_a_compressed_bomb_is_inflated_no_further_than_its_bound(tmp_path):
     read, listing = _read_listing(tmp_path / "bomb.tar.gz", tmp_path)
     assert read == {"cat/ok.jpg": b"fine"}
     assert "suspicious-compression" in _refused(listing).values()
-    inflated = list((tmp_path / "work" / archives.INFLATED_FOLDER).iterdir())
-    assert sum(p.stat().st_size for p in inflated) <= max(archives.MAX_INFLATE_RATIO * size, 1 << 20)
+    inflated = list((tmp_path / "work" / compressed.INFLATED_FOLDER).iterdir())
+    assert sum(p.stat().st_size for p in inflated) <= max(compressed.MAX_INFLATE_RATIO * size, 1 << 20)
 
 
 def test_a_file_that_only_looks_like_an_archive_is_an_error_naming_it(tmp_path):
@@ -226,7 +226,7 @@ def test_mutated_nested_archives_list_and_read_or_fail_with_an_error_naming_the_
     except discover.InputError as err:
         assert "sample.zip" in str(err)
         return
-    archives.place_inflated(inflated, str(tmp / "work"))
+    compressed.place_inflated(inflated, str(tmp / "work"))
     for path, source in listing.entries():
         if source.startswith(archive_members.REFUSED):
             continue
