@@ -89,13 +89,12 @@ def measured_run(command: Sequence[str], env: dict, cwd: str, watch: Sequence[in
     started = time.perf_counter()
     proc = subprocess.Popen(list(command), env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peaks: dict[int, int] = {}
-    launcher = read = 0
+    launcher = 0
     while True:
         # The launcher's own high-water mark, not wait4's ru_maxrss: a forked child's maxrss counts its
         # parent's pages until exec, so a benchmark process that had just packed a million-member tar
         # (900 MB) made every launcher look 900 MB. VmHWM starts afresh at exec.
         launcher = max(launcher, _peak_kb(proc.pid))
-        read = max(read, _read_bytes(proc.pid))
         pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
@@ -107,18 +106,8 @@ def measured_run(command: Sequence[str], env: dict, cwd: str, watch: Sequence[in
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:6])} failed: {proc.stderr.read().decode()[-3000:]}")
     return {"seconds": round(elapsed, 1), "launcher_mb": round(launcher / 1024, 1),
-            "launcher_read_mb": round(read / 1e6, 1),
             "largest_worker_mb": round(max(peaks.values(), default=0) / 1024, 1),
             "watched_mb": {str(pid): round(_peak_kb(pid) / 1024, 1) for pid in watch}}
-
-
-def _read_bytes(pid: int) -> int:
-    """Bytes process ``pid`` has read so far (``rchar``: every read() call's, page cache hits included)."""
-    try:
-        with open(f"/proc/{pid}/io", encoding="ascii") as handle:
-            return next(int(line.split()[1]) for line in handle if line.startswith("rchar:"))
-    except (OSError, StopIteration, ValueError):
-        return 0
 
 
 def _convert_command(checkout: str, src: str, out: str, extra: Sequence[str]) -> tuple[list[str], dict]:
