@@ -122,3 +122,16 @@ def hostile_tar(path) -> None:
         add(archive, "cat/twice.jpg", b"first")
         add(archive, "cat/twice.jpg", b"second")
         add(archive, "dog/last.jpg", b"cut" * 400)
+
+
+def nested_tar(levels: int) -> bytes:
+    """A tar holding a tar holding ... ``levels`` deep, the innermost holding ``img.jpg``."""
+    data, name = b"deep", "img.jpg"
+    for level in range(levels):
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as archive:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        data, name = out.getvalue(), f"level{level}.tar"
+    return data

@@ -20,7 +20,7 @@ import apache_beam as beam
 import pytest
 
 from beam_jobs.sources import archive_scan, archives
-from tests.archive_data import hostile_tar, tar_folder, tar_of_tars, webdataset_shards, write_tree, zip_folder
+from tests.archive_data import hostile_tar, nested_tar, tar_folder, tar_of_tars, webdataset_shards, write_tree, zip_folder
 
 
 def _scanner(folder, mode="workers"):
@@ -111,15 +111,7 @@ def test_hostile_cut_corrupt_duplicated_and_too_deep_tars_are_refused_alike(tmp_
     (src / "pets.tar").write_bytes(whole[: whole.index(b"cut" * 10) + 100])  # cut inside the last member
     (src / "empty.tar").write_bytes(b"")
     (src / "noise.tar").write_bytes(b"not a tar" * 300)
-    data, name = b"deep", "img.jpg"
-    for level in range(archives.MAX_DEPTH + 1):  # one level past what is read
-        out = io.BytesIO()
-        with tarfile.open(fileobj=out, mode="w") as archive:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-        data, name = out.getvalue(), f"level{level}.tar"
-    (src / "deep.tar").write_bytes(data)
+    (src / "deep.tar").write_bytes(nested_tar(archives.MAX_DEPTH + 1))  # one level past what is read
     with tarfile.open(src / "twice.tar", "w", format=tarfile.GNU_FORMAT) as archive:
         for body in (b"\0" * 10, whole, b"junk" * 200):  # a class tar twice (the later wins), then a corrupt one
             info = tarfile.TarInfo("cat.tar" if len(body) != 800 else "dog.tar")

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from beam_jobs import discover
 from beam_jobs.sources import archive_members, archives, compressed
 from beam_jobs.validate import read_source
-from tests.archive_data import hostile_tar, tar_folder, tar_of_tars, write_tree, zip_folder
+from tests.archive_data import hostile_tar, nested_tar, tar_folder, tar_of_tars, write_tree, zip_folder
 
 
 def _read_listing(src, tmp_path) -> tuple[dict[str, bytes], discover.Listing]:
@@ -173,16 +173,7 @@ def test_a_file_that_only_looks_like_an_archive_is_an_error_naming_it(tmp_path):
 
 
 def test_archives_nested_past_the_depth_limit_are_refused_not_followed(tmp_path):
-    data = b"deep"
-    name = "img.jpg"
-    for level in range(archives.MAX_DEPTH + 1):
-        out = io.BytesIO()
-        with tarfile.open(fileobj=out, mode="w") as archive:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-        data, name = out.getvalue(), f"level{level}.tar"
-    (tmp_path / "deep.tar").write_bytes(data)
+    (tmp_path / "deep.tar").write_bytes(nested_tar(archives.MAX_DEPTH + 1))
     read, listing = _read_listing(tmp_path / "deep.tar", tmp_path)
     assert read == {}
     assert list(_refused(listing).values()) == ["nested-too-deep"]
