@@ -141,7 +141,7 @@ def write_table(handle: BinaryIO, unit: TarUnit, folder: str) -> list[TarUnit]:
             for entry in tar_members.scan_tar(RangeFile(handle, unit.base, unit.size), unit.size, unit.base):
                 spool.write(marshal.dumps(archive_members.entry_record(entry)))
                 if isinstance(entry, archive_members.Member) and unit.depth + 1 < archives.MAX_DEPTH \
-                        and (archives.archive_kind(posixpath.basename(entry.path)) or ("",))[0] == "tar":
+                        and archives.is_tar(posixpath.basename(entry.path)):
                     inner.append(dataclasses.replace(unit, base=entry.offset, size=entry.size, depth=unit.depth + 1))
         except (ArchiveError, OSError) as err:
             spool.write(marshal.dumps((str(err), isinstance(err, ArchiveError), None)))

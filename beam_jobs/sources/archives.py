@@ -77,6 +77,12 @@ def archive_kind(name: str) -> Optional[tuple[str, str]]:
     return None
 
 
+def is_tar(name: str) -> bool:
+    """Whether a file of this name reads as an uncompressed tar (whose headers the workers may read)."""
+    kind = archive_kind(name)
+    return kind is not None and kind[0] == "tar"
+
+
 def folder_name(stem: str) -> str:
     """The folder an archive of this stem reads as (its stem; ImageNet's split archives as their split)."""
     return SPLIT_ARCHIVES.get(stem.lower(), stem)
@@ -146,7 +152,7 @@ def list_tree(src: str, scratch: Optional[str] = None, limit: int = 1 << 62,
     lister = _ArchiveLister(src, scratch, dirs, limit)
     try:
         if is_archive_file(src):
-            if scanner and archive_kind(posixpath.basename(src.rstrip("/")))[0] == "tar":
+            if scanner and is_tar(posixpath.basename(src.rstrip("/"))):
                 lister.tables = scanner([TarUnit(src, "", 0, _size(src))])
             entries = lister.archive_as_root(src)
         else:
@@ -172,7 +178,7 @@ def _walked(paths: Iterable[str], scratch: Optional[str]) -> tuple[Iterator[str]
     tars = []
     for path in paths:
         marshal.dump(path, spool)
-        if (archive_kind(posixpath.basename(path)) or ("",))[0] == "tar":
+        if is_tar(posixpath.basename(path)):
             tars.append(path)
     spool.seek(0)
 
