@@ -57,9 +57,9 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
     if options.label_member:
         from beam_jobs.sources import webdataset
 
-        plan = webdataset.plan(options.src, listing, webdataset.LabelMember.parse(options.label_member), labels,
-                               archives.launcher_reader(options.src, found.inflated), options.val_fraction, options.seed,
-                               scratch=scratch)
+        with archives.LauncherReader(options.src, found.inflated) as read_label:
+            plan = webdataset.plan(options.src, listing, webdataset.LabelMember.parse(options.label_member), labels,
+                                   read_label, options.val_fraction, options.seed, scratch=scratch)
     elif options.val_labels:
         from beam_jobs.sources import imagenet
 

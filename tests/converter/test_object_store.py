@@ -302,3 +302,30 @@ def test_an_archive_in_s3_is_read_by_runs_of_members_not_by_requests_per_member(
     # HEAD per shard, a GET per pass-through image (a re-encoded one is read from the run's spill file).
     assert heads <= 6 + 1 + shards and gets <= 1 + 1 + passed_through, archive
     assert len(reads["images"]) >= 3.5 * files  # a folder: a HEAD and a GET per file, at validation and writing
+
+
+@pytest.mark.slow
+def test_webdataset_shards_in_s3_convert_as_locally_and_labels_cost_no_request_per_sample(demo_src, s3_server,
+                                                                                         tmp_path):
+    """img2dataset's shards in a bucket, labelled by their ``.cls`` members: the local run's bytes. The launcher
+    reads the labels of a shard through one open handle and its read-ahead window: one GET a shard here, not
+    one per sample (each had opened the shard and fetched 16 MiB)."""
+    from tests.archive_data import webdataset_shards
+
+    upload = tmp_path / "upload"
+    expected = webdataset_shards(demo_src, upload / "shards", shards=3)
+    bucket = s3_server.new_bucket()
+    s3_src = s3_server.upload(str(upload), bucket, "upload")
+    common = ["--label-member", "cls", "--shards", "2", *FAST]
+    run_converter("--src", str(upload / "shards"), "--out", str(tmp_path / "local"), *common, check=True)
+    s3_server.record()
+    run_converter("--src", f"{s3_src}/shards", "--out", str(tmp_path / "from-s3"), *common, *s3_server.flags,
+                  check=True)
+    gets = [rng for method, path, rng in s3_server.recorded()
+            if method == "GET" and path.startswith(f"/{bucket}/upload/shards/")]
+    assert _comparable(_local_snapshot(tmp_path / "from-s3")) == _comparable(_local_snapshot(tmp_path / "local"))
+    manifest = json.loads((tmp_path / "from-s3" / record_schema.MANIFEST_FILE).read_text())
+    passed_through = sum(split["num_examples"] - split["num_reencoded"] for split in manifest["splits"].values())
+    # Per shard: one GET to list it, one for its labels, one for validation's run of members; then a GET per
+    # image the writer copies. A GET per label added one per sample: 186 GETs for these 90 samples.
+    assert len(expected) == 90 and len(gets) <= 3 * 3 + passed_through, gets
