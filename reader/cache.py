@@ -40,7 +40,9 @@ def cache_prefix(cache: str, info: DatasetInfo, split: str, pipelines: int) -> s
     The dataset's fingerprint in the name means a cache is never served for
     another version of the dataset (a reconversion with ``--overwrite``
     changes it): a new version writes a new cache. Files of other versions are
-    named in a warning, for the user to delete.
+    named in a warning, for the user to delete. A cache named before the
+    version was the content (``DatasetInfo.legacy_fingerprint``) is still
+    served for the dataset it was made from.
 
     Raises:
       ValueError: the cache's folder does not exist or is not writable.
@@ -57,6 +59,9 @@ def cache_prefix(cache: str, info: DatasetInfo, split: str, pipelines: int) -> s
         except OSError as err:
             raise ValueError(f"cache={cache!r}: the folder {folder!r} is not writable ({err.strerror})") from err
     prefix = f"{path}-{split}-{info.fingerprint}-of{pipelines}"
+    legacy = f"{path}-{split}-{info.legacy_fingerprint}-of{pipelines}"
+    if legacy != prefix and tf.io.gfile.glob(f"{legacy}-*") and not tf.io.gfile.glob(f"{prefix}-*"):
+        prefix = legacy  # a cache named by the manifest-wide version of this same data: still served
     stale = sorted(name for name in tf.io.gfile.glob(f"{path}-{split}-*")
                    if not name.startswith(prefix) and _CACHE_NAME.match(name[len(path):]))
     if stale:

@@ -17,6 +17,8 @@ import tensorflow as tf
 
 import record_schema
 from reader import storage
+from record_files import staging as staging_names
+from record_files import tfrecord
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -81,18 +83,51 @@ class DatasetInfo:
 
     @property
     def fingerprint(self) -> str:
-        """12 hex digits that change whenever the dataset does (a new conversion, other shards).
+        """12 hex digits naming the dataset's content: equal whenever a reader would read the same bytes.
 
-        From the manifest, which records each shard's SHA-256 and the time of
-        its conversion; for foreign shards, from their paths, sizes and counts.
-        Caches carry it in their file names, so a cache never outlives its data.
+        Taken from what a reader reads, and only that: the record format, the
+        classes and their text, and per split its counts and each shard's file
+        name, record count, size and SHA-256. Not from when, where, how or by
+        which runner the shards were made, so the same data reconverted into
+        another folder, on another runner or another day is the same version,
+        and any changed byte of any shard is another. For foreign shards
+        (no manifest, no hashes): their paths, sizes and counts.
+        Caches carry it in their file names and positions record it, so a cache
+        or a position never outlives its data.
         """
-        if self.manifest:
-            basis = json.dumps(self.manifest, sort_keys=True)
-        else:
-            basis = json.dumps({name: [(s.path, s.num_bytes, s.num_examples) for s in split.shards]
-                                for name, split in sorted(self.splits.items())})
-        return hashlib.sha256(basis.encode("utf-8")).hexdigest()[:12]
+        return _digest(self._content())
+
+    @property
+    def legacy_fingerprint(self) -> str:
+        """The fingerprint as versions before the content fingerprint took it (the whole manifest).
+
+        Positions saved under it still resume on the dataset they were saved
+        on; caches named by it are rebuilt once under the new name.
+        """
+        if not self.manifest:
+            return self.fingerprint
+        return _digest(self.manifest)
+
+    def _content(self) -> dict:
+        if not self.manifest:
+            return {name: [(s.path, s.num_bytes, s.num_examples) for s in split.shards]
+                    for name, split in sorted(self.splits.items())}
+        manifest = self.manifest
+        return {
+            "format_version": manifest.get("format_version"),
+            "features": manifest.get("features"),
+            "classes": manifest.get("classes"),
+            "class_text": manifest.get("class_text", manifest.get("classes")),
+            "splits": {name: {"num_examples": split.get("num_examples"),
+                              "label_counts": split.get("label_counts"),
+                              "shards": [(s["file"], s["num_examples"], s["num_bytes"], s["sha256"])
+                                         for s in split.get("shards", ())]}
+                       for name, split in sorted(manifest.get("splits", {}).items())},
+        }
+
+    def is_version(self, fingerprint: str) -> bool:
+        """``fingerprint`` names this dataset's content (now, or as the manifest-wide fingerprint did)."""
+        return fingerprint in (self.fingerprint, self.legacy_fingerprint)
 
     def split(self, name: str) -> SplitInfo:
         """The split called ``name``; ``ValueError`` listing the splits there are otherwise."""
@@ -100,6 +135,10 @@ class DatasetInfo:
         if name not in self.splits:
             raise ValueError(f"split {name!r} is not in {self.data_dir}; its splits are {sorted(self.splits)}")
         return self.splits[name]
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()[:12]
 
 
 def dataset_info(data_dir: str) -> DatasetInfo:
@@ -177,14 +216,14 @@ def kept_work(data_dir: str) -> list[KeptWork]:
     data_dir = data_dir.rstrip("/")
     if storage.is_s3(data_dir) or "://" in data_dir:
         candidates = [f"{data_dir}/{name}" for name in _listing(data_dir)
-                      if name.startswith(record_schema.STAGING_PREFIX)]
+                      if staging_names.is_remote_staging(name)]
     else:
         parent, name = os.path.split(os.path.abspath(data_dir))
-        prefix = f".{name}{record_schema.STAGING_PREFIX}"
-        candidates = [os.path.join(parent, entry) for entry in sorted(_listing(parent)) if entry.startswith(prefix)]
+        candidates = [os.path.join(parent, entry) for entry in sorted(_listing(parent))
+                      if staging_names.is_sibling(entry, name)]
     found = []
     for path in candidates:
-        if storage.exists(f"{path}/{record_schema.RESUME_RECORD_PATH}"):
+        if storage.exists(f"{path}/{staging_names.RESUME_RECORD_PATH}"):
             num_bytes, newest = storage.tree_size(path)
             found.append(KeptWork(path, num_bytes, max(0.0, time.time() - newest)))
     return found
@@ -279,8 +318,8 @@ _ZLIB_FIRST = (b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda")
 def _check_not_compressed(path: str) -> None:
     """A GZIP or ZLIB TFRecord file is named as such (TensorFlow says only "corrupted record at 0")."""
     with storage.open_read(path) as handle:
-        head = handle.read(12)
-    if len(head) == 12 and int.from_bytes(head[8:], "little") == record_schema.masked_crc32c(head[:8]):
+        head = handle.read(tfrecord.HEADER_BYTES)
+    if tfrecord.is_frame_header(head):
         return  # a valid first frame (its length bytes may look like a magic number by chance)
     kind = "GZIP" if head[:2] == _GZIP_MAGIC else "ZLIB" if head[:2] in _ZLIB_FIRST else None
     if kind:
@@ -301,11 +340,13 @@ def check_foreign_shards(split_info: SplitInfo, keys) -> None:
     """
     path = split_info.files[0]
     _check_not_compressed(path)
-    with storage.open_read(path) as handle:
-        header = handle.read(12)
-        if len(header) < 12:
-            return  # an empty shard: nothing to check
-        data = handle.read(int.from_bytes(header[:8], "little"))
+    try:
+        with storage.open_read(path) as handle:
+            data = tfrecord.first_record(handle, path)
+    except tfrecord.FrameError as err:
+        raise ValueError(f"shard {path} is not a readable TFRecord file: {err}") from None
+    if data is None:
+        return  # an empty shard: nothing to check
     try:
         features = tf.train.Example.FromString(data).features.feature
     except Exception as err:  # noqa: BLE001 - protobuf's DecodeError and friends

@@ -27,6 +27,7 @@ import os
 import keras
 import tensorflow as tf
 
+from reader.info import dataset_info
 from reader.options import ReadOptions
 from reader.order import Position
 from reader.pipeline import position
@@ -62,13 +63,13 @@ class ExactResume(keras.callbacks.Callback):
         if tf.io.gfile.exists(self.path):
             with tf.io.gfile.GFile(self.path, "r") as handle:
                 saved = Position.from_json(handle.read())
-            if saved.fingerprint != now.fingerprint:
+            if saved.fingerprint != now.fingerprint and not dataset_info(self._args[0]).is_version(saved.fingerprint):
                 raise ValueError(
                     f"{self.path}: this run was trained on version {saved.fingerprint} of {self._args[0]}, which is "
                     f"now version {now.fingerprint} (reconverted or changed since); its position cannot resume "
                     "there. Restore that version, or start a new run in a new backup folder")
-            layout = {k: v for k, v in json.loads(saved.to_json()).items() if k not in ("epoch", "step")}
-            current = {k: v for k, v in json.loads(now.to_json()).items() if k not in ("epoch", "step")}
+            layout = {k: v for k, v in json.loads(saved.to_json()).items() if k not in ("epoch", "step", "fingerprint")}
+            current = {k: v for k, v in json.loads(now.to_json()).items() if k not in ("epoch", "step", "fingerprint")}
             if layout != current:
                 changed = sorted(k for k in layout if layout[k] != current[k])
                 raise ValueError(f"{self.path}: this run was trained with {', '.join(f'{k}={layout[k]!r}' for k in changed)}"

@@ -270,7 +270,7 @@ def _start(start, seed: Optional[int], info: DatasetInfo, split_info: SplitInfo,
 def _position_mismatch(position: Position, seed, info: DatasetInfo, split_info: SplitInfo,
                        layout: StreamLayout) -> str:
     """Why ``position`` does not belong to this pipeline, or ""."""
-    if position.fingerprint != info.fingerprint:
+    if not info.is_version(position.fingerprint):
         return (f"it was saved on version {position.fingerprint} of the dataset and {info.data_dir or 'this'} is "
                 f"version {info.fingerprint} (reconverted or changed since); restart the epoch, or read the "
                 "version it was saved on")

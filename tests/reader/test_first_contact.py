@@ -114,6 +114,24 @@ def test_a_file_cache_is_never_served_for_a_reconverted_dataset(demo_src, tmp_pa
     assert "other versions of this dataset" in caplog.text  # the old version's files are named for deletion
 
 
+def test_a_file_cache_named_by_the_manifest_wide_version_is_still_served(demo_dataset, tmp_path, caplog):
+    """Caches made before the version was the content keep working for the data they were made from."""
+    from reader.cache import cache_prefix
+
+    info = reader.dataset_info(demo_dataset)
+    cache = str(tmp_path / "records")
+    reader.build_dataset(demo_dataset, batch_size=16, image_size=16, training=False, options={"cache": cache})
+    for _ in reader.build_dataset(demo_dataset, batch_size=16, image_size=16, training=False,
+                                  options={"cache": cache}):
+        pass
+    made = sorted(os.listdir(tmp_path))
+    assert made and all(info.fingerprint in name for name in made)
+    for name in made:
+        os.rename(tmp_path / name, tmp_path / name.replace(info.fingerprint, info.legacy_fingerprint))
+    assert cache_prefix(cache, info, "train", 1) == f"{cache}-train-{info.legacy_fingerprint}-of1"
+    assert "other versions" not in caplog.text
+
+
 def test_steps_per_epoch_is_never_zero(demo_dataset):
     with pytest.raises(ValueError, match=r"validation.* 18 examples, fewer than one batch of 64"):
         reader.steps_per_epoch(demo_dataset, "validation", 64)

@@ -11,6 +11,7 @@ kind of boundary: window, shard and epoch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -103,18 +104,47 @@ def test_a_dataset_without_record_indexes_resumes_by_reading_through(demo_datase
     assert _same(_global_batches(str(old), 3, 2, options=WINDOWED, start=10), uninterrupted[10:13])
 
 
+def _copy_with_manifest(demo_dataset, folder, change) -> str:
+    shutil.copytree(demo_dataset, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    change(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return str(folder)
+
+
+def test_the_version_is_the_content_not_when_where_or_how_it_was_converted(demo_dataset, tmp_path):
+    def elsewhere(manifest):
+        manifest["created"] = "2031-01-01T00:00:00+00:00"
+        manifest["written_by"] = {"runner": "DaskRunner", "apache_beam": "9.9"}
+        manifest["options"]["src"] = "/somewhere/else"
+        manifest["source_archives"] = {"imgs.tar": {"size": 1, "mtime": 2}}
+    other = _copy_with_manifest(demo_dataset, tmp_path / "other", elsewhere)
+    assert reader.dataset_info(other).fingerprint == reader.dataset_info(demo_dataset).fingerprint
+    position = reader.position(demo_dataset, "train", BATCH, seed=3, step=5)
+    _pipeline(other, start=position)  # resumes: the same data under another folder and conversion time
+
+
 def test_a_position_saved_on_another_version_of_the_dataset_is_refused_naming_both(demo_dataset, tmp_path):
     position = reader.position(demo_dataset, "train", BATCH, seed=3, step=5)
-    other = tmp_path / "other"
-    shutil.copytree(demo_dataset, other)
-    manifest = json.loads((other / "manifest.json").read_text())
-    manifest["created"] = "reconverted"
-    (other / "manifest.json").write_text(json.dumps(manifest))
-    new = reader.dataset_info(str(other)).fingerprint
+
+    def one_byte_changed(manifest):
+        manifest["splits"]["train"]["shards"][0]["sha256"] = "0" * 64
+    other = _copy_with_manifest(demo_dataset, tmp_path / "other", one_byte_changed)
+    new = reader.dataset_info(other).fingerprint
+    assert new != position.fingerprint
     with pytest.raises(ValueError, match=f"version {position.fingerprint} of the dataset and {other} is version {new}"):
-        _pipeline(str(other), start=position)
+        _pipeline(other, start=position)
     with pytest.raises(ValueError, match="saved with seed=3 and this pipeline has seed=4"):
         _pipeline(demo_dataset, seed=4, start=position)
+
+
+def test_a_position_saved_under_the_manifest_wide_version_still_resumes(demo_dataset):
+    """Positions saved before the version was the content (it hashed the whole manifest) keep working."""
+    info = reader.dataset_info(demo_dataset)
+    position = reader.position(demo_dataset, "train", BATCH, seed=3, step=5)
+    old = dataclasses.replace(position, fingerprint=info.legacy_fingerprint)
+    assert old.fingerprint != position.fingerprint
+    _pipeline(demo_dataset, start=old)
 
 
 def test_misuse_is_named(demo_dataset):
