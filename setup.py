@@ -26,7 +26,7 @@ setup(
     python_requires=">=3.10",
     # Found, never listed by hand: a listed set once left out beam_jobs.sources, and the installed
     # package could not convert (tests/test_packaging.py builds the wheel and checks every module is in it).
-    packages=find_packages(include=["converter*", "beam_jobs*", "reader*", "bench*"]),
+    packages=find_packages(include=["converter*", "beam_jobs*", "reader*", "record_files*", "bench*"]),
     py_modules=["record_schema"],
     install_requires=[
         "apache-beam[tfrecord]>=2.77",

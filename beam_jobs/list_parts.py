@@ -24,6 +24,7 @@ from typing import Iterable, Mapping, Optional
 from beam_jobs import interrupt, work_records
 from beam_jobs.stage_records import ImageRef
 from beam_jobs.filesystems import FileSystems
+from record_files import staging as staging_names
 
 # Parts of at most this many images: a part's records are sorted in one worker's memory (~200 B each).
 MAX_PART_SIZE = 1 << 20
@@ -58,7 +59,7 @@ class WorkLayout:
 
     def part_counts(self, part: int) -> str:
         """Written last by a validated part: its counts (and the mark that its files are complete)."""
-        return FileSystems.join(self.work, "counts", f"part-{part:06d}.json")
+        return FileSystems.join(self.work, staging_names.part_counts_name(part))
 
     def bucket_done(self, split: str, bucket: int) -> str:
         """Written once every slice of a bucket is."""

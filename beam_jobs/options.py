@@ -110,6 +110,23 @@ class EncodeOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class LabelMember:
+    """What ``--label-member`` names: the member's extension, and the JSON field when it is ``json:FIELD``."""
+
+    extension: str
+    field: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> "LabelMember":
+        """``cls``, ``txt``, ``json:FIELD`` (raises ValueError naming the flag otherwise)."""
+        extension, _, field = text.partition(":")
+        extension = extension.strip().lstrip(".").lower()
+        if not extension or "/" in extension or (extension == "json") != bool(field.strip()):
+            raise ValueError(f"--label-member takes an extension (cls, txt) or json:FIELD, got {text!r}")
+        return cls(extension, field.strip())
+
+
+@dataclasses.dataclass(frozen=True)
 class ConvertOptions:
     """Everything a conversion needs besides the Beam pipeline options.
 
@@ -183,8 +200,6 @@ class ConvertOptions:
         if len(given) > 1:
             raise ValueError(f"{' and '.join(given)} are ways to label images; give one")
         if self.label_member:
-            from beam_jobs.sources.webdataset import LabelMember
-
             LabelMember.parse(self.label_member)
         if self.archive_scan not in ARCHIVE_SCANS:
             raise ValueError(f"--archive-scan must be one of {', '.join(ARCHIVE_SCANS)}, got {self.archive_scan!r}")

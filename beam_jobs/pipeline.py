@@ -35,6 +35,7 @@ from beam_jobs.sources import archive_scan, archives, compressed, imagenet
 from beam_jobs.transforms import COUNTS_FILE, DUPLICATES_SUMMARY_FILE, ConvertImages
 from beam_jobs.work_records import WorkFileError
 from beam_jobs.write import ShardResult, SourceChangedError
+from record_files import staging as staging_names
 
 logger = logging.getLogger(__name__)
 
@@ -265,8 +266,8 @@ def _warn_about_shard_sizes(results: Sequence[ShardResult]) -> None:
 
 def _log_resume(layout: list_parts.WorkLayout) -> None:
     """Say what a resumed run finds done; drop the killed run's progress counts (this run counts again)."""
-    done = len(FileSystems.match([FileSystems.join(layout.work, "counts", "part-*.json")])[0].metadata_list)
-    shards = len(FileSystems.match([FileSystems.join(layout.work, "*.tfrecord.json")])[0].metadata_list)
+    done = len(FileSystems.match([FileSystems.join(layout.work, staging_names.COUNTS_PATTERN)])[0].metadata_list)
+    shards = len(FileSystems.match([FileSystems.join(layout.work, staging_names.SHARD_RESULTS_PATTERN)])[0].metadata_list)
     logger.warning("resuming the interrupted run with the same inputs and options: %d of %d parts validated, "
                    "%d shards written", done, layout.num_parts, shards)
     stale = FileSystems.match([FileSystems.join(layout.work, f"{phase}-*.txt") for phase in ("validate", "write")])
@@ -367,7 +368,7 @@ def _private_tempdir(work: str) -> Iterator[None]:
 
 
 def _read_results(work: str) -> list[ShardResult]:
-    matches = FileSystems.match([FileSystems.join(work, "*.tfrecord.json")])[0].metadata_list
+    matches = FileSystems.match([FileSystems.join(work, staging_names.SHARD_RESULTS_PATTERN)])[0].metadata_list
     return [ShardResult.from_json(publish.read_text(meta.path)) for meta in matches]
 
 

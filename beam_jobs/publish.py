@@ -34,6 +34,8 @@ from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
 from beam_jobs import faults, filesystems
+from record_files import idx
+from record_files import staging as staging_names
 from beam_jobs.filesystems import FileSystems
 
 logger = logging.getLogger(__name__)
@@ -63,28 +65,27 @@ def _local(path: str) -> str:
     return os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
 
 
-def _sibling(out: str, suffix: str) -> str:
-    out = _local(out)
-    return os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.{suffix}")
+def _sibling(out: str, kind: str, run: bool = True) -> str:
+    """A new run's ``.<name>.<kind>-<run>`` beside a local OUT (``run=False``: ``.<name>.<kind>``)."""
+    return staging_names.sibling(_local(out), kind, uuid.uuid4().hex[:12] if run else "")
 
 
 def new_staging(out: str) -> str:
     """A fresh, private staging folder for this run (beside OUT when local)."""
-    run = uuid.uuid4().hex[:12]
     if is_local(out):
-        path = _sibling(out, f"staging-{run}")
+        path = _sibling(out, "staging")
         os.makedirs(path)
         return path
-    return out.rstrip("/") + f"/.staging-{run}"
+    return staging_names.remote_staging(out, uuid.uuid4().hex[:12])
 
 
 # In a staging folder's work folder: what the run converts and how (see beam_jobs.resume).
-RESUME_RECORD = "resume.json"
+RESUME_RECORD = staging_names.RESUME_RECORD
 
 
 def work_dir(staging: str) -> str:
     """Scratch space inside staging (input list, per-shard results); removed before commit."""
-    return FileSystems.join(staging, "_work")
+    return FileSystems.join(staging, staging_names.WORK)
 
 
 @contextlib.contextmanager
@@ -109,7 +110,7 @@ def output_lock(out: str) -> Iterator[None]:
         os.makedirs(parent, exist_ok=True)
     except OSError as err:
         raise PublishError(f"--out {out!r}: the folder that holds it, {parent!r}, cannot be created: {err}") from err
-    path = _sibling(out, "lock")
+    path = _sibling(out, "lock", run=False)
     while True:
         try:
             fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
@@ -155,16 +156,16 @@ def recover_and_clean(out: str) -> None:
         return
     target = _local(out)
     parent, name = os.path.split(target)
-    old = sorted(entry for entry in os.listdir(parent) if entry.startswith(f".{name}.old-"))
+    old = sorted(entry for entry in os.listdir(parent) if staging_names.is_sibling(entry, name, ("old",)))
     if old and not os.path.exists(target):
         logger.warning("restoring %s from an interrupted run", target)
         os.rename(os.path.join(parent, old[-1]), target)
         old = old[:-1]
     for entry in os.listdir(parent):
         path = os.path.join(parent, entry)
-        if entry.startswith(f".{name}.staging-") and os.path.exists(os.path.join(work_dir(path), RESUME_RECORD)):
+        if staging_names.is_sibling(entry, name) and os.path.exists(os.path.join(work_dir(path), RESUME_RECORD)):
             continue
-        if entry.startswith((f".{name}.staging-", f".{name}.scratch-")) or entry in old:
+        if staging_names.is_sibling(entry, name, ("staging", "scratch")) or entry in old:
             logger.info("removing %s left by an interrupted run", entry)
             shutil.rmtree(path, ignore_errors=True)
 
@@ -174,16 +175,17 @@ def leftover_stagings(out: str) -> list[str]:
     if is_local(out):
         parent, name = os.path.split(_local(out))
         found = [os.path.join(parent, entry) for entry in sorted(os.listdir(parent))
-                 if entry.startswith(f".{name}.staging-")]
+                 if staging_names.is_sibling(entry, name)]
     else:
-        found = [FileSystems.join(out.rstrip("/"), entry) for entry in _listing(out) if entry.startswith(".staging-")]
+        found = [FileSystems.join(out.rstrip("/"), entry) for entry in _listing(out)
+                 if staging_names.is_remote_staging(entry)]
     return [path for path in found if FileSystems.exists(FileSystems.join(work_dir(path), RESUME_RECORD))]
 
 
 def new_scratch(out: str) -> str:
     """A local folder for the launcher's lists while it plans: beside OUT when local, else a temporary one."""
     if is_local(out):
-        path = _sibling(out, f"scratch-{uuid.uuid4().hex[:12]}")
+        path = _sibling(out, "scratch")
         os.makedirs(path)
         return path
     import tempfile
@@ -201,12 +203,12 @@ def check_out(out: str, overwrite: bool) -> None:
         return
     if is_local(out) and not os.path.isdir(_local(out)):
         raise PublishError(f"--out {out!r} is a file, not a folder")
-    names = [name for name in _listing(out) if not name.startswith(".staging-")]
+    names = [name for name in _listing(out) if not staging_names.is_remote_staging(name)]
     if not names:
         return
     foreign = sorted(n for n in names if n not in _DATASET_FILES and n not in record_schema.TFDS_METADATA_FILES
                      and record_schema.parse_shard_filename(
-        n.removesuffix(record_schema.DALI_INDEX_SUFFIX)) is None)
+        n.removesuffix(idx.SUFFIX)) is None)
     if foreign and record_schema.MANIFEST_FILE in names:
         raise PublishError(
             f"--out {out!r} holds a dataset and also {len(foreign)} files that are not part of it "
@@ -338,7 +340,7 @@ def _swap_in_local(staging: str, target: str) -> None:
     if not faults.fallback_requested() and _exchange(staging, target):  # staging now holds the old dataset
         shutil.rmtree(staging)
         return
-    displaced = _sibling(target, f"old-{uuid.uuid4().hex[:12]}")
+    displaced = _sibling(target, "old")
     os.rename(target, displaced)  # recover_and_clean() restores it if we die right here
     faults.point("displaced")
     os.rename(staging, target)
@@ -364,7 +366,7 @@ def _exchange(first: str, second: str) -> bool:
 # Inside a remote staging folder: the manifest of a commit in progress. Once it
 # exists the dataset is decided, and a run that dies while moving files is
 # finished ("rolled forward") by the next run instead of being thrown away.
-COMMIT_RECORD = "_commit.json"
+COMMIT_RECORD = staging_names.COMMIT_RECORD
 
 
 def _publish_remote(staging: str, out: str, manifest_body: str) -> None:
@@ -386,7 +388,7 @@ def _roll_forward(staging: str, out: str, manifest_body: str) -> None:
         FileSystems.delete([manifest])  # from here on readers see "no dataset", never a mix
     faults.point("retracted")
     old = [FileSystems.join(out, name) for name in _listing(out)
-           if name not in keep and not name.startswith(".staging-") and name != record_schema.MANIFEST_FILE]
+           if name not in keep and not staging_names.is_remote_staging(name) and name != record_schema.MANIFEST_FILE]
     _delete(old)
     names = [name for name in _listing(staging) if name != COMMIT_RECORD]
     for index, name in enumerate(names):
@@ -409,7 +411,7 @@ def _recover_remote(out: str) -> None:
     """Finish a commit a killed run left half done; delete staging folders of runs that died before one."""
     out = out.rstrip("/")
     for name in _listing(out):
-        if not name.startswith(".staging-"):
+        if not staging_names.is_remote_staging(name):
             continue
         staging = FileSystems.join(out, name)
         record = FileSystems.join(staging, COMMIT_RECORD)
@@ -441,7 +443,7 @@ def abandon(staging: Optional[str], out: str, scratch: Optional[str] = None) -> 
         discard_staging(staging)
     if is_local(out):
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(_sibling(out, "lock"))
+            os.unlink(_sibling(out, "lock", run=False))
 
 
 def remove_folder(path: str) -> None:

@@ -40,6 +40,7 @@ from beam_jobs import interrupt, publish, work_records
 from beam_jobs.discover import InputPlan
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
+from record_files import staging as staging_names
 
 logger = logging.getLogger(__name__)
 
@@ -164,10 +165,10 @@ def kept_work(staging: str) -> Optional[KeptWork]:
     if record is None:
         return None
     work = publish.work_dir(staging)
-    parts = _matches(FileSystems.join(work, "counts", "part-*.json"))
+    parts = _matches(FileSystems.join(work, staging_names.COUNTS_PATTERN))
     if not parts:
         return None
-    shards = _matches(FileSystems.join(work, "*.tfrecord.json"))
+    shards = _matches(FileSystems.join(work, staging_names.SHARD_RESULTS_PATTERN))
     num_bytes, newest = _tree_size(staging)
     return KeptWork(staging, len(parts), max(1, math.ceil(record.num_listed / record.part_size)), len(shards),
                     num_bytes, max(0.0, time.time() - newest) if newest else 0.0)

@@ -43,6 +43,7 @@ from beam_jobs.order_bucket import order_bucket
 from beam_jobs.progress import ProgressWriter
 from beam_jobs.validate_part import validate_part
 from beam_jobs.write import ShardResult, write_shard
+from record_files import staging as staging_names
 
 NAMESPACE = "converter"
 COUNTS_FILE = "counts.json"
@@ -140,7 +141,7 @@ class WriteShardFn(beam.DoFn):
         if result.num_examples != expected:
             raise RuntimeError(f"shard {result.file} got {result.num_examples} records from its slices, "
                                f"expected {expected}: a work file was lost or replaced during the run")
-        publish.write_text(FileSystems.join(publish.work_dir(self._staging), f"{result.file}.json"), result.to_json())
+        publish.write_text(FileSystems.join(publish.work_dir(self._staging), staging_names.shard_result_name(result.file)), result.to_json())
         faults.point("shard-written")
         self._written.inc(result.num_examples)
         self._reencoded.inc(sum(result.reencoded.values()))

@@ -27,10 +27,11 @@ from beam_jobs.discover import display_path
 from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
-from beam_jobs.tfrecord import frame_parts, serialize_example
 from beam_jobs.stage_records import Accepted
 from beam_jobs.sources.member_reads import MemberReader
 from beam_jobs.validate import read_source, read_spilled
+from record_files import idx
+from record_files.tfrecord import frame_parts, serialize_example
 
 
 class SourceChangedError(RuntimeError):
@@ -156,7 +157,7 @@ def write_shard(
             for part in (header, example, footer):
                 out.write(part)
                 digest.update(part)
-            index_lines.append(f"{num_bytes} {len(header) + len(example) + len(footer)}\n")
+            index_lines.append(idx.index_line(num_bytes, len(header) + len(example) + len(footer)))
             num_bytes += len(header) + len(example) + len(footer)
             labels[label] += 1
             count += 1
@@ -169,7 +170,7 @@ def write_shard(
                 on_record()
     index_file, index_text = "", "".join(index_lines)
     if dali_index:
-        index_file = record_schema.dali_index_filename(name)
+        index_file = idx.index_filename(name)
         publish.write_text(FileSystems.join(folder, index_file), index_text)
     return ShardResult(
         split=split,

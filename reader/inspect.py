@@ -19,7 +19,8 @@ from PIL import Image, ImageDraw, ImageFont
 import record_schema
 from reader import storage
 from reader.info import DatasetInfo, dataset_info, kept_work
-from reader.verify import RecordError, iter_records
+from reader.verify import iter_records
+from record_files.tfrecord import FrameError
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ def _samples(info: DatasetInfo, shards, per_class: int, thumb: int) -> dict[int,
                     image = Image.open(io.BytesIO(encoded)).convert("RGB")
                     image.thumbnail((thumb, thumb))
                     samples[label].append(image)
-        except RecordError as err:
+        except FrameError as err:
             raise ValueError(f"cannot draw the contact sheet: {err}. python -m converter verify {info.data_dir} "
                              "checks every shard") from None
         if all(len(samples[label]) >= per_class for label in range(info.num_classes)):

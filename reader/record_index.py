@@ -13,7 +13,7 @@ the same records, only slower to reach. Two checks, both cheap:
   sizes were recorded, is implausible for its record count) is not used.
   One warning names how many shards lack a usable index and the command that
   rebuilds them (:func:`rebuild`, ``python -m converter reindex OUT``);
-- when an index is read (:func:`record_schema.index_offset` in Python, the
+- when an index is read (:func:`record_files.idx.offset_of` in Python, the
   graph's lookup in :mod:`reader.records`): its lines must parse and chain (each
   offset the previous offset plus size) up to the record wanted; otherwise
   the read goes through, as without one.
@@ -27,19 +27,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 from typing import Iterable, Optional
 
-import record_schema
 from reader import storage
 from reader.info import ShardInfo, SplitInfo, dataset_info
 from reader.verify import file_sha256, iter_frames
+from record_files import idx
 
 logger = logging.getLogger(__name__)
 
-# The shortest and longest line one record can have: "0 1\n" .. two 20-digit numbers.
-_MIN_LINE, _MAX_LINE = 4, 42
-_LINE = re.compile(rb"^(\d+) (\d+)$")  # as record_schema.index_offset parses them
 
 
 def rebuild_command(data_dir: str) -> str:
@@ -64,7 +60,7 @@ def problem(shard: ShardInfo, listings: dict[str, dict[str, Optional[int]]]) -> 
         return None  # a listing without sizes (gs://): the read checks the lines themselves
     if shard.index_bytes:
         return None if size == shard.index_bytes else "damaged"
-    return None if _MIN_LINE * shard.num_examples <= size <= _MAX_LINE * shard.num_examples else "damaged"
+    return None if idx.plausible_size(size, shard.num_examples) else "damaged"
 
 
 def usable(split: SplitInfo, listings: Optional[dict[str, dict[str, Optional[int]]]] = None) -> SplitInfo:
@@ -89,7 +85,7 @@ def usable(split: SplitInfo, listings: Optional[dict[str, dict[str, Optional[int
 
 def index_text(path: str) -> str:
     """The record index of a TFRecord file, read from its frames (both CRCs of every record checked)."""
-    return "".join(f"{offset} {size}\n" for offset, size in iter_frames(path))
+    return idx.index_text(iter_frames(path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,14 +147,7 @@ def _sound(shard: ShardInfo) -> bool:
         text = storage.read_bytes(shard.index_path)
     except (FileNotFoundError, OSError):
         return False
-    lines = text.split(b"\n")
-    if lines[-1] != b"" or len(lines) - 1 != shard.num_examples:
-        return False
-    if not shard.num_examples:
-        return True
-    last = _LINE.match(lines[-2])
-    return record_schema.index_offset(text, shard.num_examples - 1) is not None and last is not None and \
-        int(last.group(1)) + int(last.group(2)) == shard.num_bytes
+    return idx.is_complete(text, shard.num_examples, shard.num_bytes)
 
 
 def _not_the_manifests(shard: ShardInfo, listings: dict[str, dict[str, Optional[int]]]) -> Optional[str]:

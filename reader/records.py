@@ -20,6 +20,7 @@ from reader import storage
 from reader.info import DatasetInfo, SplitInfo
 from reader.options import FeatureKeys
 from reader.order import OffsetTFRecordDataset
+from record_files import idx
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Read-ahead per open shard on remote file systems (gs://...), as TFDS uses. Local shards keep TensorFlow's
@@ -124,10 +125,10 @@ def record_offset(index_path: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
     """
 
     def lookup() -> tf.Tensor:
-        # Checked as record_schema.index_offset checks it: a copy's damaged index means reading through.
+        # Checked as record_files.idx.offset_of checks it: a copy's damaged index means reading through.
         lines = tf.strings.split(tf.io.read_file(index_path), "\n")[:record + 1]
         sound = tf.logical_and(tf.size(lines, out_type=tf.int64) > record,
-                               tf.reduce_all(tf.strings.regex_full_match(lines, r"\d{1,18} \d{1,18}")))
+                               tf.reduce_all(tf.strings.regex_full_match(lines, idx.LINE_PATTERN)))
         return tf.cond(sound, lambda: _chained_offset(lines), lambda: tf.constant(-1, tf.int64))
 
     return tf.cond(tf.equal(record, 0), lambda: tf.constant(0, tf.int64),

@@ -14,14 +14,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import struct
 import sys
 import threading
 from typing import BinaryIO, Iterator, Optional
 
 import tensorflow as tf
 
-import record_schema
+from record_files import idx
+from record_files.tfrecord import FrameError, read_frames
 
 S3 = "s3://"
 _STREAM_CHUNK = 1 << 20  # bytes per read from an S3 response body
@@ -194,7 +194,7 @@ def _stream(path: bytes, skip_missing: bool, index_path: bytes = b"", first: int
     offset = 0
     if first and index_path:  # "offset size" per record; a lost or damaged index: read through instead
         try:
-            offset = record_schema.index_offset(read_bytes(index_path.decode("utf-8")), first) or 0
+            offset = idx.offset_of(read_bytes(index_path.decode("utf-8")), first) or 0
         except FileNotFoundError:
             offset = 0
     skip = 0 if offset or not first else first
@@ -207,32 +207,35 @@ def _stream(path: bytes, skip_missing: bool, index_path: bytes = b"", first: int
             print(f"WARNING: skipping {message} (all its records)", file=sys.stderr)
             return
         raise FileNotFoundError(message) from None
-    buffer, start = b"", 0
-    chunks = body.iter_chunks(_STREAM_CHUNK)
-    while True:
-        while len(buffer) - start < 12:
-            chunk = next(chunks, b"")
+    # A damaged or cut frame ends the stream, as a corrupt record does under ignore_errors locally: the
+    # caller's record count check then names the shard.
+    try:
+        for frame in read_frames(_Chunks(body.iter_chunks(_STREAM_CHUNK)), url):
+            if skip:
+                skip -= 1
+            else:
+                yield frame.data
+    except FrameError:
+        return
+
+
+class _Chunks:
+    """``read(n)`` over an iterator of byte chunks (an S3 response body read 1 MiB at a time)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buffer = b""
+        self._start = 0
+
+    def read(self, size: int) -> bytes:
+        while len(self._buffer) - self._start < size:
+            chunk = next(self._chunks, b"")
             if not chunk:
-                return  # the end, or a truncated header: the count check reports a short shard
-            buffer, start = buffer[start:] + chunk, 0
-        header = buffer[start:start + 8]
-        if record_schema.masked_crc32c(header) != struct.unpack("<I", buffer[start + 8:start + 12])[0]:
-            return
-        length = struct.unpack("<Q", header)[0]
-        end = start + 12 + length + 4
-        while len(buffer) < end:
-            chunk = next(chunks, b"")
-            if not chunk:
-                return
-            buffer, end, start = buffer[start:] + chunk, end - start, 0
-        data = buffer[start + 12:end - 4]
-        if record_schema.masked_crc32c(data) != struct.unpack("<I", buffer[end - 4:end])[0]:
-            return
-        if skip:
-            skip -= 1
-        else:
-            yield data
-        start = end
+                break
+            self._buffer, self._start = self._buffer[self._start:] + chunk, 0
+        data = self._buffer[self._start:self._start + size]
+        self._start += len(data)
+        return data
 
 
 def _split(url: str) -> tuple[str, str]:

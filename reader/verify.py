@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import struct
 from typing import Iterator, Optional
 
 import tensorflow as tf
@@ -22,6 +21,8 @@ from google.protobuf.message import DecodeError
 
 import record_schema
 from reader import storage
+from record_files import idx
+from record_files.tfrecord import FrameError, read_frames
 from reader.info import DatasetInfo, dataset_info
 
 
@@ -66,22 +67,11 @@ class Report:
         return "\n".join(lines)
 
 
-class RecordError(ValueError):
-    """A TFRecord frame is damaged: ``args`` are (what, record index, file)."""
-
-    def __init__(self, message: str, index: int, path: str = "") -> None:
-        super().__init__(message, index, path)
-
-    def __str__(self) -> str:
-        message, index, path = self.args
-        return f"{path} record {index}: {message}" if path else f"record {index}: {message}"
-
-
 def iter_records(path: str) -> Iterator[bytes]:
     """The records of a TFRecord file, checking both CRCs of every frame.
 
     Raises:
-      RecordError: at the first damaged frame; ``args[1]`` is its index.
+      FrameError: at the first damaged frame, naming the file and the record.
     """
     for _, _, data in _frames(path):
         yield data
@@ -91,7 +81,7 @@ def iter_frames(path: str) -> Iterator[tuple[int, int]]:
     """``(offset, size)`` of every framed record of a TFRecord file (its record index), CRCs checked.
 
     Raises:
-      RecordError: at the first damaged frame.
+      FrameError: at the first damaged frame.
     """
     for offset, size, _ in _frames(path):
         yield offset, size
@@ -99,24 +89,8 @@ def iter_frames(path: str) -> Iterator[tuple[int, int]]:
 
 def _frames(path: str) -> Iterator[tuple[int, int, bytes]]:
     with storage.open_read(path) as handle:
-        index, offset = 0, 0
-        while True:
-            header = handle.read(12)
-            if not header:
-                return
-            if len(header) < 12:
-                raise RecordError("truncated record header", index, path)
-            (length,) = struct.unpack("<Q", header[:8])
-            if struct.unpack("<I", header[8:])[0] != record_schema.masked_crc32c(header[:8]):
-                raise RecordError("length CRC mismatch", index, path)
-            data = handle.read(length)
-            footer = handle.read(4)
-            if len(data) < length or len(footer) < 4:
-                raise RecordError("truncated record data", index, path)
-            if struct.unpack("<I", footer)[0] != record_schema.masked_crc32c(data):
-                raise RecordError("data CRC mismatch", index, path)
-            yield offset, 16 + length, data
-            index, offset = index + 1, offset + 16 + length
+        for frame in read_frames(handle, path):
+            yield frame.offset, frame.size, frame.data
 
 
 def verify(data_dir: str, sample: Optional[int] = None) -> Report:
@@ -154,17 +128,17 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
     count = 0
     frames = []  # (offset, size) of every record: what its record index must say
     try:
-        for index, data in enumerate(iter_records(shard.path)):
+        for index, (offset, size, data) in enumerate(_frames(shard.path)):
             count += 1
-            frames.append((frames[-1][0] + frames[-1][1] if frames else 0, 12 + len(data) + 4))
+            frames.append((offset, size))
             decode = sample is None or index < sample
             problem = check_record(data, info.num_classes, decode)
             report.records_checked += 1
             report.images_decoded += int(decode and problem is None)
             if problem is not None:
                 report.problems.append(Problem(name, index, problem))
-    except RecordError as err:
-        report.problems.append(Problem(name, err.args[1], f"{err.args[0]}; the rest of the shard is unreadable"))
+    except FrameError as err:
+        report.problems.append(Problem(name, err.record, f"{err.args[0]}; the rest of the shard is unreadable"))
         frames = None  # its index cannot be checked against records that cannot be read
     size = storage.size(shard.path)
     if count != shard.num_examples:
@@ -189,7 +163,7 @@ def _check_record_index(info: DatasetInfo, shard, frames: list, report: Report) 
     except (FileNotFoundError, tf.errors.NotFoundError):
         report.problems.append(Problem(index_name, None, "record index listed in the manifest but missing" + fix))
         return
-    expected = "".join(f"{offset} {size}\n" for offset, size in frames)
+    expected = idx.index_text(frames)
     if text != expected:
         report.problems.append(Problem(index_name, None,
                                        f"record index does not match {os.path.basename(shard.path)}'s records" + fix))

@@ -20,7 +20,7 @@ def _imports() -> dict[str, set[str]]:
     import os
 
     modules = {}
-    for package in ("beam_jobs", "reader", "converter", "bench"):
+    for package in ("beam_jobs", "reader", "converter", "bench", "record_files"):
         for folder, _, files in os.walk(os.path.join(REPO, package)):
             for name in files:
                 if name.endswith(".py"):
@@ -36,7 +36,13 @@ def _imports() -> dict[str, set[str]]:
                     graph[module].add(target if target in modules else node.module)
             elif isinstance(node, ast.Import):
                 graph[module].update(alias.name for alias in node.names)
-        graph[module] = {target for target in graph[module] if target in modules and target != module}
+        # Importing a.b.c runs a/__init__ and a/b/__init__ first: a package's __init__ counts as imported.
+        targets = set(graph[module])
+        for target in list(targets):
+            parts = target.split(".")
+            targets.update(".".join(parts[:i]) for i in range(1, len(parts)))
+        graph[module] = {target for target in targets if target in modules and target != module
+                         and not module.startswith(target + ".")}
     return graph
 
 

@@ -23,7 +23,7 @@ from typing import Optional
 
 from beam_jobs import discover
 from beam_jobs.sources import archives
-from beam_jobs.options import ConvertOptions
+from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.stage_records import ImageRef
 
 
@@ -58,7 +58,7 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
         from beam_jobs.sources import webdataset
 
         with archives.LauncherReader(options.src, found.inflated) as read_label:
-            plan = webdataset.plan(options.src, listing, webdataset.LabelMember.parse(options.label_member), labels,
+            plan = webdataset.plan(options.src, listing, LabelMember.parse(options.label_member), labels,
                                    read_label, options.val_fraction, options.seed, scratch=scratch)
     elif options.val_labels:
         from beam_jobs.sources import imagenet

@@ -25,34 +25,17 @@ metadata (``.txt`` captions...) are skipped, counted as ``sample-metadata``.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import posixpath
 from typing import Iterator, Optional, Sequence
 
 from beam_jobs import discover, formats
 from beam_jobs.discover import InputError, InputPlan, Listing
+from beam_jobs.options import LabelMember
 from beam_jobs.sources import archive_members
 from beam_jobs.stage_records import ImageRef
 
 SPLIT_FOLDERS = {"train": "train", "val": "validation", "validation": "validation", "test": "test"}
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelMember:
-    """What ``--label-member`` names: the member's extension, and the JSON field when it is ``json:FIELD``."""
-
-    extension: str
-    field: str = ""
-
-    @classmethod
-    def parse(cls, text: str) -> "LabelMember":
-        """``cls``, ``txt``, ``json:FIELD`` (raises ValueError naming the flag otherwise)."""
-        extension, _, field = text.partition(":")
-        extension = extension.strip().lstrip(".").lower()
-        if not extension or "/" in extension or (extension == "json") != bool(field.strip()):
-            raise ValueError(f"--label-member takes an extension (cls, txt) or json:FIELD, got {text!r}")
-        return cls(extension, field.strip())
 
 
 def key_of(name: str) -> tuple[str, str]:

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 import record_schema
-from beam_jobs.tfrecord import frame_record, serialize_example
+from record_files.tfrecord import frame_record, serialize_example
 from reader.verify import verify
 
 

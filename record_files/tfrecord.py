@@ -1,4 +1,9 @@
-"""Byte-exact ``tf.train.Example`` serialization and TFRecord framing, without TensorFlow.
+"""The TFRecord file format, without TensorFlow: frames written and read, and byte-exact Example records.
+
+The one home of the format: the converter writes shards with
+:func:`frame_parts` and :func:`serialize_example`; the reader's ``verify``,
+``inspect``, ``reindex``, its S3 stream and its first-record checks read them
+with :func:`read_frames`, which checks both CRCs of every frame.
 
 Why not ``tf.train.Example(...).SerializeToString()``: importing TensorFlow
 costs seconds and hundreds of MB in every Beam worker, and protobuf serializes
@@ -10,18 +15,32 @@ real TensorFlow).
 
 The TFRecord frame is ``uint64 length, uint32 masked_crc32c(length), data,
 uint32 masked_crc32c(data)``, little-endian, as TensorFlow's record writer and
-Beam's ``WriteToTFRecord`` write it (the CRC is ``record_schema.masked_crc32c``).
+Beam's ``WriteToTFRecord`` write it, and the CRC is CRC32C masked
+(``((crc >> 15) | (crc << 17)) + 0xa282ead8``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import struct
-from typing import Mapping, Union
+from typing import BinaryIO, Iterator, Mapping, Optional, Union
 
-from record_schema import masked_crc32c
+import google_crc32c
 
 FeatureValue = Union[bytes, int]
+
+HEADER_BYTES = 12  # uint64 length + uint32 masked CRC of the length
+FOOTER_BYTES = 4  # uint32 masked CRC of the data
+FRAME_OVERHEAD = HEADER_BYTES + FOOTER_BYTES
+_CRC_MASK_DELTA = 0xA282EAD8
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC32C of ``data`` (``google-crc32c``, the implementation Beam prefers)."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
+
 
 def _varint(value: int) -> bytes:
     if 0 <= value < 0x80:
@@ -111,3 +130,82 @@ def frame_record(data: bytes) -> bytes:
     """``data`` framed as one TFRecord record."""
     header, footer = frame_parts(data)
     return header + data + footer
+
+
+class FrameError(ValueError):
+    """A TFRecord frame is damaged: ``args`` are (what, record number, file)."""
+
+    def __init__(self, message: str, index: int, path: str = "") -> None:
+        super().__init__(message, index, path)
+
+    @property
+    def record(self) -> int:
+        return self.args[1]
+
+    def __str__(self) -> str:
+        message, index, path = self.args
+        return f"{path} record {index}: {message}" if path else f"record {index}: {message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """One record of a TFRecord file: where its frame starts, the frame's size, and the record's bytes."""
+
+    offset: int
+    size: int
+    data: bytes
+
+
+def is_frame_header(header: bytes) -> bool:
+    """``header`` (the first 12 bytes of a frame) holds a length whose CRC matches."""
+    return len(header) == HEADER_BYTES and \
+        struct.unpack("<I", header[8:])[0] == masked_crc32c(header[:8])
+
+
+def read_frames(handle: BinaryIO, path: str = "", first_record: int = 0, offset: int = 0) -> Iterator[Frame]:
+    """Every frame of a TFRecord file read from ``handle`` (at byte ``offset``, record ``first_record``).
+
+    Both CRCs of every frame are checked. ``path`` only names the file in errors.
+
+    Raises:
+      FrameError: at the first damaged or cut frame, naming the file and the record.
+    """
+    index = first_record
+    while True:
+        header = _read_exactly(handle, HEADER_BYTES)
+        if not header:
+            return
+        if len(header) < HEADER_BYTES:
+            raise FrameError("truncated record header", index, path)
+        if not is_frame_header(header):
+            raise FrameError("length CRC mismatch", index, path)
+        (length,) = struct.unpack("<Q", header[:8])
+        data = _read_exactly(handle, length)
+        footer = _read_exactly(handle, FOOTER_BYTES)
+        if len(data) < length or len(footer) < FOOTER_BYTES:
+            raise FrameError("truncated record data", index, path)
+        if struct.unpack("<I", footer)[0] != masked_crc32c(data):
+            raise FrameError("data CRC mismatch", index, path)
+        yield Frame(offset, FRAME_OVERHEAD + length, data)
+        index, offset = index + 1, offset + FRAME_OVERHEAD + length
+
+
+def first_record(handle: BinaryIO, path: str = "") -> Optional[bytes]:
+    """The first record of a TFRecord file, None when it has none (``FrameError`` when it is damaged)."""
+    return next((frame.data for frame in read_frames(handle, path)), None)
+
+
+def _read_exactly(handle: BinaryIO, size: int) -> bytes:
+    """``size`` bytes, fewer only at the end: a network stream's ``read(n)`` may return less than it has."""
+    data = handle.read(size)
+    if len(data) == size or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < size:
+        more = handle.read(size - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from beam_jobs.tfrecord import frame_record, serialize_example
+from record_files.tfrecord import frame_record, serialize_example
 
 FEATURES = {
     "image/encoded": b"\xff\xd8\xff\x00binary\x00",
