@@ -63,6 +63,9 @@ class Listing:
     # (path as shown, refusal locator) of archive entries that have no place in the tree (a member named
     # "../x", a tar cut short): listed only to be rejected, with their reason, by validation.
     refused: tuple[tuple[str, str], ...] = ()
+    # Folder -> the archive it is the extraction of (as the user sees it: "crane.tar", "train.tar/n01.tar"),
+    # so a message about the folder names the file the user has.
+    archive_folders: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def entries(self) -> Iterator[tuple[str, str]]:
         """``(path, source)`` of every file."""
@@ -266,7 +269,11 @@ def plan_inputs(
             continue
         split = _SPLIT_NAMES[parts[0].lower()] if split_layout else "train"
         if (split, parts[-1]) not in members.counts:
-            raise InputError(f"class folder {src}/{'/'.join(parts)} holds no images; remove it or add images")
+            folder = "/".join(parts)
+            if folder in listing.archive_folders:
+                raise InputError(f"class archive {src}/{listing.archive_folders[folder]} holds no images; remove it "
+                                 "or add images")
+            raise InputError(f"class folder {src}/{folder} holds no images; remove it or add images")
     if not members.counts:
         raise InputError(_no_images_message(src, stray, depth))
     for _, name in members.counts:
@@ -585,7 +592,8 @@ def walk(src: str, dirs: list[str], skipped: collections.Counter) -> Iterator[st
 
 def listing_of(src: str, files: Iterable[str], dirs: Iterable[str], skipped: Mapping[str, int],
                scratch: Optional[str] = None, located: Optional[Iterable[tuple[str, str]]] = None,
-               refused: Callable[[], Sequence[tuple[str, str]]] = tuple) -> Listing:
+               refused: Callable[[], Sequence[tuple[str, str]]] = tuple,
+               archive_folders: Optional[Mapping[str, str]] = None) -> Listing:
     """The :class:`Listing` of streamed ``files`` (or ``located`` ``(path, source)`` entries): spilled to
     ``scratch`` as they come, or held sorted. ``dirs``, ``skipped`` and ``refused()`` are read once the
     stream has been consumed (a walk fills them as it goes)."""
@@ -607,7 +615,8 @@ def listing_of(src: str, files: Iterable[str], dirs: Iterable[str], skipped: Map
             if located is not None else None
     if not FileSystems.get_scheme(src) in (None, "file") and not len(listed):
         raise InputError(f"--src {src!r} holds no files (or does not exist)")
-    return Listing(listed, tuple(sorted(set(dirs))), dict(skipped), pairs, tuple(refused()))
+    return Listing(listed, tuple(sorted(set(dirs))), dict(skipped), pairs, tuple(refused()),
+                   dict(archive_folders or {}))
 
 
 def _walk_local(src: str, dirs: list[str], skipped: collections.Counter) -> Iterator[str]:

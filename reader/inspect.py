@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import collections
+import datetime
 import functools
 import io
 import json
 import logging
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -59,7 +61,7 @@ def summarize(data_dir: str) -> str:
                   + ", ".join(f"{name} {count}" for name, count in small.items() if count), ""]
     archives = info.manifest.get("source_archives") or {}
     if archives:
-        shown = [f"{name} ({identity})" for name, identity in list(archives.items())[:5]]
+        shown = [f"{name} ({_dated(identity)})" for name, identity in list(archives.items())[:5]]
         more = f" and {len(archives) - 5} more" if len(archives) > 5 else ""
         lines += [f"converted from {len(archives)} archive{'s' if len(archives) > 1 else ''} (records name images "
                   f"by their path in the extraction): " + ", ".join(shown) + more, ""]
@@ -67,6 +69,14 @@ def summarize(data_dir: str) -> str:
     lines += _duplicates(info)
     lines += [f"note: {work.describe()}" for work in kept_work(data_dir)]
     return "\n".join(lines)
+
+
+def _dated(identity: str) -> str:
+    """An archive's identity as the manifest records it ("N bytes, modified SECONDS") with the time as a date."""
+    def date(match: re.Match) -> str:
+        when = datetime.datetime.fromtimestamp(float(match.group(1)), datetime.timezone.utc)
+        return "modified " + when.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return re.sub(r"modified (\d+(?:\.\d+)?)$", date, identity)
 
 
 def _rejections(data_dir: str) -> list[str]:

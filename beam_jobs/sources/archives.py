@@ -163,7 +163,7 @@ def list_tree(src: str, scratch: Optional[str] = None, limit: int = 1 << 62,
                                          for path in tars]) if tars else None
             entries = lister.expand(paths)
         listing = discover.listing_of(src, (), dirs, skipped, scratch, located=_counted(entries, lister),
-                                      refused=lambda: lister.refused)
+                                      refused=lambda: lister.refused, archive_folders=lister.archive_folders)
     finally:
         if lister.tables is not None:
             lister.tables.remove()
@@ -216,6 +216,7 @@ class _ArchiveLister:
         self.inflated: list[Inflated] = []
         self.archives, self.members, self.stripped = 0, 0, []
         self.identities: dict[str, str] = {}  # top-level archive -> "size bytes, modified T": what resume checks
+        self.archive_folders: dict[str, str] = {}  # extraction folder -> the archive it comes from (for messages)
         self.tables: Optional[MemberTables] = None  # tars whose headers were read before the listing
 
     # --- where archives are --------------------------------------------------------------------------------
@@ -248,6 +249,7 @@ class _ArchiveLister:
         display = display or file
         if folder:
             self._dirs.append(folder)
+            self.archive_folders[folder] = display
         try:
             with open_for_scanning(path) as handle:
                 handle.seek(0, os.SEEK_END)
@@ -305,6 +307,7 @@ class _ArchiveLister:
         """An archive inside an archive: a range of the same file when stored, else inflated once."""
         self.archives += 1
         self._dirs.append(folder)
+        self.archive_folders[folder] = display
         try:
             if member.method == archive_members.STORED:
                 yield from self._archive(_Where(where.handle, member.offset, member.size, where.file, where.in_work),

@@ -47,7 +47,8 @@ def plan(src: str, listing: Listing, val_labels: str, labels: Optional[Sequence[
         raise InputError(f"--val-labels needs a flat validation folder: {src}/val/<image> (found none)")
     folder = flat[0][0].split("/")[0]
     train_listing = Listing(_Train(listing.files), tuple(d for d in listing.dirs if d.split("/")[0].lower() == "train"),
-                            listing.skipped, None if listing.located is None else _Train(listing.located))
+                            listing.skipped, None if listing.located is None else _Train(listing.located),
+                            archive_folders=listing.archive_folders)
     if not any(True for _ in train_listing.files):
         raise InputError(f"{src} has no train/<class>/<image> folders beside {folder}/")
     train = discover.plan_inputs(train_listing, labels, 0.0, seed, src=src, scratch=scratch)

@@ -78,6 +78,16 @@ def test_a_folder_mixing_class_folders_and_archives_reads_as_one_tree(tmp_path):
     assert discover.plan_inputs(listing).classes == ("cat", "dog", "emu", "fox")
 
 
+def test_an_empty_class_archive_is_refused_naming_the_archive(tmp_path):
+    src = tmp_path / "src"
+    write_tree(src, classes=("cat",), seed=1)
+    with tarfile.open(src / "crane.tar", "w"):
+        pass  # a tar with no members, beside a good class
+    _, listing = _read_listing(src, tmp_path)
+    with pytest.raises(discover.InputError, match=r"class archive .*/src/crane.tar holds no images"):
+        discover.plan_inputs(listing, src=str(src))
+
+
 def test_imagenets_tar_of_class_tars_and_val_tar_read_as_its_train_and_val_folders(tmp_path):
     train = write_tree(tmp_path / "tree" / "train", classes=("n01440764", "n01443537"), seed=5)
     val = write_tree(tmp_path / "tree" / "val", classes=("flat",), seed=6)

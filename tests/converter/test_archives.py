@@ -122,6 +122,7 @@ def test_imagenet_as_it_ships_converts_as_its_extraction(tmp_path, sample_images
     summary = run_converter("inspect", str(tmp_path / "from-tars"), check=True).stdout
     assert "converted from 2 archives (records name images by their path in the extraction): " \
            "ILSVRC2012_img_train.tar (" in summary
+    assert re.search(r"ILSVRC2012_img_train.tar \(\d+ bytes, modified 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC\)", summary)
     verified = run_converter("verify", str(tmp_path / "from-tars"))
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
