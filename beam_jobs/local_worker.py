@@ -6,7 +6,8 @@ core, in a local multi-processing run (see ``beam_jobs.runners``). Beam's own
 not found...", "Logging handler created.") and again at every shutdown, above
 the user's progress bars. Here the worker's stderr handler shows only what the
 harness log level (``--default_sdk_harness_log_level``, INFO with ``-v``)
-lets through; every record still reaches the runner through Beam's logging
+lets through (WARNING for the CLI's ``-v``), less Beam's noise about what the converter set up
+itself; every record still reaches the runner through Beam's logging
 channel, and worker errors reach it through the control channel.
 """
 
@@ -16,6 +17,7 @@ import ctypes
 import json
 import logging
 import os
+import re
 import signal
 import sys
 
@@ -29,6 +31,22 @@ def _harness_log_level() -> int:
     options = options.get("options", options)
     name = options.get("default_sdk_harness_log_level") or options.get("beam:option:default_sdk_harness_log_level:v1")
     return getattr(logging, str(name).upper(), logging.INFO) if name else logging.INFO
+
+
+# Warnings Beam logs about what the converter itself set up (a directory local workers never need), or
+# about clients a local run never uses; and the flags the runner passes its own workers.
+BEAM_NOISE = ("No semi_persistent_directory found", "apitools not found")
+_RUNNERS_OWN_FLAGS = {"--pipeline_type_check", "--direct_runner_use_stacked_bundle"}
+_DISCARDING = re.compile(r"Discarding unparseable args: \[(.*)\]")
+
+
+def not_beam_noise(record: logging.LogRecord) -> bool:
+    """A logging filter: drops Beam's warnings about what the converter set up itself (see BEAM_NOISE)."""
+    message = record.getMessage()
+    discarded = _DISCARDING.search(message)
+    if discarded and {flag.strip(" '\"") for flag in discarded.group(1).split(",")} <= _RUNNERS_OWN_FLAGS:
+        return False
+    return not any(noise in message for noise in BEAM_NOISE)
 
 
 def _die_with_launcher() -> None:
@@ -55,6 +73,7 @@ def main() -> None:
     _die_with_launcher()
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(_harness_log_level())
+    handler.addFilter(not_beam_noise)
     # Installed before Beam is imported, so Beam's import-time warnings and later basicConfig calls use it.
     logging.basicConfig(handlers=[handler], format="%(levelname)s %(name)s: %(message)s")
     from apache_beam.runners.worker import sdk_worker_main

@@ -130,9 +130,11 @@ class ConvertSummary:
     cross_label_duplicates: int = 0
     cross_split_duplicates: int = 0
     small: int = 0
+    processed: Optional[int] = None  # images this run processed, when it resumed a stopped run's work
 
     @classmethod
-    def from_manifest(cls, out: str, manifest: dict, elapsed_s: float) -> "ConvertSummary":
+    def from_manifest(cls, out: str, manifest: dict, elapsed_s: float,
+                      processed: Optional[int] = None) -> "ConvertSummary":
         splits = manifest["splits"]
         return cls(
             out=out,
@@ -146,11 +148,13 @@ class ConvertSummary:
             cross_label_duplicates=manifest["duplicates"]["num_cross_label"],
             cross_split_duplicates=manifest["duplicates"]["num_cross_split"],
             small=sum(s.get("num_small", 0) for s in splits.values()),
+            processed=processed,
         )
 
     @property
     def images_per_second(self) -> float:
-        return sum(self.written.values()) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        done = sum(self.written.values()) if self.processed is None else self.processed
+        return done / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     def format(self) -> str:
         """A few human lines."""
@@ -174,7 +178,9 @@ class ConvertSummary:
                 f"  written:    {per_split}",
                 f"  re-encoded: {self.reencoded}   rejected: {self.rejected}   skipped: {self.skipped}",
                 f"  bytes:      {self.num_bytes:,}",
-                f"  elapsed:    {self.elapsed_s:.1f} s   ({self.images_per_second:.1f} images/s)",
+                f"  elapsed:    {self.elapsed_s:.1f} s   ({self.images_per_second:.1f} images/s"
+                + (f", {self.processed} processed by this run, which resumed a stopped one)" if self.processed is not None
+                   else ")"),
             ]
         )
 

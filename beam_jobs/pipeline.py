@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
@@ -29,7 +29,7 @@ from beam_jobs.filesystems import FileSystems
 from beam_jobs.manifest import ConvertSummary, build_manifest, check_results
 from beam_jobs.options import AUTO, ConvertOptions
 from beam_jobs.order_bucket import BucketCountError
-from beam_jobs.progress import ProgressBars
+from beam_jobs.progress import PHASES, ProgressBars, choose_mode, read_progress
 from beam_jobs.shard import plan_shard_counts, shard_size_warning
 from beam_jobs.sources import archive_scan, archives, compressed, imagenet
 from beam_jobs.transforms import COUNTS_FILE, DUPLICATES_SUMMARY_FILE, ConvertImages
@@ -59,14 +59,16 @@ class TooManyRejectedError(RuntimeError):
 def run(
     options: ConvertOptions,
     pipeline_args: Sequence[str] = (),
-    show_progress: Optional[bool] = None,
+    show_progress: Union[None, bool, str] = None,
 ) -> ConvertSummary:
     """Convert ``options.src`` into a published dataset at ``options.out``.
 
     Args:
       options: the conversion's own options.
       pipeline_args: Beam pipeline flags (``--runner``, ``--direct_num_workers``...).
-      show_progress: tqdm bars; default on for local runs whose stderr is a terminal.
+      show_progress: True: tqdm bars; False: nothing; "auto" (the CLI's): bars on a terminal, else a
+        progress line every 30 s and at each phase's end; None: bars for local runs whose stderr is a
+        terminal, else nothing.
 
     Returns:
       What was written; the dataset is complete at ``options.out``.
@@ -85,7 +87,7 @@ def run(
         return _run(options, pipeline_args, show_progress)
 
 
-def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: Optional[bool]) -> ConvertSummary:
+def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: Union[None, bool, str]) -> ConvertSummary:
     started = time.monotonic()
     choice = runners.choose_runner(_with_worker_log_level(pipeline_args))
     # The launcher lists SRC and publishes OUT itself: object stores need the
@@ -113,7 +115,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
                 else:
                     resume.save(layout.work, record)  # from here on, a killed run can be resumed
                 compressed.place_inflated(plan.inflated, publish.work_dir(staging))
-                manifest = _convert(options, plan, record, staging, bool(resumed), choice, show_progress)
+                manifest, processed = _convert(options, plan, record, staging, bool(resumed), choice, show_progress)
             faults.point("before-commit")
             with interrupt.deferred():  # a signal now takes effect once the dataset is whole
                 publish.commit(staging, out, manifest)
@@ -128,7 +130,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: O
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     _remove_quietly(_rejected_report_path(out))
-    return ConvertSummary.from_manifest(out, manifest, time.monotonic() - started)
+    return ConvertSummary.from_manifest(out, manifest, time.monotonic() - started, processed)
 
 
 def _plan(options: ConvertOptions, scratch: str, scanner: archives.Scanner) -> discover.InputPlan:
@@ -165,9 +167,13 @@ def _convert(
     staging: str,
     resumed: bool,
     choice: runners.RunnerChoice,
-    show_progress: Optional[bool],
-) -> dict:
-    """Run the pipeline into ``staging`` (a killed run's, when ``resumed``); return the manifest to commit."""
+    show_progress: Union[None, bool, str],
+) -> tuple[dict, Optional[int]]:
+    """Run the pipeline into ``staging`` (a killed run's, when ``resumed``).
+
+    Returns the manifest to commit and, for a resumed run, how many images this run processed (the
+    summary's rate counts those, not the ones the stopped run had done); None when it processed them all.
+    """
     work = publish.work_dir(staging)
     planned = None if options.shards == AUTO else plan_shard_counts(plan.split_sizes(), options.shards)
     layout = list_parts.plan_layout(work, plan.split_sizes(), record.part_size)
@@ -176,8 +182,7 @@ def _convert(
     publish.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
     faults.point("listed")
 
-    # Bars redraw with carriage returns: in a pipe or a log file they are noise, not progress.
-    progress = (choice.local and _is_terminal(sys.stderr)) if show_progress is None else show_progress
+    progress = choose_mode(show_progress, choice.local, sys.stderr)
     with ProgressBars(work, len(plan.refs), enabled=progress), _private_tempdir(work):
         try:
             with beam.Pipeline(runner=choice.runner, options=choice.options) as pipeline:
@@ -217,7 +222,10 @@ def _convert(
             "or python -m converter inspect)",
             duplicates["num_cross_label"], duplicates["num_cross_split"], record_schema.DUPLICATES_FILE,
         )
-    return build_manifest(plan, results, counts.rejected_by_reason(), options, duplicates, runner=choice.description)
+    processed = max(read_progress(work, phase) - read_progress(work, phase, resumed=True)
+                    for phase in PHASES) if resumed else None
+    return build_manifest(plan, results, counts.rejected_by_reason(), options, duplicates,
+                          runner=choice.description), processed
 
 
 # Failures that say the finished work itself is wrong: resuming it would fail the same way.
@@ -300,16 +308,12 @@ def _with_worker_log_level(pipeline_args: Sequence[str]) -> list[str]:
     """
     args = list(pipeline_args)
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in args):
-        level = "INFO" if logging.getLogger("beam_jobs").isEnabledFor(logging.INFO) else "CRITICAL"
+        level = "CRITICAL"
+        if logging.getLogger("beam_jobs").isEnabledFor(logging.INFO):
+            # The CLI's -v keeps Beam's loggers at WARNING: the workers' start-up lines are Beam's INFO chatter.
+            level = "INFO" if logging.getLogger("apache_beam").isEnabledFor(logging.INFO) else "WARNING"
         args.append(f"--default_sdk_harness_log_level={level}")
     return args
-
-
-def _is_terminal(stream) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):  # replaced by an object without it, or closed
-        return False
 
 
 def _first_line(err: BaseException) -> str:

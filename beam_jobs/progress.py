@@ -3,15 +3,19 @@
 Workers may be other processes or other machines, so they report through the
 run's scratch folder: each DoFn instance rewrites one small file with its
 running count at most once a second. The launcher sums those files into tqdm
-bars. Cheap (a few bytes per second per worker) and runner-independent.
+bars on a terminal, or into a line every 30 s and at each phase's end when its
+output goes to a pipe or a log file. Cheap (a few bytes per second per worker)
+and runner-independent.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 import uuid
-from typing import Optional
+from typing import Optional, TextIO
 
 from beam_jobs.filesystems import FileSystems
 
@@ -24,10 +28,12 @@ class ProgressWriter:
     def __init__(self, folder: str, phase: str) -> None:
         self._path = FileSystems.join(folder, f"{phase}-{uuid.uuid4().hex}.txt")
         self._count = 0
+        self._resumed = 0  # of which a stopped run had done the work (found done, not done again)
         self._last = 0.0
 
-    def add(self, count: int = 1) -> None:
+    def add(self, count: int = 1, resumed: bool = False) -> None:
         self._count += count
+        self._resumed += count if resumed else 0
         now = time.monotonic()
         if now - self._last >= _INTERVAL_S:
             self.flush()
@@ -35,11 +41,11 @@ class ProgressWriter:
 
     def flush(self) -> None:
         with FileSystems.create(self._path) as handle:
-            handle.write(str(self._count).encode("ascii"))
+            handle.write(f"{self._count} {self._resumed}".encode("ascii"))
 
 
-def read_progress(folder: str, phase: str) -> int:
-    """Sum of the counts all workers published for ``phase``."""
+def read_progress(folder: str, phase: str, resumed: bool = False) -> int:
+    """Sum of the counts all workers published for ``phase`` (``resumed``: of those, the ones found done)."""
     try:
         matches = FileSystems.match([FileSystems.join(folder, f"{phase}-*.txt")])[0].metadata_list
     except OSError:
@@ -48,25 +54,63 @@ def read_progress(folder: str, phase: str) -> int:
     for meta in matches:
         try:
             with FileSystems.open(meta.path) as handle:
-                total += int(handle.read() or b"0")
+                fields = (handle.read() or b"0").split()
+                total += int(fields[1] if resumed else fields[0]) if len(fields) > int(resumed) else 0
         except (OSError, ValueError):
             continue  # being rewritten right now; next poll gets it
     return total
 
 
-class ProgressBars:
-    """tqdm bars for the validate and write phases, fed by a polling thread."""
+PHASES = ("validate", "write")
+# How a run shows its progress: tqdm bars on a terminal; into a pipe or a log file (Slurm, Kubernetes,
+# nohup), where carriage returns are noise, a line now and then and at each phase's end; or nothing.
+BARS, LINES, OFF = "bars", "lines", "off"
+LINE_INTERVAL_S = 30.0  # as tqdm's non-terminal users and Beam's own logs pace themselves
 
-    def __init__(self, folder: str, total: int, enabled: bool) -> None:
+
+def choose_mode(requested: object, local: bool, stream: TextIO) -> str:
+    """:data:`BARS`, :data:`LINES` or :data:`OFF` for a run whose progress would go to ``stream``.
+
+    ``requested``: True/False (bars or nothing, the Python API's choice),
+    ``"auto"`` (the CLI's: bars on a terminal with a size, lines anywhere else),
+    or None (the API's default: bars for a local run on a sized terminal, else nothing).
+    """
+    if requested is False:
+        return OFF
+    if requested is True:
+        return BARS
+    bars = _sized_terminal(stream)
+    if requested == "auto":
+        return BARS if bars else LINES
+    return BARS if bars and local else OFF
+
+
+def _sized_terminal(stream: TextIO) -> bool:
+    """A terminal that tqdm can draw in: under ``script`` with no window size, it has 0 columns."""
+    try:
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns > 0
+    except (AttributeError, ValueError, OSError):  # replaced by an object without them, closed, or no size
+        return False
+
+
+class ProgressBars:
+    """Progress of the validate and write phases, read by a polling thread: tqdm bars, or lines."""
+
+    def __init__(self, folder: str, total: int, enabled: object, stream: Optional[TextIO] = None,
+                 interval_s: float = LINE_INTERVAL_S) -> None:
         self._folder = folder
         self._total = total
-        self._enabled = enabled
+        mode = enabled if enabled in (BARS, LINES, OFF) else BARS if enabled else OFF
+        self._mode = OFF if mode == LINES and total == 0 else mode
+        self._stream = stream
+        self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
     def __enter__(self) -> "ProgressBars":
-        if self._enabled:
-            self._thread = threading.Thread(target=self._poll, name="converter-progress", daemon=True)
+        if self._mode != OFF:
+            target = self._poll if self._mode == BARS else self._print_lines
+            self._thread = threading.Thread(target=target, name="converter-progress", daemon=True)
             self._thread.start()
         return self
 
@@ -80,7 +124,7 @@ class ProgressBars:
 
         bars = {
             phase: tqdm(total=self._total, desc=phase, unit="img", position=i, leave=True, dynamic_ncols=True)
-            for i, phase in enumerate(("validate", "write"))
+            for i, phase in enumerate(PHASES)
         }
         while True:
             stopping = self._stop.wait(0.5)
@@ -91,3 +135,56 @@ class ProgressBars:
                 break
         for bar in bars.values():
             bar.close()
+
+    def _print_lines(self) -> None:
+        rates = {phase: _Rate() for phase in PHASES}
+        finished: set[str] = set()
+        last_line = time.monotonic()
+        while not self._stop.wait(1.0):
+            counts = {phase: read_progress(self._folder, phase) for phase in PHASES}
+            for phase in PHASES:
+                rates[phase].see(counts[phase])
+            ended = {phase for phase in PHASES if counts[phase] >= self._total} - finished
+            if ended or time.monotonic() - last_line >= self._interval_s:
+                finished |= ended
+                last_line = time.monotonic()
+                self._write(progress_line(counts, self._total, rates))
+
+    def _write(self, line: str) -> None:
+        stream = self._stream or sys.stderr
+        try:
+            stream.write(line + "\n")
+            stream.flush()
+        except (OSError, ValueError):  # the log went away (a closed pipe): progress is not worth failing for
+            pass
+
+
+class _Rate:
+    """Images a second of one phase, from its first count on (a phase starts after the one before)."""
+
+    def __init__(self) -> None:
+        self._first: Optional[tuple[float, int]] = None
+        self.per_s = 0.0
+
+    def see(self, count: int) -> None:
+        now = time.monotonic()
+        if self._first is None:
+            if count:
+                self._first = (now, count)
+            return
+        elapsed = now - self._first[0]
+        if elapsed > 0:
+            self.per_s = (count - self._first[1]) / elapsed
+
+
+def progress_line(counts: dict, total: int, rates: dict) -> str:
+    """``progress: validate 3,000/3,000 (100%) | write 1,200/3,000 (40%), 85 img/s, ETA 0:00:21``."""
+    parts = []
+    for phase in PHASES:
+        count, rate = counts[phase], rates[phase].per_s
+        part = f"{phase} {count:,}/{total:,} ({100 * count // max(total, 1)}%)"
+        if 0 < count < total and rate > 0:
+            eta = int((total - count) / rate)
+            part += f", {rate:,.0f} img/s, ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}"
+        parts.append(part)
+    return "progress: " + " | ".join(parts)

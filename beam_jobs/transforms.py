@@ -121,10 +121,10 @@ class WriteShardFn(beam.DoFn):
     def process(self, element: tuple[tuple[str, int, int], Iterable[tuple[int, int]]]) -> Iterator[str]:
         (split, index, num_shards), slices = element
         name = record_schema.shard_filename(split, index, num_shards)
-        saved = FileSystems.join(self._layout.work, f"{name}.json")
+        saved = FileSystems.join(self._layout.work, staging_names.shard_result_name(name))
         if FileSystems.exists(saved):  # written whole before its result (a killed run this one resumes)
             result_json = publish.read_text(saved)
-            self._progress.add(ShardResult.from_json(result_json).num_examples)
+            self._progress.add(ShardResult.from_json(result_json).num_examples, resumed=True)
             yield result_json
             return
         slices = sorted(slices)

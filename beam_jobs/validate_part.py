@@ -38,7 +38,7 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
     if FileSystems.exists(done):
         counts = PartCounts.from_json(publish.read_text(done))
         if on_image is not None:
-            on_image(sum(counts.accepted_per_split().values()) + counts.num_rejected())
+            on_image(sum(counts.accepted_per_split().values()) + counts.num_rejected(), resumed=True)
         return counts
     refs = [work_records.decode_listed(r) for r in work_records.read_all(layout.part(part), work_records.LISTED)]
     runs: dict[str, list[bytes]] = {split: [] for split in layout.buckets}

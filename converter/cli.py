@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import difflib
 import logging
-import os
 import signal
 import sys
 import traceback
@@ -20,6 +19,8 @@ from typing import Callable, Optional, Sequence
 
 from beam_jobs import interrupt
 from beam_jobs import options as opts
+from beam_jobs.local_worker import not_beam_noise
+from converter.quiet import quiet_tensorflow
 
 logger = logging.getLogger("converter")
 
@@ -102,7 +103,7 @@ def build_convert_parser() -> argparse.ArgumentParser:
         "never changes the output (default: about 1/64 of the images, within 128..1048576)")
     add("--overwrite", action="store_true",
         help="replace a dataset already in --out, once the new one is complete (default: refuse)")
-    add("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    add("--no-progress", dest="progress", action="store_false", help="no progress bars (on a terminal) or progress lines (into a pipe or a log file)")
     add("-v", "--verbose", action="store_true", help="log every rejected file and Beam's own messages")
     return parser
 
@@ -171,7 +172,7 @@ def convert(argv: Sequence[str]) -> int:
     interrupt.raise_if_received()  # a signal while Beam loaded whose exception Python lost in an import callback
 
     try:
-        summary = pipeline.run(options, pipeline_args, show_progress=None if args.progress else False)
+        summary = pipeline.run(options, pipeline_args, show_progress="auto" if args.progress else False)
     except interrupt.Interrupted as err:
         # Cleanup (workers, scratch, lock) ran on the way out; nothing else is worth a traceback.
         line = _stop_line(err.verb, options.out, err.published) + (f". {err.kept}" if err.kept else "")
@@ -216,12 +217,16 @@ class _CliFormatter(logging.Formatter):
 
 
 def _configure_logging(verbose: bool) -> None:
-    """Our warnings and errors; Beam's chatter (and root-logger notices such as
-    "apitools not found") only with ``-v``."""
+    """Our warnings and errors; with ``-v`` our own messages too, and Beam's warnings, never its chatter."""
     handler = logging.StreamHandler()
     handler.setFormatter(_CliFormatter(verbose))
+    handler.addFilter(not_beam_noise)
     logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, handlers=[handler])
-    if not verbose:
+    if verbose:
+        # Beam's INFO lines (57 "Converting string literal type hint" for 12 images, each worker's start-up
+        # and shutdown) say nothing about the conversion; its warnings do. Workers follow (pipeline.py).
+        logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    else:
         for name in ("converter", "beam_jobs", "reader"):
             logging.getLogger(name).setLevel(logging.WARNING)
         # A failed pipeline is reported once, by us; Beam would log the worker's whole stack first.
@@ -284,7 +289,7 @@ def _on_dataset(args: argparse.Namespace, act: Callable[[argparse.Namespace], in
                 also: tuple[type[Exception], ...] = ()) -> int:
     """Run a dataset command's ``act`` with TensorFlow quiet and the ``--s3_*`` flags applied; a missing or
     malformed dataset (or one of ``also``) is one ``error:`` line and exit 1."""
-    _quiet_tensorflow()
+    quiet_tensorflow()
     _configure_s3(args)
     from reader.info import DatasetNotFoundError
 
@@ -304,7 +309,7 @@ def inspect(argv: Sequence[str]) -> int:
     parser.add_argument("--per-class", type=int, default=8, help="images per class on the sheet (default: %(default)s)")
     args = parser.parse_args(argv)
     _configure_logging(verbose=False)
-    _quiet_tensorflow()
+    quiet_tensorflow()
     _configure_s3(args)
     from reader.info import DatasetNotFoundError, dataset_info
     from reader.inspect import check_sheet_path, contact_sheet, summarize
@@ -356,30 +361,6 @@ def tfds_metadata(argv: Sequence[str]) -> int:
         return 0
 
     return _on_dataset(parser.parse_args(argv), write, also=(ImportError,))
-
-
-def _quiet_tensorflow() -> None:
-    """Load TensorFlow and its devices without its C++ start-up lines on the user's terminal.
-
-    TensorFlow's native code logs through absl before absl is initialised
-    ("Could not find cuda drivers", "failed call to cuInit" on a machine
-    without a GPU), which ``TF_CPP_MIN_LOG_LEVEL`` does not silence; so the
-    import and the first device set-up run with file descriptor 2 pointed at
-    /dev/null. Python errors still surface: they are raised, not printed, there.
-    """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        import tensorflow as tf
-
-        tf.config.list_logical_devices()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

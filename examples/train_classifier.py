@@ -23,11 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from typing import Optional, Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up lines (no GPU, CPU flags)
+from converter.quiet import quiet_tensorflow
+
+quiet_tensorflow(logical_devices=False)  # TensorFlow's native start-up lines ("failed call to cuInit" on a CPU machine) are not errors
 import tensorflow as tf  # noqa: E402
 
 import reader

@@ -54,6 +54,17 @@ def test_default_run_prints_only_the_summary_and_no_beam_or_worker_chatter(tmp_p
     assert proc.stdout.startswith("published ")
 
 
+def test_into_a_log_file_progress_comes_as_lines_and_v_shows_no_beam_chatter(tmp_path, demo_src, converter):
+    """``nohup python -m converter ... > log``: the log shows each phase's end; ``-v`` adds our messages and
+    Beam's warnings, never its INFO lines (type hints, worker start-up) or the flags the runner passes itself."""
+    proc = converter("--src", demo_src, "--out", str(tmp_path / "out"), "--shards", "2", "-v", check=True)
+    lines = proc.stderr.splitlines()
+    assert "progress: validate 90/90 (100%) | write 90/90 (100%)" in lines
+    assert not [line for line in lines if line.startswith("INFO apache_beam")], proc.stderr
+    assert "Discarding unparseable args" not in proc.stderr and "semi_persistent" not in proc.stderr
+    assert proc.stdout.startswith("published ")
+
+
 @pytest.mark.parametrize(
     ("args", "named", "hint"),
     [

@@ -56,6 +56,11 @@ def test_a_run_killed_in_any_phase_resumes_from_its_finished_work_to_the_same_by
         assert validated == parts
     assert _digests(out) == reference
     assert sorted(os.listdir(tmp_path)) == ["out"]  # nothing left beside OUT
+    # The summary's rate counts the images this run processed, not the ones the killed run had.
+    processed = re.search(r"images/s, (\d+) processed by this run, which resumed a stopped one\)", rerun.stdout)
+    assert processed, rerun.stdout
+    if phase == "pipeline-done":  # every part validated and every shard written before the kill
+        assert processed.group(1) == "0"
 
 
 @pytest.mark.slow

@@ -1,0 +1,47 @@
+"""Progress into a pipe or a log file: a line now and then and at each phase's end; bars only on a sized terminal."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import pty
+import struct
+import termios
+import time
+
+from beam_jobs.progress import BARS, LINES, OFF, ProgressBars, ProgressWriter, choose_mode
+
+
+def test_lines_come_at_each_phase_end_and_every_interval(tmp_path):
+    stream = io.StringIO()
+    validate, write = ProgressWriter(str(tmp_path), "validate"), ProgressWriter(str(tmp_path), "write")
+    with ProgressBars(str(tmp_path), 100, enabled=LINES, stream=stream, interval_s=1.5):
+        validate.add(40)
+        validate.flush()
+        time.sleep(2.5)  # one interval: a line with the count so far
+        validate.add(60)
+        validate.flush()
+        time.sleep(1.5)  # validate ends: a line at once
+        write.add(100)
+        write.flush()
+        time.sleep(1.5)  # write ends
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("progress: validate 40/100 (40%)")
+    assert "progress: validate 100/100 (100%) | write 0/100 (0%)" in lines
+    assert lines[-1] == "progress: validate 100/100 (100%) | write 100/100 (100%)"
+    assert all(line.startswith("progress: ") for line in lines)
+
+
+def test_the_mode_follows_where_the_output_goes(tmp_path):
+    with open(tmp_path / "log", "w") as log:
+        assert choose_mode("auto", True, log) == LINES  # nohup ... > log
+        assert choose_mode(None, True, log) == OFF  # the Python API stays quiet unless asked
+        assert choose_mode(False, True, log) == OFF and choose_mode(True, False, log) == BARS
+    leader, follower = pty.openpty()  # a real terminal, first without a size (as under `script`)
+    with os.fdopen(follower, "w") as terminal:
+        assert choose_mode("auto", True, terminal) == LINES
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        assert choose_mode("auto", True, terminal) == BARS
+        assert choose_mode(None, False, terminal) == OFF  # remote runners: no bars unless asked
+    os.close(leader)
