@@ -85,11 +85,6 @@ class Interrupted(KeyboardInterrupt):
         return _VERBS.get(self.signum, "stopped")
 
 
-def received() -> Optional[int]:
-    """The first stop signal this process received, or None."""
-    return _received
-
-
 def raise_if_received() -> None:
     """Raise :class:`Interrupted` if a stop signal came while it could not be raised.
 

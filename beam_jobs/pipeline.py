@@ -104,6 +104,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
                 leftovers = publish.leftover_stagings(out)
                 staging = publish.new_staging(out)  # before the plan: the workers may read the tars' headers into it
                 plan = _plan(options, scratch, _archive_scanner(options, staging, choice))
+                choice = runners.sized_for(choice, len(plan.refs))
                 part_size = list_parts.choose_part_size(len(plan.refs), options.part_size)
                 layout = list_parts.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size)
                 record = resume.record_for(options, plan, part_size,

@@ -58,6 +58,8 @@ class RunnerChoice:
     runner: Optional[beam.runners.PipelineRunner]
     description: str
     local: bool
+    # The caller's flags, when they leave the local runner's mode and worker count to us (see sized_for).
+    sizable_args: Optional[tuple[str, ...]] = None
 
 
 def choose_runner(pipeline_args: Sequence[str]) -> RunnerChoice:
@@ -80,7 +82,9 @@ def choose_runner(pipeline_args: Sequence[str]) -> RunnerChoice:
         options = PipelineOptions(_with_defaults(args, defaults))
         check_known_flags(args)
         runner_object, description = _local_runner(options)
-        return RunnerChoice(options, runner_object, description, local=True)
+        ours = not any(arg.startswith(("--direct_running_mode", "--direct_num_workers")) for arg in args)
+        return RunnerChoice(options, runner_object, description, local=True,
+                            sizable_args=tuple(args) if ours else None)
     if name in ("dask", "daskrunner") or "dask_runner" in str(runner):
         options = _dask_options(args)
         check_known_flags(args)
@@ -88,6 +92,21 @@ def choose_runner(pipeline_args: Sequence[str]) -> RunnerChoice:
     options = PipelineOptions(args)
     check_known_flags(args)
     return RunnerChoice(options, None, str(runner).rsplit(".", 1)[-1], local=name == "prismrunner")
+
+
+# A local run of this many images or fewer runs in the launcher's own process: its worker processes would
+# each import Beam again (3-4 s, before any image is read), longer than the whole conversion takes in
+# one process. Never changes the output (every runner writes the same bytes).
+SMALL_RUN_IMAGES = 1_000
+
+
+def sized_for(choice: RunnerChoice, num_images: int) -> RunnerChoice:
+    """``choice``, or for a small local run whose mode the user left to us, the in-process runner."""
+    if choice.sizable_args is None or num_images > SMALL_RUN_IMAGES:
+        return choice
+    options = PipelineOptions([*choice.sizable_args, "--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    runner, description = _local_runner(options)
+    return dataclasses.replace(choice, options=options, runner=runner, description=description)
 
 
 def runner_names() -> list[str]:

@@ -59,19 +59,6 @@ class Accepted(NamedTuple):
     stored_bytes: int = 0  # bytes of the JPEG the record will hold (sizes shards for --shards auto)
 
 
-@dataclasses.dataclass(frozen=True)
-class AcceptedBatch:
-    """Accepted images that travel together between pipeline stages (a chunk, or a shard's worth).
-
-    A wrapper rather than a list: Beam's default coder pickles each NamedTuple
-    of a list on its own (about nine pickles per image over the pipeline, a
-    tenth of the per-image CPU), while an unknown object like this one is
-    pickled once, as a whole.
-    """
-
-    items: tuple[Accepted, ...]
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class RejectedInput:
     """A listed image that will not be written, and why."""

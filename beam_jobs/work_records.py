@@ -38,7 +38,7 @@ name is not UTF-8 round-trips to the same ``str`` the listing produced. About
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO, Callable, Generic, Iterable, Iterator, NamedTuple, Sequence, TypeVar
+from typing import BinaryIO, Callable, Generic, Iterable, Iterator, NamedTuple, TypeVar
 
 from apache_beam.io.filesystem import CompressionTypes
 
@@ -292,11 +292,6 @@ def read_bucket(path: str, kind: int, bucket: int) -> list[bytes]:
         start, stop = struct.unpack(">2Q", handle.read(16))
         handle.seek(start)
         return list(_records(handle.read(stop - start)))
-
-
-def sorted_records(records: Sequence[bytes]) -> list[bytes]:
-    """Records in key order (their raw bytes begin with the key)."""
-    return sorted(records)
 
 
 class Spilled(Generic[T]):

@@ -20,9 +20,10 @@ known number of batches.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
@@ -38,11 +39,37 @@ logger = logging.getLogger(__name__)
 UNSEEDED_FILE_SEED = 0x5EED
 
 
-def buffered_batches(source: Source, options: ReadOptions, training: bool, seed: Optional[int],
-                     deterministic: Optional[bool], num_epochs: Optional[int], pipelines: int, pipeline_id: int,
-                     batch: int, size, augment, decode, dtype, normalization, crop_fraction,
-                     parse_batch: int) -> tf.data.Dataset:
+@dataclasses.dataclass(frozen=True)
+class BufferedRead:
+    """What one input pipeline reads in the "buffer" order and what each example becomes.
+
+    ``pipelines``/``pipeline_id``: the input pipelines of the run and this one;
+    ``batch``: this pipeline's batch; ``size``, ``augment``, ``decode`` (the
+    decode step's choices), ``dtype``, ``normalization``, ``crop_fraction``:
+    the image each example becomes; ``parse_batch``: records parsed per call.
+    """
+
+    training: bool
+    seed: Optional[int]
+    deterministic: Optional[bool]
+    num_epochs: Optional[int]
+    pipelines: int
+    pipeline_id: int
+    batch: int
+    size: tuple[int, int]
+    augment: Any
+    decode: Mapping[str, Any]
+    dtype: tf.DType
+    normalization: str
+    crop_fraction: float
+    parse_batch: int
+
+
+def buffered_batches(source: Source, options: ReadOptions, read: BufferedRead) -> tf.data.Dataset:
     """Evaluation, and training in the "buffer" order (interleave + shuffle buffer; cache and service)."""
+    training, seed, deterministic, num_epochs = read.training, read.seed, read.deterministic, read.num_epochs
+    pipelines, pipeline_id, batch, size = read.pipelines, read.pipeline_id, read.batch, read.size
+    augment, decode, dtype, normalization = read.augment, read.decode, read.dtype, read.normalization
     split_info, files, counts = source.split, source.split.files, source.counts
     by_file = pipelines <= len(files)
     if not by_file:
@@ -79,7 +106,7 @@ def buffered_batches(source: Source, options: ReadOptions, training: bool, seed:
     keys, label_offset = source.keys, source.label_offset
     if training:
         records = _training_records(records_of_epoch, cache, pipeline_id, num_epochs)
-        dataset = parse_records(records, keys, label_offset, batch=parse_batch)
+        dataset = parse_records(records, keys, label_offset, batch=read.parse_batch)
         dataset = dataset.shuffle(options.shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True).enumerate()
         seed_tensor = tf.constant(base_seed, tf.int64)
 
@@ -94,10 +121,10 @@ def buffered_batches(source: Source, options: ReadOptions, training: bool, seed:
     records = cached(records, cache, pipeline_id)
 
     def eval_example(data: tf.Tensor, label: tf.Tensor) -> tuple:
-        image = preprocess.eval_image(data, size, crop_fraction, **decode)
+        image = preprocess.eval_image(data, size, read.crop_fraction, **decode)
         return preprocess.finish(image, dtype, normalization), label
 
-    dataset = parse_records(records, keys, label_offset, batch=parse_batch)
+    dataset = parse_records(records, keys, label_offset, batch=read.parse_batch)
     dataset = dataset.map(eval_example, num_parallel_calls=AUTOTUNE, deterministic=True)
     dataset = dataset.batch(batch, drop_remainder=False)
     if not source.skip_corrupt and options.service is None:

@@ -30,7 +30,7 @@ from typing import Optional, Sequence, Union
 import tensorflow as tf
 
 from reader import preprocess, record_index
-from reader.buffered import buffered_batches
+from reader.buffered import BufferedRead, buffered_batches
 from reader.info import DatasetInfo, SplitInfo, check_foreign_shards, dataset_info
 from reader.options import (Augmentation, FeatureKeys, ReadOptions, as_int, as_options, check_flag, check_output,
                             image_hw)
@@ -141,9 +141,11 @@ def build_dataset(
         dataset = _train_batches(records, source, run_seed, size, augment, decode, dtype, normalization,
                                  deterministic, per_pipeline_batch)
     else:
-        dataset = buffered_batches(source, options, training, seed, deterministic, num_epochs, pipelines, pipeline_id,
-                                   per_pipeline_batch, size, augment, decode, dtype, normalization, crop_fraction,
-                                   PARSE_BATCH)
+        read = BufferedRead(training=training, seed=seed, deterministic=deterministic, num_epochs=num_epochs,
+                            pipelines=pipelines, pipeline_id=pipeline_id, batch=per_pipeline_batch, size=size,
+                            augment=augment, decode=decode, dtype=dtype, normalization=normalization,
+                            crop_fraction=crop_fraction, parse_batch=PARSE_BATCH)
+        dataset = buffered_batches(source, options, read)
         deterministic = deterministic if deterministic is not None else seed is not None
     dataset = dataset.with_options(_options(deterministic or not training, input_context, options.private_threads))
     return _deliver(dataset, options)

@@ -6,9 +6,11 @@ downloaded. Session-scoped fixtures convert once and are shared read-only.
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
 import pathlib
+import re
 import struct
 import subprocess
 import sys
@@ -28,7 +30,57 @@ LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_block", "tests/bench/t
 
 
 def pytest_collection_modifyitems(items: list) -> None:
+    for item in items:
+        if _starts_processes(item):
+            item.add_marker(pytest.mark.e2e)
     items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable: the rest keep their order
+
+
+# What starts a process or a server: the fast tier (-m "not e2e") leaves out every test that does.
+_SPAWNS = re.compile(r"\b(run_converter|converter|subprocess\.\w+|Popen|s3_server|gcs_emulator|dask_cluster|"
+                     r"start_gcs|object_stores\.start)\(")
+_SPAWNING_FIXTURES = {"converter", "s3_server", "gcs_emulator", "dask_cluster"}
+
+
+def _starts_processes(item) -> bool:
+    """The test, a fixture it uses or a helper of its module it calls (at any depth) starts a process or a server."""
+    module = getattr(item, "module", None)
+    function = getattr(item, "function", None)
+    if module is None or function is None:
+        return False
+    spawning = _spawning_names(module)
+    if set(item.fixturenames) & (_SPAWNING_FIXTURES | spawning):
+        return True
+    return _calls_any(_source(function), spawning)
+
+
+def _spawning_names(module) -> set:
+    """Functions and fixtures of ``module`` that start processes, directly or through one another."""
+    cached = getattr(module, "_spawning_names", None)
+    if cached is not None:
+        return cached
+    sources = {name: _source(value) for name, value in vars(module).items()
+               if inspect.isfunction(getattr(value, "__wrapped__", value)) and not name.startswith("test_")
+               and getattr(getattr(value, "__wrapped__", value), "__module__", None) == module.__name__}
+    spawning = {name for name, text in sources.items() if _SPAWNS.search(text)}
+    while True:
+        more = {name for name, text in sources.items() if name not in spawning and _calls_any(text, spawning)}
+        if not more:
+            break
+        spawning |= more
+    module._spawning_names = spawning
+    return spawning
+
+
+def _calls_any(text: str, names: set) -> bool:
+    return bool(_SPAWNS.search(text)) or any(re.search(rf"\b{re.escape(name)}\b", text) for name in names)
+
+
+def _source(value) -> str:
+    try:
+        return inspect.getsource(getattr(value, "__wrapped__", value))
+    except (OSError, TypeError):
+        return ""
 
 
 def _photo(seed: int, height: int = 120, width: int = 160) -> np.ndarray:

@@ -79,3 +79,15 @@ def test_the_archive_benchmark_runs_end_to_end(tmp_path):
     for row in ("20 photos: tar ", "20 photos: zip ", "20 photos: tar.gz ", "300 tiny images, 1000 classes: tar of tars |",
                 "300 tiny images, 1000 classes: tar of tars, workers read headers |"):
         assert row in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
+def test_the_startup_benchmark_reports_each_ratio_against_its_reference(tmp_path):
+    out = tmp_path / "startup.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.startup", "--images", "30", "--rounds", "1", "--json", str(out)],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    measured = json.loads(out.read_text())
+    assert set(measured["ratio"]) == {"convert", "verify", "inspect"} and measured["images"] == 30
+    assert all(ratio > 0 for ratio in measured["ratio"].values())
+    assert "x import apache_beam (target 1.5x" in proc.stdout

@@ -149,7 +149,7 @@ def test_runs_killed_during_the_s3_publish_are_finished_by_the_next_run(images, 
     command = ["--src", images, "--out", out, "--shards", "3", "--val-fraction", "0.2", "--overwrite",
                *s3_server.flags, *FAST]
     run_converter("--src", images, "--out", out, "--shards", "2", *s3_server.flags, *FAST, check=True)
-    for point, finishes_an_earlier_publish in (("retracted", False), ("moving", True)):
+    for point, finishes_an_earlier_publish in zip(faults.REMOTE_POINTS, (False, True)):
         killed = subprocess.run([sys.executable, "-m", "converter", *command], cwd=REPO, capture_output=True,
                                 text=True, env={**os.environ, "PYTHONPATH": REPO, faults.ENV: f"kill@{point}"},
                                 timeout=300)

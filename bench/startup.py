@@ -1,0 +1,86 @@
+"""``python -m bench.startup``: how much of a small job is start-up, as ratios taken in one run.
+
+    python -m bench.startup                      # 600 demo images, 5 alternating rounds (about 2 minutes)
+    python -m bench.startup --images 60 --rounds 1 --json /tmp/startup.json   # a smoke run
+
+Issue #35's targets: converting 600 images takes at most 1.5x one
+``python -c "import apache_beam"``, and ``verify`` and ``inspect`` of that
+small dataset at most 1.5x one ``python -c "import tensorflow"``, each
+measured beside its reference, alternating, and compared by their medians
+(absolute times on a shared 2-core machine swing 10x; their ratios do not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "bench", "results", "startup.json")
+TARGETS = {"convert": 1.5, "verify": 1.5, "inspect": 1.5}
+
+
+def _timed(argv: Sequence[str]) -> float:
+    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    started = time.perf_counter()
+    subprocess.run(argv, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def measure(images: int, rounds: int, work: str) -> dict:
+    """Median seconds of each command and the ratios to their references."""
+    from converter.demo import write_demo
+
+    src, out = os.path.join(work, "shapes"), os.path.join(work, "shapes-tfrecords")
+    write_demo(src, per_class=max(images // 3, 1), seed=1)
+    python = sys.executable
+    commands = {
+        "import apache_beam": [python, "-c", "import apache_beam"],
+        "convert": [python, "-m", "converter", "--src", src, "--out", out, "--shards", "8", "--overwrite",
+                    "--no-progress"],
+        "import tensorflow": [python, "-c", "import tensorflow"],
+        "verify": [python, "-m", "converter", "verify", out],
+        "inspect": [python, "-m", "converter", "inspect", out],
+    }
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    _timed(commands["convert"])  # warm the page cache and make the dataset verify reads
+    for _ in range(rounds):
+        for name, argv in commands.items():
+            times[name].append(_timed(argv))
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    reference = {"convert": "import apache_beam", "verify": "import tensorflow", "inspect": "import tensorflow"}
+    ratios = {name: medians[name] / medians[ref] for name, ref in reference.items()}
+    return {"images": 3 * max(images // 3, 1), "rounds": rounds, "median_s": medians, "ratio": ratios,
+            "reference": reference, "target": TARGETS,
+            "met": {name: ratios[name] <= TARGETS[name] for name in TARGETS}}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=600)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", default=RESULTS, help="where to write the results (default: %(default)s)")
+    args = parser.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="imgshards-startup-")
+    try:
+        results = measure(args.images, args.rounds, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    with open(args.json, "w", encoding="utf-8") as handle:
+        json.dump(results, handle, indent=2)
+    for name, ratio in results["ratio"].items():
+        print(f"{name}: {results['median_s'][name]:.2f} s = {ratio:.2f}x {results['reference'][name]} "
+              f"(target {TARGETS[name]}x: {'met' if results['met'][name] else 'missed'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
