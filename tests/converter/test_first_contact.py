@@ -27,19 +27,32 @@ def _manifest(folder):
         return json.load(handle)
 
 
-def test_default_run_is_the_multiprocess_fnapi_runner_and_never_starts_prism(tmp_path, demo_src, converter):
+def test_default_run_is_the_fnapi_runner_in_process_when_small_else_a_worker_per_core_and_never_prism(
+        tmp_path, demo_src, converter):
+    import apache_beam
+
     out = tmp_path / "out"
     proc = converter("--src", demo_src, "--out", str(out), "--shards", "2", "-v", "--no-progress", check=True)
     assert "Prism" not in proc.stderr and "prism" not in proc.stderr
-    assert "sdk_worker_main" in proc.stderr  # -v shows Beam's own log, so the absence above means something
-    import apache_beam
+    # 90 images: converted in the launcher's process (worker processes would each import Beam first).
+    assert _manifest(out)["written_by"] == {"runner": "FnApiRunner (in_memory, 1 worker)",
+                                            "apache_beam": apache_beam.__version__}
+    converter("--src", demo_src, "--out", str(out), "--shards", "2", "--overwrite", "--direct_num_workers=2",
+              check=True)  # the user's choice of workers keeps the worker processes
+    assert _manifest(out)["written_by"]["runner"] == "FnApiRunner (multi_processing, 2 workers)"
 
-    written_by = _manifest(out)["written_by"]
+
+def test_a_run_above_the_small_size_gets_a_worker_process_per_core():
+    from beam_jobs import runners
+
+    choice = runners.choose_runner([])
     workers = os.cpu_count()
-    assert written_by == {
-        "runner": f"FnApiRunner (multi_processing, {workers} worker{'s' if workers != 1 else ''})",
-        "apache_beam": apache_beam.__version__,
-    }
+    default = f"FnApiRunner (multi_processing, {workers} worker{'s' if workers != 1 else ''})"
+    assert choice.description == default
+    assert runners.sized_for(choice, runners.SMALL_RUN_IMAGES + 1).description == default
+    assert runners.sized_for(choice, runners.SMALL_RUN_IMAGES).description == "FnApiRunner (in_memory, 1 worker)"
+    chosen = runners.choose_runner(["--direct_running_mode=multi_processing"])
+    assert runners.sized_for(chosen, 10).description == default  # the user's mode is kept
 
 
 def test_explicit_direct_runner_is_pinned_too_and_prism_runs_only_when_named(tmp_path, demo_src, converter):
