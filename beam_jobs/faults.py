@@ -62,7 +62,7 @@ def point(name: str) -> None:
         raise InjectedFailure(f"injected failure at {name}")
     elif action.startswith("sleep:"):
         seconds = float(action.split(":", 1)[1])
-        logger.warning("fault point %s: sleeping %.1f s", name, seconds)
+        logger.info("fault point %s: sleeping %.1f s", name, seconds)
         time.sleep(seconds)
 
 

@@ -1,4 +1,7 @@
-"""The README is executed: its set-up commands (twice), then every code block in order, as written.
+"""The README and docs/ are executed: the set-up commands (twice), then every code block in order, as written.
+
+The README's blocks run first, then each page of ``DOCS`` in that order (a
+page may use what an earlier block made: the demo dataset, ``demo/...``).
 
 A block that needs what this machine lacks (a cloud project, a cluster, twenty
 minutes) is preceded by ``<!-- readme-test: skip: REASON -->``; the reason
@@ -61,6 +64,10 @@ def _s3(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
 # What a block marked ``<!-- readme-test: given: NAME -->`` needs: NAME -> (cwd, images, s3) -> environment.
 GIVEN = {"imagenet": _imagenet, "imagenet-tars": _imagenet_tars, "webdataset": _webdataset, "s3": _s3}
 
+# The pages of docs/, in the order their blocks run (after the README's).
+DOCS = ("docs/converter.md", "docs/format.md", "docs/reader.md", "docs/scaling.md", "docs/benchmarks.md",
+        "docs/design.md")
+
 SKIP = re.compile(r"<!-- readme-test: skip: (.+?) -->\n$")
 GIVEN_MARK = re.compile(r"<!-- readme-test: given: (\S+) -->\n$")
 BLOCK = re.compile(r"```(\w*)\n(.*?)\n```", flags=re.S)
@@ -105,16 +112,31 @@ def test_readme_opens_with_exactly_two_setup_commands_and_ci_runs_the_test_one()
     assert readme.split("## Set up", 1)[1].index(test) < readme.split("## Set up", 1)[1].index("Next:")
 
 
+def _pages() -> list[tuple[str, str]]:
+    """``(name, text)`` of the README and every page of docs/, in the order their blocks run."""
+    assert sorted(DOCS) == sorted(f"docs/{name}" for name in os.listdir(os.path.join(REPO, "docs"))
+                                  if name.endswith(".md")), "a page of docs/ is missing from DOCS"
+    return [(name, _read(*name.split("/"))) for name in ("README.md", *DOCS)]
+
+
 def test_every_block_is_run_or_skipped_for_a_stated_reason():
-    blocks = readme_blocks(_read("README.md"))
-    for language, code, reason in blocks:
-        assert language in ("bash", "python", "text"), f"block without a known language:\n{code}"
-        if reason:
-            assert language == "bash" and len(reason) > 20
-    skipped = [code for _, code, reason in blocks if reason]
-    assert len(skipped) <= 6  # cloud, cluster and hour-long blocks only
+    skipped = []
+    for _, page in _pages():
+        blocks = readme_blocks(page)
+        for language, code, reason in blocks:
+            assert language in ("bash", "python", "text"), f"block without a known language:\n{code}"
+            if reason:
+                assert language == "bash" and len(reason) > 20
+        skipped += [code for _, code, reason in blocks if reason]
+        assert {_given(page, code) for _, code, _ in blocks} <= {"", *GIVEN}
+    assert len(skipped) <= 7  # cloud, cluster and hour-long blocks only
+
+
+def test_the_readme_is_a_manual_of_at_most_500_lines_and_links_every_page_of_docs():
     readme = _read("README.md")
-    assert {_given(readme, code) for _, code, _ in blocks} <= {"", *GIVEN}
+    assert readme.count("\n") <= 500
+    for name in DOCS:
+        assert f"]({name})" in readme or name == "docs/design.md" and "](docs/design.md)" in readme, name
 
 
 def _run(language: str, code: str, cwd: str, extra_env: Optional[dict] = None) -> subprocess.CompletedProcess:
@@ -150,14 +172,17 @@ def test_every_readme_block_runs_as_written_after_the_setup_commands(tmp_path, s
     assert _shards(dataset) == shards
 
     ran = 0
-    for language, code, reason in readme_blocks(readme):
-        if language == "text" or reason or code in (install_and_run, test_command):
-            continue
-        extra_env = GIVEN[_given(readme, code)](checkout, sample_images, s3_server) if _given(readme, code) else {}
-        proc = _run(language, code, checkout, extra_env)
-        assert proc.returncode == 0, f"README block failed:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-        if "train_classifier.py" in code and "--mirrored" not in code:
-            accuracy = float(re.findall(r'"val_accuracy": ([0-9.]+)', proc.stdout)[-1])
-            assert accuracy >= 0.9, proc.stdout  # the demo trains to a clearly useful accuracy
-        ran += 1
+    for name, page in _pages():
+        for language, code, reason in readme_blocks(page):
+            if language == "text" or reason or code in (install_and_run, test_command):
+                continue
+            given = _given(page, code)
+            extra_env = GIVEN[given](checkout, sample_images, s3_server) if given else {}
+            proc = _run(language, code, checkout, extra_env)
+            assert proc.returncode == 0, (f"{name} block failed:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n"
+                                          f"{proc.stderr}")
+            if "train_classifier.py" in code and "--mirrored" not in code:
+                accuracy = float(re.findall(r'"val_accuracy": ([0-9.]+)', proc.stdout)[-1])
+                assert accuracy >= 0.9, proc.stdout  # the demo trains to a clearly useful accuracy
+            ran += 1
     assert ran >= 6

@@ -1,4 +1,4 @@
-"""The scale benchmark: it runs end to end, and the README quotes its recorded results verbatim."""
+"""The scale benchmark: it runs end to end, and docs/scaling.md quotes its recorded results verbatim."""
 
 from __future__ import annotations
 
@@ -32,5 +32,5 @@ def test_the_scale_benchmark_measures_each_process_at_two_sizes_and_the_stages(t
 def test_readme_quotes_the_recorded_scale_results_verbatim():
     with open(scale.RESULTS, encoding="utf-8") as handle:
         table = scale.format_table(json.load(handle))
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
+    with open(os.path.join(REPO, "docs", "scaling.md"), encoding="utf-8") as handle:
         assert table in handle.read()
