@@ -140,11 +140,21 @@ class ProgressBars:
         rates = {phase: _Rate() for phase in PHASES}
         finished: set[str] = set()
         last_line = time.monotonic()
-        while not self._stop.wait(1.0):
+        while True:
+            stopping = self._stop.wait(1.0)
             counts = {phase: read_progress(self._folder, phase) for phase in PHASES}
             for phase in PHASES:
                 rates[phase].see(counts[phase])
             ended = {phase for phase in PHASES if counts[phase] >= self._total} - finished
+            # A run quicker than one poll still says where each phase ended, once, in order.
+            for phase in PHASES if stopping else ():
+                if phase in ended:
+                    shown = {p: counts[p] if PHASES.index(p) <= PHASES.index(phase) or p in finished else 0
+                             for p in PHASES}
+                    self._write(progress_line(shown, self._total, rates))
+                    finished.add(phase)
+            if stopping:
+                return
             if ended or time.monotonic() - last_line >= self._interval_s:
                 finished |= ended
                 last_line = time.monotonic()

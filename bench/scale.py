@@ -152,7 +152,8 @@ class DaskCluster:
 def memory_at(runner: str, checkout: str, src: str, out: str, work: str) -> dict:
     """One conversion's peaks: launcher, largest local worker, and on Dask the scheduler and each worker."""
     if runner == "local":
-        command, env = _convert_command(checkout, src, out, [])
+        # Worker processes, whatever the size: a small run would otherwise convert in the launcher's process.
+        command, env = _convert_command(checkout, src, out, ["--direct_running_mode=multi_processing"])
         return measured_run(command, env, checkout)
     cluster = DaskCluster(checkout, work)
     try:

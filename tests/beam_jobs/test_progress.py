@@ -45,3 +45,14 @@ def test_the_mode_follows_where_the_output_goes(tmp_path):
         assert choose_mode("auto", True, terminal) == BARS
         assert choose_mode(None, False, terminal) == OFF  # remote runners: no bars unless asked
     os.close(leader)
+
+
+def test_a_run_quicker_than_one_poll_still_says_where_each_phase_ended(tmp_path):
+    stream = io.StringIO()
+    with ProgressBars(str(tmp_path), 12, enabled=LINES, stream=stream):
+        for phase in ("validate", "write"):
+            writer = ProgressWriter(str(tmp_path), phase)
+            writer.add(12)
+            writer.flush()
+    assert stream.getvalue().splitlines() == ["progress: validate 12/12 (100%) | write 0/12 (0%)",
+                                              "progress: validate 12/12 (100%) | write 12/12 (100%)"]
