@@ -14,7 +14,7 @@ GCP = ["apache-beam[gcp]>=2.77"]  # gs:// through Beam's GCS filesystem (the rea
 DASK = ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"]
 HEIF = ["pillow-heif>=1.0"]  # HEIC/HEIF phone photos
 TFDS = ["tensorflow-datasets>=4.9.10"]  # python -m converter tfds-metadata
-# NVIDIA DALI (Linux x86-64 wheels only); the tests run its CPU pipeline on our --dali-index files.
+# NVIDIA DALI (Linux x86-64 wheels only); the tests run its CPU pipeline on the .idx record index of every shard.
 DALI = ["nvidia-dali-cuda120>=2.0; platform_system == 'Linux' and platform_machine == 'x86_64'"]
 
 setup(
@@ -30,6 +30,7 @@ setup(
     py_modules=["record_schema"],
     install_requires=[
         "apache-beam[tfrecord]>=2.77",
+        "pyarrow>=25.0",  # comes with Beam (which caps it below 26); reads Hugging Face's Parquet datasets
         "tensorflow>=2.21",
         "keras>=3.15",  # BackupAndRestore(double_checkpoint=True), which the README's resume recipe needs
         "pillow>=12.3",  # the 2026 security fixes (14 advisories, July 2026)
@@ -50,6 +51,7 @@ setup(
         # The tests also smoke-test the benchmark, run a real Dask cluster, a real S3 server (moto's) and a
         # GCS emulator, DALI's CPU pipeline and TFDS's loader.
         "test": ["pytest>=9.0", "pytest-timeout>=2.3", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff>=0.6",
-                 "gcp-storage-emulator>=2026.7"] + BENCH + DASK + HEIF + DALI + TFDS + GCP,
+                 "gcp-storage-emulator>=2026.7",
+                 "datasets>=5.2"]  # writes Parquet exactly as the Hugging Face Hub does, for the tests + BENCH + DASK + HEIF + DALI + TFDS + GCP,
     },
 )

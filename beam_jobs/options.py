@@ -187,6 +187,10 @@ class ConvertOptions:
     part_size: Optional[int] = None
     label_member: Optional[str] = None
     archive_scan: str = "auto"
+    # A Parquet dataset (Hugging Face's): which config, and which columns hold the image and the label.
+    config: Optional[str] = None
+    image_column: Optional[str] = None
+    label_column: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not self.src:

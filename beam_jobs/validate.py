@@ -25,6 +25,7 @@ from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.sources import archive_members
 from beam_jobs.sources.member_reads import MemberReader
+from beam_jobs.sources.parquet import is_cell
 from beam_jobs.stage_records import Accepted, ImageRef, RejectedInput
 
 
@@ -79,8 +80,9 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
         return RejectedInput(display_path(ref.relpath), refused.reason, refused.detail)
     try:
         data = read_source(src, ref.relpath, ref.source, work, members)
-    except archive_members.ArchiveError as err:
-        return RejectedInput(display_path(ref.relpath), "corrupt-member", display_path(str(err)))
+    except archive_members.ArchiveError as err:  # a Parquet row's error carries its own reason
+        return RejectedInput(display_path(ref.relpath), getattr(err, "reason", "corrupt-member"),
+                             display_path(str(err)))
     except OSError as err:  # Beam's BeamIOError is an OSError too
         if not ref.source and not FileSystems.exists(source_path(src, ref.relpath)):  # gone, or a label file's typo
             return RejectedInput(display_path(ref.relpath), "missing-file", missing_detail(ref.relpath))
@@ -131,7 +133,9 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
                 results.append(result)
                 continue
             accepted, encoded = result
-            if encoded.reencoded:
+            # A Parquet row's bytes are spilled even when stored as they are: the writer, in shard order,
+            # would otherwise read a whole row group for each row.
+            if encoded.reencoded or spills_source(ref.source):
                 if spill is None:
                     spill = FileSystems.create(spill_path(work, chunk), compression_type=CompressionTypes.UNCOMPRESSED)
                 spill.write(encoded.data)
@@ -143,6 +147,11 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
         if spill is not None:
             spill.close()
     return results
+
+
+def spills_source(source: str) -> bool:
+    """Whether validation keeps this input's bytes for the writer (a Parquet row: it cannot be read alone cheaply)."""
+    return is_cell(source)
 
 
 def read_spilled(work: str, item: Accepted) -> bytes:

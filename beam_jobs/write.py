@@ -100,9 +100,14 @@ def encode_accepted(src: str, item: Accepted, options: EncodeOptions, work: str 
         validated; writing it now would break the manifest's accounting.
     """
     relpath = item.ref.relpath
-    if item.spill:
+    if item.spill and item.reencoded_because:
         # Encoded once, by validation (see beam_jobs.validate): copy, never decode again.
         return Encoded(read_spilled(work, item), item.height, item.width, "", item.reencoded_because)
+    if item.spill:  # stored as it is, kept by validation (a Parquet row): the very bytes validated
+        data = read_spilled(work, item)
+        if hashlib.sha256(data).digest() != item.source_sha256:
+            raise SourceChangedError(f"{display_path(relpath)}: its bytes kept by validation changed; rerun the command")
+        return Encoded(data, item.height, item.width, "jpeg", channels=item.channels)
     try:
         data = read_source(src, relpath, item.ref.source, work, members)
     except (OSError, ValueError) as err:  # ValueError: an archive member no longer what its archive declared

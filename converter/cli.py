@@ -83,6 +83,13 @@ def build_convert_parser() -> argparse.ArgumentParser:
         help="who reads the headers of the tars under --src (a tar has no index; its headers are spread through "
         "it): the run's workers, or this process before they start; auto: the workers when the tars hold 4 GiB "
         "or more (default: %(default)s; the output is the same)")
+    add("--config", default=None, metavar="NAME",
+        help="a Parquet dataset (Hugging Face's) with several configs: the one to convert")
+    add("--image-column", default=None, metavar="NAME",
+        help="a Parquet dataset's image column (default: the one column of the Hub's Image type)")
+    add("--label-column", default=None, metavar="NAME",
+        help="a Parquet dataset's label column (default: its one ClassLabel column; a column of text or, with "
+        "--labels, of integers)")
     add("--synsets", default=None, help="'ID text' per line: each class's text in the records "
         "(ImageNet's LOC_synset_mapping.txt)")
     add("--max-side", type=int, default=None,
@@ -162,6 +169,9 @@ def convert(argv: Sequence[str]) -> int:
             synsets=args.synsets,
             part_size=args.part_size,
             archive_scan=args.archive_scan,
+            config=args.config,
+            image_column=args.image_column,
+            label_column=args.label_column,
         )
     except ValueError as err:
         parser.error(str(err))

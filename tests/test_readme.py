@@ -53,6 +53,15 @@ def _webdataset(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]
     return {}
 
 
+def _hub(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
+    """What ``huggingface-cli download --repo-type dataset beans --local-dir beans`` leaves: README.md, data/*.parquet."""
+    from tests.hub_data import hub_snapshot
+
+    if not os.path.isdir(os.path.join(cwd, "beans")):
+        hub_snapshot(os.path.join(cwd, "beans"))
+    return {}
+
+
 def _s3(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
     """An S3 endpoint with a bucket ``my-bucket``, configured the usual way: AWS environment variables."""
     client = s3_server.client()
@@ -62,7 +71,7 @@ def _s3(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
 
 
 # What a block marked ``<!-- readme-test: given: NAME -->`` needs: NAME -> (cwd, images, s3) -> environment.
-GIVEN = {"imagenet": _imagenet, "imagenet-tars": _imagenet_tars, "webdataset": _webdataset, "s3": _s3}
+GIVEN = {"imagenet": _imagenet, "imagenet-tars": _imagenet_tars, "webdataset": _webdataset, "hub": _hub, "s3": _s3}
 
 # The pages of docs/, in the order their blocks run (after the README's).
 DOCS = ("docs/converter.md", "docs/format.md", "docs/reader.md", "docs/scaling.md", "docs/benchmarks.md",

@@ -7,7 +7,9 @@
 * ImageNet as it ships (class folders for train, a flat ``val/`` labelled by a
   ground-truth file, ``--val-labels``): :mod:`beam_jobs.sources.imagenet`;
 * WebDataset samples (img2dataset's shards), each image labelled by its sibling
-  member (``--label-member cls``, ``json:FIELD``): :mod:`beam_jobs.sources.webdataset`.
+  member (``--label-member cls``, ``json:FIELD``): :mod:`beam_jobs.sources.webdataset`;
+* Hugging Face datasets as they ship (Parquet files whose rows are images,
+  labelled by the Hub's ClassLabel ids): :mod:`beam_jobs.sources.parquet`.
 
 Wherever a folder is read, an archive (``.tar``, ``.tar.gz``, ``.zip``...) reads
 as its extraction, by offset and without extracting
@@ -22,7 +24,7 @@ import dataclasses
 from typing import Optional
 
 from beam_jobs import discover
-from beam_jobs.sources import archives
+from beam_jobs.sources import archives, parquet
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.stage_records import ImageRef
 
@@ -52,8 +54,19 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
                                options.annotation_columns, scratch=scratch, archive=dict(found.listing.entries()),
                                refused=[ImageRef("train", path, 0, source) for path, source in found.listing.refused])
         return dataclasses.replace(plan, inflated=found.inflated, archives=found.identities)
+    if parquet.is_parquet_file(options.src):
+        return parquet.plan(options.src, discover.Listing(()), labels, options.val_fraction, options.seed,
+                            options.config, options.image_column, options.label_column, scratch=scratch)
     found = archives.list_tree(options.src, scratch, limit, scanner)
     listing = found.listing
+    if parquet.parquet_files(listing):
+        _check_parquet_options(options)
+        return parquet.plan(options.src, listing, labels, options.val_fraction, options.seed, options.config,
+                            options.image_column, options.label_column, scratch=scratch)
+    if options.config or options.image_column or options.label_column:
+        flag = "--config" if options.config else "--image-column" if options.image_column else "--label-column"
+        raise discover.InputError(f"{flag} names a part of a Parquet dataset, but {options.src} holds no .parquet "
+                                  "files")
     if options.label_member:
         from beam_jobs.sources import webdataset
 
@@ -68,3 +81,12 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
         plan = discover.plan_inputs(listing, labels, options.val_fraction, options.seed, src=options.src,
                                     scratch=scratch)
     return dataclasses.replace(plan, inflated=found.inflated, archives=found.identities)
+
+
+def _check_parquet_options(options: ConvertOptions) -> None:
+    """Flags that label images another way have no meaning for a Parquet dataset, which labels its rows."""
+    for flag, value in (("--annotations", options.annotations), ("--val-labels", options.val_labels),
+                        ("--label-member", options.label_member)):
+        if value:
+            raise discover.InputError(f"{flag}: {options.src} is a Parquet dataset, whose rows carry their labels "
+                                      "(--label-column names the column)")

@@ -152,3 +152,20 @@ def test_a_kaggle_csv_of_ids_without_extensions_finds_each_file_and_names_what_i
         f"error: --annotations {table} line 2 lists '000bec180eb18c7604dcecc8fe0dba07', which could be "
         "000bec180eb18c7604dcecc8fe0dba07.jpg and 000bec180eb18c7604dcecc8fe0dba07.png; list the file with its "
         "extension")
+
+
+def test_a_hub_snapshot_converts_from_the_cli_and_its_flags_are_named_in_errors(tmp_path, converter):
+    from tests import hub_data
+
+    hub_data.write_split(str(tmp_path / "snap" / "plain_text"), "train", hub_data.rows(9, 0), image_column="img")
+    hub_data.write_split(str(tmp_path / "snap" / "other"), "train", hub_data.rows(3, 9))
+    proc = converter("--src", str(tmp_path / "snap"), "--out", str(tmp_path / "out"), "--shards", "1",
+                     "--no-progress")
+    assert proc.returncode == 1 and "pick one with --config NAME" in proc.stderr, proc.stderr
+    proc = converter("--src", str(tmp_path / "snap"), "--out", str(tmp_path / "out"), "--shards", "1",
+                     "--config", "plain_text", "--no-progress", check=True)
+    assert "train 9 (1 shard)" in proc.stdout
+    assert (tmp_path / "out" / "labels.txt").read_text() == "zebra\nant\nmole\n"
+    proc = converter("--src", str(tmp_path / "snap"), "--out", str(tmp_path / "o2"), "--config", "other",
+                     "--image-column", "nope", "--no-progress")
+    assert proc.returncode == 1 and "--image-column 'nope'" in proc.stderr and "its columns are" in proc.stderr

@@ -1,0 +1,438 @@
+"""Hugging Face datasets as they ship: Parquet files whose rows are images, read as a source of their own.
+
+In:  the listing of SRC (its ``.parquet`` files: a Hub snapshot, the HF cache, a ``push_to_hub`` folder,
+     or one file), and the options naming a config, the image column and the label column.
+Out: the :class:`beam_jobs.discover.InputPlan`: one ``ImageRef`` per row, labelled by the Hub's own
+     ClassLabel ids, each row's bytes located by :func:`cell_locator` (file, row group, row, column);
+     workers read them by :class:`CellReader`, a row group at a time.
+
+The launcher reads each file's footer and two small columns (the label and
+the image's ``path``), never an image: a row group is read whole only by the
+worker validating it. What the Hub's names say is what we read:
+
+- splits from file names: ``{split}-00000-of-00004.parquet`` (``push_to_hub``,
+  under ``data/`` or a config folder) and ``{config}/{split}/0000.parquet``
+  (the Hub's ``refs/convert/parquet`` branch, whose ``partial-{split}``
+  folders hold a split cut at 5 GB and are refused);
+- the image column: the one typed as the Hub's Image feature,
+  ``struct<bytes: binary, path: string>`` (``--image-column`` when several);
+- labels: a ClassLabel column, its names from the schema's ``huggingface``
+  metadata or the snapshot's ``README.md``; label ids are the ClassLabel's,
+  never re-sorted, so label 3 means what it means to ``datasets``.
+
+A record's identity (its ``image/filename``, the key that orders it) is
+``{split}/{path}`` when every row of the split has a distinct ``path``, else
+``{split}/{row}``, the row's number in the split (files in name order): the
+same data downloaded again, or cut into other files, gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import posixpath
+import re
+from typing import Iterator, Optional, Sequence
+
+from beam_jobs import discover
+from beam_jobs.discover import InputError, InputPlan, Listing
+from beam_jobs.filesystems import FileSystems, open_for_ranges
+from beam_jobs.sources import archive_members
+from beam_jobs.stage_records import ImageRef
+
+EXTENSION = ".parquet"
+SPLITS = {"train": "train", "validation": "validation", "valid": "validation", "val": "validation",
+          "test": "test"}
+_SHARDED = re.compile(r"^(?P<split>[^/]+?)-\d{5}-of-\d{5}\.parquet$")  # push_to_hub
+_NUMBERED = re.compile(r"^\d+\.parquet$")  # refs/convert/parquet: {config}/{split}/0000.parquet
+_LOCATOR = "q"  # a cell's locator kind, beside archive_members' "a", "w" and "!"
+
+
+class CellError(archive_members.ArchiveError):
+    """A row whose image cannot be had: ``reason`` is the rejection's (``missing-image``...)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class ParquetFile:
+    """One Parquet file of the dataset: where it is (relative to SRC), its split and config."""
+
+    path: str
+    split: str
+    config: str
+
+
+def is_parquet_file(src: str) -> bool:
+    """SRC is one Parquet file (``--src train-00000-of-00001.parquet``)."""
+    return src.lower().endswith(EXTENSION)
+
+
+def parquet_files(listing: Listing) -> list[str]:
+    """The ``.parquet`` files of a listing, in name order (empty: SRC is no Parquet dataset)."""
+    return sorted(path for path, source in listing.entries() if not source and path.lower().endswith(EXTENSION))
+
+
+def describe(path: str) -> ParquetFile:
+    """Split and config of the file at ``path`` (relative to SRC), as the Hub names them.
+
+    Raises:
+      InputError: a ``partial-`` split (the Hub's conversion stopped at 5 GB).
+    """
+    parts = path.split("/")
+    name = parts[-1]
+    sharded = _SHARDED.match(name)
+    if sharded:
+        folder = parts[-2] if len(parts) >= 2 else ""
+        return ParquetFile(path, sharded["split"], "" if folder in ("", "data") else folder)
+    if _NUMBERED.match(name) and len(parts) >= 2:
+        split = parts[-2]
+        if split.startswith("partial-"):
+            raise InputError(f"{path}: the split {split[len('partial-'):]!r} is truncated (the Hub converts a "
+                             f"dataset to Parquet only up to 5 GB, into {split}/); download the dataset's own "
+                             "files (its main branch) to convert all of it")
+        return ParquetFile(path, split, parts[-3] if len(parts) >= 3 else "")
+    stem = posixpath.splitext(name)[0]
+    return ParquetFile(path, stem if stem.lower() in SPLITS else "train", "")
+
+
+def choose_config(files: Sequence[ParquetFile], config: Optional[str], src: str) -> list[ParquetFile]:
+    """The files of one config: the one there is, or ``--config``'s."""
+    configs = sorted({f.config for f in files})
+    if config is not None:
+        chosen = [f for f in files if f.config == config]
+        if not chosen:
+            raise InputError(f"--config {config!r}: {src} has no such config; its configs are {configs}")
+        return chosen
+    if len(configs) > 1:
+        raise InputError(f"{src} holds several configs {configs}: pick one with --config NAME")
+    return list(files)
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """Which columns hold the image and the label, and the label's names (ClassLabel order)."""
+
+    image: str
+    label: str
+    names: Optional[tuple[str, ...]]  # None: a plain column (strings, or integers named by --labels)
+    integer_labels: bool
+
+
+def _features(schema) -> dict:
+    """The Hub's features of a Parquet schema (its ``huggingface`` metadata), or {}."""
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw).get("info", {}).get("features", {}) or {}
+    except (ValueError, AttributeError):
+        return {}
+
+
+def _is_image_type(field) -> bool:
+    import pyarrow as pa
+
+    kind = field.type
+    if not pa.types.is_struct(kind):
+        return False
+    names = {kind.field(i).name: kind.field(i).type for i in range(kind.num_fields)}
+    return set(names) == {"bytes", "path"} and pa.types.is_binary(names["bytes"]) or \
+        set(names) == {"bytes", "path"} and pa.types.is_large_binary(names["bytes"])
+
+
+def find_columns(schema, path: str, image_column: Optional[str], label_column: Optional[str],
+                 readme_names: dict[str, tuple[str, ...]]) -> Columns:
+    """The image and label columns of a file, as the flags or the Hub's features name them.
+
+    Raises:
+      InputError: naming the file, its columns and the flag to use.
+    """
+    features = _features(schema)
+    fields = {field.name: field for field in schema}
+    listed = ", ".join(f"{f.name} ({f.type})" for f in schema)
+    images = [name for name, field in fields.items()
+              if _is_image_type(field) or (features.get(name) or {}).get("_type") == "Image"]
+    if image_column is not None:
+        if image_column not in fields:
+            raise InputError(f"--image-column {image_column!r}: {path} has no such column; its columns are {listed}")
+        if not _is_image_type(fields[image_column]):
+            raise InputError(f"--image-column {image_column!r}: in {path} it is {fields[image_column].type}, not the "
+                             "Hub's Image feature (struct<bytes: binary, path: string>)")
+        image = image_column
+    elif len(images) == 1:
+        image = images[0]
+    elif not images:
+        raise InputError(f"{path} has no image column (the Hub's Image feature, struct<bytes: binary, path: "
+                         f"string>); its columns are {listed}. Name one with --image-column NAME")
+    else:
+        raise InputError(f"{path} has several image columns {images}: pick one with --image-column NAME")
+    class_labels = [name for name, spec in features.items() if (spec or {}).get("_type") == "ClassLabel"]
+    class_labels += [name for name in readme_names if name in fields and name not in class_labels]
+    if label_column is not None:
+        if label_column not in fields:
+            raise InputError(f"--label-column {label_column!r}: {path} has no such column; its columns are {listed}")
+        label = label_column
+    elif len(class_labels) == 1:
+        label = class_labels[0]
+    elif not class_labels:
+        raise InputError(f"{path} has no ClassLabel column (none in its huggingface metadata or the dataset's "
+                         f"README.md); its columns are {listed}. Name the label column with --label-column NAME")
+    else:
+        raise InputError(f"{path} has several ClassLabel columns {class_labels}: pick one with --label-column NAME")
+    spec = features.get(label) or {}
+    names = tuple(spec["names"]) if spec.get("_type") == "ClassLabel" and spec.get("names") else \
+        readme_names.get(label)
+    import pyarrow as pa
+
+    kind = fields[label].type
+    if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise InputError(f"--label-column {label!r}: in {path} it is {kind}; a label column holds integers or text")
+    return Columns(image, label, names, pa.types.is_integer(kind))
+
+
+def readme_class_names(src: str) -> dict[str, tuple[str, ...]]:
+    """Column -> ClassLabel names from a Hub snapshot's ``README.md`` (its YAML's ``dataset_info``), or {}."""
+    path = FileSystems.join(src, "README.md")
+    try:
+        with FileSystems.open(path) as handle:
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return {}
+    if not text.startswith("---"):
+        return {}
+    import yaml
+
+    try:
+        card = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except yaml.YAMLError:
+        return {}
+    infos = card.get("dataset_info") if isinstance(card, dict) else None
+    found: dict[str, tuple[str, ...]] = {}
+    for info in infos if isinstance(infos, list) else [infos] if isinstance(infos, dict) else []:
+        for feature in info.get("features") or []:
+            names = ((feature.get("dtype") or {}) if isinstance(feature.get("dtype"), dict) else {}) \
+                .get("class_label", {}).get("names")
+            if isinstance(names, dict):
+                found.setdefault(feature.get("name"), tuple(str(names[k]) for k in sorted(names, key=int)))
+    return found
+
+
+def cell_locator(file: str, row_group: int, row: int, column: str) -> str:
+    """The text that locates one row's image in ``file`` (relative to SRC)."""
+    return f"{_LOCATOR}:{row_group}:{row}:{column}:{file}"
+
+
+def is_cell(source: str) -> bool:
+    return source.startswith(_LOCATOR + ":")
+
+
+def parse_cell(source: str) -> tuple[str, int, int, str]:
+    """``(file, row group, row, column)`` of a :func:`cell_locator`."""
+    _, group, row, column, file = source.split(":", 4)
+    return file, int(group), int(row), column
+
+
+@dataclasses.dataclass
+class _Rows:
+    """What the launcher reads of one file: its footer, then per row group the label and path columns."""
+
+    file: ParquetFile
+    columns: Columns
+
+
+def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fraction: float, seed: int,
+         config: Optional[str], image_column: Optional[str], label_column: Optional[str],
+         scratch: Optional[str] = None) -> InputPlan:
+    """The plan of a Parquet dataset: a ref per row, labelled by the Hub's ClassLabel ids (see the module)."""
+    if is_parquet_file(src):  # one file: its name says its split
+        found = [dataclasses.replace(describe(posixpath.basename(src.rstrip("/"))), path="")]
+    else:
+        found = [describe(path) for path in parquet_files(listing)]
+    files = choose_config(found, config, src)
+    skipped = dict(listing.skipped)
+    others = sorted({f.split for f in files if f.split.lower() not in SPLITS})
+    if others:
+        files = [f for f in files if f.split.lower() in SPLITS]
+        skipped["other-split"] = skipped.get("other-split", 0) + len(others)
+        if not files:
+            raise InputError(f"{src} holds the splits {others} only; the converter writes train, validation and test")
+    readme = readme_class_names(src)
+    refused: list[ImageRef] = []
+    opened: list[_Rows] = []
+    for file in files:
+        try:
+            schema = _footer(src, file.path).schema.to_arrow_schema()
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            refused.append(ImageRef(SPLITS[file.split.lower()], file.path, 0, archive_members.refusal(
+                "corrupt-parquet", f"{file.path}: not a readable Parquet file: {_first_line(err)}")))
+            continue
+        opened.append(_Rows(file, find_columns(schema, file.path, image_column, label_column, readme)))
+    if not opened:
+        raise InputError(f"{src} holds no readable Parquet file ({len(files)} found)")
+    label_names = _label_names(opened, labels, src)
+    identities = {split: _unique_paths(src, [r for r in opened if SPLITS[r.file.split.lower()] == split])
+                  for split in {SPLITS[r.file.split.lower()] for r in opened}}
+    members = discover.collect_members(_members(src, opened, label_names, identities, refused), scratch)
+    if not members.counts:
+        raise InputError(f"{src}: its Parquet files hold no rows with an image")
+    plan = discover.plan_from_members(members, label_names, val_fraction, seed, src, skipped, what="labels",
+                                      refused=refused)
+    return dataclasses.replace(plan, archives=_identities(src, [r.file.path for r in opened]))
+
+
+def _label_names(opened: Sequence[_Rows], labels: Optional[Sequence[str]], src: str) -> Optional[list[str]]:
+    """The names of the label ids: the ClassLabel's (the same in every file), ``--labels``, or None (sorted text)."""
+    names = {r.columns.names for r in opened}
+    if len(names) > 1:
+        raise InputError(f"the Parquet files of {src} disagree on the label names: {sorted(map(str, names))[:2]}")
+    found = names.pop()
+    if found is not None:
+        if labels is not None and list(labels) != list(found):
+            raise InputError(f"--labels differs from the dataset's ClassLabel names {list(found)[:10]}: the Hub's "
+                             "label ids are kept; drop --labels")
+        return list(found)
+    if any(r.columns.integer_labels for r in opened) and labels is None:
+        raise InputError(f"the label column of {src} holds integers without names: give them with --labels FILE "
+                         "(line i names label i)")
+    return list(labels) if labels is not None else None
+
+
+def _footer(src: str, path: str):
+    import pyarrow.parquet as pq
+
+    with open_for_ranges(_full(src, path)) as handle:
+        return pq.ParquetFile(handle).metadata
+
+
+def _row_groups(src: str, rows: _Rows, columns: Sequence[str]) -> Iterator[tuple[int, list[list]]]:
+    """``(row group, [values of each column])`` of a file, a row group at a time (``image.path``: a struct's field)."""
+    import pyarrow.parquet as pq
+
+    with open_for_ranges(_full(src, rows.file.path)) as handle:
+        reader = pq.ParquetFile(handle)
+        for group in range(reader.metadata.num_row_groups):
+            table = reader.read_row_group(group, columns=list(columns)).flatten()
+            yield group, [table.column(name).to_pylist() for name in columns]
+
+
+def _unique_paths(src: str, opened: Sequence[_Rows]) -> bool:
+    """Every row of a split has a distinct, non-empty image ``path`` (8-byte digests: memory per row, not per byte)."""
+    seen: set[bytes] = set()
+    for rows in opened:
+        for _, (paths,) in _row_groups(src, rows, [f"{rows.columns.image}.path"]):
+            for path in paths:
+                if not path:
+                    return False
+                digest = hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+                if digest in seen:
+                    return False
+                seen.add(digest)
+    return True
+
+
+def _members(src: str, opened: Sequence[_Rows], names: Optional[Sequence[str]], unique: dict[str, bool],
+             refused: list[ImageRef]) -> Iterator[tuple[str, str, str, str]]:
+    """``(split, class name, relpath, locator)`` of every row; rows whose label cannot be had are refused."""
+    numbers: dict[str, int] = {}
+    for rows in opened:
+        split = SPLITS[rows.file.split.lower()]
+        image = rows.columns.image
+        for group, (paths, values) in _row_groups(src, rows, [f"{image}.path", rows.columns.label]):
+            for row, (path, value) in enumerate(zip(paths, values)):
+                number = numbers.get(split, 0)
+                numbers[split] = number + 1
+                relpath = f"{split}/{path}" if unique[split] else f"{split}/{number:09d}"
+                locator = cell_locator(rows.file.path, group, row, image)
+                name, problem = _class_name(value, names)
+                if problem:
+                    where = f"{rows.file.path or posixpath.basename(src)} row group {group} row {row}"
+                    refused.append(ImageRef(split, relpath, 0, archive_members.refusal(problem[0], f"{where}: "
+                                                                                       f"{problem[1]}")))
+                    continue
+                yield split, name, relpath, locator
+
+
+def _class_name(value, names: Optional[Sequence[str]]) -> tuple[str, Optional[tuple[str, str]]]:
+    """A row's class name, or the rejection (reason, detail) of a row without a usable label."""
+    if value is None or (isinstance(value, int) and value == -1):  # datasets' "no label" (test splits)
+        return "", ("missing-label", "the row has no label")
+    if isinstance(value, int):
+        if names is None or not 0 <= value < len(names):
+            count = len(names) if names is not None else 0
+            return "", ("label-out-of-range", f"label {value} is not one of the {count} ClassLabel names")
+        return names[value], None
+    return str(value), None
+
+
+def _identities(src: str, paths: Sequence[str]) -> dict[str, str]:
+    """Each Parquet file's size and modification time: what resume compares, and the manifest names."""
+    found = {}
+    for path in paths:
+        meta = FileSystems.match([_full(src, path)])[0].metadata_list[0]
+        found[path or posixpath.basename(src)] = f"{meta.size_in_bytes} bytes, modified {meta.last_updated_in_seconds!r}"
+    return found
+
+
+def _full(src: str, path: str) -> str:
+    return FileSystems.join(src, *path.split("/")) if path else src
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+
+
+class CellReader:
+    """Reads rows' images for one chunk of work: each row group's image column read once, then served row by row.
+
+    A part lists a file's rows in order, so a chunk reads each row group once
+    (by ranged reads: only that column's chunks). Memory: one row group's images.
+    """
+
+    def __init__(self, src: str) -> None:
+        self._src = src
+        self._group: tuple[Optional[tuple[str, int, str]], list, list] = (None, [], [])
+
+    def read(self, source: str) -> bytes:
+        """The image bytes of the row ``source`` locates.
+
+        Raises:
+          CellError: the row has no image (``missing-image``), or its file cannot be read (``corrupt-parquet``).
+        """
+        file, group, row, column = parse_cell(source)
+        if self._group[0] != (file, group, column):
+            self._group = ((file, group, column), *self._load(file, group, column))
+        images, paths = self._group[1], self._group[2]
+        if row >= len(images):
+            raise CellError("corrupt-parquet", f"{file} row group {group} has no row {row}")
+        if images[row] is not None:
+            return images[row]
+        return self._beside(file, paths[row], group, row)
+
+    def _load(self, file: str, group: int, column: str) -> tuple[list, list]:
+        import pyarrow.parquet as pq
+
+        try:
+            with open_for_ranges(_full(self._src, file)) as handle:
+                names = [f"{column}.bytes", f"{column}.path"]
+                table = pq.ParquetFile(handle).read_row_group(group, columns=names).flatten()
+        except (OSError, ValueError) as err:
+            raise CellError("corrupt-parquet", f"{file} row group {group}: {_first_line(err)}") from err
+        return table.column(names[0]).to_pylist(), table.column(names[1]).to_pylist()
+
+    def _beside(self, file: str, path: Optional[str], group: int, row: int) -> bytes:
+        """A row whose bytes are null: the file its ``path`` names beside the Parquet file (``datasets`` writes those)."""
+        where = f"{file} row group {group} row {row}"
+        if not path or path.startswith("/") or ".." in path.split("/"):
+            raise CellError("missing-image", f"{where}: no image bytes" + (f" and the path {path!r} is not "
+                                                                         "relative to its file" if path else ""))
+        folder = posixpath.dirname(file)
+        target = _full(self._src, posixpath.join(folder, path) if folder else path)
+        try:
+            with FileSystems.open(target) as handle:
+                return handle.read()
+        except OSError:
+            raise CellError("missing-image", f"{where}: no image bytes, and {path} is not beside the file") from None

@@ -1,0 +1,157 @@
+"""Hugging Face datasets as they ship convert with the Hub's label ids and their images' bytes passed through.
+
+Each test writes Parquet with ``datasets`` itself (``tests/hub_data.py``: the
+Image and ClassLabel features as the Hub stores them), converts it in-process,
+and compares the records with the rows.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from beam_jobs.discover import InputError
+from beam_jobs.options import ConvertOptions
+from beam_jobs.pipeline import run
+from tests import hub_data
+from tests.conftest import read_records
+
+FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+
+
+def _convert(src, out, **options) -> dict:
+    run(ConvertOptions(src=str(src), out=str(out), shards=2, overwrite=True, **options), FAST, show_progress=False)
+    return json.loads((out / "manifest.json").read_text())
+
+
+def _records(out) -> dict[str, dict]:
+    return {r["image/filename"].decode(): r for path in sorted(glob.glob(str(out / "*.tfrecord")))
+            for r in read_records(path)}
+
+
+def _rejected(out) -> dict[str, str]:
+    lines = (out / "rejected.jsonl").read_text().splitlines()
+    return {json.loads(line)["path"]: json.loads(line)["reason"] for line in lines}
+
+
+def _shards(out) -> dict[str, str]:
+    return {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest()
+            for p in sorted(glob.glob(str(out / "*.tfrecord")))}
+
+
+def test_a_hub_snapshot_keeps_the_hubs_label_ids_and_passes_the_jpeg_bytes_through(tmp_path):
+    splits = hub_data.hub_snapshot(str(tmp_path / "snapshot"))
+    manifest = _convert(tmp_path / "snapshot", tmp_path / "out")
+    assert (tmp_path / "out" / "labels.txt").read_text() == "zebra\nant\nmole\n"  # ClassLabel order, not sorted
+    assert {name: split["num_examples"] for name, split in manifest["splits"].items()} == \
+        {"train": 30, "validation": 9, "test": 6}
+    records = _records(tmp_path / "out")
+    for split, columns in splits.items():
+        for cell, label in zip(columns["image"], columns["labels"]):
+            record = records[f"{split}/{cell['path']}"]
+            assert record["image/encoded"] == cell["bytes"]  # byte for byte
+            assert record["image/class/label"] == label
+            assert record["image/class/text"].decode() == hub_data.NAMES[label]
+    assert sum(split["num_reencoded"] for split in manifest["splits"].values()) == 0
+    assert sorted(manifest["source_archives"]) == ["data/test-00000-of-00001.parquet",
+                                                   "data/train-00000-of-00002.parquet",
+                                                   "data/train-00001-of-00002.parquet",
+                                                   "data/validation-00000-of-00001.parquet"]
+
+
+def test_the_same_rows_cut_into_other_files_give_the_same_bytes(tmp_path):
+    hub_data.hub_snapshot(str(tmp_path / "two"), train_shards=2)
+    hub_data.hub_snapshot(str(tmp_path / "three"), train_shards=3)
+    _convert(tmp_path / "two", tmp_path / "out-two")
+    _convert(tmp_path / "three", tmp_path / "out-three")
+    assert _shards(tmp_path / "out-two") == _shards(tmp_path / "out-three")
+
+
+def test_the_same_images_as_class_folders_give_the_same_labels_and_bytes(tmp_path):
+    columns = hub_data.rows(24, 0)
+    hub_data.write_split(str(tmp_path / "snapshot" / "data"), "train", columns)
+    for cell, label in zip(columns["image"], columns["labels"]):
+        folder = tmp_path / "folders" / hub_data.NAMES[label]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / cell["path"]).write_bytes(cell["bytes"])
+    (tmp_path / "labels.txt").write_text("\n".join(hub_data.NAMES) + "\n")
+    _convert(tmp_path / "snapshot", tmp_path / "from-parquet")
+    _convert(tmp_path / "folders", tmp_path / "from-folders", labels_file=str(tmp_path / "labels.txt"))
+
+    def content(out):
+        return sorted((hashlib.sha256(r["image/encoded"]).hexdigest(), r["image/class/label"])
+                      for r in _records(out).values())
+    assert content(tmp_path / "from-parquet") == content(tmp_path / "from-folders")
+
+
+def test_a_config_folder_with_another_image_column_and_png_cells(tmp_path):
+    src = tmp_path / "snapshot"
+    hub_data.write_split(str(src / "plain_text"), "train", hub_data.rows(12, 0, "PNG"), image_column="img")
+    hub_data.write_split(str(src / "other"), "train", hub_data.rows(6, 50), image_column="img")
+    with pytest.raises(InputError, match=r"several configs \['other', 'plain_text'\]: pick one with --config"):
+        _convert(src, tmp_path / "out")
+    manifest = _convert(src, tmp_path / "out", config="plain_text")
+    assert manifest["splits"]["train"]["num_examples"] == 12
+    assert manifest["splits"]["train"]["num_reencoded"] == 12  # PNG cells become JPEGs
+    assert all(r["image/format"] == b"jpeg" for r in _records(tmp_path / "out").values())
+    with pytest.raises(InputError, match="--config 'nope'.*its configs are"):
+        _convert(src, tmp_path / "out", config="nope")
+
+
+def test_a_plain_pyarrow_file_with_text_labels_sorts_its_classes(tmp_path):
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table({"picture": pa.array([{"bytes": hub_data.photo(i), "path": None} for i in range(8)], image),
+                      "kind": ["dog", "cat"] * 4})
+    pq.write_table(table, tmp_path / "train.parquet", row_group_size=3)
+    with pytest.raises(InputError, match="no ClassLabel column.*picture.*kind.*--label-column"):
+        _convert(tmp_path / "train.parquet", tmp_path / "out")
+    manifest = _convert(tmp_path / "train.parquet", tmp_path / "out", label_column="kind")
+    assert manifest["classes"] == ["cat", "dog"] and manifest["splits"]["train"]["num_examples"] == 8
+    # No paths: each row is named by its split and its number in the split.
+    assert sorted(_records(tmp_path / "out")) == [f"train/{i:09d}" for i in range(8)]
+
+
+def test_bad_rows_and_a_damaged_file_cost_only_themselves(tmp_path):
+    src = tmp_path / "snapshot" / "data"
+    hub_data.write_split(str(src), "train", hub_data.rows(12, 0))
+    written = hub_data.write_split(str(src), "validation", hub_data.rows(6, 50))[0]
+    table = pq.read_table(written)
+    rows = table.to_pylist()
+    rows[0]["image"] = {"bytes": None, "path": "beside.jpg"}  # datasets' local files: read from beside the file
+    (src / "beside.jpg").write_bytes(hub_data.photo(99))
+    rows[1]["image"] = {"bytes": None, "path": "gone.jpg"}
+    rows[2]["image"] = {"bytes": b"just some text, no image", "path": "text.jpg"}
+    rows[3]["labels"] = -1  # datasets' "no label"
+    rows[4]["labels"] = 7  # past the three ClassLabel names
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), written)  # the Hub's schema and metadata
+    cut = hub_data.write_split(str(tmp_path / "cut"), "test", hub_data.rows(6, 80))[0]
+    data = open(cut, "rb").read()
+    (src / "test-00000-of-00001.parquet").write_bytes(data[:len(data) // 2])  # cut short: its footer is gone
+    manifest = _convert(tmp_path / "snapshot", tmp_path / "out", max_bad_fraction=0.5)
+    assert manifest["splits"]["train"]["num_examples"] == 12
+    assert manifest["splits"]["validation"]["num_examples"] == 2
+    assert _rejected(tmp_path / "out") == {
+        "validation/gone.jpg": "missing-image", "validation/text.jpg": "not-an-image",
+        "validation/img_0053.jpg": "missing-label", "validation/img_0054.jpg": "label-out-of-range",
+        "data/test-00000-of-00001.parquet": "corrupt-parquet"}
+    assert _records(tmp_path / "out")["validation/beside.jpg"]["image/encoded"] == hub_data.photo(99)
+
+
+def test_what_cannot_be_read_as_a_hub_dataset_is_named(tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    pq.write_table(pa.table({"text": ["a", "b"], "label": [0, 1]}), plain / "train-00000-of-00001.parquet")
+    with pytest.raises(InputError, match=r"has no image column .*text \(string\), label \(int64\).*--image-column"):
+        _convert(plain, tmp_path / "out")
+    partial = tmp_path / "converted" / "default" / "partial-train"
+    partial.mkdir(parents=True)
+    shutil.copy(hub_data.write_split(str(tmp_path / "w"), "train", hub_data.rows(3, 0))[0], partial / "0000.parquet")
+    with pytest.raises(InputError, match="the split 'train' is truncated"):
+        _convert(tmp_path / "converted", tmp_path / "out")
