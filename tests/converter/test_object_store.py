@@ -329,3 +329,24 @@ def test_webdataset_shards_in_s3_convert_as_locally_and_labels_cost_no_request_p
     # Per shard: one GET to list it, one for its labels, one for validation's run of members; then a GET per
     # image the writer copies. A GET per label added one per sample: 186 GETs for these 90 samples.
     assert len(expected) == 90 and len(gets) <= 3 * 3 + passed_through, gets
+
+
+def test_a_hub_snapshot_in_s3_converts_to_the_local_runs_bytes_by_ranged_reads(s3_server, tmp_path):
+    """The launcher reads each file's footer and its label and path columns; workers read each row group's
+    images once. Counted with moto's recorder: no request fetches a whole Parquet file."""
+    from tests import hub_data
+
+    snapshot = tmp_path / "snapshot"
+    hub_data.hub_snapshot(str(snapshot))
+    run_converter("--src", str(snapshot), "--out", str(tmp_path / "local"), "--shards", "2", *FAST, check=True)
+    bucket = s3_server.new_bucket()
+    src = s3_server.upload(str(snapshot), bucket, "beans")
+    s3_server.record()
+    run_converter("--src", src, "--out", str(tmp_path / "from-s3"), "--shards", "2", *s3_server.flags, *FAST,
+                  check=True)
+    requests = s3_server.recorded()
+    assert _comparable(_local_snapshot(tmp_path / "from-s3")) == _comparable(_local_snapshot(tmp_path / "local"))
+    reads = [(path, ranged) for method, path, ranged in requests if method == "GET" and path.endswith(".parquet")]
+    assert reads and all(ranged for _, ranged in reads), reads  # every read of a Parquet file is ranged
+    # 4 files of one row group: the launcher's footers and small columns, the workers' footer and image column.
+    assert len(reads) <= 8 * 4, reads
