@@ -266,16 +266,28 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
     for file in files:
         try:
             schema = _footer(src, file.path).schema.to_arrow_schema()
-        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
-            refused.append(ImageRef(SPLITS[file.split.lower()], file.path, 0, archive_members.refusal(
-                "corrupt-parquet", f"{file.path}: not a readable Parquet file: {_first_line(err)}")))
+        except _read_errors() as err:
+            refused.append(_refused_file(src, file, err))
             continue
         opened.append(_Rows(file, find_columns(schema, file.path, image_column, label_column, readme)))
+    # Every file's small columns are read once before any row is listed: a file damaged past its footer
+    # is refused whole, never listed in part; and whether a split's paths are unique is known.
+    unique: dict[str, bool] = {}
+    seen: dict[str, set[bytes]] = {}
+    readable = []
+    for rows in opened:
+        split = SPLITS[rows.file.split.lower()]
+        try:
+            unique[split] = _unique_paths(src, rows, unique.get(split, True), seen.setdefault(split, set()))
+        except _read_errors() as err:
+            refused.append(_refused_file(src, rows.file, err))
+            continue
+        readable.append(rows)
+    opened = readable
     if not opened:
         raise InputError(f"{src} holds no readable Parquet file ({len(files)} found)")
     label_names = _label_names(opened, labels, src)
-    identities = {split: _unique_paths(src, [r for r in opened if SPLITS[r.file.split.lower()] == split])
-                  for split in {SPLITS[r.file.split.lower()] for r in opened}}
+    identities = unique
     members = discover.collect_members(_members(src, opened, label_names, identities, refused), scratch)
     if not members.counts:
         raise InputError(f"{src}: its Parquet files hold no rows with an image")
@@ -319,19 +331,25 @@ def _row_groups(src: str, rows: _Rows, columns: Sequence[str]) -> Iterator[tuple
             yield group, [table.column(name).to_pylist() for name in columns]
 
 
-def _unique_paths(src: str, opened: Sequence[_Rows]) -> bool:
-    """Every row of a split has a distinct, non-empty image ``path`` (8-byte digests: memory per row, not per byte)."""
-    seen: set[bytes] = set()
-    for rows in opened:
-        for _, (paths,) in _row_groups(src, rows, [f"{rows.columns.image}.path"]):
-            for path in paths:
-                if not path:
-                    return False
-                digest = hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-                if digest in seen:
-                    return False
-                seen.add(digest)
-    return True
+def _unique_paths(src: str, rows: _Rows, so_far: bool, seen: set[bytes]) -> bool:
+    """Whether the rows of a split read so far (their paths' digests in ``seen``), these included, have
+    distinct, non-empty image paths.
+
+    Reads the file's path and label columns whole (raising what pyarrow raises
+    for a damaged file). 8-byte digests: memory per row, not per byte.
+    """
+    unique = so_far
+    for _, (paths, _labels) in _row_groups(src, rows, [f"{rows.columns.image}.path", rows.columns.label]):
+        for path in paths:
+            if not unique:
+                continue  # read on: the columns are checked whole
+            if not path:
+                unique = False
+                continue
+            digest = hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+            unique = digest not in seen
+            seen.add(digest)
+    return unique
 
 
 def _members(src: str, opened: Sequence[_Rows], names: Optional[Sequence[str]], unique: dict[str, bool],
@@ -381,6 +399,19 @@ def _full(src: str, path: str) -> str:
     return FileSystems.join(src, *path.split("/")) if path else src
 
 
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged Parquet file raises: pyarrow's own errors (some are not ValueErrors), and I/O's."""
+    import pyarrow.lib
+
+    return (OSError, ValueError, EOFError, pyarrow.lib.ArrowException)
+
+
+def _refused_file(src: str, file: ParquetFile, err: BaseException) -> ImageRef:
+    name = file.path or posixpath.basename(src.rstrip("/"))
+    return ImageRef(SPLITS[file.split.lower()], name, 0, archive_members.refusal(
+        "corrupt-parquet", f"{name}: not a readable Parquet file: {_first_line(err)}"))
+
+
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
 
@@ -419,7 +450,7 @@ class CellReader:
             with open_for_ranges(_full(self._src, file)) as handle:
                 names = [f"{column}.bytes", f"{column}.path"]
                 table = pq.ParquetFile(handle).read_row_group(group, columns=names).flatten()
-        except (OSError, ValueError) as err:
+        except _read_errors() as err:
             raise CellError("corrupt-parquet", f"{file} row group {group}: {_first_line(err)}") from err
         return table.column(names[0]).to_pylist(), table.column(names[1]).to_pylist()
 

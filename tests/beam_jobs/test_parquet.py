@@ -16,6 +16,8 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from beam_jobs.discover import InputError
 from beam_jobs.options import ConvertOptions
@@ -155,3 +157,49 @@ def test_what_cannot_be_read_as_a_hub_dataset_is_named(tmp_path):
     shutil.copy(hub_data.write_split(str(tmp_path / "w"), "train", hub_data.rows(3, 0))[0], partial / "0000.parquet")
     with pytest.raises(InputError, match="the split 'train' is truncated"):
         _convert(tmp_path / "converted", tmp_path / "out")
+
+
+def _sample_file() -> bytes:
+    """A small Hub Parquet file of two row groups (written once, by pyarrow with datasets' schema)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        written = hub_data.write_split(folder, "train", hub_data.rows(6, 0))[0]
+        table = pq.read_table(written)
+        pq.write_table(table, written, row_group_size=3)
+        return open(written, "rb").read()
+
+
+SAMPLE = _sample_file()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flips=st.lists(st.tuples(st.integers(0, len(SAMPLE) - 1), st.integers(1, 255)), max_size=4),
+       cut=st.integers(0, len(SAMPLE)))
+def test_mutated_parquet_files_list_and_read_or_are_refused_naming_the_file(tmp_path_factory, flips, cut):
+    """Footer and row groups damaged anywhere: the file is refused (corrupt-parquet), an error names it, or
+    every row listed reads as bytes or as a rejection with its reason; nothing else escapes."""
+    from beam_jobs.sources import archive_members, parquet
+    from beam_jobs.discover import Listing
+
+    data = bytearray(SAMPLE)
+    for at, xor in flips:
+        data[at] ^= xor
+    folder = tmp_path_factory.mktemp("fuzz")
+    (folder / "train-00000-of-00001.parquet").write_bytes(bytes(data[:cut] if cut < len(data) else data))
+    listing = Listing(("train-00000-of-00001.parquet",))
+    try:
+        plan = parquet.plan(str(folder), listing, None, 0.0, 0, None, None, None)
+    except InputError as err:
+        assert "train-00000-of-00001.parquet" in str(err) or str(folder) in str(err)
+        return
+    reader = parquet.CellReader(str(folder))
+    for ref in plan.refs:
+        if ref.source.startswith(archive_members.REFUSED):
+            assert archive_members.parse_locator(ref.source).reason in (
+                "corrupt-parquet", "missing-label", "label-out-of-range")
+            continue
+        try:
+            reader.read(ref.source)
+        except parquet.CellError as err:
+            assert err.reason in ("corrupt-parquet", "missing-image")
