@@ -94,10 +94,12 @@ def test_conversion_on_a_dask_cluster_matches_the_direct_runner_byte_for_byte(tm
 
 
 @pytest.mark.slow
-def test_archives_convert_on_a_dask_cluster_to_the_bytes_of_their_extraction(tmp_path, demo_src, dask_cluster):
+def test_archives_and_hub_parquet_convert_on_a_dask_cluster_to_the_bytes_of_a_local_run(tmp_path, demo_src,
+                                                                                        dask_cluster):
     """A tar holding class tars (their headers and members read by offset in the workers) and a .tar.gz class
     (inflated into the work folder by the launcher, read there by the workers) on Dask: the bytes of the
-    extracted folder, direct runner."""
+    extracted folder, direct runner. A Hugging Face snapshot (row groups read by the workers): the bytes of
+    its local run."""
     from tests.archive_data import tar_folder
     from tests.converter.test_archives import dataset_contents
 
@@ -113,6 +115,17 @@ def test_archives_convert_on_a_dask_cluster_to_the_bytes_of_their_extraction(tmp
                   "--runner=dask", f"--dask_client_address={address}", check=True, timeout=600)
     run_converter("--src", demo_src, "--out", str(tmp_path / "direct"), *common, check=True)
     dask, direct = dataset_contents(tmp_path / "dask"), dataset_contents(tmp_path / "direct")
+    for contents in (dask, direct):
+        del contents["manifest.json"]["written_by"]
+    assert dask == direct
+
+    from tests import hub_data
+
+    hub_data.hub_snapshot(str(tmp_path / "beans"))
+    for out, flags in (("beans-dask", ["--runner=dask", f"--dask_client_address={address}"]), ("beans-direct", [])):
+        run_converter("--src", str(tmp_path / "beans"), "--out", str(tmp_path / out), "--shards", "2",
+                      "--part-size", "7", "--no-progress", *flags, check=True, timeout=600)
+    dask, direct = dataset_contents(tmp_path / "beans-dask"), dataset_contents(tmp_path / "beans-direct")
     for contents in (dask, direct):
         del contents["manifest.json"]["written_by"]
     assert dask == direct
