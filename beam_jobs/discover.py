@@ -97,8 +97,12 @@ class InputPlan:
     # Compressed archives the listing inflated (beam_jobs.sources.compressed.Inflated): the launcher puts
     # them in the run's work folder, where their members' sources point, before the pipeline reads them.
     inflated: tuple = ()
-    # Each archive of SRC (not inside another) -> its size and modification time: a changed one is a changed input.
+    # Each archive of SRC (not inside another), or each Parquet file of a Hugging Face dataset -> its size
+    # and modification time: a changed one is a changed input.
     archives: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # A Hugging Face dataset's revision (the <sha> of a snapshot folder holding SRC), "" outside a snapshot;
+    # None: SRC is no Parquet dataset.
+    hub_revision: Optional[str] = None
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}

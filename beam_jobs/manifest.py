@@ -100,7 +100,10 @@ def build_manifest(
         "written_by": {"runner": runner, "apache_beam": _beam_version()},
         # Where the images came from when SRC holds archives: each one (not inside another), its size and
         # modification time. Records name images by their path in the extraction, as a folder's would be.
-        **({"source_archives": dict(plan.archives)} if plan.archives else {}),
+        **({"source_archives": dict(plan.archives)} if plan.archives and plan.hub_revision is None else {}),
+        # A Hugging Face dataset: its Parquet files (size and modification time) and the Hub revision they are.
+        **({"source_parquet": {"files": dict(plan.archives), "revision": plan.hub_revision or None}}
+           if plan.hub_revision is not None else {}),
     }
 
 

@@ -59,6 +59,14 @@ def summarize(data_dir: str) -> str:
         lines += [f"small images (a side under {record_schema.SMALL_SIDE} px; some training code fails on them, "
                   f"--min-side {record_schema.SMALL_SIDE} rejects them): "
                   + ", ".join(f"{name} {count}" for name, count in small.items() if count), ""]
+    parquet = info.manifest.get("source_parquet")
+    if parquet:
+        files = parquet.get("files") or {}
+        at = f" at revision {parquet['revision']}" if parquet.get("revision") else ""
+        lines += [f"converted from a Hugging Face dataset{at}: {len(files)} Parquet file"
+                  f"{'s' if len(files) != 1 else ''} (" + ", ".join(
+                      f"{name} ({_dated(identity)})" for name, identity in list(files.items())[:5])
+                  + (f" and {len(files) - 5} more" if len(files) > 5 else "") + ")", ""]
     archives = info.manifest.get("source_archives") or {}
     if archives:
         shown = [f"{name} ({_dated(identity)})" for name, identity in list(archives.items())[:5]]

@@ -293,7 +293,14 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
         raise InputError(f"{src}: its Parquet files hold no rows with an image")
     plan = discover.plan_from_members(members, label_names, val_fraction, seed, src, skipped, what="labels",
                                       refused=refused)
-    return dataclasses.replace(plan, archives=_identities(src, [r.file.path for r in opened]))
+    return dataclasses.replace(plan, archives=_identities(src, [r.file.path for r in opened]),
+                               hub_revision=revision(src))
+
+
+def revision(src: str) -> str:
+    """The Hub revision of a dataset in a snapshot folder (``.../snapshots/<commit sha>/...``), else ""."""
+    found = re.search(r"/snapshots/([0-9a-f]{40})(?:/|$)", src.replace("\\", "/"))
+    return found.group(1) if found else ""
 
 
 def _label_names(opened: Sequence[_Rows], labels: Optional[Sequence[str]], src: str) -> Optional[list[str]]:

@@ -62,10 +62,23 @@ def test_a_hub_snapshot_keeps_the_hubs_label_ids_and_passes_the_jpeg_bytes_throu
             assert record["image/class/label"] == label
             assert record["image/class/text"].decode() == hub_data.NAMES[label]
     assert sum(split["num_reencoded"] for split in manifest["splits"].values()) == 0
-    assert sorted(manifest["source_archives"]) == ["data/test-00000-of-00001.parquet",
-                                                   "data/train-00000-of-00002.parquet",
-                                                   "data/train-00001-of-00002.parquet",
-                                                   "data/validation-00000-of-00001.parquet"]
+    assert sorted(manifest["source_parquet"]["files"]) == ["data/test-00000-of-00001.parquet",
+                                                           "data/train-00000-of-00002.parquet",
+                                                           "data/train-00001-of-00002.parquet",
+                                                           "data/validation-00000-of-00001.parquet"]
+    assert manifest["source_parquet"]["revision"] is None and "source_archives" not in manifest
+
+
+def test_a_snapshot_in_the_hf_cache_records_its_revision_and_inspect_shows_it(tmp_path):
+    from reader.inspect import summarize
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = tmp_path / "hub" / "datasets--someone--beans" / "snapshots" / sha
+    hub_data.hub_snapshot(str(snapshot))
+    manifest = _convert(snapshot, tmp_path / "out")
+    assert manifest["source_parquet"]["revision"] == sha
+    assert f"converted from a Hugging Face dataset at revision {sha}: 4 Parquet files (" in \
+        summarize(str(tmp_path / "out"))
 
 
 def test_the_same_rows_cut_into_other_files_give_the_same_bytes(tmp_path):
