@@ -91,3 +91,16 @@ def test_the_startup_benchmark_reports_each_ratio_against_its_reference(tmp_path
     assert set(measured["ratio"]) == {"convert", "verify", "inspect"} and measured["images"] == 30
     assert all(ratio > 0 for ratio in measured["ratio"].values())
     assert "x import apache_beam (target 1.5x" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_hub_benchmark_compares_parquet_with_class_folders(tmp_path):
+    out = tmp_path / "hub.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.hub", "--photos", "30", "--tiny", "300,600", "--rounds", "1",
+                           "--json", str(out)], cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    measured = json.loads(out.read_text())
+    assert measured["speed"]["ratio"] > 0 and set(measured["memory"]["growth_mb"]) == {"launcher_mb",
+                                                                                         "largest_worker_mb"}
+    assert "Hub Parquet" in proc.stdout and "growth: launcher" in proc.stdout
