@@ -25,7 +25,7 @@ from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.sources import archive_members
 from beam_jobs.sources.member_reads import MemberReader
-from beam_jobs.sources.parquet import is_cell
+from beam_jobs.sources.hub import is_cell
 from beam_jobs.stage_records import Accepted, ImageRef, RejectedInput
 
 

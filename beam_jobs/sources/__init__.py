@@ -9,7 +9,7 @@
 * WebDataset samples (img2dataset's shards), each image labelled by its sibling
   member (``--label-member cls``, ``json:FIELD``): :mod:`beam_jobs.sources.webdataset`;
 * Hugging Face datasets as they ship (Parquet files whose rows are images,
-  labelled by the Hub's ClassLabel ids): :mod:`beam_jobs.sources.parquet`.
+  labelled by the Hub's ClassLabel ids): :mod:`beam_jobs.sources.hub`.
 
 Wherever a folder is read, an archive (``.tar``, ``.tar.gz``, ``.zip``...) reads
 as its extraction, by offset and without extracting
@@ -24,7 +24,7 @@ import dataclasses
 from typing import Optional
 
 from beam_jobs import discover
-from beam_jobs.sources import archives, parquet
+from beam_jobs.sources import archives, hub
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.stage_records import ImageRef
 
@@ -54,14 +54,14 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
                                options.annotation_columns, scratch=scratch, archive=dict(found.listing.entries()),
                                refused=[ImageRef("train", path, 0, source) for path, source in found.listing.refused])
         return dataclasses.replace(plan, inflated=found.inflated, archives=found.identities)
-    if parquet.is_parquet_file(options.src):
-        return parquet.plan(options.src, discover.Listing(()), labels, options.val_fraction, options.seed,
+    if hub.is_parquet_file(options.src):
+        return hub.plan(options.src, discover.Listing(()), labels, options.val_fraction, options.seed,
                             options.config, options.image_column, options.label_column, scratch=scratch)
     found = archives.list_tree(options.src, scratch, limit, scanner)
     listing = found.listing
-    if parquet.parquet_files(listing):
+    if hub.parquet_files(listing):
         _check_parquet_options(options)
-        return parquet.plan(options.src, listing, labels, options.val_fraction, options.seed, options.config,
+        return hub.plan(options.src, listing, labels, options.val_fraction, options.seed, options.config,
                             options.image_column, options.label_column, scratch=scratch)
     if options.config or options.image_column or options.label_column:
         flag = "--config" if options.config else "--image-column" if options.image_column else "--label-column"

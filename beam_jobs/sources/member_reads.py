@@ -23,7 +23,7 @@ import dataclasses
 from typing import BinaryIO, Iterable, Optional
 
 from beam_jobs.filesystems import FileSystems, open_for_ranges
-from beam_jobs.sources import archive_members, parquet
+from beam_jobs.sources import archive_members, hub
 from beam_jobs.sources.archive_members import ArchiveError, Located
 
 # Members closer than this are fetched together (a tar puts 512-1,023 bytes of header and padding between
@@ -57,7 +57,7 @@ def plan_runs(sources: Iterable[str]) -> dict[str, _Span]:
             spans.update((source, span) for source in run)
 
     for source in sources:
-        if not source or source.startswith(archive_members.REFUSED) or parquet.is_cell(source):
+        if not source or source.startswith(archive_members.REFUSED) or hub.is_cell(source):
             continue
         located = archive_members.parse_locator(source)
         start = located.member.offset
@@ -86,7 +86,7 @@ class MemberReader:
         self._spans = plan_runs(upcoming)
         self._handles: dict[tuple[bool, str], BinaryIO] = {}
         self._window: tuple[Optional[_Span], bytes] = (None, b"")
-        self._cells: Optional[parquet.CellReader] = None  # rows of a Parquet dataset
+        self._cells: Optional[hub.CellReader] = None  # rows of a Parquet dataset
         self.requests = 0  # ranged reads made (what the object-store tests count)
 
     def read(self, source: str) -> bytes:
@@ -97,9 +97,9 @@ class MemberReader:
             inflate to what the archive declared.
           OSError: the archive file cannot be read.
         """
-        if parquet.is_cell(source):
+        if hub.is_cell(source):
             if self._cells is None:
-                self._cells = parquet.CellReader(self._src)
+                self._cells = hub.CellReader(self._src)
             return self._cells.read(source)
         located = archive_members.parse_locator(source)
         if not isinstance(located, Located):

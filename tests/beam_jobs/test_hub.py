@@ -192,7 +192,7 @@ SAMPLE = _sample_file()
 def test_mutated_parquet_files_list_and_read_or_are_refused_naming_the_file(tmp_path_factory, flips, cut):
     """Footer and row groups damaged anywhere: the file is refused (corrupt-parquet), an error names it, or
     every row listed reads as bytes or as a rejection with its reason; nothing else escapes."""
-    from beam_jobs.sources import archive_members, parquet
+    from beam_jobs.sources import archive_members, hub as parquet
     from beam_jobs.discover import Listing
 
     data = bytearray(SAMPLE)
@@ -216,3 +216,36 @@ def test_mutated_parquet_files_list_and_read_or_are_refused_naming_the_file(tmp_
             reader.read(ref.source)
         except parquet.CellError as err:
             assert err.reason in ("corrupt-parquet", "missing-image")
+
+
+def test_a_dataset_saved_to_disk_as_arrow_converts_to_the_bytes_of_its_parquet(tmp_path):
+    """``DatasetDict.save_to_disk`` writes {split}/data-00000-of-00001.arrow (and a cache-*.arrow that
+    ``map`` left is not the dataset): the same rows as Parquet give the same shards."""
+    import datasets
+
+    splits = hub_data.hub_snapshot(str(tmp_path / "snapshot"))
+    saved = datasets.DatasetDict({name: datasets.Dataset.from_dict(columns, features=hub_data.features())
+                                  for name, columns in splits.items()})
+    saved.save_to_disk(str(tmp_path / "saved"))
+    (tmp_path / "saved" / "train" / "cache-0123456789abcdef.arrow").write_bytes(b"not the dataset")
+    _convert(tmp_path / "snapshot", tmp_path / "from-parquet")
+    manifest = _convert(tmp_path / "saved", tmp_path / "from-arrow")
+    assert _shards(tmp_path / "from-arrow") == _shards(tmp_path / "from-parquet")
+    assert sorted(manifest["source_parquet"]["files"]) == ["test/data-00000-of-00001.arrow",
+                                                           "train/data-00000-of-00001.arrow",
+                                                           "validation/data-00000-of-00001.arrow"]
+
+
+def test_split_and_config_are_read_from_the_hubs_file_names():
+    from beam_jobs.sources.hub import describe
+
+    assert (describe("data/train-00000-of-00004.parquet").split, describe("data/train-00000-of-00004.parquet")
+            .config) == ("train", "")
+    assert describe("plain_text/test-00000-of-00001.parquet").config == "plain_text"
+    assert (describe("default/validation/0000.parquet").split, describe("default/validation/0000.parquet")
+            .config) == ("validation", "default")
+    assert describe("beans-validation-00000-of-00002.arrow").split == "validation"  # the HF datasets cache
+    assert describe("beans-train.arrow").split == "train"
+    assert describe("test/data-00000-of-00001.arrow").split == "test"  # save_to_disk
+    with pytest.raises(InputError, match="'train' is truncated"):
+        describe("default/partial-train/0000.parquet")

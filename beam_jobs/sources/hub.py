@@ -28,6 +28,7 @@ same data downloaded again, or cut into other files, gives the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -41,7 +42,7 @@ from beam_jobs.filesystems import FileSystems, open_for_ranges
 from beam_jobs.sources import archive_members
 from beam_jobs.stage_records import ImageRef
 
-EXTENSION = ".parquet"
+EXTENSIONS = (".parquet", ".arrow")  # Parquet (the Hub's files), Arrow (save_to_disk and the HF datasets cache)
 SPLITS = {"train": "train", "validation": "validation", "valid": "validation", "val": "validation",
           "test": "test"}
 _SHARDED = re.compile(r"^(?P<split>[^/]+?)-\d{5}-of-\d{5}\.parquet$")  # push_to_hub
@@ -67,13 +68,17 @@ class ParquetFile:
 
 
 def is_parquet_file(src: str) -> bool:
-    """SRC is one Parquet file (``--src train-00000-of-00001.parquet``)."""
-    return src.lower().endswith(EXTENSION)
+    """SRC is one dataset file (``--src train-00000-of-00001.parquet``, ``data-00000-of-00001.arrow``)."""
+    return src.lower().endswith(EXTENSIONS)
 
 
 def parquet_files(listing: Listing) -> list[str]:
-    """The ``.parquet`` files of a listing, in name order (empty: SRC is no Parquet dataset)."""
-    return sorted(path for path, source in listing.entries() if not source and path.lower().endswith(EXTENSION))
+    """The Parquet and Arrow files of a listing, in name order (empty: SRC is no Hugging Face dataset).
+
+    ``cache-*.arrow`` files (what ``Dataset.map`` leaves beside a saved dataset) are not the dataset.
+    """
+    return sorted(path for path, source in listing.entries() if not source and path.lower().endswith(EXTENSIONS)
+                  and not posixpath.basename(path).startswith("cache-"))
 
 
 def describe(path: str) -> ParquetFile:
@@ -84,6 +89,8 @@ def describe(path: str) -> ParquetFile:
     """
     parts = path.split("/")
     name = parts[-1]
+    if name.lower().endswith(".arrow"):
+        return _describe_arrow(path, parts)
     sharded = _SHARDED.match(name)
     if sharded:
         folder = parts[-2] if len(parts) >= 2 else ""
@@ -95,6 +102,22 @@ def describe(path: str) -> ParquetFile:
                              f"dataset to Parquet only up to 5 GB, into {split}/); download the dataset's own "
                              "files (its main branch) to convert all of it")
         return ParquetFile(path, split, parts[-3] if len(parts) >= 3 else "")
+    stem = posixpath.splitext(name)[0]
+    return ParquetFile(path, stem if stem.lower() in SPLITS else "train", "")
+
+
+_ARROW_SAVED = re.compile(r"^data-\d{5}-of-\d{5}\.arrow$")  # save_to_disk: {split}/data-00000-of-00001.arrow
+_ARROW_CACHED = re.compile(r"^.+?-(?P<split>[^-/]+?)(?:-\d{5}-of-\d{5})?\.arrow$")  # cache: NAME-{split}[-k-of-n].arrow
+
+
+def _describe_arrow(path: str, parts: list[str]) -> ParquetFile:
+    name = parts[-1]
+    if _ARROW_SAVED.match(name):
+        folder = parts[-2] if len(parts) >= 2 else ""
+        return ParquetFile(path, folder if folder.lower() in SPLITS else "train", "")
+    cached = _ARROW_CACHED.match(name)
+    if cached and cached["split"].lower() in SPLITS:
+        return ParquetFile(path, cached["split"], "")
     stem = posixpath.splitext(name)[0]
     return ParquetFile(path, stem if stem.lower() in SPLITS else "train", "")
 
@@ -265,7 +288,8 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
     opened: list[_Rows] = []
     for file in files:
         try:
-            schema = _footer(src, file.path).schema.to_arrow_schema()
+            with _open_table(src, file.path) as table:
+                schema = table.schema
         except _read_errors() as err:
             refused.append(_refused_file(src, file, err))
             continue
@@ -320,22 +344,70 @@ def _label_names(opened: Sequence[_Rows], labels: Optional[Sequence[str]], src: 
     return list(labels) if labels is not None else None
 
 
-def _footer(src: str, path: str):
-    import pyarrow.parquet as pq
+class _ParquetTable:
+    """A Parquet file read by row groups; each read a ranged one (its footer, then the columns asked for)."""
 
-    with open_for_ranges(_full(src, path)) as handle:
-        return pq.ParquetFile(handle).metadata
+    def __init__(self, handle) -> None:
+        import pyarrow.parquet as pq
+
+        self._file = pq.ParquetFile(handle)
+        self.schema = self._file.schema_arrow
+        self.num_groups = self._file.metadata.num_row_groups
+
+    def group(self, index: int, columns: Sequence[str]) -> list[list]:
+        table = self._file.read_row_group(index, columns=list(columns)).flatten()
+        return [table.column(name).to_pylist() for name in columns]
+
+
+class _ArrowTable:
+    """An Arrow IPC file (``save_to_disk``'s, the HF cache's) mapped into memory: its record batches are the
+    groups, read without a copy (only the pages of the columns asked for are read from disk)."""
+
+    def __init__(self, source) -> None:
+        import pyarrow as pa
+
+        try:
+            reader = pa.ipc.open_stream(source)
+        except pa.ArrowInvalid:
+            source.seek(0)
+            reader = pa.ipc.open_file(source)
+            self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        else:
+            self.batches = list(reader)
+        self.schema = reader.schema
+        self.num_groups = len(self.batches)
+
+    def group(self, index: int, columns: Sequence[str]) -> list[list]:
+        batch, values = self.batches[index], []
+        for name in columns:
+            column, _, child = name.partition(".")
+            array = batch.column(column)
+            values.append((array.field(child) if child else array).to_pylist())
+        return values
+
+
+@contextlib.contextmanager
+def _open_table(src: str, path: str) -> Iterator:
+    """A Parquet or Arrow file of the dataset, open for reading by groups (row groups, record batches)."""
+    full = _full(src, path)
+    if not full.lower().endswith(".arrow"):
+        with open_for_ranges(full) as handle:
+            yield _ParquetTable(handle)
+        return
+    if FileSystems.get_scheme(full) not in (None, "file"):
+        raise InputError(f"{full}: Arrow files are read from a local disk (they are mapped into memory); "
+                         "copy the dataset's folder to one, or convert its Parquet files")
+    import pyarrow as pa
+
+    with pa.memory_map(full[len("file://"):] if full.startswith("file://") else full) as source:
+        yield _ArrowTable(source)
 
 
 def _row_groups(src: str, rows: _Rows, columns: Sequence[str]) -> Iterator[tuple[int, list[list]]]:
-    """``(row group, [values of each column])`` of a file, a row group at a time (``image.path``: a struct's field)."""
-    import pyarrow.parquet as pq
-
-    with open_for_ranges(_full(src, rows.file.path)) as handle:
-        reader = pq.ParquetFile(handle)
-        for group in range(reader.metadata.num_row_groups):
-            table = reader.read_row_group(group, columns=list(columns)).flatten()
-            yield group, [table.column(name).to_pylist() for name in columns]
+    """``(group, [values of each column])`` of a file, a group at a time (``image.path``: a struct's field)."""
+    with _open_table(src, rows.file.path) as table:
+        for group in range(table.num_groups):
+            yield group, table.group(group, columns)
 
 
 def _unique_paths(src: str, rows: _Rows, so_far: bool, seen: set[bytes]) -> bool:
@@ -451,15 +523,12 @@ class CellReader:
         return self._beside(file, paths[row], group, row)
 
     def _load(self, file: str, group: int, column: str) -> tuple[list, list]:
-        import pyarrow.parquet as pq
-
         try:
-            with open_for_ranges(_full(self._src, file)) as handle:
-                names = [f"{column}.bytes", f"{column}.path"]
-                table = pq.ParquetFile(handle).read_row_group(group, columns=names).flatten()
+            with _open_table(self._src, file) as table:
+                images, paths = table.group(group, [f"{column}.bytes", f"{column}.path"])
         except _read_errors() as err:
             raise CellError("corrupt-parquet", f"{file} row group {group}: {_first_line(err)}") from err
-        return table.column(names[0]).to_pylist(), table.column(names[1]).to_pylist()
+        return images, paths
 
     def _beside(self, file: str, path: Optional[str], group: int, row: int) -> bytes:
         """A row whose bytes are null: the file its ``path`` names beside the Parquet file (``datasets`` writes those)."""
