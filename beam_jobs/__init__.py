@@ -1,8 +1,10 @@
 """The conversion job: image folders to sharded TFRecords, as an Apache Beam pipeline.
 
-Modules in data-flow order: ``options`` (what to do), ``discover`` (list SRC,
-labels, splits), ``validate`` and ``encode`` (per image), ``shard`` (order and
-shard arithmetic), ``tfrecord`` and ``write`` (records and shard files),
-``manifest`` and ``publish`` (commit), ``transforms`` (the Beam graph),
-``pipeline`` (``run``: launch, check, publish).
+In data-flow order: ``options`` (what to do); ``discover`` and ``sources/`` (list SRC: class folders,
+label files, ImageNet, WebDataset, archives, Hugging Face datasets; labels, splits, the plan); the
+stages, each stating its data in and out at its top (``list_parts``, ``validate_part`` with
+``validate`` and ``encode``, ``count``, ``order_bucket``, ``write``, ``merge_reports``), wired in one
+place, ``transforms``; ``manifest``, ``publish`` and ``resume`` (the commit, and what a stopped run
+keeps); ``pipeline`` (``run``: launch, check, publish) with ``runners``, ``interrupt`` and
+``progress``. The on-disk formats both sides share live in ``record_files`` and ``record_schema``.
 """

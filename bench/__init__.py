@@ -1,6 +1,8 @@
-"""Benchmarks: ``python -m bench``. Not tests: ratios measured in one run on the same data.
+"""Benchmarks: ratios measured in one run on the same data, never timed unit tests.
 
-Modules: ``data`` (photo-like dataset from the photographs scikit-image and
-scikit-learn ship), ``plain_loop`` (the tutorial converter we compare with),
-``convert_bench``, ``read_bench``, ``report`` (JSON, markdown, chart).
+``python -m bench`` (the converter against a plain loop, the reader against the alternatives and the
+decode bound: ``data``, ``plain_loop``, ``convert_bench``, ``read_bench``, ``report``); and on their
+own: ``bench.scale`` (memory at two sizes, local and Dask), ``bench.archives``, ``bench.hub``
+(Hugging Face Parquet against class folders), ``bench.resume``, ``bench.reader_stages``,
+``bench.s3_read``, ``bench.index_check`` and ``bench.startup`` (a small job against one import).
 """
