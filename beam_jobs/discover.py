@@ -5,8 +5,9 @@ tensorflow/models scripts), because label ids need the global view: they are
 indices into the sorted union of class names over all splits, so a class that
 is missing from one split never shifts the ids of the others.
 
-:func:`plan_inputs` holds every rule (relative paths in, plan out);
-:func:`list_tree` is the only part that touches a file system. Given a local
+:func:`plan_inputs` holds every rule of class folders (relative paths in, plan out);
+:mod:`beam_jobs.listing` is the only part that touches a file system, and
+:mod:`beam_jobs.carve` carves validation out of train. Given a local
 ``scratch`` folder, both keep the per-image lists there (see
 :class:`beam_jobs.work_records.Spilled`) and hold only counters, folders and
 classes, so the launcher's memory does not grow with the number of images; the
@@ -18,59 +19,20 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
-import heapq
 import itertools
 import logging
-import os
 import re
-import uuid
-from array import array
-from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import record_schema
-from beam_jobs import formats, interrupt
+from beam_jobs import formats
+from beam_jobs.carve import carve_count, carve_key, carve_thresholds
 from beam_jobs.filesystems import FileSystems
+from beam_jobs.listing import (  # noqa: F401 - the listing's names, as every source's plan meets them
+    SYSTEM_FILES, InputError, Listing, display_path, is_hidden, list_tree, listing_of, scratch_file, skip_reason, walk)
 from beam_jobs.stage_records import ImageRef
 
 logger = logging.getLogger(__name__)
-
-# Files that operating systems and tools leave in image folders.
-SYSTEM_FILES = frozenset({"thumbs.db", "desktop.ini", ".ds_store"})
-
-
-class InputError(ValueError):
-    """SRC (or --labels) does not describe a dataset we can convert."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Listing:
-    """What a walk of SRC found: file paths and folder paths, relative to SRC.
-
-    ``files`` is any re-iterable collection (a tuple, or a scratch file's
-    :class:`beam_jobs.work_records.Spilled`); rules read it in passes. When
-    SRC holds archives (:mod:`beam_jobs.sources.archives`), their members are
-    files at the paths their extraction would give, and ``located`` holds
-    ``(path, source)`` for every file, in the order of ``files`` (the source
-    locates a member's bytes; "" for a plain file).
-    """
-
-    files: Iterable[str]
-    dirs: tuple[str, ...] = ()
-    # Reason -> count of entries the walk itself passed over (symlink loops...).
-    skipped: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    located: Optional[Iterable[tuple[str, str]]] = None
-    # (path as shown, refusal locator) of archive entries that have no place in the tree (a member named
-    # "../x", a tar cut short): listed only to be rejected, with their reason, by validation.
-    refused: tuple[tuple[str, str], ...] = ()
-    # Folder -> the archive it is the extraction of (as the user sees it: "crane.tar", "train.tar/n01.tar"),
-    # so a message about the folder names the file the user has.
-    archive_folders: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-    def entries(self) -> Iterator[tuple[str, str]]:
-        """``(path, source)`` of every file."""
-        return iter(self.located) if self.located is not None else ((path, "") for path in self.files)
-
 
 @dataclasses.dataclass(frozen=True)
 class InputPlan:
@@ -100,6 +62,8 @@ class InputPlan:
     # Each archive of SRC (not inside another), or each Parquet file of a Hugging Face dataset -> its size
     # and modification time: a changed one is a changed input.
     archives: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # The rows a source reads at once (a Parquet row group; 0: each image alone): a part holds at least that many.
+    read_unit: int = 0
     # A Hugging Face dataset's revision (the <sha> of a snapshot folder holding SRC), "" outside a snapshot;
     # None: SRC is no Parquet dataset.
     hub_revision: Optional[str] = None
@@ -136,11 +100,6 @@ def collect_members(triples: Iterable[tuple[str, str, str, str]], scratch: Optio
         items = work_records.spill(scratch_file(scratch, "members"), work_records.MEMBER, counted(),
                                    lambda t: work_records.encode_member(*t), work_records.decode_member)
     return Members(items, dict(counts))
-
-
-def scratch_file(scratch: str, name: str) -> str:
-    """A new file name in the launcher's scratch folder."""
-    return os.path.join(scratch, f"{name}-{uuid.uuid4().hex[:12]}")
 
 
 class PlannedRefs:
@@ -240,12 +199,12 @@ def plan_inputs(
         for path, source in listing.entries():
             if path.startswith(inside):
                 skipped["converted-dataset"] += count
-            elif not _skip_reason(path, skipped if count else None):
+            elif not skip_reason(path, skipped if count else None):
                 yield path, source
 
     top_dirs = {path.split("/")[0] for path, _ in visible(count=True) if "/" in path}
     dirs = [d for d in listing.dirs if d not in datasets and not d.startswith(inside)]
-    top_dirs |= {d.split("/")[0] for d in dirs if not _is_hidden(d)}
+    top_dirs |= {d.split("/")[0] for d in dirs if not is_hidden(d)}
     split_layout = bool(top_dirs) and all(d.lower() in _SPLIT_NAMES for d in top_dirs)
     if split_layout and len({_SPLIT_NAMES[d.lower()] for d in top_dirs}) < len(top_dirs):
         raise InputError(f"{src} has split folders {sorted(top_dirs)} naming the same split twice")
@@ -269,7 +228,7 @@ def plan_inputs(
     members = collect_members(triples(), scratch)
     class_dirs = {tuple(d.split("/")[:depth]) for d in dirs if len(d.split("/")) >= depth}
     for parts in sorted(class_dirs):
-        if any(_is_hidden(part) for part in parts):
+        if any(is_hidden(part) for part in parts):
             continue
         split = _SPLIT_NAMES[parts[0].lower()] if split_layout else "train"
         if (split, parts[-1]) not in members.counts:
@@ -394,7 +353,9 @@ def plan_from_members(
             warnings.append(f"--val-fraction: classes {_few(single)} have a single image, which stays in train "
                             "(a class is split only when it has two or more images)")
         wanted = {name: carve_count(count, val_fraction) for (_, name), count in members.counts.items()}
-        carve = carve_thresholds(members, {name: k for name, k in wanted.items() if k}, seed)
+        carve = carve_thresholds(members.items, {name: n for (split, name), n in members.counts.items()
+                                                 if split == "train"},
+                                 {name: k for name, k in wanted.items() if k}, seed)
         sizes["validation"] = sum(wanted.values())
         sizes["train"] -= sizes["validation"]
 
@@ -406,67 +367,6 @@ def plan_from_members(
     return InputPlan(refs, classes, dict(sorted(skipped.items())), tuple(warnings),
                      split_counts={split: n for split, n in sizes.items() if n},
                      unlisted=tuple(name for name in classes if name not in set(found)))
-
-
-def carve_count(count: int, fraction: float) -> int:
-    """Images of a class of ``count`` that ``--val-fraction`` moves to validation.
-
-    ``round(count * fraction)``, but at least one image on each side; a class
-    with a single image stays in train (validating on a class never trained on
-    measures nothing).
-    """
-    return min(max(round(count * fraction), 1), count - 1)
-
-
-def carve_key(seed: int, relpath: str) -> bytes:
-    """The keyed hash that ranks a class's images for the validation carve (smallest go to validation)."""
-    return keyed_hash(seed, "validation-carve/" + relpath)
-
-
-KEY_BYTES = 16
-# Carve candidates held at once while finding each class's threshold (~100 bytes each).
-CARVE_BUDGET = 1 << 18
-
-
-def carve_thresholds(members: Members, wanted: Mapping[str, int], seed: int) -> dict[str, bytes]:
-    """Per class, the ``wanted[class]``-th smallest carve key: images at or below it go to validation.
-
-    Stratified per class and deterministic. Exact in bounded memory: a radix
-    selection over streaming passes of the members. Each pass counts, per
-    class, the next byte of the keys that share the class's prefix so far (256
-    counters per class) and narrows the prefix to the byte holding the wanted
-    rank; once few keys share the prefixes, one pass collects and sorts them.
-    Held in memory, the members are simply sorted per class.
-    """
-    prefix = {name: b"" for name in wanted}
-    rank = dict(wanted)  # rank of the threshold among the keys sharing the prefix
-    sharing = {name: members.counts[("train", name)] for name in wanted}
-    while not isinstance(members.items, tuple) and sum(sharing.values()) > CARVE_BUDGET:
-        refine = {name for name, count in sharing.items() if count > 1 and len(prefix[name]) < KEY_BYTES}
-        if not refine:
-            break
-        counts = {name: array("q", bytes(8 * 256)) for name in refine}
-        for _, name, relpath, _ in members.items:
-            if name in counts:
-                key, known = carve_key(seed, relpath), prefix[name]
-                if key.startswith(known):
-                    counts[name][key[len(known)]] += 1
-        for name, histogram in counts.items():
-            below = 0
-            for byte, count in enumerate(histogram):
-                if below + count >= rank[name]:
-                    prefix[name] += bytes([byte])
-                    rank[name] -= below
-                    sharing[name] = count
-                    break
-                below += count
-    candidates: dict[str, list[bytes]] = collections.defaultdict(list)
-    for _, name, relpath, _ in members.items:
-        if name in prefix:
-            key = carve_key(seed, relpath)
-            if key.startswith(prefix[name]):
-                candidates[name].append(key)
-    return {name: heapq.nsmallest(rank[name], keys)[-1] for name, keys in candidates.items()}
 
 
 def _few(names: Sequence[str], limit: int = 5, total: Optional[int] = None) -> str:
@@ -531,146 +431,3 @@ def _no_images_message(src: str, stray: "_Stray", depth: int) -> str:
 _SPLIT_NAMES = {name: name for name in record_schema.SPLITS} | dict(record_schema.SPLIT_ALIASES)
 
 
-def _is_hidden(part_or_path: str) -> bool:
-    """Whether any part of the path starts with a dot (checked per image: no split)."""
-    return part_or_path.startswith(".") or "/." in part_or_path
-
-
-def _skip_reason(path: str, skipped: Optional[collections.Counter]) -> bool:
-    """Whether ``path`` is never read (hidden and system files), counted in ``skipped`` when given."""
-    name = path.rsplit("/", 1)[-1]
-    reason = "system-file" if name.lower() in SYSTEM_FILES else "hidden" if _is_hidden(path) else ""
-    if reason and skipped is not None:
-        skipped[reason] += 1
-    return bool(reason)
-
-
-def display_path(relpath: str) -> str:
-    """``relpath`` as valid text: bytes of a name that is not UTF-8 become ``\\xNN`` escapes.
-
-    On POSIX a file name is bytes; Python lists one that is not UTF-8 with
-    surrogate escapes, which no text format (JSON, Beam's string coder, a
-    record's UTF-8 ``image/filename``) can hold. Such a file is still read by
-    its real name; reports and records name it like this (``caf\\xe9.jpg``).
-    """
-    try:
-        relpath.encode("utf-8")
-        return relpath
-    except UnicodeEncodeError:
-        return relpath.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def keyed_hash(seed: int, key: str) -> bytes:
-    """128-bit keyed BLAKE2b of ``key`` salted with ``seed``: stable everywhere."""
-    return hashlib.blake2b(
-        key.encode("utf-8", "surrogatepass"), digest_size=16, key=seed.to_bytes(8, "little")
-    ).digest()
-
-
-def list_tree(src: str, scratch: Optional[str] = None) -> Listing:
-    """List every file and folder under ``src``, relative and ``/``-separated.
-
-    Local folders are walked following symbolic links; a link back to a folder
-    already walked (a loop, or a second route to the same folder) is skipped
-    and counted, so a loop cannot hang the listing or duplicate images. Other
-    file systems (``gs://``, ``s3://``...) are listed page by page through
-    Beam's file system. With a local ``scratch`` folder, file paths are
-    streamed to a file there as they are found (held: folders only); without
-    one they are held in memory, sorted.
-
-    Raises:
-      InputError: ``src`` does not exist or is not a folder.
-    """
-    skipped: collections.Counter[str] = collections.Counter()
-    dirs: list[str] = []
-    return listing_of(src, walk(src, dirs, skipped), dirs, skipped, scratch)
-
-
-def walk(src: str, dirs: list[str], skipped: collections.Counter) -> Iterator[str]:
-    """The files under ``src`` as :func:`list_tree` finds them (folders go to ``dirs``, passed-over entries
-    are counted in ``skipped``), streamed."""
-    if FileSystems.get_scheme(src) in (None, "file"):
-        return _walk_local(src, dirs, skipped)
-    return _walk_remote(src)
-
-
-def listing_of(src: str, files: Iterable[str], dirs: Iterable[str], skipped: Mapping[str, int],
-               scratch: Optional[str] = None, located: Optional[Iterable[tuple[str, str]]] = None,
-               refused: Callable[[], Sequence[tuple[str, str]]] = tuple,
-               archive_folders: Optional[Mapping[str, str]] = None) -> Listing:
-    """The :class:`Listing` of streamed ``files`` (or ``located`` ``(path, source)`` entries): spilled to
-    ``scratch`` as they come, or held sorted. ``dirs``, ``skipped`` and ``refused()`` are read once the
-    stream has been consumed (a walk fills them as it goes)."""
-    from beam_jobs import work_records
-
-    if located is None:
-        entries: Iterable[tuple[str, str]] = ((path, "") for path in files)
-    else:
-        entries = located
-    if scratch is None:
-        held = tuple(sorted(entries))
-        listed: Iterable[str] = tuple(path for path, _ in held)
-        pairs: Optional[Iterable[tuple[str, str]]] = held if located is not None else None
-    else:
-        spilled = work_records.spill(scratch_file(scratch, "listing"), work_records.PATH, entries,
-                                     lambda entry: work_records.encode_path(*entry), work_records.decode_path)
-        listed = spilled
-        pairs = work_records.Spilled(spilled.path, work_records.PATH, work_records.decode_entry, len(spilled)) \
-            if located is not None else None
-    if not FileSystems.get_scheme(src) in (None, "file") and not len(listed):
-        raise InputError(f"--src {src!r} holds no files (or does not exist)")
-    return Listing(listed, tuple(sorted(set(dirs))), dict(skipped), pairs, tuple(refused()),
-                   dict(archive_folders or {}))
-
-
-def _walk_local(src: str, dirs: list[str], skipped: collections.Counter) -> Iterator[str]:
-    """Files under a local ``src``, depth first, each folder's entries by name; folders go to ``dirs``."""
-    root = src[len("file://"):] if src.startswith("file://") else src
-    if not os.path.isdir(root):
-        raise InputError(f"--src {src!r} is not a folder" if os.path.exists(root) else f"--src {src!r} does not exist")
-    seen = {_identity(root)}
-    stack = [("", root)]
-    while stack:
-        interrupt.raise_if_received()  # a signal whose exception was lost (see interrupt.raise_if_received)
-        rel, path = stack.pop()
-        try:
-            entries = sorted(os.scandir(path), key=lambda entry: entry.name)
-        except OSError as err:
-            raise InputError(f"folder {path!r} under --src could not be listed: {err}") from err
-        for entry in entries:
-            child = f"{rel}{entry.name}"
-            try:
-                is_dir = entry.is_dir()  # follows symbolic links
-                is_file = not is_dir and entry.is_file()
-            except OSError:
-                skipped["unreadable-entry"] += 1
-                continue
-            if is_dir:
-                identity = _identity(entry.path)
-                if identity in seen:
-                    skipped["repeated-folder-link"] += 1
-                    continue
-                seen.add(identity)
-                dirs.append(child)
-                stack.append((child + "/", entry.path))
-            elif is_file:
-                yield child
-            else:
-                skipped["not-a-regular-file"] += 1  # dangling links, sockets, fifos
-
-
-def _identity(path: str) -> tuple[int, int]:
-    stat = os.stat(path)
-    return stat.st_dev, stat.st_ino
-
-
-def _walk_remote(src: str) -> Iterator[str]:
-    """Files under ``src`` in an object store, streamed page by page (never the whole listing at once).
-
-    Beam's ``FileSystems.match`` gathers every match into one list; the file
-    system's own ``_list`` generator pages through the store's listing.
-    """
-    base = src.rstrip("/") + "/"
-    for meta in FileSystems.get_filesystem(base)._list(base):
-        if not meta.path.endswith("/"):
-            yield meta.path[len(base):]

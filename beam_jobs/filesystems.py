@@ -1,7 +1,10 @@
-"""Beam's ``FileSystems``, with one boto3 client per process for S3 instead of one per call.
+"""The job's file I/O: Beam's ``FileSystems`` (one boto3 client per process for S3), ranged reads, whole files.
 
 Data in: paths (local, ``s3://``, ``gs://``...) and the pipeline's ``--s3_*`` options.
-Data out: Beam's ``FileSystems``, unchanged in behaviour; every module of the job imports it from here.
+Data out: Beam's ``FileSystems``, unchanged in behaviour, which every module of the job imports from
+here; handles that read exact ranges (:func:`open_for_ranges`, :class:`ReadAhead`); and the helpers
+every stage writes and reads its files with: :func:`write_text` and :func:`whole_file` (a file appears
+whole or not at all), :func:`read_text`, :func:`remove_folder`, :func:`is_local`.
 
 Beam's S3 file system builds a new boto3 session and client for every call
 (each open, exists, delete, rename, listing): about 100 ms of CPU each here,
@@ -15,9 +18,12 @@ thread-safe).
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import shutil
 import threading
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -180,3 +186,118 @@ class _S3ioModule:
 # Beam's S3 file system calls s3io.S3IO(options=...) for everything it does.
 if _s3filesystem is not None and not isinstance(_s3filesystem.s3io, _S3ioModule):
     _s3filesystem.s3io = _S3ioModule(_beam_s3io)
+
+
+# --- whole files: what every stage writes and reads through the run's file systems ------------------------
+
+def is_local(path: str) -> bool:
+    return FileSystems.get_scheme(path) in (None, "file")
+
+
+def local_path(path: str) -> str:
+    return os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
+
+
+def list_names(folder: str) -> list[str]:
+    if is_local(folder):
+        return os.listdir(local_path(folder))
+    # An object store has no folders: every object under the prefix, named by its first path component.
+    base = folder.rstrip("/") + "/"
+    return sorted({m.path[len(base):].split("/")[0] for m in FileSystems.match([base + "**"])[0].metadata_list})
+
+
+def write_text(path: str, text: str) -> None:
+    """Write a small file whole or not at all (every stage's completion marker is one of these).
+
+    Locally a temporary name is renamed into place: a kill during the write
+    must never leave an empty or half marker that a resumed run would trust
+    (the signal matrix once kept a part's empty counts file). In an object
+    store an object appears whole when its upload completes.
+    """
+    data = text.encode("utf-8")
+    if not is_local(path):
+        _create(path, data)
+        return
+    temp = path + ".partial"
+    _create(temp, data)
+    FileSystems.rename([temp], [path])
+
+
+def _create(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` directly, as its file system needs (S3 refuses an empty multipart upload)."""
+    if not data and FileSystems.get_scheme(path) == "s3":
+        _put_empty_s3_object(path)
+        return
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(data)
+
+
+class _LazyFile:
+    """A file opened at its first write, so an empty one can be written the way its file system needs."""
+
+    def __init__(self, path: str) -> None:
+        self._path, self._handle = path, None
+
+    def write(self, data: bytes) -> None:
+        if data:
+            if self._handle is None:
+                self._handle = FileSystems.create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
+            self._handle.write(data)
+
+    def close(self) -> None:
+        if self._handle is None:
+            _create(self._path, b"")
+        else:
+            self._handle.close()
+
+
+@contextlib.contextmanager
+def whole_file(path: str) -> Iterator[_LazyFile]:
+    """Write ``path`` so that no reader ever sees half of it: a temporary name, renamed once complete.
+
+    A retried task rewrites the same bytes; a killed or failed one leaves only
+    the temporary file. In an object store an object appears whole when its upload
+    completes, so it is written in place (a rename there is a copy and a
+    delete: three requests instead of one). Empty files work on S3 too (see
+    :func:`_put_empty_s3_object`).
+    """
+    local = is_local(path)
+    temp = path + ".partial" if local else path
+    handle = _LazyFile(temp)
+    try:
+        yield handle
+    except BaseException:
+        if local:  # an unfinished upload is left unfinished: closing it would publish half a file
+            handle.close()
+        raise
+    handle.close()
+    if local:
+        FileSystems.rename([temp], [path])
+
+
+def _put_empty_s3_object(path: str) -> None:
+    """An empty object (a run with no rejections has an empty ``rejected.jsonl``).
+
+    Beam's S3 writer always completes a multipart upload, and S3 refuses one
+    with no parts (MalformedXML), so an empty file is written with one
+    PutObject through the process's client for the same --s3_* options.
+    """
+    from apache_beam.io.aws.s3io import parse_s3_path
+
+    options = FileSystems.get_filesystem(path)._options  # the --s3_* flags the pipeline was given
+    bucket, key = parse_s3_path(path)
+    s3_client(options).put_object(Bucket=bucket, Key=key, Body=b"")
+
+
+def read_text(path: str) -> str:
+    with FileSystems.open(path) as handle:
+        return handle.read().decode("utf-8")
+
+
+def remove_folder(path: str) -> None:
+    """Delete a folder and everything in it, on disk or in an object store (where it is a prefix)."""
+    if is_local(path):
+        shutil.rmtree(local_path(path), ignore_errors=True)
+        return
+    if list_names(path):
+        FileSystems.delete([path.rstrip("/") + "/"])

@@ -26,7 +26,7 @@ from typing import Iterable, Iterator, Sequence
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 
-from beam_jobs import faults, publish, work_records
+from beam_jobs import faults, filesystems, work_records
 from beam_jobs.discover import display_path
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.list_parts import WorkLayout
@@ -44,7 +44,7 @@ def _lines(path: str) -> Iterator[str]:
 
 
 def _merge_into(paths: Sequence[str], out: str) -> None:
-    with publish.whole_file(out) as handle:
+    with filesystems.whole_file(out) as handle:
         for line in heapq.merge(*(_lines(path) for path in paths)):
             handle.write(line.encode("utf-8"))
 
@@ -140,7 +140,7 @@ def find_duplicates(layout: WorkLayout, hash_range: int, classes: Sequence[str])
     """
     done = layout.duplicates_summary(hash_range)
     if FileSystems.exists(done):
-        return DuplicateSummary.from_json(publish.read_text(done))
+        return DuplicateSummary.from_json(filesystems.read_text(done))
     records: list[bytes] = []
     for part in range(layout.num_parts):
         records += work_records.read_bucket(layout.content(part), work_records.CONTENT, hash_range)
@@ -158,20 +158,20 @@ def find_duplicates(layout: WorkLayout, hash_range: int, classes: Sequence[str])
     groups.sort()
     cross_label = [g for g in groups if len({label for _, label, _ in g}) > 1]
     cross_split = [g for g in groups if len({split for split, _, _ in g}) > 1]
-    with publish.whole_file(layout.duplicates(hash_range)) as handle:
+    with filesystems.whole_file(layout.duplicates(hash_range)) as handle:
         for group in groups:
             line = [{"split": split, "label": classes[label], "path": path} for split, label, path in group]
             handle.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
     summary = DuplicateSummary(len(groups), sum(len(g) - 1 for g in groups), len(cross_label), len(cross_split),
                                tuple(cross_label[:MAX_LISTED_DUPLICATES]), tuple(cross_split[:MAX_LISTED_DUPLICATES]))
-    publish.write_text(done, summary.to_json())
+    filesystems.write_text(done, summary.to_json())
     faults.point("duplicates-found")
     return summary
 
 
 def join_duplicates(layout: WorkLayout, out: str) -> None:
     """Every range's groups, one after another, into ``out`` (ordered by hash range, sorted inside one)."""
-    with publish.whole_file(out) as handle:
+    with filesystems.whole_file(out) as handle:
         for hash_range in range(layout.hash_ranges):
             with FileSystems.open(layout.duplicates(hash_range), compression_type=CompressionTypes.UNCOMPRESSED) as f:
                 while True:

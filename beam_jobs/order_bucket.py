@@ -13,7 +13,7 @@ hash ranges, so the split's order is the buckets' orders one after another.
 
 from __future__ import annotations
 
-from beam_jobs import faults, publish, work_records
+from beam_jobs import faults, filesystems, work_records
 from beam_jobs.count import BucketTask
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.list_parts import WorkLayout
@@ -42,6 +42,6 @@ def order_bucket(layout: WorkLayout, task: BucketTask) -> list[tuple[int, int]]:
     for shard, lo, hi in task.shard_slices():
         work_records.write_file(layout.slice(task.split, shard, task.bucket), work_records.ACCEPTED, records[lo:hi])
         written.append((shard, hi - lo))
-    publish.write_text(done, "")
+    filesystems.write_text(done, "")
     faults.point("bucket-ordered")
     return written

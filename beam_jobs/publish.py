@@ -30,13 +30,11 @@ import shutil
 import uuid
 from typing import Iterator, Optional
 
-from apache_beam.io.filesystem import CompressionTypes
-
 import record_schema
-from beam_jobs import faults, filesystems
+from beam_jobs import faults
+from beam_jobs.filesystems import FileSystems, is_local, list_names, local_path, read_text, remove_folder, write_text
 from record_files import idx
 from record_files import staging as staging_names
-from beam_jobs.filesystems import FileSystems
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +55,9 @@ class ConcurrentRunError(PublishError):
     """Another conversion holds the lock on OUT."""
 
 
-def is_local(path: str) -> bool:
-    return FileSystems.get_scheme(path) in (None, "file")
-
-
-def _local(path: str) -> str:
-    return os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
-
-
 def _sibling(out: str, kind: str, run: bool = True) -> str:
     """A new run's ``.<name>.<kind>-<run>`` beside a local OUT (``run=False``: ``.<name>.<kind>``)."""
-    return staging_names.sibling(_local(out), kind, uuid.uuid4().hex[:12] if run else "")
+    return staging_names.sibling(local_path(out), kind, uuid.uuid4().hex[:12] if run else "")
 
 
 def new_staging(out: str) -> str:
@@ -105,7 +95,7 @@ def output_lock(out: str) -> Iterator[None]:
         logger.warning("no lock is taken on %s: object stores have none; run one conversion at a time", out)
         yield
         return
-    parent = os.path.dirname(_local(out))
+    parent = os.path.dirname(local_path(out))
     try:
         os.makedirs(parent, exist_ok=True)
     except OSError as err:
@@ -154,7 +144,7 @@ def recover_and_clean(out: str) -> None:
     if not is_local(out):
         _recover_remote(out)
         return
-    target = _local(out)
+    target = local_path(out)
     parent, name = os.path.split(target)
     old = sorted(entry for entry in os.listdir(parent) if staging_names.is_sibling(entry, name, ("old",)))
     if old and not os.path.exists(target):
@@ -173,11 +163,11 @@ def recover_and_clean(out: str) -> None:
 def leftover_stagings(out: str) -> list[str]:
     """Staging folders that dead runs left with a resume record, newest name last (call under the lock)."""
     if is_local(out):
-        parent, name = os.path.split(_local(out))
+        parent, name = os.path.split(local_path(out))
         found = [os.path.join(parent, entry) for entry in sorted(os.listdir(parent))
                  if staging_names.is_sibling(entry, name)]
     else:
-        found = [FileSystems.join(out.rstrip("/"), entry) for entry in _listing(out)
+        found = [FileSystems.join(out.rstrip("/"), entry) for entry in list_names(out)
                  if staging_names.is_remote_staging(entry)]
     return [path for path in found if FileSystems.exists(FileSystems.join(work_dir(path), RESUME_RECORD))]
 
@@ -199,11 +189,11 @@ def check_out(out: str, overwrite: bool) -> None:
     OUT may be missing or empty; it may hold a dataset only with ``overwrite``;
     anything else in it is user data that is never replaced.
     """
-    if is_local(out) and not os.path.exists(_local(out)):
+    if is_local(out) and not os.path.exists(local_path(out)):
         return
-    if is_local(out) and not os.path.isdir(_local(out)):
+    if is_local(out) and not os.path.isdir(local_path(out)):
         raise PublishError(f"--out {out!r} is a file, not a folder")
-    names = [name for name in _listing(out) if not staging_names.is_remote_staging(name)]
+    names = [name for name in list_names(out) if not staging_names.is_remote_staging(name)]
     if not names:
         return
     foreign = sorted(n for n in names if n not in _DATASET_FILES and n not in record_schema.TFDS_METADATA_FILES
@@ -226,114 +216,18 @@ def check_out(out: str, overwrite: bool) -> None:
         )
 
 
-def _listing(folder: str) -> list[str]:
-    if is_local(folder):
-        return os.listdir(_local(folder))
-    # An object store has no folders: every object under the prefix, named by its first path component.
-    base = folder.rstrip("/") + "/"
-    return sorted({m.path[len(base):].split("/")[0] for m in FileSystems.match([base + "**"])[0].metadata_list})
-
-
-def write_text(path: str, text: str) -> None:
-    """Write a small file whole or not at all (every stage's completion marker is one of these).
-
-    Locally a temporary name is renamed into place: a kill during the write
-    must never leave an empty or half marker that a resumed run would trust
-    (the signal matrix once kept a part's empty counts file). In an object
-    store an object appears whole when its upload completes.
-    """
-    data = text.encode("utf-8")
-    if not is_local(path):
-        _create(path, data)
-        return
-    temp = path + ".partial"
-    _create(temp, data)
-    FileSystems.rename([temp], [path])
-
-
-def _create(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` directly, as its file system needs (S3 refuses an empty multipart upload)."""
-    if not data and FileSystems.get_scheme(path) == "s3":
-        _put_empty_s3_object(path)
-        return
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(data)
-
-
-class _LazyFile:
-    """A file opened at its first write, so an empty one can be written the way its file system needs."""
-
-    def __init__(self, path: str) -> None:
-        self._path, self._handle = path, None
-
-    def write(self, data: bytes) -> None:
-        if data:
-            if self._handle is None:
-                self._handle = FileSystems.create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
-            self._handle.write(data)
-
-    def close(self) -> None:
-        if self._handle is None:
-            _create(self._path, b"")
-        else:
-            self._handle.close()
-
-
-@contextlib.contextmanager
-def whole_file(path: str) -> Iterator[_LazyFile]:
-    """Write ``path`` so that no reader ever sees half of it: a temporary name, renamed once complete.
-
-    A retried task rewrites the same bytes; a killed or failed one leaves only
-    the temporary file. In an object store an object appears whole when its upload
-    completes, so it is written in place (a rename there is a copy and a
-    delete: three requests instead of one). Empty files work on S3 too (see
-    :func:`_put_empty_s3_object`).
-    """
-    local = is_local(path)
-    temp = path + ".partial" if local else path
-    handle = _LazyFile(temp)
-    try:
-        yield handle
-    except BaseException:
-        if local:  # an unfinished upload is left unfinished: closing it would publish half a file
-            handle.close()
-        raise
-    handle.close()
-    if local:
-        FileSystems.rename([temp], [path])
-
-
-def _put_empty_s3_object(path: str) -> None:
-    """An empty object (a run with no rejections has an empty ``rejected.jsonl``).
-
-    Beam's S3 writer always completes a multipart upload, and S3 refuses one
-    with no parts (MalformedXML), so an empty file is written with one
-    PutObject through the process's client for the same --s3_* options.
-    """
-    from apache_beam.io.aws.s3io import parse_s3_path
-
-    options = FileSystems.get_filesystem(path)._options  # the --s3_* flags the pipeline was given
-    bucket, key = parse_s3_path(path)
-    filesystems.s3_client(options).put_object(Bucket=bucket, Key=key, Body=b"")
-
-
-def read_text(path: str) -> str:
-    with FileSystems.open(path) as handle:
-        return handle.read().decode("utf-8")
-
-
 def commit(staging: str, out: str, manifest: dict) -> None:
     """Write the manifest into staging and make staging the dataset at OUT."""
     remove_folder(work_dir(staging))
     body = json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
     if is_local(out):
         write_text(os.path.join(staging, record_schema.MANIFEST_FILE), body)
-        _swap_in_local(staging, _local(out))
+        _swap_inlocal_path(staging, local_path(out))
     else:
         _publish_remote(staging, out, body)
 
 
-def _swap_in_local(staging: str, target: str) -> None:
+def _swap_inlocal_path(staging: str, target: str) -> None:
     if not os.path.exists(target) or (os.path.isdir(target) and not os.listdir(target)):
         os.replace(staging, target)  # atomic; replaces an empty folder
         return
@@ -387,10 +281,10 @@ def _roll_forward(staging: str, out: str, manifest_body: str) -> None:
     if FileSystems.exists(manifest):
         FileSystems.delete([manifest])  # from here on readers see "no dataset", never a mix
     faults.point("retracted")
-    old = [FileSystems.join(out, name) for name in _listing(out)
+    old = [FileSystems.join(out, name) for name in list_names(out)
            if name not in keep and not staging_names.is_remote_staging(name) and name != record_schema.MANIFEST_FILE]
     _delete(old)
-    names = [name for name in _listing(staging) if name != COMMIT_RECORD]
+    names = [name for name in list_names(staging) if name != COMMIT_RECORD]
     for index, name in enumerate(names):
         FileSystems.rename([FileSystems.join(staging, name)], [FileSystems.join(out, name)])
         if index == 0:
@@ -410,7 +304,7 @@ def dataset_files(manifest: dict) -> set[str]:
 def _recover_remote(out: str) -> None:
     """Finish a commit a killed run left half done; delete staging folders of runs that died before one."""
     out = out.rstrip("/")
-    for name in _listing(out):
+    for name in list_names(out):
         if not staging_names.is_remote_staging(name):
             continue
         staging = FileSystems.join(out, name)
@@ -444,15 +338,6 @@ def abandon(staging: Optional[str], out: str, scratch: Optional[str] = None) -> 
     if is_local(out):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(_sibling(out, "lock", run=False))
-
-
-def remove_folder(path: str) -> None:
-    """Delete a folder and everything in it, on disk or in an object store (where it is a prefix)."""
-    if is_local(path):
-        shutil.rmtree(_local(path), ignore_errors=True)
-        return
-    if _listing(path):
-        FileSystems.delete([path.rstrip("/") + "/"])
 
 
 def _delete(paths: list[str]) -> None:

@@ -36,7 +36,7 @@ from typing import Optional, Sequence
 
 from apache_beam.io.filesystem import BeamIOError
 
-from beam_jobs import interrupt, publish, work_records
+from beam_jobs import filesystems, interrupt, publish, work_records
 from beam_jobs.discover import InputPlan
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
@@ -86,13 +86,13 @@ def record_for(options: ConvertOptions, plan: InputPlan, part_size: int, listing
 
 
 def save(work: str, record: RunRecord) -> None:
-    publish.write_text(FileSystems.join(work, publish.RESUME_RECORD), record.to_json())
+    filesystems.write_text(FileSystems.join(work, publish.RESUME_RECORD), record.to_json())
 
 
 def load(staging: str) -> Optional[RunRecord]:
     """The record in a staging folder, or None when it is missing or unreadable (a run of another release)."""
     try:
-        return RunRecord.from_json(publish.read_text(FileSystems.join(publish.work_dir(staging),
+        return RunRecord.from_json(filesystems.read_text(FileSystems.join(publish.work_dir(staging),
                                                                       publish.RESUME_RECORD)))
     except (OSError, ValueError, TypeError):
         return None
@@ -128,7 +128,7 @@ def choose(leftovers: Sequence[str], record: RunRecord) -> Optional[str]:
             continue
         reason = "a newer one is resumed" if chosen else why_not(old, record)
         logger.warning("not resuming the interrupted run in %s (%s): starting afresh", staging, reason)
-        publish.remove_folder(staging)
+        filesystems.remove_folder(staging)
     return chosen
 
 
@@ -180,7 +180,7 @@ def _matches(pattern: str) -> list:
 
 def _tree_size(folder: str) -> tuple[int, float]:
     """Bytes under ``folder`` and the newest modification time (seconds since the epoch; 0 if unknown)."""
-    if publish.is_local(folder):
+    if filesystems.is_local(folder):
         total, newest = 0, 0.0
         for root, _, files in os.walk(folder):
             for name in files:

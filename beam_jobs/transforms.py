@@ -34,7 +34,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 import record_schema
-from beam_jobs import faults, merge_reports, publish, work_records
+from beam_jobs import faults, filesystems, merge_reports, publish, work_records
 from beam_jobs.count import BucketTask, PartCounts, SumCounts, bucket_tasks
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.list_parts import WorkLayout
@@ -98,7 +98,7 @@ def write_duplicates(summary: merge_reports.DuplicateSummary, layout: WorkLayout
     """``duplicates.jsonl`` into staging (every group), and the manifest's summary into the work folder."""
     merge_reports.join_duplicates(layout, FileSystems.join(staging, record_schema.DUPLICATES_FILE))
     summary_json = json.dumps(summary.to_manifest(classes, record_schema.DUPLICATES_FILE), sort_keys=True)
-    publish.write_text(FileSystems.join(layout.work, DUPLICATES_SUMMARY_FILE), summary_json)
+    filesystems.write_text(FileSystems.join(layout.work, DUPLICATES_SUMMARY_FILE), summary_json)
 
 
 class WriteShardFn(beam.DoFn):
@@ -123,7 +123,7 @@ class WriteShardFn(beam.DoFn):
         name = record_schema.shard_filename(split, index, num_shards)
         saved = FileSystems.join(self._layout.work, staging_names.shard_result_name(name))
         if FileSystems.exists(saved):  # written whole before its result (a killed run this one resumes)
-            result_json = publish.read_text(saved)
+            result_json = filesystems.read_text(saved)
             self._progress.add(ShardResult.from_json(result_json).num_examples, resumed=True)
             yield result_json
             return
@@ -141,7 +141,7 @@ class WriteShardFn(beam.DoFn):
         if result.num_examples != expected:
             raise RuntimeError(f"shard {result.file} got {result.num_examples} records from its slices, "
                                f"expected {expected}: a work file was lost or replaced during the run")
-        publish.write_text(FileSystems.join(publish.work_dir(self._staging), staging_names.shard_result_name(result.file)), result.to_json())
+        filesystems.write_text(FileSystems.join(publish.work_dir(self._staging), staging_names.shard_result_name(result.file)), result.to_json())
         faults.point("shard-written")
         self._written.inc(result.num_examples)
         self._reencoded.inc(sum(result.reencoded.values()))
@@ -171,7 +171,7 @@ class ConvertImages(beam.PTransform):
             | "CountBuckets" >> beam.CombineGlobally(SumCounts())
         )
         counts_written = totals | "WriteCounts" >> beam.Map(
-            lambda counts, path: publish.write_text(path, counts.to_json()), FileSystems.join(layout.work, COUNTS_FILE)
+            lambda counts, path: filesystems.write_text(path, counts.to_json()), FileSystems.join(layout.work, COUNTS_FILE)
         )
         # Tasks are dealt from the part ids, not made from the one summed element: a runner keeps
         # a collection's partitioning, and Beam's DaskRunner (whose Reshuffle does nothing) would

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from beam_jobs import discover, faults, publish, work_records
+from beam_jobs import faults, filesystems, work_records
+from beam_jobs.carve import keyed_hash
 from beam_jobs.count import PartCounts
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.list_parts import WorkLayout
@@ -36,7 +37,7 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
     """
     done = layout.part_counts(part)
     if FileSystems.exists(done):
-        counts = PartCounts.from_json(publish.read_text(done))
+        counts = PartCounts.from_json(filesystems.read_text(done))
         if on_image is not None:
             on_image(sum(counts.accepted_per_split().values()) + counts.num_rejected(), resumed=True)
         return counts
@@ -53,7 +54,7 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
             reasons = rejected_counts.setdefault(ref.split, {})
             reasons[result.reason] = reasons.get(result.reason, 0) + 1
             continue
-        runs[ref.split].append(work_records.encode_accepted(discover.keyed_hash(seed, ref.relpath), result))
+        runs[ref.split].append(work_records.encode_accepted(keyed_hash(seed, ref.relpath), result))
         stored[ref.split] = stored.get(ref.split, 0) + result.stored_bytes
         content.append(work_records.encode_content(result))
     accepted = {}
@@ -64,11 +65,11 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
     work_records.write_file(layout.content(part), work_records.CONTENT, sorted(content), layout.hash_ranges)
     _write_lines(layout.rejected(part), sorted(rejected))
     counts = PartCounts(accepted, rejected_counts, stored)
-    publish.write_text(done, counts.to_json())  # last: the part is complete
+    filesystems.write_text(done, counts.to_json())  # last: the part is complete
     faults.point("part-validated")
     return counts
 
 
 def _write_lines(path: str, lines: list[str]) -> None:
-    with publish.whole_file(path) as handle:
+    with filesystems.whole_file(path) as handle:
         handle.write("".join(line + "\n" for line in lines).encode("utf-8"))

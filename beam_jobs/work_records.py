@@ -43,7 +43,7 @@ from typing import BinaryIO, Callable, Generic, Iterable, Iterator, NamedTuple, 
 from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
-from beam_jobs import publish
+from beam_jobs import filesystems
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.stage_records import Accepted, ImageRef
 
@@ -179,12 +179,12 @@ def decode_member(record: bytes) -> tuple[str, str, str, str]:
 def write_file(path: str, kind: int, records: Iterable[bytes], buckets: int = 0) -> list[int]:
     """Write ``records`` (already in key order when ``buckets``) to ``path``; return the count per bucket.
 
-    Written whole (:func:`beam_jobs.publish.whole_file`): a reader, or a
+    Written whole (:func:`beam_jobs.filesystems.whole_file`): a reader, or a
     resumed run, never sees half a file; a retried task rewrites the same bytes.
     """
     counts = [0] * buckets
     offsets = [0] * (buckets + 1)
-    with publish.whole_file(path) as handle:
+    with filesystems.whole_file(path) as handle:
         handle.write(_HEADER.pack(MAGIC, VERSION, kind, buckets))
         position = _HEADER.size
         bucket = 0

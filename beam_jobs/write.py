@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
-from beam_jobs import publish
+from beam_jobs import filesystems
 from beam_jobs.discover import display_path
 from beam_jobs.encode import Encoded, encode_image
 from beam_jobs.filesystems import FileSystems
@@ -176,7 +176,7 @@ def write_shard(
     index_file, index_text = "", "".join(index_lines)
     if dali_index:
         index_file = idx.index_filename(name)
-        publish.write_text(FileSystems.join(folder, index_file), index_text)
+        filesystems.write_text(FileSystems.join(folder, index_file), index_text)
     return ShardResult(
         split=split,
         index=index,

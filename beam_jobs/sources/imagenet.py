@@ -29,6 +29,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from beam_jobs import discover
 from beam_jobs.discover import InputError, InputPlan, Listing
+from beam_jobs.listing import is_hidden
 from beam_jobs.stage_records import ImageRef
 
 _FLAT_SPLITS = {"val": "validation", "validation": "validation"}
@@ -42,7 +43,7 @@ def plan(src: str, listing: Listing, val_labels: str, labels: Optional[Sequence[
     train images stream from the listing (see :mod:`beam_jobs.discover`).
     """
     flat = sorted(entry for entry in listing.entries() if entry[0].count("/") == 1
-                  and entry[0].split("/")[0].lower() in _FLAT_SPLITS and not discover._is_hidden(entry[0]))
+                  and entry[0].split("/")[0].lower() in _FLAT_SPLITS and not is_hidden(entry[0]))
     if not flat:
         raise InputError(f"--val-labels needs a flat validation folder: {src}/val/<image> (found none)")
     folder = flat[0][0].split("/")[0]

@@ -30,6 +30,7 @@ import posixpath
 from typing import Iterator, Optional, Sequence
 
 from beam_jobs import discover, formats
+from beam_jobs.listing import skip_reason
 from beam_jobs.discover import InputError, InputPlan, Listing
 from beam_jobs.options import LabelMember
 from beam_jobs.sources import archive_members
@@ -67,7 +68,7 @@ def _samples(entries: Iterator[tuple[str, str]], skipped: collections.Counter) -
     current: list[tuple[str, str]] = []
     current_id = None
     for path, source in entries:
-        if discover._skip_reason(path, skipped):
+        if skip_reason(path, skipped):
             continue
         folder, name = posixpath.split(path)
         sample_id = (folder, key_of(name)[0])

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from beam_jobs import discover
+from beam_jobs import carve, discover
 from beam_jobs.discover import list_tree, plan_inputs
 from beam_jobs.sources import imagenet, label_file
 from record_schema import SPLITS
@@ -31,10 +31,10 @@ def _tree(root, files) -> None:
             handle.write(b"x")
 
 
-@pytest.mark.parametrize("budget", [discover.CARVE_BUDGET, 1, 50])
+@pytest.mark.parametrize("budget", [carve.CARVE_BUDGET, 1, 50])
 def test_a_streamed_plan_equals_the_held_one_and_the_carve_is_exact_at_any_budget(tmp_path, monkeypatch, budget):
     """The radix selection of the validation carve finds the same images as sorting each class."""
-    monkeypatch.setattr(discover, "CARVE_BUDGET", budget)
+    monkeypatch.setattr(carve, "CARVE_BUDGET", budget)
     rng = random.Random(budget)
     files = [f"c{c}/{i:04d}.jpg" for c in range(5) for i in range(rng.choice([1, 2, 7, 300, 900]))]
     files += ["stray.jpg", ".hidden/x.jpg", "c0/Thumbs.db", "c1/.DS_Store"]

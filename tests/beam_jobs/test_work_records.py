@@ -9,7 +9,7 @@ import random
 import pytest
 
 from beam_jobs import work_records
-from beam_jobs.discover import keyed_hash
+from beam_jobs.carve import keyed_hash
 from beam_jobs.stage_records import Accepted, ImageRef
 
 

@@ -1,0 +1,86 @@
+"""The validation carve (``--val-fraction``) and the keyed hash that orders records.
+
+In:  the members of a single-split input (``(split, class, relpath, source)``) and the count to carve per class.
+Out: per class, the threshold key: images whose carve key is at or below it go to validation.
+
+Stratified per class, deterministic (a keyed BLAKE2b of the seed and the
+path), and exact in bounded memory (see :func:`carve_thresholds`).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import heapq
+from array import array
+from typing import Iterable, Mapping
+
+def keyed_hash(seed: int, key: str) -> bytes:
+    """128-bit keyed BLAKE2b of ``key`` salted with ``seed``: stable everywhere."""
+    return hashlib.blake2b(
+        key.encode("utf-8", "surrogatepass"), digest_size=16, key=seed.to_bytes(8, "little")
+    ).digest()
+
+
+def carve_count(count: int, fraction: float) -> int:
+    """Images of a class of ``count`` that ``--val-fraction`` moves to validation.
+
+    ``round(count * fraction)``, but at least one image on each side; a class
+    with a single image stays in train (validating on a class never trained on
+    measures nothing).
+    """
+    return min(max(round(count * fraction), 1), count - 1)
+
+
+def carve_key(seed: int, relpath: str) -> bytes:
+    """The keyed hash that ranks a class's images for the validation carve (smallest go to validation)."""
+    return keyed_hash(seed, "validation-carve/" + relpath)
+
+
+KEY_BYTES = 16
+# Carve candidates held at once while finding each class's threshold (~100 bytes each).
+CARVE_BUDGET = 1 << 18
+
+
+def carve_thresholds(items: Iterable[tuple[str, str, str, str]], train_counts: Mapping[str, int],
+                     wanted: Mapping[str, int], seed: int) -> dict[str, bytes]:
+    """Per class, the ``wanted[class]``-th smallest carve key: images at or below it go to validation.
+
+    Stratified per class and deterministic. Exact in bounded memory: a radix
+    selection over streaming passes of the members. Each pass counts, per
+    class, the next byte of the keys that share the class's prefix so far (256
+    counters per class) and narrows the prefix to the byte holding the wanted
+    rank; once few keys share the prefixes, one pass collects and sorts them.
+    Held in memory (``items`` a tuple), the members are simply sorted per class.
+
+    ``items``: the members, re-iterable; ``train_counts``: images of each class in train.
+    """
+    prefix = {name: b"" for name in wanted}
+    rank = dict(wanted)  # rank of the threshold among the keys sharing the prefix
+    sharing = {name: train_counts[name] for name in wanted}
+    while not isinstance(items, tuple) and sum(sharing.values()) > CARVE_BUDGET:
+        refine = {name for name, count in sharing.items() if count > 1 and len(prefix[name]) < KEY_BYTES}
+        if not refine:
+            break
+        counts = {name: array("q", bytes(8 * 256)) for name in refine}
+        for _, name, relpath, _ in items:
+            if name in counts:
+                key, known = carve_key(seed, relpath), prefix[name]
+                if key.startswith(known):
+                    counts[name][key[len(known)]] += 1
+        for name, histogram in counts.items():
+            below = 0
+            for byte, count in enumerate(histogram):
+                if below + count >= rank[name]:
+                    prefix[name] += bytes([byte])
+                    rank[name] -= below
+                    sharing[name] = count
+                    break
+                below += count
+    candidates: dict[str, list[bytes]] = collections.defaultdict(list)
+    for _, name, relpath, _ in items:
+        if name in prefix:
+            key = carve_key(seed, relpath)
+            if key.startswith(prefix[name]):
+                candidates[name].append(key)
+    return {name: heapq.nsmallest(rank[name], keys)[-1] for name, keys in candidates.items()}
