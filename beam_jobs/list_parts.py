@@ -34,11 +34,16 @@ MIN_PART_SIZE = 128
 TARGET_PARTS = 64
 
 
-def choose_part_size(num_images: int, wanted: Optional[int] = None) -> int:
-    """Images per part: ``wanted``, or about 1/64 of the images within [128, 2**20]."""
+def choose_part_size(num_images: int, wanted: Optional[int] = None, unit: int = 0) -> int:
+    """Images per part: ``wanted``, or about 1/64 of the images within [128, 2**20], and at least ``unit``.
+
+    ``unit``: the rows a source reads as one (a Parquet row group): a part of
+    at least that many rows reads each of them at most twice, where smaller
+    parts would each read the whole row group for a few of its rows.
+    """
     if wanted is not None:
         return wanted
-    return max(MIN_PART_SIZE, min(MAX_PART_SIZE, math.ceil(num_images / TARGET_PARTS)))
+    return max(MIN_PART_SIZE, min(MAX_PART_SIZE, math.ceil(num_images / TARGET_PARTS)), min(unit, MAX_PART_SIZE))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 
 import record_schema
-from beam_jobs import discover, faults, interrupt, list_parts, publish, resume, runners, sources
+from beam_jobs import discover, faults, filesystems, interrupt, list_parts, publish, resume, runners, sources
 from beam_jobs.count import PartCounts
 from beam_jobs.filesystems import FileSystems
 from beam_jobs.manifest import ConvertSummary, build_manifest, check_results
@@ -105,7 +105,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
                 staging = publish.new_staging(out)  # before the plan: the workers may read the tars' headers into it
                 plan = _plan(options, scratch, _archive_scanner(options, staging, choice))
                 choice = runners.sized_for(choice, len(plan.refs))
-                part_size = list_parts.choose_part_size(len(plan.refs), options.part_size)
+                part_size = list_parts.choose_part_size(len(plan.refs), options.part_size, plan.read_unit)
                 layout = list_parts.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size)
                 record = resume.record_for(options, plan, part_size,
                                            list_parts.write_parts(layout, plan.refs, part_size))
@@ -180,7 +180,7 @@ def _convert(
     layout = list_parts.plan_layout(work, plan.split_sizes(), record.part_size)
     if resumed:
         _log_resume(layout)
-    publish.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
+    filesystems.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
     faults.point("listed")
 
     progress = choose_mode(show_progress, choice.local, sys.stderr)
@@ -208,7 +208,7 @@ def _convert(
                 "is fixed (a run with other inputs or options removes it, as may you)", kept_staging=staging) from err
 
     faults.point("pipeline-done")
-    counts = PartCounts.from_json(publish.read_text(FileSystems.join(work, COUNTS_FILE)))
+    counts = PartCounts.from_json(filesystems.read_text(FileSystems.join(work, COUNTS_FILE)))
     _log_rejections(FileSystems.join(staging, record_schema.REJECTED_FILE))
     _check_error_budget(options, len(plan.refs), counts.rejected_by_reason(), staging)
     results = _read_results(work)
@@ -216,7 +216,7 @@ def _convert(
     _warn_about_empty_classes(plan, results)
     if options.shards != AUTO:
         _warn_about_shard_sizes(results)
-    duplicates = json.loads(publish.read_text(FileSystems.join(work, DUPLICATES_SUMMARY_FILE)))
+    duplicates = json.loads(filesystems.read_text(FileSystems.join(work, DUPLICATES_SUMMARY_FILE)))
     if duplicates["num_cross_label"] or duplicates["num_cross_split"]:
         logger.info(
             "%d identical images carry different labels and %d sit in more than one split (see %s, "
@@ -374,7 +374,7 @@ def _private_tempdir(work: str) -> Iterator[None]:
 
 def _read_results(work: str) -> list[ShardResult]:
     matches = FileSystems.match([FileSystems.join(work, staging_names.SHARD_RESULTS_PATTERN)])[0].metadata_list
-    return [ShardResult.from_json(publish.read_text(meta.path)) for meta in matches]
+    return [ShardResult.from_json(filesystems.read_text(meta.path)) for meta in matches]
 
 
 def _remove_quietly(path: str) -> None:

@@ -34,6 +34,7 @@ import hashlib
 import json
 import posixpath
 import re
+from array import array
 from typing import Iterator, Optional, Sequence
 
 from beam_jobs import discover
@@ -265,6 +266,7 @@ class _Rows:
 
     file: ParquetFile
     columns: Columns
+    largest_group: int = 0  # rows of its largest row group (record batch)
 
 
 def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fraction: float, seed: int,
@@ -289,25 +291,28 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
     for file in files:
         try:
             with _open_table(src, file.path) as table:
-                schema = table.schema
+                schema, largest = table.schema, max(table.group_rows(), default=0)
         except _read_errors() as err:
             refused.append(_refused_file(src, file, err))
             continue
-        opened.append(_Rows(file, find_columns(schema, file.path, image_column, label_column, readme)))
+        opened.append(_Rows(file, find_columns(schema, file.path, image_column, label_column, readme), largest))
     # Every file's small columns are read once before any row is listed: a file damaged past its footer
     # is refused whole, never listed in part; and whether a split's paths are unique is known.
-    unique: dict[str, bool] = {}
-    seen: dict[str, set[bytes]] = {}
+    every_path: dict[str, bool] = {}
+    digests: dict[str, array] = {}
     readable = []
     for rows in opened:
         split = SPLITS[rows.file.split.lower()]
         try:
-            unique[split] = _unique_paths(src, rows, unique.get(split, True), seen.setdefault(split, set()))
+            every = _path_digests(src, rows, digests.setdefault(split, array("Q")))
         except _read_errors() as err:
             refused.append(_refused_file(src, rows.file, err))
             continue
+        every_path[split] = every_path.get(split, True) and every
         readable.append(rows)
     opened = readable
+    unique = {split: every and _distinct(digests[split]) for split, every in every_path.items()}
+    digests.clear()
     if not opened:
         raise InputError(f"{src} holds no readable Parquet file ({len(files)} found)")
     label_names = _label_names(opened, labels, src)
@@ -318,7 +323,7 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
     plan = discover.plan_from_members(members, label_names, val_fraction, seed, src, skipped, what="labels",
                                       refused=refused)
     return dataclasses.replace(plan, archives=_identities(src, [r.file.path for r in opened]),
-                               hub_revision=revision(src))
+                               hub_revision=revision(src), read_unit=max(r.largest_group for r in opened))
 
 
 def revision(src: str) -> str:
@@ -354,6 +359,9 @@ class _ParquetTable:
         self.schema = self._file.schema_arrow
         self.num_groups = self._file.metadata.num_row_groups
 
+    def group_rows(self) -> list[int]:
+        return [self._file.metadata.row_group(i).num_rows for i in range(self.num_groups)]
+
     def group(self, index: int, columns: Sequence[str]) -> list[list]:
         table = self._file.read_row_group(index, columns=list(columns)).flatten()
         return [table.column(name).to_pylist() for name in columns]
@@ -376,6 +384,9 @@ class _ArrowTable:
             self.batches = list(reader)
         self.schema = reader.schema
         self.num_groups = len(self.batches)
+
+    def group_rows(self) -> list[int]:
+        return [batch.num_rows for batch in self.batches]
 
     def group(self, index: int, columns: Sequence[str]) -> list[list]:
         batch, values = self.batches[index], []
@@ -410,25 +421,28 @@ def _row_groups(src: str, rows: _Rows, columns: Sequence[str]) -> Iterator[tuple
             yield group, table.group(group, columns)
 
 
-def _unique_paths(src: str, rows: _Rows, so_far: bool, seen: set[bytes]) -> bool:
-    """Whether the rows of a split read so far (their paths' digests in ``seen``), these included, have
-    distinct, non-empty image paths.
+def _path_digests(src: str, rows: _Rows, digests: array) -> bool:
+    """Append an 8-byte digest of each row's image path to ``digests``; False when a row has no path.
 
     Reads the file's path and label columns whole (raising what pyarrow raises
-    for a damaged file). 8-byte digests: memory per row, not per byte.
+    for a damaged file). 8 bytes a row in an array: a million rows cost 8 MB.
     """
-    unique = so_far
+    every = True
     for _, (paths, _labels) in _row_groups(src, rows, [f"{rows.columns.image}.path", rows.columns.label]):
         for path in paths:
-            if not unique:
-                continue  # read on: the columns are checked whole
             if not path:
-                unique = False
+                every = False
                 continue
             digest = hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-            unique = digest not in seen
-            seen.add(digest)
-    return unique
+            digests.append(int.from_bytes(digest, "little"))
+    return every
+
+
+def _distinct(digests: array) -> bool:
+    import numpy as np
+
+    values = np.frombuffer(digests, dtype=np.uint64) if len(digests) else np.zeros(0, np.uint64)
+    return len(np.unique(values)) == len(values)
 
 
 def _members(src: str, opened: Sequence[_Rows], names: Optional[Sequence[str]], unique: dict[str, bool],
