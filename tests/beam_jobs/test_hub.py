@@ -249,3 +249,32 @@ def test_split_and_config_are_read_from_the_hubs_file_names():
     assert describe("test/data-00000-of-00001.arrow").split == "test"  # save_to_disk
     with pytest.raises(InputError, match="'train' is truncated"):
         describe("default/partial-train/0000.parquet")
+
+
+def test_class_names_from_the_readme_and_integer_labels_named_by_labels(tmp_path):
+    """Parquet written by pandas or pyarrow alone has no huggingface metadata: the names come from the
+    snapshot's README.md YAML, as the Hub shows them; a plain integer column is named by --labels."""
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table({"image": pa.array([{"bytes": hub_data.photo(i), "path": f"p{i}.jpg"} for i in range(6)], image),
+                      "labels": pa.array([i % 3 for i in range(6)], pa.int64())})
+    (tmp_path / "snap" / "data").mkdir(parents=True)
+    pq.write_table(table, tmp_path / "snap" / "data" / "train-00000-of-00001.parquet")
+    (tmp_path / "snap" / "README.md").write_text(
+        "---\ndataset_info:\n  features:\n  - name: image\n    dtype: image\n  - name: labels\n    dtype:\n"
+        "      class_label:\n        names:\n          '0': zebra\n          '1': ant\n          '2': mole\n"
+        "  splits:\n  - name: train\n    num_examples: 6\n---\n# beans\n")
+    _convert(tmp_path / "snap", tmp_path / "out")
+    assert (tmp_path / "out" / "labels.txt").read_text() == "zebra\nant\nmole\n"
+    assert {name: r["image/class/label"] for name, r in _records(tmp_path / "out").items()} == \
+        {f"train/p{i}.jpg": i % 3 for i in range(6)}
+
+    (tmp_path / "snap" / "README.md").unlink()
+    with pytest.raises(InputError, match="integers without names: give them with --labels"):
+        _convert(tmp_path / "snap", tmp_path / "out", label_column="labels")
+    (tmp_path / "names.txt").write_text("a\nb\nc\n")
+    manifest = _convert(tmp_path / "snap", tmp_path / "out", label_column="labels",
+                        labels_file=str(tmp_path / "names.txt"))
+    assert manifest["classes"] == ["a", "b", "c"]
+    assert {name: r["image/class/label"] for name, r in _records(tmp_path / "out").items()} == \
+        {f"train/p{i}.jpg": i % 3 for i in range(6)}
+

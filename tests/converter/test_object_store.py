@@ -351,3 +351,18 @@ def test_a_hub_snapshot_in_s3_converts_to_the_local_runs_bytes_by_ranged_reads(s
     assert reads and all(ranged for _, ranged in reads), reads  # every read of a Parquet file is ranged
     # 4 files of one row group: the launcher's footers and small columns, the workers' footer and image column.
     assert len(reads) <= 8 * 4, reads
+
+
+
+def test_a_hub_snapshot_in_gcs_converts_to_the_local_runs_bytes(gcs_emulator, tmp_path):
+    pytest.importorskip("apache_beam.io.gcp.gcsio", reason="the gcp extra is not installed: pip install '.[gcp]'")
+    from tests import hub_data
+
+    snapshot = tmp_path / "snapshot"
+    hub_data.hub_snapshot(str(snapshot))
+    run_converter("--src", str(snapshot), "--out", str(tmp_path / "local"), "--shards", "2", *FAST, check=True)
+    bucket = gcs_emulator.new_bucket()
+    src = gcs_emulator.upload(str(snapshot), bucket, "beans")
+    run_converter("--src", src, "--out", str(tmp_path / "from-gcs"), "--shards", "2", *FAST, check=True,
+                  env=gcs_emulator.env)
+    assert _comparable(_local_snapshot(tmp_path / "from-gcs")) == _comparable(_local_snapshot(tmp_path / "local"))
