@@ -180,33 +180,15 @@ def find_columns(schema, path: str, image_column: Optional[str], label_column: O
     listed = ", ".join(f"{f.name} ({f.type})" for f in schema)
     images = [name for name, field in fields.items()
               if _is_image_type(field) or (features.get(name) or {}).get("_type") == "Image"]
-    if image_column is not None:
-        if image_column not in fields:
-            raise InputError(f"--image-column {image_column!r}: {path} has no such column; its columns are {listed}")
-        if not _is_image_type(fields[image_column]):
-            raise InputError(f"--image-column {image_column!r}: in {path} it is {fields[image_column].type}, not the "
-                             "Hub's Image feature (struct<bytes: binary, path: string>)")
-        image = image_column
-    elif len(images) == 1:
-        image = images[0]
-    elif not images:
-        raise InputError(f"{path} has no image column (the Hub's Image feature, struct<bytes: binary, path: "
-                         f"string>); its columns are {listed}. Name one with --image-column NAME")
-    else:
-        raise InputError(f"{path} has several image columns {images}: pick one with --image-column NAME")
+    image = _pick("--image-column", image_column, images, fields, path, listed,
+                  "image column (the Hub's Image feature, struct<bytes: binary, path: string>)")
+    if image_column is not None and not _is_image_type(fields[image]):
+        raise InputError(f"--image-column {image!r}: in {path} it is {fields[image].type}, not the Hub's Image "
+                         "feature (struct<bytes: binary, path: string>)")
     class_labels = [name for name, spec in features.items() if (spec or {}).get("_type") == "ClassLabel"]
     class_labels += [name for name in readme_names if name in fields and name not in class_labels]
-    if label_column is not None:
-        if label_column not in fields:
-            raise InputError(f"--label-column {label_column!r}: {path} has no such column; its columns are {listed}")
-        label = label_column
-    elif len(class_labels) == 1:
-        label = class_labels[0]
-    elif not class_labels:
-        raise InputError(f"{path} has no ClassLabel column (none in its huggingface metadata or the dataset's "
-                         f"README.md); its columns are {listed}. Name the label column with --label-column NAME")
-    else:
-        raise InputError(f"{path} has several ClassLabel columns {class_labels}: pick one with --label-column NAME")
+    label = _pick("--label-column", label_column, class_labels, fields, path, listed,
+                  "ClassLabel column (none in its huggingface metadata or the dataset's README.md)")
     spec = features.get(label) or {}
     names = tuple(spec["names"]) if spec.get("_type") == "ClassLabel" and spec.get("names") else \
         readme_names.get(label)
@@ -216,6 +198,20 @@ def find_columns(schema, path: str, image_column: Optional[str], label_column: O
     if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise InputError(f"--label-column {label!r}: in {path} it is {kind}; a label column holds integers or text")
     return Columns(image, label, names, pa.types.is_integer(kind))
+
+
+def _pick(flag: str, given: Optional[str], found: Sequence[str], fields: dict, path: str, listed: str,
+          what: str) -> str:
+    """The column ``flag`` names, or the one column found; an InputError naming the file and the flag otherwise."""
+    if given is not None:
+        if given not in fields:
+            raise InputError(f"{flag} {given!r}: {path} has no such column; its columns are {listed}")
+        return given
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise InputError(f"{path} has no {what}; its columns are {listed}. Name one with {flag} NAME")
+    raise InputError(f"{path} has several {what.split(' (')[0]}s {list(found)}: pick one with {flag} NAME")
 
 
 def readme_class_names(src: str) -> dict[str, tuple[str, ...]]:
