@@ -50,8 +50,8 @@ setup(
         "tfds": TFDS,
         # The tests also smoke-test the benchmark, run a real Dask cluster, a real S3 server (moto's) and a
         # GCS emulator, DALI's CPU pipeline and TFDS's loader.
+        # datasets writes Parquet exactly as the Hugging Face Hub does, for the tests of that source.
         "test": ["pytest>=9.0", "pytest-timeout>=2.3", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff>=0.6",
-                 "gcp-storage-emulator>=2026.7",
-                 "datasets>=5.2"]  # writes Parquet exactly as the Hugging Face Hub does, for the tests + BENCH + DASK + HEIF + DALI + TFDS + GCP,
+                 "gcp-storage-emulator>=2026.7", "datasets>=5.2"] + BENCH + DASK + HEIF + DALI + TFDS + GCP,
     },
 )
