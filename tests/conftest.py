@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(items: list) -> None:
 
 # What starts a process or a server: the fast tier (-m "not e2e") leaves out every test that does.
 _SPAWNS = re.compile(r"\b(run_converter|converter|subprocess\.\w+|Popen|s3_server|gcs_emulator|dask_cluster|"
-                     r"start_gcs|object_stores\.start)\(")
+                     r"start_gcs|object_stores\.start|measured_run|timed_run)\(")
 _SPAWNING_FIXTURES = {"converter", "s3_server", "gcs_emulator", "dask_cluster"}
 
 
