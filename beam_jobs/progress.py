@@ -104,6 +104,7 @@ class ProgressBars:
         self._mode = OFF if mode == LINES and total == 0 else mode
         self._stream = stream
         self._interval_s = interval_s
+        self._last_line = ""
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -154,6 +155,11 @@ class ProgressBars:
                     self._write(progress_line(shown, self._total, rates))
                     finished.add(phase)
             if stopping:
+                # Where the run ended (the write phase counts accepted images only: with rejections it
+                # never reaches the listed total, so its end is the last count).
+                final = progress_line(counts, self._total, rates)
+                if final != self._last_line:
+                    self._write(final)
                 return
             if ended or time.monotonic() - last_line >= self._interval_s:
                 finished |= ended
@@ -161,6 +167,7 @@ class ProgressBars:
                 self._write(progress_line(counts, self._total, rates))
 
     def _write(self, line: str) -> None:
+        self._last_line = line
         stream = self._stream or sys.stderr
         try:
             stream.write(line + "\n")

@@ -56,3 +56,15 @@ def test_a_run_quicker_than_one_poll_still_says_where_each_phase_ended(tmp_path)
             writer.flush()
     assert stream.getvalue().splitlines() == ["progress: validate 12/12 (100%) | write 0/12 (0%)",
                                               "progress: validate 12/12 (100%) | write 12/12 (100%)"]
+
+
+def test_with_rejections_the_last_line_says_where_the_write_phase_ended(tmp_path):
+    """Rejected images are never written, so the write count stays below the listed total: its end is the last
+    count, printed when the run ends."""
+    stream = io.StringIO()
+    with ProgressBars(str(tmp_path), 12, enabled=LINES, stream=stream):
+        for phase, count in (("validate", 12), ("write", 9)):
+            writer = ProgressWriter(str(tmp_path), phase)
+            writer.add(count)
+            writer.flush()
+    assert stream.getvalue().splitlines()[-1] == "progress: validate 12/12 (100%) | write 9/12 (75%)"
