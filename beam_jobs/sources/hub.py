@@ -256,7 +256,7 @@ def parse_cell(source: str) -> tuple[str, int, int, str]:
     return file, int(group), int(row), column
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class _Rows:
     """What the launcher reads of one file: its footer, then per row group the label and path columns."""
 
@@ -275,12 +275,13 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
         found = [describe(path) for path in parquet_files(listing)]
     files = choose_config(found, config, src)
     skipped = dict(listing.skipped)
-    others = sorted({f.split for f in files if f.split.lower() not in SPLITS})
-    if others:
+    dropped = [f for f in files if f.split.lower() not in SPLITS]
+    if dropped:  # splits the converter does not write (imdb's "unsupervised"...): their files are counted
         files = [f for f in files if f.split.lower() in SPLITS]
-        skipped["other-split"] = skipped.get("other-split", 0) + len(others)
+        skipped["other-split"] = skipped.get("other-split", 0) + len(dropped)
         if not files:
-            raise InputError(f"{src} holds the splits {others} only; the converter writes train, validation and test")
+            raise InputError(f"{src} holds the splits {sorted({f.split for f in dropped})} only; the converter "
+                             "writes train, validation and test")
     readme = readme_class_names(src)
     refused: list[ImageRef] = []
     opened: list[_Rows] = []
@@ -292,8 +293,26 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
             refused.append(_refused_file(src, file, err))
             continue
         opened.append(_Rows(file, find_columns(schema, file.path, image_column, label_column, readme), largest))
-    # Every file's small columns are read once before any row is listed: a file damaged past its footer
-    # is refused whole, never listed in part; and whether a split's paths are unique is known.
+    opened, unique = _read_small_columns(src, opened, refused)
+    if not opened:
+        raise InputError(f"{src} holds no readable Parquet file ({len(files)} found)")
+    label_names = _label_names(opened, labels, src)
+    members = discover.collect_members(_members(src, opened, label_names, unique, refused), scratch)
+    if not members.counts:
+        raise InputError(f"{src}: its Parquet files hold no rows with an image")
+    plan = discover.plan_from_members(members, label_names, val_fraction, seed, src, skipped, what="labels",
+                                      refused=refused)
+    return dataclasses.replace(plan, archives=_identities(src, [r.file.path for r in opened]),
+                               hub_revision=revision(src), read_unit=max(r.largest_group for r in opened))
+
+
+def _read_small_columns(src: str, opened: list[_Rows], refused: list[ImageRef]) -> tuple[list[_Rows], dict[str, bool]]:
+    """Read every file's label and path columns once, before any row is listed.
+
+    A file damaged past its footer is refused whole (never listed in part).
+    Returns the readable files and, per split, whether every row has a
+    distinct path (the records' identity, see the module).
+    """
     every_path: dict[str, bool] = {}
     digests: dict[str, array] = {}
     readable = []
@@ -306,20 +325,7 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
             continue
         every_path[split] = every_path.get(split, True) and every
         readable.append(rows)
-    opened = readable
-    unique = {split: every and _distinct(digests[split]) for split, every in every_path.items()}
-    digests.clear()
-    if not opened:
-        raise InputError(f"{src} holds no readable Parquet file ({len(files)} found)")
-    label_names = _label_names(opened, labels, src)
-    identities = unique
-    members = discover.collect_members(_members(src, opened, label_names, identities, refused), scratch)
-    if not members.counts:
-        raise InputError(f"{src}: its Parquet files hold no rows with an image")
-    plan = discover.plan_from_members(members, label_names, val_fraction, seed, src, skipped, what="labels",
-                                      refused=refused)
-    return dataclasses.replace(plan, archives=_identities(src, [r.file.path for r in opened]),
-                               hub_revision=revision(src), read_unit=max(r.largest_group for r in opened))
+    return readable, {split: every and _distinct(digests[split]) for split, every in every_path.items()}
 
 
 def revision(src: str) -> str:
