@@ -105,6 +105,7 @@ class ProgressBars:
         self._stream = stream
         self._interval_s = interval_s
         self._last_line = ""
+        self._completed = False
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -116,6 +117,7 @@ class ProgressBars:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self._completed = exc_info[0] is None  # a stopped or failed run ends in its own one line, not progress
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -148,7 +150,7 @@ class ProgressBars:
                 rates[phase].see(counts[phase])
             ended = {phase for phase in PHASES if counts[phase] >= self._total} - finished
             # A run quicker than one poll still says where each phase ended, once, in order.
-            for phase in PHASES if stopping else ():
+            for phase in PHASES if stopping and self._completed else ():
                 if phase in ended:
                     shown = {p: counts[p] if PHASES.index(p) <= PHASES.index(phase) or p in finished else 0
                              for p in PHASES}
@@ -158,7 +160,7 @@ class ProgressBars:
                 # Where the run ended (the write phase counts accepted images only: with rejections it
                 # never reaches the listed total, so its end is the last count).
                 final = progress_line(counts, self._total, rates)
-                if final != self._last_line:
+                if self._completed and final != self._last_line:
                     self._write(final)
                 return
             if ended or time.monotonic() - last_line >= self._interval_s:
