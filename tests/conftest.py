@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(items: list) -> None:
 
 
 # What starts a process or a server: the fast tier (-m "not e2e") leaves out every test that does.
-_SPAWNS = re.compile(r"\b(run_converter|converter|subprocess\.\w+|Popen|s3_server|gcs_emulator|dask_cluster|"
+_SPAWNS = re.compile(r"\b(run_converter|run_converter_process|converter|subprocess\.\w+|Popen|s3_server|gcs_emulator|dask_cluster|"
                      r"start_gcs|object_stores\.start|measured_run|timed_run)\(")
 _SPAWNING_FIXTURES = {"converter", "s3_server", "gcs_emulator", "dask_cluster"}
 
@@ -261,9 +261,12 @@ def checkout_copy(folder) -> str:
     return str(folder)
 
 
-def run_converter(*args: str, timeout: float = 300, check: bool = False,
-                  env: Optional[dict] = None) -> subprocess.CompletedProcess:
-    """``python -m converter ARGS`` in a real subprocess, as a user runs it (``env``: extra variables)."""
+def run_converter_process(*args: str, timeout: float = 300, check: bool = False,
+                          env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    """``python -m converter ARGS`` in a real subprocess, as a user runs it (``env``: extra variables).
+
+    For tests of the process itself: its signals, its exit, what reaches its file descriptors.
+    """
     proc = subprocess.run(
         [sys.executable, "-m", "converter", *args],
         capture_output=True,
@@ -272,6 +275,27 @@ def run_converter(*args: str, timeout: float = 300, check: bool = False,
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": REPO, **(env or {})},
     )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"converter failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def run_converter(*args: str, timeout: float = 300, check: bool = False,
+                  env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    """``converter.cli.main(ARGS)`` in this process, as ``python -m converter ARGS`` would run (``env``: extra
+    variables), its stdout, stderr and exit status returned as :func:`run_converter_process` returns them.
+
+    Why: a process starts by importing Beam or TensorFlow (3-4 s of CPU each), which this test process has
+    done already; most tests check what a command does, not how its process starts or ends. What the
+    command sets for its process (signal handlers, logging, the reader's S3 client) is put back after. A
+    run told to kill or signal itself (``IMGSHARDS_FAULT=kill@...``, ``term@...``) gets its own process.
+    ``timeout`` is the process's; here pytest-timeout bounds the test.
+    """
+    from tests.in_process import cli_in_process, needs_own_process
+
+    if needs_own_process(env or {}):
+        return run_converter_process(*args, timeout=timeout, check=check, env=env)
+    proc = cli_in_process(list(args), cwd=REPO, env=env or {})
     if check and proc.returncode != 0:
         raise AssertionError(f"converter failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

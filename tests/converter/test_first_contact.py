@@ -1,6 +1,8 @@
 """What a new user meets on the first day: the runner they get, typos, a terminal's Ctrl-C, quiet output.
 
-Every test drives ``python -m converter`` in a real subprocess, as a user does.
+Every test drives ``python -m converter``'s command line; those about what reaches the terminal or a log
+(stderr left empty, no TensorFlow or worker noise) and about signals run it as a real subprocess, as a user
+does; the rest run it in the test process (tests/in_process.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 import pytest
 
 import record_schema
-from tests.conftest import REPO
+from tests.conftest import REPO, run_converter_process
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
 
@@ -61,16 +63,16 @@ def test_explicit_direct_runner_is_pinned_too_and_prism_runs_only_when_named(tmp
     assert _manifest(out)["written_by"]["runner"] == "FnApiRunner (in_memory, 1 worker)"
 
 
-def test_default_run_prints_only_the_summary_and_no_beam_or_worker_chatter(tmp_path, demo_src, converter):
-    proc = converter("--src", demo_src, "--out", str(tmp_path / "out"), "--shards", "2", "--no-progress", check=True)
+def test_default_run_prints_only_the_summary_and_no_beam_or_worker_chatter(tmp_path, demo_src):
+    proc = run_converter_process("--src", demo_src, "--out", str(tmp_path / "out"), "--shards", "2", "--no-progress", check=True)
     assert proc.stderr == ""
     assert proc.stdout.startswith("published ")
 
 
-def test_into_a_log_file_progress_comes_as_lines_and_v_shows_no_beam_chatter(tmp_path, demo_src, converter):
+def test_into_a_log_file_progress_comes_as_lines_and_v_shows_no_beam_chatter(tmp_path, demo_src):
     """``nohup python -m converter ... > log``: the log shows each phase's end; ``-v`` adds our messages and
     Beam's warnings, never its INFO lines (type hints, worker start-up) or the flags the runner passes itself."""
-    proc = converter("--src", demo_src, "--out", str(tmp_path / "out"), "--shards", "2", "-v", check=True)
+    proc = run_converter_process("--src", demo_src, "--out", str(tmp_path / "out"), "--shards", "2", "-v", check=True)
     lines = proc.stderr.splitlines()
     assert "progress: validate 90/90 (100%) | write 90/90 (100%)" in lines
     assert not [line for line in lines if line.startswith("INFO apache_beam")], proc.stderr
@@ -115,11 +117,11 @@ def test_the_python_api_is_as_quiet_as_the_cli_unless_the_callers_logging_asks(t
     assert chatty.returncode == 0 and "INFO:apache_beam" in chatty.stderr  # Beam's own lines, as asked
 
 
-def test_verbose_logs_each_rejection_once_and_the_summary_counts_shards_in_words(tmp_path, demo_src, converter):
+def test_verbose_logs_each_rejection_once_and_the_summary_counts_shards_in_words(tmp_path, demo_src):
     src = tmp_path / "src"
     shutil.copytree(demo_src, src)
     (src / "circle" / "broken.jpg").write_bytes(b"not an image at all")
-    proc = converter("--src", str(src), "--shards", "1", "-v", *FAST, check=True)
+    proc = run_converter_process("--src", str(src), "--shards", "1", "-v", *FAST, check=True)
     assert proc.stderr.count("broken.jpg") == 1
     assert "INFO beam_jobs.pipeline: rejected circle/broken.jpg (not-an-image): " in proc.stderr
     assert "Worker: " not in proc.stderr  # the runner's copies of worker log records
@@ -270,9 +272,9 @@ def test_an_unwritable_parent_of_out_is_named_as_the_parent(tmp_path, demo_src, 
 
 
 def test_verify_and_inspect_print_no_tensorflow_noise_and_grid_paths_are_checked(demo_dataset, tmp_path, converter):
-    proc = converter("verify", demo_dataset, check=True)
-    assert proc.stderr == ""
-    proc = converter("inspect", demo_dataset, "--grid", str(tmp_path / "sheet.jpg"), check=True)
+    proc = run_converter_process("verify", demo_dataset, check=True)
+    assert proc.stderr == ""  # what reaches the process's stderr: TensorFlow's C++ start-up lines would
+    proc = run_converter_process("inspect", demo_dataset, "--grid", str(tmp_path / "sheet.jpg"), check=True)
     assert proc.stderr == ""
     assert (tmp_path / "sheet.jpg").read_bytes()[:3] == b"\xff\xd8\xff"  # a JPEG, as its name says
     proc = converter("inspect", demo_dataset, "--grid", str(tmp_path / "missing" / "sheet.png"))
