@@ -71,6 +71,29 @@ def s3_client(options: Any):
     return client
 
 
+def gcs_anonymous_when_asked(no_auth: bool = False) -> None:
+    """With ``--no_auth`` (Beam's flag for "no credentials") or ``STORAGE_EMULATOR_HOST`` set (the GCS
+    emulator, as google-cloud-storage reads it), Beam's GCS file system connects anonymously at once.
+
+    Why: left alone, Beam looks for Google's default credentials with four retries, 25 s of backoff in every
+    process, before it connects anonymously anyway (its GCS client in this version ignores ``--no_auth``).
+    Beam's credentials are cached per process; this fills that cache with "none". Credentials that exist
+    are never replaced: without the flag or the variable this does nothing.
+    """
+    if not (no_auth or os.environ.get("STORAGE_EMULATOR_HOST")):
+        return
+    try:
+        from apache_beam.internal.gcp import auth
+    except ImportError:  # no gcp extra: no GCS file system either
+        return
+    credentials = getattr(auth, "_Credentials", None)
+    if credentials is None or not hasattr(credentials, "_credentials_init"):
+        return  # another Beam: it keeps its own behaviour
+    with credentials._credentials_lock:
+        if not credentials._credentials_init:
+            credentials._credentials, credentials._credentials_init = None, True
+
+
 def open_for_ranges(path: str) -> BinaryIO:
     """A seekable handle on ``path`` whose ``read(n)`` fetches n bytes and no more: one ranged request in S3 and GCS.
 

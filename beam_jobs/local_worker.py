@@ -22,14 +22,19 @@ import signal
 import sys
 
 
-def _harness_log_level() -> int:
-    """The level the run asked its workers to log at (the pipeline options are in the environment)."""
+def _pipeline_option(name: str) -> object:
+    """One of the run's pipeline options (the runner puts them in the worker's environment), or None."""
     try:
         options = json.loads(os.environ.get("PIPELINE_OPTIONS", "{}"))
     except ValueError:
-        return logging.INFO
+        return None
     options = options.get("options", options)
-    name = options.get("default_sdk_harness_log_level") or options.get("beam:option:default_sdk_harness_log_level:v1")
+    return options.get(name) if name in options else options.get(f"beam:option:{name}:v1")
+
+
+def _harness_log_level() -> int:
+    """The level the run asked its workers to log at."""
+    name = _pipeline_option("default_sdk_harness_log_level")
     return getattr(logging, str(name).upper(), logging.INFO) if name else logging.INFO
 
 
@@ -77,6 +82,12 @@ def main() -> None:
     # Installed before Beam is imported, so Beam's import-time warnings and later basicConfig calls use it.
     logging.basicConfig(handlers=[handler], format="%(levelname)s %(name)s: %(message)s")
     from apache_beam.runners.worker import sdk_worker_main
+
+    no_auth = bool(_pipeline_option("no_auth"))
+    if no_auth or os.environ.get("STORAGE_EMULATOR_HOST"):  # (the import costs the others nothing)
+        from beam_jobs.filesystems import gcs_anonymous_when_asked
+
+        gcs_anonymous_when_asked(no_auth)
 
     sdk_worker_main.main(sys.argv)
 

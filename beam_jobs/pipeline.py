@@ -21,6 +21,7 @@ from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.options.pipeline_options import GoogleCloudOptions
 
 import record_schema
 from beam_jobs import discover, faults, filesystems, interrupt, list_parts, publish, resume, runners, sources
@@ -93,6 +94,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
     # The launcher lists SRC and publishes OUT itself: object stores need the
     # pipeline's flags (--s3_endpoint_url, credentials) before any path is touched.
     FileSystems.set_options(choice.options)
+    filesystems.gcs_anonymous_when_asked(choice.options.view_as(GoogleCloudOptions).no_auth)
     out = options.out
     with publish.output_lock(out):
         faults.point("locked")

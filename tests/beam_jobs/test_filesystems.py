@@ -128,3 +128,27 @@ def test_read_ahead_returns_the_files_bytes_at_any_seek(tmp_path):
             offset, size = rng.randrange(len(data) + 10), rng.choice([1, 512, 70_000, 5 << 20])
             handle.seek(offset)
             assert handle.read(size) == data[offset:offset + size] and handle.tell() == min(offset + size, len(data))
+
+
+@pytest.fixture()
+def fresh_gcs_credentials(monkeypatch):
+    """Beam's per-process credentials cache, empty for the test and put back after it."""
+    auth = pytest.importorskip("apache_beam.internal.gcp.auth", reason="the gcp extra is not installed")
+    credentials = auth._Credentials
+    monkeypatch.setattr(credentials, "_credentials_init", False)
+    monkeypatch.setattr(credentials, "_credentials", None)
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    return credentials
+
+
+def test_gcs_connects_anonymously_at_once_with_no_auth_or_the_emulator_and_is_left_alone_otherwise(
+        fresh_gcs_credentials, monkeypatch):
+    """Beam would otherwise retry Google's default credentials for ~25 s in every process first."""
+    filesystems.gcs_anonymous_when_asked(no_auth=False)
+    assert fresh_gcs_credentials._credentials_init is False  # neither asked: Beam looks for credentials itself
+    filesystems.gcs_anonymous_when_asked(no_auth=True)
+    assert fresh_gcs_credentials._credentials_init is True and fresh_gcs_credentials._credentials is None
+    monkeypatch.setattr(fresh_gcs_credentials, "_credentials_init", False)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    filesystems.gcs_anonymous_when_asked()
+    assert fresh_gcs_credentials.get_service_credentials(PipelineOptions([])) is None

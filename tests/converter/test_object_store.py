@@ -185,8 +185,7 @@ def test_a_stopped_run_keeps_its_work_in_s3_and_inspect_and_the_same_command_fin
     kept = sorted({name.split("/")[0] for name in s3_server.snapshot(bucket, "data")})
     assert len(kept) == 1 and kept[0].startswith(".staging-")
     assert f"is kept in {out}/{kept[0]}: the same command resumes from it" in stderr, stderr
-    inspect = subprocess.run([sys.executable, "-m", "converter", "inspect", out, *s3_server.flags], cwd=REPO,
-                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}, timeout=120)
+    inspect = run_converter("inspect", out, *s3_server.flags)
     assert inspect.returncode == 1 and f"finished work is kept in {out}/{kept[0]}" in inspect.stderr, inspect.stderr
     proc = run_converter(*command[3:], check=True)
     assert "resuming the interrupted run" in proc.stderr
@@ -203,11 +202,10 @@ def test_src_and_out_in_gcs_give_a_local_runs_bytes(images, local_run, gcs_emula
     pytest.importorskip("apache_beam.io.gcp.gcsio", reason="the gcp extra is not installed: pip install '.[gcp]'")
     bucket = gcs_emulator.new_bucket()
     src = gcs_emulator.upload(images, bucket, "images")
-    env = {**os.environ, "PYTHONPATH": REPO, **gcs_emulator.env}
     common = ["--shards", "3", "--val-fraction", "0.2", *FAST]
+
     def run(*extra):
-        return subprocess.run([sys.executable, "-m", "converter", "--src", src, "--out", f"gs://{bucket}/out",
-                               *common, *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        return run_converter("--src", src, "--out", f"gs://{bucket}/out", *common, *extra, env=gcs_emulator.env)
 
     proc = run()
     assert proc.returncode == 0, proc.stderr
@@ -256,12 +254,10 @@ def test_archives_in_s3_and_gcs_convert_to_the_local_runs_bytes(images, local_ru
 
     gcs_bucket = gcs_emulator.new_bucket()
     gcs_src = gcs_emulator.upload(upload, gcs_bucket, "upload")
-    env = {**os.environ, "PYTHONPATH": REPO, **gcs_emulator.env}
     for name, scan in (("packed", "launcher"), ("shipped.tar", "workers")):
         out = tmp_path / f"gcs-{name}"
-        proc = subprocess.run([sys.executable, "-m", "converter", "--src", f"{gcs_src}/{name}", "--out", str(out),
-                               "--archive-scan", scan, *common, *FAST], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=300)
+        proc = run_converter("--src", f"{gcs_src}/{name}", "--out", str(out), "--archive-scan", scan, *common, *FAST,
+                             env=gcs_emulator.env)
         assert proc.returncode == 0, proc.stderr
         assert _comparable(_local_snapshot(out)) == _comparable(local_run)
 

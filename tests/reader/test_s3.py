@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 import reader
-from tests.conftest import REPO
+from tests.conftest import REPO, run_converter
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +72,7 @@ def test_a_missing_s3_shard_fails_at_build_and_in_flight_naming_it(s3_dataset, s
 
 
 def _cli(*args, env):
-    return subprocess.run([sys.executable, "-m", "converter", *args], capture_output=True, text=True, timeout=300,
-                          cwd=REPO, env={**os.environ, **env, "PYTHONPATH": REPO})
+    return run_converter(*args, env=env)
 
 
 def test_verify_and_inspect_work_on_a_dataset_in_s3(s3_dataset, s3_server, s3_env):
