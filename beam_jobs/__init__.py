@@ -1,10 +1,17 @@
 """The conversion job: image folders to sharded TFRecords, as an Apache Beam pipeline.
 
-In data-flow order: ``options`` (what to do); ``discover`` and ``sources/`` (list SRC: class folders,
-label files, ImageNet, WebDataset, archives, Hugging Face datasets; labels, splits, the plan); the
-stages, each stating its data in and out at its top (``list_parts``, ``validate_part`` with
-``validate`` and ``encode``, ``count``, ``order_bucket``, ``write``, ``merge_reports``), wired in one
-place, ``transforms``; ``manifest``, ``publish`` and ``resume`` (the commit, and what a stopped run
-keeps); ``pipeline`` (``run``: launch, check, publish) with ``runners``, ``interrupt`` and
-``progress``. The on-disk formats both sides share live in ``record_files`` and ``record_schema``.
+Its folders, in data-flow order (each module states its data in and out at its top):
+
+* ``options``: what to do (frozen dataclasses); ``stage_records``: the records that pass between stages;
+  ``formats``: which image formats are read and how; ``faults``: the named points crash tests stop at.
+* ``planning/``: list SRC, find its splits and classes, carve validation, count shards, decide what a
+  stopped run's kept work resumes.
+* ``sources/``: every input the user points at (class folders, label files, ImageNet, WebDataset,
+  archives, Hugging Face datasets) turned into the same plan.
+* ``stages/``: the pipeline's stages, stage 1 to 6, and the per-image work they call.
+* ``files/``: the job's file I/O (object stores included), the work files between stages, the commit.
+* ``runtime/``: the runner and its local workers, stop signals, progress.
+* ``transforms``: the one place that wires the stages; ``pipeline``: ``run`` (launch, check, publish).
+
+The on-disk formats the reader shares live outside, in ``record_files`` and ``record_schema``.
 """

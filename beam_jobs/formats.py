@@ -4,7 +4,7 @@ One table, not branches: each converted format is a Pillow format name with
 the reason it is on the list. Files are identified by content (magic bytes
 for the common formats, then Pillow restricted to this list), never by
 extension. Everything that is not JPEG-as-is is re-encoded to JPEG by
-``beam_jobs.encode``, which decodes it through Pillow.
+``beam_jobs.stages.encode``, which decodes it through Pillow.
 
 Left out on purpose, and named so: formats whose Pillow decoder a security
 advisory says not to open on untrusted input (FITS: GHSA-whj4-6x5x-4v2j), that

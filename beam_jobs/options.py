@@ -134,9 +134,9 @@ class ConvertOptions:
       src: input folder: ``SRC/<class>/...`` or ``SRC/<split>/<class>/...``.
       out: output folder; defaults to ``<SRC>-tfrecords``.
       shards: shard count of the train split; other splits get a proportional
-        count (see ``beam_jobs.shard.plan_shard_counts``). ``"auto"``: each
+        count (see ``beam_jobs.planning.shard.plan_shard_counts``). ``"auto"``: each
         split's count from its bytes, TFDS's 64 MiB..1 GiB per shard
-        (``beam_jobs.shard.auto_shard_count``).
+        (``beam_jobs.planning.shard.auto_shard_count``).
       val_fraction: fraction of each class carved out as a validation split of
         a single-split tree (0 disables).
       seed: salt of the keyed hash that orders the records.

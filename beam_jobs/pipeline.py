@@ -24,18 +24,22 @@ from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 
 import record_schema
-from beam_jobs import discover, faults, filesystems, interrupt, list_parts, publish, resume, runners, sources
-from beam_jobs.count import PartCounts
-from beam_jobs.filesystems import FileSystems
-from beam_jobs.manifest import ConvertSummary, build_manifest, check_results
+from beam_jobs import faults, sources
+from beam_jobs.files import filesystems, publish
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.files.work_records import WorkFileError
 from beam_jobs.options import AUTO, ConvertOptions
-from beam_jobs.order_bucket import BucketCountError
-from beam_jobs.progress import PHASES, ProgressBars, choose_mode, read_progress
-from beam_jobs.shard import plan_shard_counts, shard_size_warning
+from beam_jobs.planning import discover, resume
+from beam_jobs.planning.shard import plan_shard_counts, shard_size_warning
+from beam_jobs.runtime import interrupt, runners
+from beam_jobs.runtime.progress import PHASES, ProgressBars, choose_mode, read_progress
 from beam_jobs.sources import archive_scan, archives, compressed, imagenet
+from beam_jobs.stages import list_parts
+from beam_jobs.stages.count import PartCounts
+from beam_jobs.stages.manifest import ConvertSummary, build_manifest, check_results
+from beam_jobs.stages.order_bucket import BucketCountError
+from beam_jobs.stages.write import ShardResult, SourceChangedError
 from beam_jobs.transforms import COUNTS_FILE, DUPLICATES_SUMMARY_FILE, ConvertImages
-from beam_jobs.work_records import WorkFileError
-from beam_jobs.write import ShardResult, SourceChangedError
 from record_files import staging as staging_names
 
 logger = logging.getLogger(__name__)

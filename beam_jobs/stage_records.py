@@ -3,7 +3,7 @@
     discover / sources ──ImageRef──> list_parts ──(part files)──> validate_part
     validate ──Accepted | RejectedInput──> validate_part ──(sorted runs)──> order_bucket ──> write
 
-Each stage module imports its records from here (and :mod:`beam_jobs.work_records`,
+Each stage module imports its records from here (and :mod:`beam_jobs.files.work_records`,
 which writes them to the work files, does too), so every import arrow points one
 way. NamedTuples where millions are pickled between stages: tuples pickle several
 times faster than dataclasses.

@@ -1,7 +1,7 @@
 """The conversion's Beam transforms: the one place that wires the stages together.
 
 Data flow (PCollection elements in comments; per-image records move through files
-in the work folder, never through a shuffle, see :mod:`beam_jobs.work_records`)::
+in the work folder, never through a shuffle, see :mod:`beam_jobs.files.work_records`)::
 
     part ids                         N / part_size ints           (stage 1, list_parts, in the launcher)
       | ValidateParts                PartCounts per part          (stage 2, validate_part: runs, content, rejected files)
@@ -34,15 +34,17 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 import record_schema
-from beam_jobs import faults, filesystems, merge_reports, publish, work_records
-from beam_jobs.count import BucketTask, PartCounts, SumCounts, bucket_tasks
-from beam_jobs.filesystems import FileSystems
-from beam_jobs.list_parts import WorkLayout
+from beam_jobs import faults
+from beam_jobs.files import filesystems, publish, work_records
+from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions, EncodeOptions
-from beam_jobs.order_bucket import order_bucket
-from beam_jobs.progress import ProgressWriter
-from beam_jobs.validate_part import validate_part
-from beam_jobs.write import ShardResult, write_shard
+from beam_jobs.runtime.progress import ProgressWriter
+from beam_jobs.stages import merge_reports
+from beam_jobs.stages.count import BucketTask, PartCounts, SumCounts, bucket_tasks
+from beam_jobs.stages.list_parts import WorkLayout
+from beam_jobs.stages.order_bucket import order_bucket
+from beam_jobs.stages.validate_part import validate_part
+from beam_jobs.stages.write import ShardResult, write_shard
 from record_files import staging as staging_names
 
 NAMESPACE = "converter"

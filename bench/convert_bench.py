@@ -62,8 +62,8 @@ def plain(src: str, out: str, shards: int, extra: Sequence[str] = ()) -> list[st
 
 
 def _validate_file(path: str, max_side: Optional[int] = None) -> bool:
-    from beam_jobs.encode import Encoded, encode_image
     from beam_jobs.options import EncodeOptions
+    from beam_jobs.stages.encode import Encoded, encode_image
 
     with open(path, "rb") as handle:
         return isinstance(encode_image(handle.read(), EncodeOptions(max_side=max_side)), Encoded)

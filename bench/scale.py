@@ -214,9 +214,11 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
     What a 1e9-image projection multiplies: each stage's per-image cost, its
     files and its largest in-memory unit (a part, a bucket, a hash range).
     """
-    from beam_jobs import count, discover, list_parts, merge_reports, order_bucket, validate_part, work_records
+    from beam_jobs.files import work_records
     from beam_jobs.options import EncodeOptions
-    from beam_jobs.write import write_shard
+    from beam_jobs.planning import discover
+    from beam_jobs.stages import count, list_parts, merge_reports, order_bucket, validate_part
+    from beam_jobs.stages.write import write_shard
 
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.join(work, "scratch"))

@@ -17,9 +17,9 @@ import sys
 import traceback
 from typing import Callable, Optional, Sequence
 
-from beam_jobs import interrupt
 from beam_jobs import options as opts
-from beam_jobs.local_worker import not_beam_noise
+from beam_jobs.runtime import interrupt
+from beam_jobs.runtime.local_worker import not_beam_noise
 from converter.quiet import quiet_tensorflow
 
 logger = logging.getLogger("converter")
@@ -177,7 +177,10 @@ def convert(argv: Sequence[str]) -> int:
         parser.error(str(err))
     # OUT is known before Beam loads (seconds), so a stop while it loads says the same as any other.
     interrupt.set_exit_message(_stop_line("{verb}", options.out, published=False))
-    from beam_jobs import discover, pipeline, publish, runners  # Beam loads only now, after logging is set
+    from beam_jobs import pipeline  # Beam loads only now, after logging is set
+    from beam_jobs.files import publish
+    from beam_jobs.planning import discover
+    from beam_jobs.runtime import runners
 
     interrupt.raise_if_received()  # a signal while Beam loaded whose exception Python lost in an import callback
 

@@ -30,22 +30,21 @@ import sys as _sys
 if "tensorflow" not in _sys.modules:
     _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
+from reader.cache import CacheTooLargeError
+from reader.foreign import foreign_dataset_info
 from reader.info import (
     DatasetInfo,
     DatasetNotFoundError,
     ShardInfo,
     SplitInfo,
     dataset_info,
-    foreign_dataset_info,
     steps_per_epoch,
 )
 from reader.options import Augmentation, FeatureKeys, ReadOptions
 from reader.order import Position
-from reader.cache import CacheTooLargeError
 from reader.pipeline import build_dataset, distributed_dataset, position
 from reader.preprocess import eval_image, finish, train_image
 from reader.records import file_order, interleave_records, parse_record, parse_records, read_shard
-
 
 
 def __getattr__(name: str):

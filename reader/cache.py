@@ -14,7 +14,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from reader.info import DatasetInfo, available_memory_bytes
+from reader.info import DatasetInfo
 
 logger = logging.getLogger(__name__)
 
@@ -80,3 +80,18 @@ def check_memory_cache(split: str, needed: int) -> None:
             f'cache="memory" needs {needed:,} bytes for split {split!r} but only {available:,} bytes of memory '
             f"are available ({MEMORY_CACHE_FRACTION:.0%} may be used); pass cache=PATH to cache on disk instead"
         )
+
+
+def available_memory_bytes() -> Optional[int]:
+    """Memory the system can give without swapping (Linux MemAvailable), None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None

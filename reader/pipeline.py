@@ -31,9 +31,18 @@ import tensorflow as tf
 
 from reader import preprocess, record_index
 from reader.buffered import BufferedRead, buffered_batches
-from reader.info import DatasetInfo, SplitInfo, check_foreign_shards, dataset_info
-from reader.options import (Augmentation, FeatureKeys, ReadOptions, as_int, as_options, check_flag, check_output,
-                            image_hw)
+from reader.foreign import check_foreign_shards
+from reader.info import DatasetInfo, SplitInfo, dataset_info
+from reader.options import (
+    Augmentation,
+    FeatureKeys,
+    ReadOptions,
+    as_int,
+    as_options,
+    check_flag,
+    check_output,
+    image_hw,
+)
 from reader.order import Position, StreamLayout, check_pipelines, host_records, stream_layout
 from reader.records import AUTOTUNE, Source, feature_spec, read_segment
 

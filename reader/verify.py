@@ -21,10 +21,9 @@ from google.protobuf.message import DecodeError
 
 import record_schema
 from reader import storage
+from reader.info import DatasetInfo, dataset_info
 from record_files import idx
 from record_files.tfrecord import FrameError, read_frames
-from reader.info import DatasetInfo, dataset_info
-
 
 
 @dataclasses.dataclass(frozen=True)

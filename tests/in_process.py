@@ -38,7 +38,7 @@ def _environment(env: dict):
 @contextlib.contextmanager
 def _process_state():
     """Signal handlers, interrupt's globals, logging, the unraisable hook, S3 options, cwd: as they were."""
-    from beam_jobs import interrupt
+    from beam_jobs.runtime import interrupt
 
     handlers = {signum: signal.getsignal(signum) for signum in interrupt._SIGNALS}
     flags = (interrupt._received, interrupt._exit_message, interrupt._owns_process)

@@ -65,3 +65,25 @@ def test_every_import_arrow_points_one_way():
         if module not in state:
             visit(module)
     assert not circles, circles
+
+
+# beam_jobs' folders from the bottom up: a module imports only from its own layer or those below it.
+LAYERS = (("beam_jobs.options", "beam_jobs.stage_records", "beam_jobs.formats", "beam_jobs.faults"),
+          ("beam_jobs.files",), ("beam_jobs.runtime",), ("beam_jobs.planning",), ("beam_jobs.sources",),
+          ("beam_jobs.stages",), ("beam_jobs.transforms",), ("beam_jobs.pipeline",))
+
+
+def _layer(module: str) -> int:
+    for index, layer in enumerate(LAYERS):
+        if any(module == name or module.startswith(name + ".") for name in layer):
+            return index
+    return -1
+
+
+def test_beam_jobs_folders_import_only_downwards_in_the_data_flow():
+    """planning, sources, stages, files, runtime: the listing reads as the flow, and no folder reaches up."""
+    upward = [f"{module} -> {target}" for module, targets in _imports().items() if module.startswith("beam_jobs.")
+              for target in targets if target.startswith("beam_jobs.") and _layer(target) > _layer(module) >= 0]
+    assert not upward, upward
+    assert all(_layer(module) >= 0 for module in _imports() if module.startswith("beam_jobs.")
+               and module != "beam_jobs"), "a module of beam_jobs outside every layer"

@@ -1,7 +1,7 @@
-"""Input sources: each turns what the user points at into the same :class:`beam_jobs.discover.InputPlan`.
+"""Input sources: each turns what the user points at into the same :class:`beam_jobs.planning.discover.InputPlan`.
 
 * class folders (``SRC/<class>/...`` or ``SRC/<split>/<class>/...``):
-  :func:`beam_jobs.discover.plan_inputs` over a listing of SRC;
+  :func:`beam_jobs.planning.discover.plan_inputs` over a listing of SRC;
 * a label file (``--annotations``: CSV, TSV or JSON Lines of path, label and
   optionally split): :mod:`beam_jobs.sources.label_file`;
 * ImageNet as it ships (class folders for train, a flat ``val/`` labelled by a
@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from beam_jobs import discover
-from beam_jobs.sources import archives, hub
 from beam_jobs.options import ConvertOptions, LabelMember
+from beam_jobs.planning import discover
+from beam_jobs.sources import archives, hub
 from beam_jobs.stage_records import ImageRef
 
 
@@ -34,7 +34,7 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
     """The plan of ``options.src`` according to the source the options name.
 
     ``scratch``: a local folder for the per-image lists, so the plan holds
-    counters, not images (see :mod:`beam_jobs.discover`). ``scanner``: reads
+    counters, not images (see :mod:`beam_jobs.planning.discover`). ``scanner``: reads
     the tars' headers on the workers (:mod:`beam_jobs.sources.archive_scan`).
 
     Raises:

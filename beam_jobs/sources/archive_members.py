@@ -2,7 +2,7 @@
 
 In: a seekable file object over a ``.zip`` (local, or an object store's ranged
 reader), or a range of one (an archive inside an uncompressed tar); tars are
-scanned by :mod:`tar_members` into the same entries. Out: :class:`Member` (a
+read by :mod:`zip_members` and tars by :mod:`tar_members` into these entries. Out: :class:`Member` (a
 regular file: its normalised path and where its bytes sit in the outermost
 file) or :class:`Refused` (a member that must not be converted, with a reason
 for ``rejected.jsonl``), in archive order.
@@ -34,14 +34,11 @@ where (:func:`locator`, :func:`parse_locator`), or why it is refused
 from __future__ import annotations
 
 import array
-import bisect
 import dataclasses
 import hashlib
 import io
 import marshal
 import posixpath
-import stat
-import struct
 import tempfile
 import zipfile
 import zlib
@@ -53,9 +50,7 @@ import numpy
 # Compressed images (JPEG, PNG, WebP) deflate by 1-1.1x; raw BMP or TIFF of photos by 2-4x; only flat
 # synthetic images reach 100x, and a deflate bomb 1000x.
 MAX_RATIO = 100
-_RATIO_FLOOR = 1 << 20
-_ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length
-_ZIP_LOCAL_SIGNATURE = b"PK\x03\x04"
+RATIO_FLOOR = 1 << 20
 STORED, DEFLATED = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
 
 
@@ -128,85 +123,6 @@ def normalise(name: str) -> Union[str, Refused]:
     if not parts:
         return Refused(name, "unsafe-path", "an empty member name")
     return "/".join(parts)
-
-
-def scan_zip(handle: BinaryIO, base: int = 0, limit: int = 1 << 62) -> Iterator[Entry]:
-    """The members of a zip read through ``handle`` (starting at ``base`` of the outermost file).
-
-    ``limit``: the most bytes one member may inflate to (the caller's
-    ``--max-pixels``-scale bound). Raises :class:`ArchiveError` when the
-    central directory cannot be read.
-    """
-    try:
-        archive = zipfile.ZipFile(handle)  # noqa: SIM115 (closed below)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as err:
-        raise ArchiveError(f"not a readable zip: {err}") from err
-    with archive:
-        infos = archive.infolist()
-    spans = _Spans()
-    for info in infos:
-        entry = _zip_entry(handle, info, base, limit)
-        if isinstance(entry, Member) and entry.size:
-            other = spans.overlapped(entry.offset, entry.offset + entry.size)
-            if other is not None:
-                entry = Refused(entry.path, "overlapping-member", f"its bytes overlap those of {other!r}")
-            else:
-                spans.add(entry.offset, entry.offset + entry.size, entry.path)
-        if entry is not None:
-            yield entry
-
-
-def _zip_entry(handle: BinaryIO, info: zipfile.ZipInfo, base: int, limit: int) -> Union[Entry, None]:
-    path = normalise(info.filename)
-    if isinstance(path, Refused):
-        return path
-    if info.is_dir():
-        return None
-    mode = info.external_attr >> 16
-    if stat.S_ISLNK(mode):
-        return Refused(path, "link", "a symbolic link")
-    if stat.S_IFMT(mode) and not stat.S_ISREG(mode):  # zipfile's own writestr leaves the type bits unset
-        return Refused(path, "special-file", "a device, FIFO or socket, not a regular file")
-    if info.flag_bits & 0x1:
-        return Refused(path, "encrypted", "an encrypted member")
-    if info.compress_type not in (STORED, DEFLATED):
-        return Refused(path, "unsupported-compression", f"compression method {info.compress_type} "
-                       "(stored and deflated members are read)")
-    if info.file_size > limit or (info.file_size > _RATIO_FLOOR and info.file_size > MAX_RATIO * info.compress_size):
-        return Refused(path, "suspicious-compression", f"claims {info.file_size} bytes from {info.compress_size} "
-                       f"stored (at most {MAX_RATIO}x, and {limit} bytes, are read): a zip bomb")
-    handle.seek(info.header_offset)
-    header = handle.read(_ZIP_LOCAL_HEADER.size)
-    if len(header) < _ZIP_LOCAL_HEADER.size or header[:4] != _ZIP_LOCAL_SIGNATURE:
-        return Refused(path, "truncated-archive", f"no local header at byte {info.header_offset}")
-    name_length, extra_length = _ZIP_LOCAL_HEADER.unpack(header)[1:]
-    offset = base + info.header_offset + _ZIP_LOCAL_HEADER.size + name_length + extra_length
-    return Member(path, offset, info.compress_size, info.file_size, info.compress_type)
-
-
-class _Spans:
-    """Byte ranges of the zip members accepted so far: disjoint, kept sorted, so a new member's overlap is
-    found by bisection (a zip of a million members would take hours checked pairwise)."""
-
-    def __init__(self) -> None:
-        self._starts: list[int] = []
-        self._ends: list[int] = []
-        self._paths: list[str] = []
-
-    def overlapped(self, start: int, end: int) -> Union[str, None]:
-        """The path of an accepted member whose bytes overlap ``start .. end``, if any."""
-        index = bisect.bisect_right(self._starts, start)
-        if index and self._ends[index - 1] > start:  # the range starting at or before ``start`` reaches into it
-            return self._paths[index - 1]
-        if index < len(self._starts) and self._starts[index] < end:  # the next range starts inside it
-            return self._paths[index]
-        return None
-
-    def add(self, start: int, end: int, path: str) -> None:
-        index = bisect.bisect_right(self._starts, start)
-        self._starts.insert(index, start)
-        self._ends.insert(index, end)
-        self._paths.insert(index, path)
 
 
 # --- locators: where a listed member's bytes are, as text carried by its ImageRef --------------------------------

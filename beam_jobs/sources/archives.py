@@ -1,7 +1,7 @@
 """Archives as the input: wherever a folder is read, a ``.tar``, ``.tar.gz``, ``.zip``... reads as its extraction.
 
 In:  SRC (a folder, or itself an archive), local or in an object store.
-Out: a :class:`beam_jobs.discover.Listing` whose files are the paths the
+Out: a :class:`beam_jobs.planning.discover.Listing` whose files are the paths the
      extraction would give, each with its locator (where its bytes sit: a
      range of the archive file; see :mod:`beam_jobs.sources.archive_members`),
      so every other source (class folders, ImageNet, label files) plans it as
@@ -47,11 +47,11 @@ import posixpath
 import tempfile
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Protocol
 
-
-from beam_jobs import discover, interrupt
-from beam_jobs.discover import InputError, Listing
-from beam_jobs.filesystems import FileSystems, open_for_scanning
-from beam_jobs.sources import archive_members, compressed, tar_members
+from beam_jobs.files.filesystems import FileSystems, open_for_scanning
+from beam_jobs.planning import discover
+from beam_jobs.planning.discover import InputError, Listing
+from beam_jobs.runtime import interrupt
+from beam_jobs.sources import archive_members, compressed, tar_members, zip_members
 from beam_jobs.sources.archive_members import ArchiveError, Member, RangeFile, Refused
 from beam_jobs.sources.compressed import Inflated
 
@@ -280,7 +280,7 @@ class _ArchiveLister:
         else:  # zipfile holds the central directory in memory anyway
             view = RangeFile(where.handle, where.base, where.size)
             members, refused, top = archive_members.folder_members(
-                archive_members.scan_zip(view, where.base, self._limit), name)
+                zip_members.scan_zip(view, where.base, self._limit), name)
             entries = iter([*refused, *members])
         if top:
             self.stripped.append((display, top))
@@ -387,7 +387,7 @@ class LauncherReader:
 
     The archive read last stays open: labels are read in listing order, one
     sample after another of the same shard, so in S3 and GCS consecutive reads
-    share :class:`beam_jobs.filesystems.ReadAhead`'s window (a request per 16 MiB of
+    share :class:`beam_jobs.files.filesystems.ReadAhead`'s window (a request per 16 MiB of
     a shard, not a 16 MiB request per label). Close it, or use it as a context manager.
     """
 

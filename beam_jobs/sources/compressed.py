@@ -25,8 +25,8 @@ from typing import BinaryIO, Iterable, Optional
 
 from apache_beam.io.filesystem import CompressionTypes
 
-from beam_jobs import interrupt
-from beam_jobs.filesystems import FileSystems
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.runtime import interrupt
 from beam_jobs.sources import archive_members
 
 DECOMPRESSORS = {

@@ -2,7 +2,7 @@
 
 In:  the listing of SRC (its ``.parquet`` files: a Hub snapshot, the HF cache, a ``push_to_hub`` folder,
      or one file), and the options naming a config, the image column and the label column.
-Out: the :class:`beam_jobs.discover.InputPlan`: one ``ImageRef`` per row, labelled by the Hub's own
+Out: the :class:`beam_jobs.planning.discover.InputPlan`: one ``ImageRef`` per row, labelled by the Hub's own
      ClassLabel ids, each row's bytes located by :func:`cell_locator` (file, row group, row, column);
      workers read them by :class:`CellReader`, a row group at a time.
 
@@ -37,9 +37,9 @@ import re
 from array import array
 from typing import Iterator, Optional, Sequence
 
-from beam_jobs import discover
-from beam_jobs.discover import InputError, InputPlan, Listing
-from beam_jobs.filesystems import FileSystems, open_for_ranges
+from beam_jobs.files.filesystems import FileSystems, open_for_ranges
+from beam_jobs.planning import discover
+from beam_jobs.planning.discover import InputError, InputPlan, Listing
 from beam_jobs.sources import archive_members
 from beam_jobs.stage_records import ImageRef
 

@@ -27,9 +27,9 @@ import io
 import posixpath
 from typing import Iterable, Iterator, Optional, Sequence
 
-from beam_jobs import discover
-from beam_jobs.discover import InputError, InputPlan, Listing
-from beam_jobs.listing import is_hidden
+from beam_jobs.planning import discover
+from beam_jobs.planning.discover import InputError, InputPlan, Listing
+from beam_jobs.planning.listing import is_hidden
 from beam_jobs.stage_records import ImageRef
 
 _FLAT_SPLITS = {"val": "validation", "validation": "validation"}
@@ -40,7 +40,7 @@ def plan(src: str, listing: Listing, val_labels: str, labels: Optional[Sequence[
     """The plan of an ImageNet-shaped SRC: ``train/<class>/...`` plus a flat validation folder.
 
     Holds the flat folder's names (ImageNet: 50,000) and the train classes;
-    train images stream from the listing (see :mod:`beam_jobs.discover`).
+    train images stream from the listing (see :mod:`beam_jobs.planning.discover`).
     """
     flat = sorted(entry for entry in listing.entries() if entry[0].count("/") == 1
                   and entry[0].split("/")[0].lower() in _FLAT_SPLITS and not is_hidden(entry[0]))

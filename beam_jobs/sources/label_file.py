@@ -34,10 +34,11 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 
-from beam_jobs import discover, formats
-from beam_jobs.discover import InputError, InputPlan, plan_from_members
-from beam_jobs.filesystems import FileSystems
+from beam_jobs import formats
+from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ANNOTATION_COLUMNS
+from beam_jobs.planning import discover
+from beam_jobs.planning.discover import InputError, InputPlan, plan_from_members
 from beam_jobs.sources import archive_members
 from record_schema import SPLIT_ALIASES, SPLITS
 

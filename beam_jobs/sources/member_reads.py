@@ -10,7 +10,7 @@ Why not ``FileSystems.open(archive)`` per member: Beam's S3 and GCS readers
 read 16 MiB ahead on every read (a buffer for streaming a file front to back),
 so one 100 KB member cost a 16 MiB download, and opening the archive for it a
 request of its own. Here each archive file is opened once per reader
-(:func:`beam_jobs.filesystems.open_for_ranges`: a read fetches what it asks
+(:func:`beam_jobs.files.filesystems.open_for_ranges`: a read fetches what it asks
 for, no more), members that follow one another in the archive (gaps of at
 most :data:`MAX_GAP`: tar headers, padding, skipped files) are fetched by one
 request of at most :data:`MAX_RUN` bytes, and a member read alone (the
@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import BinaryIO, Iterable, Optional
 
-from beam_jobs.filesystems import FileSystems, open_for_ranges
+from beam_jobs.files.filesystems import FileSystems, open_for_ranges
 from beam_jobs.sources import archive_members, hub
 from beam_jobs.sources.archive_members import ArchiveError, Located
 

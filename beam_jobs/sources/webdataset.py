@@ -9,8 +9,8 @@ folders and archives alike (a folder of ``00000.tar`` shards, one shard, a tree
 of them), and folder and archive names are not classes; a top folder named as
 a split (``train/``, ``val/``, ``test/``) still gives the split.
 
-In:  a :class:`beam_jobs.discover.Listing` (archives already read as folders).
-Out: the :class:`beam_jobs.discover.InputPlan` of the samples' images; label
+In:  a :class:`beam_jobs.planning.discover.Listing` (archives already read as folders).
+Out: the :class:`beam_jobs.planning.discover.InputPlan` of the samples' images; label
      ids index the sorted classes (numerically when every class is an
      integer, as label files do), or ``--labels``.
 
@@ -29,10 +29,11 @@ import json
 import posixpath
 from typing import Iterator, Optional, Sequence
 
-from beam_jobs import discover, formats
-from beam_jobs.listing import skip_reason
-from beam_jobs.discover import InputError, InputPlan, Listing
+from beam_jobs import formats
 from beam_jobs.options import LabelMember
+from beam_jobs.planning import discover
+from beam_jobs.planning.discover import InputError, InputPlan, Listing
+from beam_jobs.planning.listing import skip_reason
 from beam_jobs.sources import archive_members
 from beam_jobs.stage_records import ImageRef
 

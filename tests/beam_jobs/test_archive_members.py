@@ -17,9 +17,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from beam_jobs.sources.archive_members import (ArchiveError, Member, RangeFile, Refused, folder_members,
-                                               read_member, scan_zip)
+from beam_jobs.sources.archive_members import (
+    ArchiveError,
+    Member,
+    RangeFile,
+    Refused,
+    folder_members,
+    read_member,
+)
 from beam_jobs.sources.tar_members import scan_tar
+from beam_jobs.sources.zip_members import scan_zip
 
 FILES = {"cat/a.jpg": b"A" * 700, "cat/b.jpg": os.urandom(1500), "dog/c.png": b"C" * 10}
 
@@ -215,7 +222,7 @@ def test_streamed_folder_members_agree_with_folder_members(paths, name):
 @given(spans=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 20)), max_size=12))
 def test_zip_overlaps_are_found_by_bisection_as_a_pairwise_check_finds_them(spans):
     """A member is refused when its bytes overlap any member accepted before it (found in log time, not n^2)."""
-    from beam_jobs.sources.archive_members import _Spans
+    from beam_jobs.sources.zip_members import _Spans
 
     accepted, found = [], _Spans()
     for index, (start, size) in enumerate(spans):

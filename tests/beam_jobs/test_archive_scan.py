@@ -20,7 +20,15 @@ import apache_beam as beam
 import pytest
 
 from beam_jobs.sources import archive_scan, archives
-from tests.archive_data import hostile_tar, nested_tar, tar_folder, tar_of_tars, webdataset_shards, write_tree, zip_folder
+from tests.archive_data import (
+    hostile_tar,
+    nested_tar,
+    tar_folder,
+    tar_of_tars,
+    webdataset_shards,
+    write_tree,
+    zip_folder,
+)
 
 
 def _scanner(folder, mode="workers"):

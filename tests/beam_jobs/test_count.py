@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from beam_jobs.count import PartCounts, SumCounts, bucket_tasks
-from beam_jobs.shard import shard_starts
+from beam_jobs.planning.shard import shard_starts
+from beam_jobs.stages.count import PartCounts, SumCounts, bucket_tasks
 
 
 def test_part_counts_add_per_split_bucket_and_reason_and_survive_json():

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from beam_jobs.discover import InputError, Listing, list_tree, plan_inputs, read_labels_file
+from beam_jobs.planning.discover import InputError, Listing, list_tree, plan_inputs, read_labels_file
 
 
 def _touch(root, *relpaths):

@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from beam_jobs import encode as encode_module
-from beam_jobs.encode import Encoded, Rejected, encode_image, sniff_format
 from beam_jobs.options import EncodeOptions
+from beam_jobs.stages import encode as encode_module
+from beam_jobs.stages.encode import Encoded, Rejected, encode_image, sniff_format
 from tests.conftest import REJECTED_KINDS, _save
 
 OPTIONS = EncodeOptions()
@@ -83,7 +83,7 @@ def test_16bit_png_is_scaled_not_clipped(sample_images):
 
 
 def test_corrupt_data_jpeg_is_reencoded_to_a_clean_stream(sample_images):
-    from beam_jobs.encode import _libjpeg_warning
+    from beam_jobs.stages.encode import _libjpeg_warning
 
     assert "Corrupt JPEG data" in _libjpeg_warning(sample_images["jpeg_corrupt_data"], "RGB")
     result = encode_image(sample_images["jpeg_corrupt_data"], OPTIONS)
@@ -125,7 +125,7 @@ def test_encode_options_name_the_bad_flag(field, value):
 
 
 def test_the_pillow_free_jpeg_path_takes_only_clean_upright_jpegs(sample_images):
-    from beam_jobs.encode import _clean_jpeg
+    from beam_jobs.stages.encode import _clean_jpeg
 
     for kind in PASS_THROUGH:
         assert _clean_jpeg(sample_images[kind], OPTIONS) == encode_image(sample_images[kind], OPTIONS)

@@ -13,8 +13,8 @@ pytest.importorskip("boto3", reason="the aws extra is not installed: pip install
 from apache_beam.io.aws import s3filesystem  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
-from beam_jobs import filesystems  # noqa: E402
-from beam_jobs.filesystems import FileSystems  # noqa: E402
+from beam_jobs.files import filesystems  # noqa: E402
+from beam_jobs.files.filesystems import FileSystems  # noqa: E402
 
 
 @pytest.fixture()

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import record_schema
-from beam_jobs.discover import list_tree, plan_inputs
-from beam_jobs.encode import Encoded, Rejected, encode_image
 from beam_jobs.options import EncodeOptions
+from beam_jobs.planning.discover import list_tree, plan_inputs
+from beam_jobs.stages.encode import Encoded, Rejected, encode_image
 from tests.conftest import make_sample_images, run_converter
 
 SEEDS = make_sample_images()

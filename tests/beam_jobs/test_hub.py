@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from beam_jobs.discover import InputError
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
+from beam_jobs.planning.discover import InputError
 from tests import hub_data
 from tests.conftest import read_records
 
@@ -192,8 +192,9 @@ SAMPLE = _sample_file()
 def test_mutated_parquet_files_list_and_read_or_are_refused_naming_the_file(tmp_path_factory, flips, cut):
     """Footer and row groups damaged anywhere: the file is refused (corrupt-parquet), an error names it, or
     every row listed reads as bytes or as a rejection with its reason; nothing else escapes."""
-    from beam_jobs.sources import archive_members, hub as parquet
-    from beam_jobs.discover import Listing
+    from beam_jobs.planning.discover import Listing
+    from beam_jobs.sources import archive_members
+    from beam_jobs.sources import hub as parquet
 
     data = bytearray(SAMPLE)
     for at, xor in flips:

@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 
-from beam_jobs.sources import archive_members, tar_members
+from beam_jobs.sources import archive_members, tar_members, zip_members
 from beam_jobs.sources.archive_members import ArchiveError, Member
 from beam_jobs.sources.member_reads import MAX_GAP, MAX_RUN, MemberReader, plan_runs
 
@@ -36,7 +36,7 @@ def _locators(path, file="") -> dict[str, str]:
     with open(path, "rb") as handle:
         size = handle.seek(0, io.SEEK_END)
         handle.seek(0)
-        scan = archive_members.scan_zip(handle) if str(path).endswith(".zip") else \
+        scan = zip_members.scan_zip(handle) if str(path).endswith(".zip") else \
             tar_members.scan_tar(handle, size)
         return {m.path: archive_members.locator(file, m) for m in scan if isinstance(m, Member)}
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import random
 
-from beam_jobs import merge_reports, work_records
-from beam_jobs.list_parts import WorkLayout
+from beam_jobs.files import work_records
+from beam_jobs.stages import merge_reports
+from beam_jobs.stages.list_parts import WorkLayout
 
 
 def test_sorted_files_merge_into_one_sorted_file_in_rounds_past_the_fan_in(tmp_path, monkeypatch):

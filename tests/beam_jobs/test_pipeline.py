@@ -5,10 +5,11 @@ from __future__ import annotations
 import apache_beam as beam
 import pytest
 
-from beam_jobs import pipeline, runners
-from beam_jobs.order_bucket import BucketCountError
-from beam_jobs.work_records import WorkFileError
-from beam_jobs.write import SourceChangedError
+from beam_jobs import pipeline
+from beam_jobs.files.work_records import WorkFileError
+from beam_jobs.runtime import runners
+from beam_jobs.stages.order_bucket import BucketCountError
+from beam_jobs.stages.write import SourceChangedError
 from tests.conftest import REPO
 
 

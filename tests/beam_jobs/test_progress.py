@@ -10,7 +10,7 @@ import struct
 import termios
 import time
 
-from beam_jobs.progress import BARS, LINES, OFF, ProgressBars, ProgressWriter, choose_mode
+from beam_jobs.runtime.progress import BARS, LINES, OFF, ProgressBars, ProgressWriter, choose_mode
 
 
 def test_lines_come_at_each_phase_end_and_every_interval(tmp_path):

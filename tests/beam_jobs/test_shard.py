@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from beam_jobs.shard import (MAX_SHARD_BYTES, auto_shard_count, plan_shard_counts, shard_size_warning,
-                              shard_starts)
+from beam_jobs.planning.shard import (
+    MAX_SHARD_BYTES,
+    auto_shard_count,
+    plan_shard_counts,
+    shard_size_warning,
+    shard_starts,
+)
 
 
 def test_train_gets_the_requested_count_and_other_splits_a_proportional_one():

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from beam_jobs.discover import InputError, list_tree
+from beam_jobs.planning.discover import InputError, list_tree
 from beam_jobs.sources import imagenet, label_file
 
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from beam_jobs import carve, discover
-from beam_jobs.discover import list_tree, plan_inputs
+from beam_jobs.planning import carve, discover
+from beam_jobs.planning.discover import list_tree, plan_inputs
 from beam_jobs.sources import imagenet, label_file
 from record_schema import SPLITS
 from tests.conftest import REPO

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from beam_jobs import work_records
-from beam_jobs.carve import keyed_hash
+from beam_jobs.files import work_records
+from beam_jobs.planning.carve import keyed_hash
 from beam_jobs.stage_records import Accepted, ImageRef
 
 

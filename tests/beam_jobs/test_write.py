@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 
-from beam_jobs.stage_records import Accepted, ImageRef
 from beam_jobs.options import EncodeOptions
-from beam_jobs.validate import validate_chunk
-from beam_jobs.write import write_shard
+from beam_jobs.stage_records import Accepted, ImageRef
+from beam_jobs.stages.validate import validate_chunk
+from beam_jobs.stages.write import write_shard
 from tests.conftest import read_records
 
 

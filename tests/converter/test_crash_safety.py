@@ -18,7 +18,7 @@ import pytest
 
 import record_schema
 from beam_jobs import faults
-from beam_jobs.publish import ConcurrentRunError, output_lock
+from beam_jobs.files.publish import ConcurrentRunError, output_lock
 from tests.conftest import REPO, run_converter
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]

@@ -45,7 +45,7 @@ def test_default_run_is_the_fnapi_runner_in_process_when_small_else_a_worker_per
 
 
 def test_a_run_above_the_small_size_gets_a_worker_process_per_core():
-    from beam_jobs import runners
+    from beam_jobs.runtime import runners
 
     choice = runners.choose_runner([])
     workers = os.cpu_count()
@@ -179,7 +179,7 @@ def test_a_stop_prints_one_line_naming_the_finished_work_it_keeps_beside_out(tmp
                             "folder discards it")
     # No worker process outlives the launcher (its workers share its session; other tests' runs do not).
     time.sleep(1)
-    workers = subprocess.run(["pgrep", "-s", str(proc.pid), "-f", "beam_jobs.local_worker"], capture_output=True,
+    workers = subprocess.run(["pgrep", "-s", str(proc.pid), "-f", "beam_jobs.runtime.local_worker"], capture_output=True,
                              text=True).stdout
     assert workers.strip() == ""
 

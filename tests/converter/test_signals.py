@@ -244,7 +244,7 @@ def test_every_stop_signal_keeps_finished_work_that_the_same_command_resumes_to_
 
 LIBRARY_RUN = """
 import os, signal, subprocess, sys, threading, time
-from beam_jobs.interrupt import Interrupted
+from beam_jobs.runtime.interrupt import Interrupted
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
 

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-import record_schema
 import reader
+import record_schema
 from tests.conftest import read_records
 
 tfds = pytest.importorskip("tensorflow_datasets", reason="the tfds extra is not installed: pip install '.[tfds]'")

@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 import record_schema
-from record_files.tfrecord import frame_record, serialize_example
 from reader.verify import verify
+from record_files.tfrecord import frame_record, serialize_example
 
 
 @pytest.fixture

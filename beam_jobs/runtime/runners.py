@@ -27,7 +27,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 # The runner names that mean "the local runner we test".
 _LOCAL_NAMES = ("directrunner", "fnapirunner")
 # Running mode the FnApiRunner does not know, so it keeps the worker environment we give it.
-_OWN_WORKERS = "multi_processing/beam_jobs.local_worker"
+_OWN_WORKERS = "multi_processing/beam_jobs.runtime.local_worker"
 
 
 class UnknownFlagError(ValueError):
@@ -135,7 +135,7 @@ def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner
     """Beam's FnApiRunner, set up as the DirectRunner sets it up when it falls back from Prism.
 
     Workers get the pipeline options through the provision info; in
-    multi-processing mode they are started as ``python -m beam_jobs.local_worker``,
+    multi-processing mode they are started as ``python -m beam_jobs.runtime.local_worker``,
     Beam's SDK harness with its start-up chatter off unless the harness log
     level asks for it.
     """
@@ -154,8 +154,8 @@ def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner
         # exec: no shell in between. The stop signals are ignored before Python starts (an ignored signal
         # stays ignored across exec, and CPython keeps it so): a worker spawned just as Ctrl-C reaches the
         # process group would otherwise die in its start-up with a "Fatal Python error" on the terminal.
-        # The launcher stops its workers itself (beam_jobs.interrupt).
-        command = f"trap '' INT TERM HUP; exec {shlex.quote(sys.executable)} -m beam_jobs.local_worker"
+        # The launcher stops its workers itself (beam_jobs.runtime.interrupt).
+        command = f"trap '' INT TERM HUP; exec {shlex.quote(sys.executable)} -m beam_jobs.runtime.local_worker"
         environment = environments.SubprocessSDKEnvironment.from_command_string(command_string=command)
         # FnApiRunner.run_pipeline replaces its environment with Beam's own worker command when it
         # sees this mode; the workers already have the options (above), so the runner sees our name.
@@ -166,7 +166,7 @@ def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner
 
 
 class _NotRelayedWorkerRecords(logging.Filter):
-    """Drops the runner's copies of worker log records: each local worker prints its own (beam_jobs.local_worker).
+    """Drops the runner's copies of worker log records: each local worker prints its own (beam_jobs.runtime.local_worker).
 
     The runner logs every record it receives as ``Worker: <protobuf dump>``;
     with both, ``-v`` showed every line twice, once unreadable.

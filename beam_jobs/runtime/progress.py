@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Optional, TextIO
 
-from beam_jobs.filesystems import FileSystems
+from beam_jobs.files.filesystems import FileSystems
 
 _INTERVAL_S = 1.0
 

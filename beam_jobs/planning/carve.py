@@ -15,6 +15,7 @@ import heapq
 from array import array
 from typing import Iterable, Mapping
 
+
 def keyed_hash(seed: int, key: str) -> bytes:
     """128-bit keyed BLAKE2b of ``key`` salted with ``seed``: stable everywhere."""
     return hashlib.blake2b(

@@ -36,10 +36,11 @@ from typing import Optional, Sequence
 
 from apache_beam.io.filesystem import BeamIOError
 
-from beam_jobs import filesystems, interrupt, publish, work_records
-from beam_jobs.discover import InputPlan
-from beam_jobs.filesystems import FileSystems
+from beam_jobs.files import filesystems, publish, work_records
+from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
+from beam_jobs.planning.discover import InputPlan
+from beam_jobs.runtime import interrupt
 from record_files import staging as staging_names
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class RunRecord:
 def record_for(options: ConvertOptions, plan: InputPlan, part_size: int, listing: str) -> RunRecord:
     """The record of a run of ``options`` over ``plan``; ``listing``: the digest of its part files.
 
-    (:func:`beam_jobs.list_parts.write_parts` returns it: the parts are written
+    (:func:`beam_jobs.stages.list_parts.write_parts` returns it: the parts are written
     before the run knows whether it resumes, and discarded if it does.)
     """
     # As JSON gives them back (tuples become lists), so a saved record compares equal to a new one.

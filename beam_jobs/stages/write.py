@@ -1,13 +1,13 @@
 """Stage 5: write one shard: read its images in order, encode, frame, stream to a file.
 
 In:  the shard's records in order (``Accepted``, streamed from its slices, see
-     :mod:`beam_jobs.order_bucket`), and each image's bytes (the source file,
+     :mod:`beam_jobs.stages.order_bucket`), and each image's bytes (the source file,
      or its spilled re-encoding).
 Out: the shard file in staging and a :class:`ShardResult` (its manifest entry).
 
 A shard holds one image in memory at a time. The file is written into the
 run's private staging folder under its final name; nothing in OUT changes
-until :mod:`beam_jobs.publish` commits the whole dataset. A runner that retries
+until :mod:`beam_jobs.files.publish` commits the whole dataset. A runner that retries
 the writer rewrites the same bytes, because every step is deterministic.
 """
 
@@ -22,14 +22,14 @@ from typing import Callable, Iterable, Optional, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
-from beam_jobs import filesystems
-from beam_jobs.discover import display_path
-from beam_jobs.encode import Encoded, encode_image
-from beam_jobs.filesystems import FileSystems
+from beam_jobs.files import filesystems
+from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
-from beam_jobs.stage_records import Accepted
+from beam_jobs.planning.discover import display_path
 from beam_jobs.sources.member_reads import MemberReader
-from beam_jobs.validate import read_source, read_spilled
+from beam_jobs.stage_records import Accepted
+from beam_jobs.stages.encode import Encoded, encode_image
+from beam_jobs.stages.validate import read_source, read_spilled
 from record_files import idx
 from record_files.tfrecord import frame_parts, serialize_example
 
@@ -101,7 +101,7 @@ def encode_accepted(src: str, item: Accepted, options: EncodeOptions, work: str 
     """
     relpath = item.ref.relpath
     if item.spill and item.reencoded_because:
-        # Encoded once, by validation (see beam_jobs.validate): copy, never decode again.
+        # Encoded once, by validation (see beam_jobs.stages.validate): copy, never decode again.
         return Encoded(read_spilled(work, item), item.height, item.width, "", item.reencoded_because)
     if item.spill:  # stored as it is, kept by validation (a Parquet row): the very bytes validated
         data = read_spilled(work, item)

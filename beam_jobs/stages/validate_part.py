@@ -1,31 +1,32 @@
 """Stage 2: validate one part: read and check each of its images, and sort what it found.
 
-In:  ``parts/part-P`` (LISTED records, see :mod:`beam_jobs.work_records`).
+In:  ``parts/part-P`` (LISTED records, see :mod:`beam_jobs.files.work_records`).
 Out: files, each written whole (temporary name, then renamed):
      - ``runs/<split>-P``: the part's accepted images of each split, ACCEPTED
        records sorted by (keyed hash, path) with an index at every key bucket;
      - ``content/part-P``: CONTENT records sorted by SHA-256, indexed by hash range;
      - ``rejected/part-P.jsonl``: its lines of ``rejected.jsonl``, sorted;
      - ``spill-P``: the JPEG bytes of images that had to be re-encoded.
-     - ``counts/part-P.json``: last, the part's :class:`beam_jobs.count.PartCounts`
+     - ``counts/part-P.json``: last, the part's :class:`beam_jobs.stages.count.PartCounts`
        (accepted per split and bucket, rejected per split and reason), which it returns.
      Memory: one part's records.
 
-The per-image work is :func:`beam_jobs.validate.validate_chunk`.
+The per-image work is :func:`beam_jobs.stages.validate.validate_chunk`.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Optional
 
-from beam_jobs import faults, filesystems, work_records
-from beam_jobs.carve import keyed_hash
-from beam_jobs.count import PartCounts
-from beam_jobs.filesystems import FileSystems
-from beam_jobs.list_parts import WorkLayout
+from beam_jobs import faults
+from beam_jobs.files import filesystems, work_records
+from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
+from beam_jobs.planning.carve import keyed_hash
 from beam_jobs.stage_records import RejectedInput
-from beam_jobs.validate import validate_chunk
+from beam_jobs.stages.count import PartCounts
+from beam_jobs.stages.list_parts import WorkLayout
+from beam_jobs.stages.validate import validate_chunk
 
 
 def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: EncodeOptions,

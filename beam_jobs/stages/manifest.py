@@ -13,9 +13,9 @@ import datetime
 from typing import Mapping, Optional, Sequence
 
 import record_schema
-from beam_jobs.discover import InputPlan
 from beam_jobs.options import ConvertOptions
-from beam_jobs.write import ShardResult
+from beam_jobs.planning.discover import InputPlan
+from beam_jobs.stages.write import ShardResult
 
 TOOL = "imgshards"
 

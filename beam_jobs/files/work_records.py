@@ -43,8 +43,8 @@ from typing import BinaryIO, Callable, Generic, Iterable, Iterator, NamedTuple, 
 from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
-from beam_jobs import filesystems
-from beam_jobs.filesystems import FileSystems
+from beam_jobs.files import filesystems
+from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.stage_records import Accepted, ImageRef
 
 MAGIC = b"IMGSHARDS-WORK"
@@ -179,7 +179,7 @@ def decode_member(record: bytes) -> tuple[str, str, str, str]:
 def write_file(path: str, kind: int, records: Iterable[bytes], buckets: int = 0) -> list[int]:
     """Write ``records`` (already in key order when ``buckets``) to ``path``; return the count per bucket.
 
-    Written whole (:func:`beam_jobs.filesystems.whole_file`): a reader, or a
+    Written whole (:func:`beam_jobs.files.filesystems.whole_file`): a reader, or a
     resumed run, never sees half a file; a retried task rewrites the same bytes.
     """
     counts = [0] * buckets

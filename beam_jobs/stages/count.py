@@ -19,7 +19,7 @@ from typing import Iterable, Iterator, Mapping, Optional
 
 import apache_beam as beam
 
-from beam_jobs.shard import RECORD_OVERHEAD, auto_shard_count, shard_starts
+from beam_jobs.planning.shard import RECORD_OVERHEAD, auto_shard_count, shard_starts
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Stage 4: put one key bucket of one split in its final order and cut it at the shard boundaries.
 
-In:  a :class:`beam_jobs.count.BucketTask`, and bucket ``b`` of every part's
+In:  a :class:`beam_jobs.stages.count.BucketTask`, and bucket ``b`` of every part's
      ``runs/<split>-P`` (one seek per file).
 Out: ``slices/<split>-S-b``: the bucket's records of shard S, in order (ACCEPTED
      records), then ``slices/<split>-b.done``; returns ``(shard, records)`` for each slice.
@@ -13,10 +13,11 @@ hash ranges, so the split's order is the buckets' orders one after another.
 
 from __future__ import annotations
 
-from beam_jobs import faults, filesystems, work_records
-from beam_jobs.count import BucketTask
-from beam_jobs.filesystems import FileSystems
-from beam_jobs.list_parts import WorkLayout
+from beam_jobs import faults
+from beam_jobs.files import filesystems, work_records
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.stages.count import BucketTask
+from beam_jobs.stages.list_parts import WorkLayout
 
 
 class BucketCountError(RuntimeError):

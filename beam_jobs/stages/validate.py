@@ -19,14 +19,14 @@ from typing import Callable, Optional, Sequence, Union
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 
 from beam_jobs import formats
-from beam_jobs.discover import display_path
-from beam_jobs.encode import Encoded, encode_image
-from beam_jobs.filesystems import FileSystems
+from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
+from beam_jobs.planning.discover import display_path
 from beam_jobs.sources import archive_members
-from beam_jobs.sources.member_reads import MemberReader
 from beam_jobs.sources.hub import is_cell
+from beam_jobs.sources.member_reads import MemberReader
 from beam_jobs.stage_records import Accepted, ImageRef, RejectedInput
+from beam_jobs.stages.encode import Encoded, encode_image
 
 
 @functools.lru_cache(maxsize=16)
@@ -62,7 +62,7 @@ def read_source(src: str, relpath: str, source: str = "", work: str = "",
         with MemberReader(src, work) as alone:
             return alone.read(source)
     path = source_path(src, relpath)
-    # S3 reuses one boto3 client per process (beam_jobs.filesystems), not one per image.
+    # S3 reuses one boto3 client per process (beam_jobs.files.filesystems), not one per image.
     with source_filesystem(src).open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         return handle.read()
 

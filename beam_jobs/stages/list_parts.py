@@ -2,7 +2,7 @@
 
 In:  the listed images (``ImageRef``), in any order.
 Out: ``parts/part-P`` files of ``part_size`` LISTED records each (see
-     :mod:`beam_jobs.work_records`), and a :class:`WorkLayout` that every
+     :mod:`beam_jobs.files.work_records`), and a :class:`WorkLayout` that every
      later stage uses to find its files. The pipeline's first PCollection is
      the part ids: ``ceil(N / part_size)`` small elements, whatever N is.
 
@@ -21,9 +21,10 @@ import hashlib
 import math
 from typing import Iterable, Mapping, Optional
 
-from beam_jobs import interrupt, work_records
+from beam_jobs.files import work_records
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.runtime import interrupt
 from beam_jobs.stage_records import ImageRef
-from beam_jobs.filesystems import FileSystems
 from record_files import staging as staging_names
 
 # Parts of at most this many images: a part's records are sorted in one worker's memory (~200 B each).
@@ -112,7 +113,7 @@ def write_parts(layout: WorkLayout, refs: Iterable[ImageRef], part_size: int) ->
 
     Streams: one part's records are held at a time. The digest (of every
     record, length-prefixed, in order) is the listing's part of a run's
-    fingerprint (:mod:`beam_jobs.resume`), computed in the same pass.
+    fingerprint (:mod:`beam_jobs.planning.resume`), computed in the same pass.
     """
     digest = hashlib.sha256()
     for folder in layout.folders():

@@ -32,7 +32,15 @@ from typing import Iterator, Optional
 
 import record_schema
 from beam_jobs import faults
-from beam_jobs.filesystems import FileSystems, is_local, list_names, local_path, read_text, remove_folder, write_text
+from beam_jobs.files.filesystems import (
+    FileSystems,
+    is_local,
+    list_names,
+    local_path,
+    read_text,
+    remove_folder,
+    write_text,
+)
 from record_files import idx
 from record_files import staging as staging_names
 
@@ -69,7 +77,7 @@ def new_staging(out: str) -> str:
     return staging_names.remote_staging(out, uuid.uuid4().hex[:12])
 
 
-# In a staging folder's work folder: what the run converts and how (see beam_jobs.resume).
+# In a staging folder's work folder: what the run converts and how (see beam_jobs.planning.resume).
 RESUME_RECORD = staging_names.RESUME_RECORD
 
 
@@ -138,7 +146,7 @@ def recover_and_clean(out: str) -> None:
     A run killed between the two renames of the fallback commit leaves OUT
     missing and the old dataset displaced: it is put back. Staging folders of
     dead runs stay when they hold a resume record (the run decides, once it
-    has listed SRC, whether to resume one: see :mod:`beam_jobs.resume`);
+    has listed SRC, whether to resume one: see :mod:`beam_jobs.planning.resume`);
     others, and dead runs' scratch folders, are deleted.
     """
     if not is_local(out):

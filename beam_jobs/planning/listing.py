@@ -2,10 +2,10 @@
 
 In:  ``--src`` (a local folder, followed through symbolic links, or a prefix in an object store).
 Out: a :class:`Listing` (files, folders, what the walk passed over), the input of every source's plan
-     (:mod:`beam_jobs.discover` for class folders, :mod:`beam_jobs.sources` for the others).
+     (:mod:`beam_jobs.planning.discover` for class folders, :mod:`beam_jobs.sources` for the others).
 
 Given a local ``scratch`` folder, the file paths are streamed into a file
-there as they are found (:class:`beam_jobs.work_records.Spilled`), so the
+there as they are found (:class:`beam_jobs.files.work_records.Spilled`), so the
 launcher's memory does not grow with the number of images; without one
 (tests, small inputs) they are held in memory, sorted.
 """
@@ -18,8 +18,8 @@ import os
 import uuid
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
-from beam_jobs import interrupt
-from beam_jobs.filesystems import FileSystems
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.runtime import interrupt
 
 # Files that operating systems and tools leave in image folders.
 SYSTEM_FILES = frozenset({"thumbs.db", "desktop.ini", ".ds_store"})
@@ -34,7 +34,7 @@ class Listing:
     """What a walk of SRC found: file paths and folder paths, relative to SRC.
 
     ``files`` is any re-iterable collection (a tuple, or a scratch file's
-    :class:`beam_jobs.work_records.Spilled`); rules read it in passes. When
+    :class:`beam_jobs.files.work_records.Spilled`); rules read it in passes. When
     SRC holds archives (:mod:`beam_jobs.sources.archives`), their members are
     files at the paths their extraction would give, and ``located`` holds
     ``(path, source)`` for every file, in the order of ``files`` (the source
@@ -126,7 +126,7 @@ def listing_of(src: str, files: Iterable[str], dirs: Iterable[str], skipped: Map
     """The :class:`Listing` of streamed ``files`` (or ``located`` ``(path, source)`` entries): spilled to
     ``scratch`` as they come, or held sorted. ``dirs``, ``skipped`` and ``refused()`` are read once the
     stream has been consumed (a walk fills them as it goes)."""
-    from beam_jobs import work_records
+    from beam_jobs.files import work_records
 
     if located is None:
         entries: Iterable[tuple[str, str]] = ((path, "") for path in files)

@@ -1,7 +1,7 @@
 """A local worker process: Beam's SDK harness, without its start-up chatter on our terminal.
 
-``python -m beam_jobs.local_worker`` is what the FnApiRunner starts, one per
-core, in a local multi-processing run (see ``beam_jobs.runners``). Beam's own
+``python -m beam_jobs.runtime.local_worker`` is what the FnApiRunner starts, one per
+core, in a local multi-processing run (see ``beam_jobs.runtime.runners``). Beam's own
 ``sdk_worker_main`` logs to the inherited stderr while it starts ("apitools
 not found...", "Logging handler created.") and again at every shutdown, above
 the user's progress bars. Here the worker's stderr handler shows only what the
@@ -71,7 +71,7 @@ _PR_SET_PDEATHSIG = 1
 
 def main() -> None:
     # Ctrl-C reaches every process of the terminal's group, and Slurm or Kubernetes send SIGTERM to
-    # all of them: the launcher alone reports the stop and kills its workers (beam_jobs.interrupt).
+    # all of them: the launcher alone reports the stop and kills its workers (beam_jobs.runtime.interrupt).
     # A worker that died of the signal itself would only turn the stop into a "failed" run.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -85,7 +85,7 @@ def main() -> None:
 
     no_auth = bool(_pipeline_option("no_auth"))
     if no_auth or os.environ.get("STORAGE_EMULATOR_HOST"):  # (the import costs the others nothing)
-        from beam_jobs.filesystems import gcs_anonymous_when_asked
+        from beam_jobs.files.filesystems import gcs_anonymous_when_asked
 
         gcs_anonymous_when_asked(no_auth)
 

@@ -37,8 +37,9 @@ import simplejpeg
 import tifffile
 from PIL import Image, ImageOps
 
-from beam_jobs import formats, stable_decode
+from beam_jobs import formats
 from beam_jobs.options import EncodeOptions
+from beam_jobs.stages import stable_decode
 
 # What Pillow raises on malformed input. Pillow's own fuzzers treat this same
 # family as "expected" failures; anything else is a bug worth crashing on.
@@ -373,7 +374,7 @@ def _reencode(img: Image.Image, data: bytes, fmt: str, options: EncodeOptions, b
     """Decode ``img`` (opened from ``data``) once with Pillow and encode it as an upright RGB JPEG.
 
     Formats in :data:`formats.DECODED_TWICE` are decoded a second time, to
-    prove the pixels reproducible (see :mod:`beam_jobs.stable_decode`).
+    prove the pixels reproducible (see :mod:`beam_jobs.stages.stable_decode`).
 
     A JPEG that will be downsized by 2x or more is decoded at reduced scale
     (libjpeg's DCT scaling through Pillow's ``draft``: 1/2, 1/4 or 1/8 of the

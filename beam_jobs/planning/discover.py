@@ -6,10 +6,10 @@ indices into the sorted union of class names over all splits, so a class that
 is missing from one split never shifts the ids of the others.
 
 :func:`plan_inputs` holds every rule of class folders (relative paths in, plan out);
-:mod:`beam_jobs.listing` is the only part that touches a file system, and
-:mod:`beam_jobs.carve` carves validation out of train. Given a local
+:mod:`beam_jobs.planning.listing` is the only part that touches a file system, and
+:mod:`beam_jobs.planning.carve` carves validation out of train. Given a local
 ``scratch`` folder, both keep the per-image lists there (see
-:class:`beam_jobs.work_records.Spilled`) and hold only counters, folders and
+:class:`beam_jobs.files.work_records.Spilled`) and hold only counters, folders and
 classes, so the launcher's memory does not grow with the number of images; the
 rules make a few streaming passes over those lists instead. Without one (tests,
 small inputs), the lists are held in memory and the plan's images are sorted.
@@ -26,10 +26,20 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import record_schema
 from beam_jobs import formats
-from beam_jobs.carve import carve_count, carve_key, carve_thresholds
-from beam_jobs.filesystems import FileSystems
-from beam_jobs.listing import (  # noqa: F401 - the listing's names, as every source's plan meets them
-    SYSTEM_FILES, InputError, Listing, display_path, is_hidden, list_tree, listing_of, scratch_file, skip_reason, walk)
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.planning.carve import carve_count, carve_key, carve_thresholds
+from beam_jobs.planning.listing import (  # noqa: F401 - the listing's names, as every source's plan meets them
+    SYSTEM_FILES,
+    InputError,
+    Listing,
+    display_path,
+    is_hidden,
+    list_tree,
+    listing_of,
+    scratch_file,
+    skip_reason,
+    walk,
+)
 from beam_jobs.stage_records import ImageRef
 
 logger = logging.getLogger(__name__)
@@ -95,7 +105,7 @@ def collect_members(triples: Iterable[tuple[str, str, str, str]], scratch: Optio
     if scratch is None:
         items: Iterable[tuple[str, str, str, str]] = tuple(counted())
     else:
-        from beam_jobs import work_records  # imports this module: loaded when first needed
+        from beam_jobs.files import work_records  # imports this module: loaded when first needed
 
         items = work_records.spill(scratch_file(scratch, "members"), work_records.MEMBER, counted(),
                                    lambda t: work_records.encode_member(*t), work_records.decode_member)
