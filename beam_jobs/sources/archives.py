@@ -286,7 +286,7 @@ class _ArchiveLister:
             self.stripped.append((display, top))
         for member in entries:
             if isinstance(member, Refused):
-                yield from self._refusal(member, folder, display)
+                self._refusal(member, top, display)
                 continue
             path = posixpath.join(folder, member.path) if folder else member.path
             parent = posixpath.dirname(path)
@@ -296,8 +296,8 @@ class _ArchiveLister:
             if inner is None:
                 yield path, archive_members.locator(where.file, member, where.in_work)
             elif depth + 1 >= MAX_DEPTH:
-                yield path, archive_members.refusal("nested-too-deep", f"in {display}: an archive nested "
-                                                    f"{MAX_DEPTH} deep (at most {MAX_DEPTH - 1} levels are read)")
+                self._refusal(Refused(member.path, "nested-too-deep", f"an archive nested {MAX_DEPTH} deep (at most "
+                                      f"{MAX_DEPTH - 1} levels are read)"), top, display)
             else:
                 yield from self._inner(where, member, inner[0], posixpath.join(parent, folder_name(inner[1])),
                                        f"{display}/{member.path}", depth + 1)
@@ -322,13 +322,19 @@ class _ArchiveLister:
         except ArchiveError as err:  # an inner archive that is not one costs only itself
             self.refused.append((display, archive_members.refusal("corrupt-archive", f"not a readable archive: {err}")))
 
-    def _refusal(self, entry: Refused, folder: str, display: str) -> Iterator[tuple[str, str]]:
-        """A refused member: at its place in the tree when it has one, else listed by the archive's name."""
+    def _refusal(self, entry: Refused, top: str, display: str) -> None:
+        """A member refused by its archive, named ``ARCHIVE:MEMBER`` with the member's name as the archive stores
+        it (what ``tar tf`` and ``unzip -l`` list): it has no place in an extraction, whatever the reason.
+
+        (An image read from an archive and rejected, undecodable say, is named by its path in the extraction,
+        as its record would be and as a conversion of the extracted folder names it.)
+        """
         locator = archive_members.refusal(entry.reason, f"in {display}: {entry.detail}")
-        if entry.reason in ("unsafe-path", "truncated-archive") or not entry.path:
-            self.refused.append((f"{display}/{entry.path}" if entry.path else display, locator))
-        else:
-            yield (posixpath.join(folder, entry.path) if folder else entry.path), locator
+        if not entry.path:
+            self.refused.append((display, locator))
+            return
+        stored = f"{top}/{entry.path}" if top and entry.reason != "unsafe-path" else entry.path
+        self.refused.append((f"{display}:{stored}", locator))
 
     # --- compressed archives ------------------------------------------------------------------------------
 

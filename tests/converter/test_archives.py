@@ -155,8 +155,9 @@ def test_a_hostile_archive_costs_only_its_bad_members_each_rejected_with_its_rea
     assert manifest["splits"]["train"]["num_examples"] == 2
     assert manifest["rejected_by_reason"] == {"link": 1, "suspicious-compression": 1, "unsafe-path": 1}
     rejected = {row["path"]: row for row in map(json.loads, (out / "rejected.jsonl").read_text().splitlines())}
-    assert set(rejected) == {"cat/bomb.bmp", "dog/link.jpg", "pets.zip/../escape.jpg"}
-    assert "pets.zip" in rejected["cat/bomb.bmp"]["detail"]
+    # Each refused member as ARCHIVE:MEMBER, its name as the archive stores it (what `unzip -l` lists).
+    assert set(rejected) == {"pets.zip:cat/bomb.bmp", "pets.zip:dog/link.jpg", "pets.zip:../escape.jpg"}
+    assert "pets.zip" in rejected["pets.zip:cat/bomb.bmp"]["detail"]
     assert not (tmp_path / "escape.jpg").exists() and sorted(os.listdir(tmp_path)) == ["out", "src"]
 
 
@@ -205,7 +206,7 @@ def test_a_truncated_class_tar_converts_its_whole_members_and_the_cut_is_one_rej
     run_converter("--src", str(src), "--out", str(out), "--max-bad-fraction", "0.9", *FAST, check=True)
     rows = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
     cuts = [row for row in rows if row["reason"] == "truncated-archive"]
-    assert len(cuts) == 1 and cuts[0]["path"] == f"cat.tar/{last.name}", rows
+    assert len(cuts) == 1 and cuts[0]["path"] == f"cat.tar:{last.name}", rows
     assert f"byte {len(data[: last.offset_data + 10])}" in cuts[0]["detail"]
 
 
