@@ -223,6 +223,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--tiny", type=int, default=50_000, help="tiny images for quality and latency")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--batches", type=int, default=30, help="batches per throughput measurement")
+    parser.add_argument("--latency-rounds", type=int, default=None,
+                        help="rounds of the first-batch latencies, whose median is reported (default: --rounds, "
+                        "at least 3)")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "imgshards-bench-resume"))
     parser.add_argument("--results", default=RESULTS)
     args = parser.parse_args(argv)
@@ -245,7 +248,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "throughput": bench_throughput(photo_data, args.rounds, args.batches),
         "memory_mb": {order: round(peak_rss_mb(photo_data, order, 3 * args.batches), 1)
                       for order in ("streams", "buffer")},
-        "latency": bench_latency(tiny_data, old, max(3, args.rounds)),
+        "latency": bench_latency(tiny_data, old, args.latency_rounds or max(3, args.rounds)),
         "state_bytes": len(reader.position(tiny_data, "train", QUALITY_BATCH, 1, 123).to_json().encode()),
         "quality": bench_quality(tiny_data),
         "images": {"photos": args.photos, "tiny": args.tiny},

@@ -18,6 +18,7 @@ def test_the_resume_benchmark_measures_speed_memory_latency_state_and_quality(tm
     out = tmp_path / "resume.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench.resume", "--photos", "70", "--tiny", "1200", "--rounds", "1", "--batches", "2",
+         "--latency-rounds", "1",
          "--work", str(tmp_path / "work"), "--results", str(out)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
