@@ -36,9 +36,10 @@ def pytest_collection_modifyitems(items: list) -> None:
     items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable: the rest keep their order
 
 
-# What starts a process or a server: the fast tier (-m "not e2e") leaves out every test that does.
-_SPAWNS = re.compile(r"\b(run_converter|run_converter_process|converter|subprocess\.\w+|Popen|s3_server|gcs_emulator|dask_cluster|"
-                     r"start_gcs|object_stores\.start|measured_run|timed_run)\(")
+# What runs the command line, starts a process or a server: the fast tier (-m "not e2e") leaves out every
+# test that does.
+_SPAWNS = re.compile(r"\b(run_converter|run_converter_process|converter|subprocess\.\w+|Popen|s3_server|"
+                     r"gcs_emulator|dask_cluster|start_gcs|object_stores\.start|measured_run|timed_run)\(")
 _SPAWNING_FIXTURES = {"converter", "s3_server", "gcs_emulator", "dask_cluster"}
 
 

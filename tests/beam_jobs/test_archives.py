@@ -140,7 +140,8 @@ def test_hostile_members_are_each_refused_with_a_reason_and_the_rest_reads(tmp_p
     assert read == {"pets/cat/ok.jpg": b"fine", "pets/cat/twice.jpg": b"second"}  # the later one wins, as tar -x
     assert _refused(listing) == {
         "pets.tar:../../escape.jpg": "unsafe-path", "pets.tar:/etc/passwd": "unsafe-path",
-        "pets.tar:cat/link.jpg": "link", "pets.tar:cat/fifo.jpg": "special-file", "pets.tar:cat/twice.jpg": "duplicate-member",
+        "pets.tar:cat/link.jpg": "link", "pets.tar:cat/fifo.jpg": "special-file",
+        "pets.tar:cat/twice.jpg": "duplicate-member",
         "pets.tar:dog/last.jpg": "truncated-archive"}
 
 
