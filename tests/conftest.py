@@ -26,7 +26,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The longest tests (minutes each), started first: with two test processes (pytest.ini) the other one works
 # through the rest meanwhile, instead of one of these running alone at the end.
-LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_block", "tests/bench/test_smoke.py::")
+LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_block", "tests/bench/test_smoke.py::",
+                 "tests/converter/test_signals.py::", "tests/bench/test_resume.py::test_the_resume_benchmark")
 
 
 def pytest_collection_modifyitems(items: list) -> None:
