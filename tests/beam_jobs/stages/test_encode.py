@@ -191,7 +191,7 @@ def test_rejection_details_carry_no_memory_addresses():
     assert result.reason == "undecodable" and " at 0x" not in result.detail
 
 
-DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "data")  # tests/data
 UNSTABLE = os.path.join(DATA, "unstable-decode")
 DECODE_ERRORS = os.path.join(DATA, "decode-errors")
 
