@@ -232,7 +232,7 @@ def streamed_folder_members(scan: Callable[[], Iterator[Entry]], name: str = "")
     The first keeps an 8-byte hash of each member's path (8 MB a million
     members) and the top folders; the second yields the entries, a member
     replaced by a later one of the same path refused as ``duplicate-member``,
-    paths stripped of the one top folder when :func:`folder_members` would.
+    members' paths stripped of the one top folder when :func:`folder_members` would.
     Returns ``(top folder stripped or "", entries)``.
     """
     hashes = array.array("Q")
@@ -260,10 +260,12 @@ def streamed_folder_members(scan: Callable[[], Iterator[Entry]], name: str = "")
                 replaced = last and last.get(_path_hash(entry.path), index) != index
                 index += 1
                 if replaced:
-                    yield Refused(_strip(entry.path, top), "duplicate-member", "a later member of the same name "
+                    yield Refused(entry.path, "duplicate-member", "a later member of the same name "
                                   "replaces it, as extraction would")
                     continue
-            yield dataclasses.replace(entry, path=_strip(entry.path, top)) if top else entry
+                if top:
+                    entry = dataclasses.replace(entry, path=_strip(entry.path, top))
+            yield entry
 
     return top, entries()
 
@@ -328,8 +330,9 @@ def folder_members(entries: Iterator[Entry], name: str = "") -> tuple[list[Membe
     When every member sits under one top folder that is named ``name`` (the
     archive's own folder name: what ``zip -r x.zip x/`` makes) or that holds
     folders itself, that folder is the archive's folder: its name is returned,
-    stripped from every path. One folder of files under another name (``cat.zip``
+    stripped from every member's path. One folder of files under another name (``cat.zip``
     holding ``kitten/*.jpg``) is kept: it may be the one class the archive holds.
+    Refusals keep the name the archive stores (they have no place in the folder).
     """
     members: dict[str, Member] = {}
     refused: list[Refused] = []
@@ -348,7 +351,5 @@ def folder_members(entries: Iterator[Entry], name: str = "") -> tuple[list[Membe
         top = tops.pop()
         cut = len(top) + 1
         listed = [dataclasses.replace(member, path=member.path[cut:]) for member in listed]
-        refused = [dataclasses.replace(r, path=r.path[cut:]) if r.path.startswith(top + "/") else r
-                   for r in refused]
         return listed, refused, top
     return listed, refused, ""

@@ -286,7 +286,7 @@ class _ArchiveLister:
             self.stripped.append((display, top))
         for member in entries:
             if isinstance(member, Refused):
-                self._refusal(member, top, display)
+                self._refusal(member, display)
                 continue
             path = posixpath.join(folder, member.path) if folder else member.path
             parent = posixpath.dirname(path)
@@ -296,8 +296,9 @@ class _ArchiveLister:
             if inner is None:
                 yield path, archive_members.locator(where.file, member, where.in_work)
             elif depth + 1 >= MAX_DEPTH:
-                self._refusal(Refused(member.path, "nested-too-deep", f"an archive nested {MAX_DEPTH} deep (at most "
-                                      f"{MAX_DEPTH - 1} levels are read)"), top, display)
+                stored = f"{top}/{member.path}" if top else member.path
+                self._refusal(Refused(stored, "nested-too-deep", f"an archive nested {MAX_DEPTH} deep (at most "
+                                      f"{MAX_DEPTH - 1} levels are read)"), display)
             else:
                 yield from self._inner(where, member, inner[0], posixpath.join(parent, folder_name(inner[1])),
                                        f"{display}/{member.path}", depth + 1)
@@ -322,7 +323,7 @@ class _ArchiveLister:
         except ArchiveError as err:  # an inner archive that is not one costs only itself
             self.refused.append((display, archive_members.refusal("corrupt-archive", f"not a readable archive: {err}")))
 
-    def _refusal(self, entry: Refused, top: str, display: str) -> None:
+    def _refusal(self, entry: Refused, display: str) -> None:
         """A member refused by its archive, named ``ARCHIVE:MEMBER`` with the member's name as the archive stores
         it (what ``tar tf`` and ``unzip -l`` list): it has no place in an extraction, whatever the reason.
 
@@ -333,8 +334,7 @@ class _ArchiveLister:
         if not entry.path:
             self.refused.append((display, locator))
             return
-        stored = f"{top}/{entry.path}" if top and entry.reason != "unsafe-path" else entry.path
-        self.refused.append((f"{display}:{stored}", locator))
+        self.refused.append((f"{display}:{entry.path}", locator))
 
     # --- compressed archives ------------------------------------------------------------------------------
 

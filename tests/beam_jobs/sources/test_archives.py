@@ -236,3 +236,21 @@ def test_mutated_nested_archives_list_and_read_or_fail_with_an_error_naming_the_
             read_source(str(tmp / "sample.zip"), path, source, str(tmp / "work"))
         except archive_members.ArchiveError:
             pass  # rejected by validation as corrupt-member
+
+
+def test_a_refused_member_under_the_archives_top_folder_is_named_as_the_archive_stores_it(tmp_path):
+    """``zip -r shapes.zip shapes/``: members read as ``cat/...``, but a refusal names ``shapes/...`` as stored,
+    an unsafe name under the top folder too (it must not be cut into another, shorter name)."""
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "shapes.zip", "w") as archive:
+        archive.writestr("shapes/cat/a.jpg", b"a")
+        archive.writestr("shapes/dog/b.jpg", b"b")
+        archive.writestr("shapes/../../up.jpg", b"x")
+        link = zipfile.ZipInfo("shapes/dog/link.jpg")
+        link.external_attr = 0o120777 << 16
+        archive.writestr(link, "/etc/passwd")
+    listing = archives.list_tree(str(tmp_path / "shapes.zip")).listing
+    assert sorted(listing.files) == ["cat/a.jpg", "dog/b.jpg"]
+    assert _refused(listing) == {"shapes.zip:shapes/../../up.jpg": "unsafe-path",
+                                 "shapes.zip:shapes/dog/link.jpg": "link"}
