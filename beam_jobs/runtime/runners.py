@@ -24,6 +24,8 @@ from typing import Optional, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from beam_jobs.runtime import worker_fork
+
 # The runner names that mean "the local runner we test".
 _LOCAL_NAMES = ("directrunner", "fnapirunner")
 # Running mode the FnApiRunner does not know, so it keeps the worker environment we give it.
@@ -155,7 +157,9 @@ def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner
         # stays ignored across exec, and CPython keeps it so): a worker spawned just as Ctrl-C reaches the
         # process group would otherwise die in its start-up with a "Fatal Python error" on the terminal.
         # The launcher stops its workers itself (beam_jobs.runtime.interrupt).
-        command = f"trap '' INT TERM HUP; exec {shlex.quote(sys.executable)} -m beam_jobs.runtime.local_worker"
+        # A worker forked from the launcher's zygote starts without importing Beam again (worker_fork).
+        start = worker_fork.worker_command() or f"exec {shlex.quote(sys.executable)} -m beam_jobs.runtime.local_worker"
+        command = f"trap '' INT TERM HUP; {start}"
         environment = environments.SubprocessSDKEnvironment.from_command_string(command_string=command)
         # FnApiRunner.run_pipeline replaces its environment with Beam's own worker command when it
         # sees this mode; the workers already have the options (above), so the runner sees our name.
