@@ -4,7 +4,8 @@ Data in: paths (local, ``s3://``, ``gs://``...) and the pipeline's ``--s3_*`` op
 Data out: Beam's ``FileSystems``, unchanged in behaviour, which every module of the job imports from
 here; handles that read exact ranges (:func:`open_for_ranges`, :class:`ReadAhead`); and the helpers
 every stage writes and reads its files with: :func:`write_text` and :func:`whole_file` (a file appears
-whole or not at all), :func:`read_text`, :func:`remove_folder`, :func:`is_local`.
+whole or not at all), :func:`read_text`, :func:`remove_folder`, :func:`is_local`; and
+:func:`gcs_anonymous_when_asked`, which connects to GCS without credentials at once when asked to.
 
 Beam's S3 file system builds a new boto3 session and client for every call
 (each open, exists, delete, rename, listing): about 100 ms of CPU each here,
