@@ -2,16 +2,22 @@
 
 A real ``python -m converter`` replaces a real dataset (``--overwrite``) while
 the test sends a signal at every half second from 0.5 to 8 s: while Python
-and Beam import, while the local runner starts its workers (where the join of
-a worker still starting hung), and while images are validated and shards
-written. Each signal as the field sends it: Ctrl-C to the whole process group,
-as a terminal does; SIGTERM to the group, as Slurm and ``timeout`` do, and to
-the launcher alone, as Kubernetes does; SIGHUP to the group, as a dropped ssh
-session does. Two runs go side by side at each delay (each over its own
-dataset), in two schedules whose delays are a quarter second apart, which moves
-the moments around: every signal at every half second. (A core kept busy by a
-spinning process once moved them instead; the suite's other test process loads
-the machine anyway, and the spinner cost a core for the whole sweep.)
+and Beam import, while the local runner starts its workers, and while images
+are validated. Each signal as the field sends it: Ctrl-C to the whole process
+group, as a terminal does; SIGTERM to the group, as Slurm and ``timeout`` do,
+and to the launcher alone, as Kubernetes does; SIGHUP to the group, as a
+dropped ssh session does. Two runs go side by side at each delay (each over its
+own dataset), in two schedules whose delays are a quarter second apart, which
+moves the moments around: every signal at every half second. The first
+schedule's workers are forked from the launcher, as ``python -m converter``
+starts them; the second's import Beam for seconds first
+(``IMGSHARDS_FORK_WORKERS=0``, as a library caller's do), the window where
+the join of a worker still starting once hung.
+
+The run converts 1,200 small PNGs, and its workers pause a second and a half
+after each part they validate (``IMGSHARDS_FAULT=sleep:1.5@part-validated``),
+so it is still running at 8 s without spending 8 s of two cores on images:
+every kept state is resumed, and a resume costs only the rest of a small run.
 
 At every delay: exit 128 + the signal within 10 s, one line, no process or
 lock left, the old dataset untouched, and either nothing beside it or the one
@@ -31,6 +37,7 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -45,16 +52,17 @@ LIMIT_S = 10.0
 STOPS = {"on-the-half-second": ((signal.SIGINT, True), (signal.SIGTERM, False)),
          "a-quarter-second-later": ((signal.SIGTERM, True), (signal.SIGHUP, True))}
 SHIFT_S = {"on-the-half-second": 0.0, "a-quarter-second-later": 0.25}
+WORKERS_ENV = {"on-the-half-second": {}, "a-quarter-second-later": {"IMGSHARDS_FORK_WORKERS": "0"}}
 VERBS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
 
-def _linked_pngs(root, per_class: int) -> str:
-    """Two classes of ``per_class`` PNGs each (links to 8 noise images, re-encoded at about 2.5 ms each)."""
+def _linked_pngs(root, per_class: int, side: int = 256) -> str:
+    """Two classes of ``per_class`` PNGs each (links to 8 noise images; at 256 px, re-encoded at about 2.5 ms each)."""
     rng = np.random.default_rng(3)
     originals = []
     for index in range(8):
         path = root / f"original-{index}.png"
-        Image.fromarray((rng.random((256, 256, 3)) * 255).astype(np.uint8)).save(path)
+        Image.fromarray((rng.random((side, side, 3)) * 255).astype(np.uint8)).save(path)
         originals.append(path)
     for name in ("a", "b"):
         folder = root / "src" / name
@@ -66,8 +74,13 @@ def _linked_pngs(root, per_class: int) -> str:
 
 @pytest.fixture(scope="module")
 def slow_source(tmp_path_factory) -> str:
-    """6,000 PNGs: about 15 s of re-encoding on 2 cores, so a signal at 8 s still lands inside the run."""
-    return _linked_pngs(tmp_path_factory.mktemp("signals"), 3000)
+    """1,200 small PNGs: past the in-process size (worker processes run it), in 10 parts; with the workers'
+    pause after each part (SLOW), a run lasts past 10 s, so a signal at 8 s still lands inside it."""
+    return _linked_pngs(tmp_path_factory.mktemp("signals"), 600, side=64)
+
+
+# The stopped runs' workers pause after each validated part (the resumes do not): a long run, not a costly one.
+SLOW = {"IMGSHARDS_FAULT": "sleep:1.5@part-validated"}
 
 
 @pytest.fixture(scope="module")
@@ -126,10 +139,10 @@ def _command(source: str, out: str) -> list[str]:
     return [sys.executable, "-m", "converter", "--src", source, "--out", out, "--shards", "4", "--overwrite"]
 
 
-def _start(source: str, out: str) -> tuple[subprocess.Popen, str]:
+def _start(source: str, out: str, extra_env: Optional[dict] = None) -> tuple[subprocess.Popen, str]:
     """A conversion replacing ``out``, in its own process group, its processes marked in their environment."""
     marker = uuid.uuid4().hex
-    env = {**os.environ, "PYTHONPATH": REPO, "IMGSHARDS_SIGNAL_TEST": marker}
+    env = {**os.environ, "PYTHONPATH": REPO, "IMGSHARDS_SIGNAL_TEST": marker, **(extra_env or {})}
     proc = subprocess.Popen(_command(source, out), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     return proc, f"IMGSHARDS_SIGNAL_TEST={marker}"
@@ -189,7 +202,7 @@ def test_a_signal_at_any_moment_ends_the_run_within_10_s_in_one_line_keeping_onl
             shutil.rmtree(os.path.dirname(out), ignore_errors=True)
             shutil.copytree(demo_dataset, out)
         before = {stop: (_fingerprint(out), sorted(os.listdir(os.path.dirname(out)))) for stop, out in outs.items()}
-        runs = {stop: _start(slow_source, out) for stop, out in outs.items()}
+        runs = {stop: _start(slow_source, out, {**SLOW, **WORKERS_ENV[schedule]}) for stop, out in outs.items()}
         time.sleep(delay)
         sent = {}
         for (signum, group), (proc, _) in runs.items():
