@@ -110,6 +110,7 @@ def test_the_keras_recipe_survives_kills_inside_its_backup_saves(demo_dataset, t
                 whole = size  # a complete backup's size, once this run has saved a few times
             elif whole and 0 <= size < whole * 0.9:  # being rewritten right now
                 break
+            time.sleep(0.0005)  # a rewrite lasts milliseconds; polling without a pause held a core for the test
         assert proc.poll() is None, f"run {kill} ended before a kill inside a save: {proc.stderr.read()[-3000:]}"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
