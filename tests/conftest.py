@@ -263,6 +263,20 @@ def checkout_copy(folder) -> str:
     return str(folder)
 
 
+def processes_marked(marker: str) -> list[int]:
+    """Processes whose environment (as they were started) holds ``marker``: a run's launcher and every
+    process it started, forked or not. Linux only (/proc)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(int(entry))
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
 def run_converter_process(*args: str, timeout: float = 300, check: bool = False,
                           env: Optional[dict] = None) -> subprocess.CompletedProcess:
     """``python -m converter ARGS`` in a real subprocess, as a user runs it (``env``: extra variables).

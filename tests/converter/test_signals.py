@@ -43,7 +43,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import REPO
+from tests.conftest import REPO, processes_marked
 
 DELAYS = [0.5 * step for step in range(1, 17)]  # 0.5 .. 8 s
 LIMIT_S = 10.0
@@ -121,20 +121,6 @@ def _fingerprint(folder: str) -> dict:
             for name in sorted(os.listdir(folder))}
 
 
-def _processes_marked(marker: str) -> list[int]:
-    """Processes whose environment carries ``marker``: the run's launcher and every worker it started."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as handle:
-                    if marker.encode() in handle.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
 def _command(source: str, out: str) -> list[str]:
     return [sys.executable, "-m", "converter", "--src", source, "--out", out, "--shards", "4", "--overwrite"]
 
@@ -175,8 +161,8 @@ def _stopped(proc: subprocess.Popen, marker: str, signum: int, out: str, sent: f
     if proc.returncode != 128 + signum or closed > LIMIT_S or not match or stdout:
         problems.append(f"exit {proc.returncode} after {exited:.1f} s (output closed after {closed:.1f} s), "
                         f"stdout {stdout!r}, stderr {lines[:5]}")
-    if _processes_marked(marker):
-        problems.append(f"processes of the run are still alive: {_processes_marked(marker)}")
+    if processes_marked(marker):
+        problems.append(f"processes of the run are still alive: {processes_marked(marker)}")
     return problems, (match.group("kept") or "") if match else ""
 
 

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import REPO, run_converter
+from tests.conftest import REPO, processes_marked, run_converter
 
 
 def _shards(folder) -> dict:
@@ -66,18 +66,6 @@ def _wait_for_workers(proc: subprocess.Popen, count: int) -> dict:
     raise AssertionError(f"no {count} workers after 120 s: {_tree(proc.pid)}")
 
 
-def _marked(marker: str) -> list[int]:
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                if marker.encode() in handle.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are Linux's (PR_SET_PDEATHSIG)")
 def test_the_commands_workers_are_forked_from_its_launcher_and_write_the_bytes_of_workers_of_their_own(
         tmp_path, demo_src):
@@ -94,7 +82,7 @@ def test_the_commands_workers_are_forked_from_its_launcher_and_write_the_bytes_o
     assert not any("local_worker" in command for _, command in tree.values()), tree  # no worker imported Beam anew
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
-    assert not _marked(marker)  # the zygote ended with the run
+    assert not processes_marked(marker)  # the zygote ended with the run
 
     apart = str(tmp_path / "apart")  # in this process: the library's path, whose workers are processes of their own
     run_converter("--src", demo_src, "--out", apart, "--shards", "2", "--direct_num_workers=2", "--no-progress",
@@ -110,9 +98,9 @@ def test_a_launcher_killed_outright_takes_its_zygote_and_every_forked_worker_wit
     os.kill(proc.pid, signal.SIGKILL)  # as the OOM killer does: nothing of the launcher's runs
     proc.communicate(timeout=30)
     deadline = time.monotonic() + 10
-    while _marked(marker) and time.monotonic() < deadline:
+    while processes_marked(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _marked(marker), "processes of the killed run are still alive"
+    assert not processes_marked(marker), "processes of the killed run are still alive"
 
 
 def test_forking_is_turned_off_by_the_environment(monkeypatch):
