@@ -28,6 +28,7 @@ should a process's own start-up, a ``sitecustomize`` say, make forking unsafe).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -62,12 +63,18 @@ def start_zygote() -> bool:
         return False
     address = f"\0imgshards-workers-{os.getpid()}-{os.urandom(6).hex()}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(address)
-    listener.listen(64)
+    try:
+        listener.bind(address)
+        listener.listen(64)
+        end_read, end_write = os.pipe()
+    except OSError as err:  # out of file descriptors, say: workers that import Beam still work
+        listener.close()
+        logger.info("workers start as processes of their own: %s", err)
+        return False
     launcher = os.getpid()
-    end_read, end_write = os.pipe()
     for stream in (sys.stdout, sys.stderr):
-        stream.flush()  # or the zygote's copy of a buffer would be written twice
+        with contextlib.suppress(OSError, ValueError):  # a terminal gone after SIGHUP
+            stream.flush()  # or the zygote's copy of a buffer would be written twice
     # A stop signal between the fork and the zygote ignoring it would run the launcher's handler there.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
