@@ -138,7 +138,7 @@ def _zygote_main(listener: socket.socket, end: int, launcher: int, blocked: set)
         os.close(devnull)
         from apache_beam.runners.worker import sdk_worker_main  # noqa: F401 - imported once, for every worker
 
-        _serve(listener, end)
+        _serve(listener, end, launcher)
         status = 0
     except BaseException:  # noqa: BLE001 - the zygote must never unwind into the launcher's code
         traceback.print_exc()
@@ -146,7 +146,7 @@ def _zygote_main(listener: socket.socket, end: int, launcher: int, blocked: set)
         os._exit(status)
 
 
-def _serve(listener: socket.socket, end: int) -> None:
+def _serve(listener: socket.socket, end: int, launcher: int) -> None:
     """Accept stand-ins and fork their workers; send each stand-in its worker's exit status. Returns when
     the launcher closes ``end``, once every worker is gone (any still running is killed then)."""
     workers: dict[int, socket.socket] = {}
@@ -163,6 +163,9 @@ def _serve(listener: socket.socket, end: int) -> None:
                     os.kill(pid, signal.SIGKILL)
                 continue
             connection, _ = listener.accept()
+            if not _started_by(connection, launcher):
+                connection.close()
+                continue
             pid = _fork_worker(listener, connection, workers)
             if pid:
                 workers[pid] = connection
@@ -177,6 +180,27 @@ def _serve(listener: socket.socket, end: int) -> None:
                 except OSError:
                     pass  # the stand-in is gone already
                 connection.close()
+
+
+def _started_by(connection: socket.socket, launcher: int) -> bool:
+    """Whether the process at the other end is a stand-in the launcher started (its child, as the same user).
+
+    An abstract socket has no file permissions and its name is listed in /proc/net/unix: any local
+    process could connect, and a worker runs whatever its control service sends it.
+    """
+    pid, uid, _ = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize("3i")))
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    parent = int(stat[stat.rfind(b")") + 2:].split()[1])
+    if uid != os.getuid() or parent != launcher:
+        print(f"imgshards: refused a worker request from process {pid}, which this run did not start",
+              file=sys.stderr)
+        return False
+    return True
 
 
 def _fork_worker(listener: socket.socket, connection: socket.socket, workers: dict) -> int:

@@ -9,8 +9,11 @@ outright takes the zygote and every worker with it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -80,8 +83,26 @@ def test_the_commands_workers_are_forked_from_its_launcher_and_write_the_bytes_o
     workers = [pid for pid, (ppid, _) in tree.items() if ppid == zygotes[0]]
     assert len(workers) == 2, tree
     assert not any("local_worker" in command for _, command in tree.values()), tree  # no worker imported Beam anew
+    # Any local process can reach an abstract socket: the zygote forks only for stand-ins its launcher started.
+    name = next(command.split()[-1] for _, command in tree.values() if "worker_stand_in.py" in command)
+    stranger = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stranger.connect("\0" + name)
+    request = json.dumps({"CONTROL_API_SERVICE_DESCRIPTOR": "url: 'localhost:1'"}).encode()
+    try:
+        socket.send_fds(stranger, [struct.pack("!I", len(request))], [0, 1, 2])
+        stranger.sendall(request)
+    except OSError:
+        pass  # closed already
+    try:
+        reply = stranger.recv(4)
+    except ConnectionResetError:  # closed with the request unread
+        reply = b""
+    assert reply == b""  # refused: closed without a worker or an exit status
+    stranger.close()
+    assert len([pid for pid, (ppid, _) in _tree(proc.pid).items() if ppid == zygotes[0]]) <= 2
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
+    assert "refused a worker request from process" in stderr
     assert not processes_marked(marker)  # the zygote ended with the run
 
     apart = str(tmp_path / "apart")  # in this process: the library's path, whose workers are processes of their own
