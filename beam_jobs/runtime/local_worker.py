@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import sys
+from typing import Optional
 
 
 def _pipeline_option(name: str) -> object:
@@ -54,9 +55,10 @@ def not_beam_noise(record: logging.LogRecord) -> bool:
     return not any(noise in message for noise in BEAM_NOISE)
 
 
-def _die_with_launcher() -> None:
-    """Linux: the kernel kills this worker when the launcher dies (even by SIGKILL or the OOM killer)."""
-    launcher = os.getppid()
+def die_with_parent(launcher: Optional[int] = None) -> None:
+    """Linux: the kernel kills this process when its parent, ``launcher`` (by default the parent it has
+    now), dies, even by SIGKILL or the OOM killer; it exits at once if that parent is gone already."""
+    launcher = os.getppid() if launcher is None else launcher
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -75,7 +77,7 @@ def main() -> None:
     # A worker that died of the signal itself would only turn the stop into a "failed" run.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _die_with_launcher()
+    die_with_parent()
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(_harness_log_level())
     handler.addFilter(not_beam_noise)

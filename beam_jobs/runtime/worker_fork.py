@@ -40,14 +40,23 @@ import struct
 import sys
 import time
 import traceback
-from typing import Optional
+from typing import NamedTuple, Optional
+
+from beam_jobs.runtime import local_worker
 
 logger = logging.getLogger(__name__)
 
 ENV = "IMGSHARDS_FORK_WORKERS"
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_address: Optional[str] = None  # the zygote's socket (abstract namespace), once forked
-_zygote: Optional[tuple[int, int]] = None  # its pid, and the pipe whose closing tells it to end
+
+
+class _Zygote(NamedTuple):
+    pid: int
+    end: int  # the pipe whose closing tells it to end
+    address: str  # its socket, in the abstract namespace
+
+
+_zygote: Optional[_Zygote] = None  # once forked, in the launcher
 
 
 def start_zygote() -> bool:
@@ -56,8 +65,8 @@ def start_zygote() -> bool:
     Call from the process's own entry point, after Beam and the stages are
     imported and before any thread or pipeline starts. Idempotent.
     """
-    global _address, _zygote
-    if _address is not None:
+    global _zygote
+    if _zygote is not None:
         return True
     if not sys.platform.startswith("linux") or not hasattr(socket, "send_fds") or os.environ.get(ENV) == "0":
         return False
@@ -92,18 +101,18 @@ def start_zygote() -> bool:
     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     listener.close()
     os.close(end_read)
-    _address, _zygote = address, (pid, end_write)
+    _zygote = _Zygote(pid, end_write, address)
     return True
 
 
 def stop_zygote(timeout_s: float = 5.0) -> None:
     """End the zygote and wait for it, so the CPU time of its workers is counted as this process's children's
     (as a worker process's of its own would be). A launcher killed outright takes the zygote with it anyway."""
-    global _address, _zygote
+    global _zygote
     if _zygote is None:
         return
-    pid, end_write = _zygote
-    _address = _zygote = None
+    pid, end_write, _ = _zygote
+    _zygote = None
     os.close(end_write)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -116,12 +125,12 @@ def stop_zygote(timeout_s: float = 5.0) -> None:
 
 def worker_command() -> Optional[str]:
     """The shell command that starts one forked worker, or None when no zygote runs in this process."""
-    if _address is None:
+    if _zygote is None:
         return None
     stand_in = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_stand_in.py")
     # -S -E: the stand-in needs only the standard library, and starts in milliseconds without site.
     return (f"exec {shlex.quote(sys.executable)} -S -E {shlex.quote(stand_in)} "
-            f"{shlex.quote(_address[1:])}")
+            f"{shlex.quote(_zygote.address[1:])}")
 
 
 def _zygote_main(listener: socket.socket, end: int, launcher: int, blocked: set) -> None:
@@ -131,7 +140,7 @@ def _zygote_main(listener: socket.socket, end: int, launcher: int, blocked: set)
         for signum in _STOP_SIGNALS:  # the launcher alone handles a stop (beam_jobs.runtime.interrupt)
             signal.signal(signum, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        _die_with_parent(launcher)
+        local_worker.die_with_parent(launcher)
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)  # the launcher's output stays its own; workers get their stand-in's
@@ -250,8 +259,6 @@ def _worker_main(listener: socket.socket, connection: socket.socket, fds: list, 
         for handler in list(root.handlers):  # the launcher's handlers: the worker sets up its own
             root.removeHandler(handler)
         _exit_with_stand_in(connection)
-        from beam_jobs.runtime import local_worker
-
         local_worker.main()
         status = 0
     except SystemExit as err:
@@ -280,15 +287,3 @@ def _exit_with_stand_in(connection: socket.socket) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="stand-in-watch", daemon=True).start()
-
-
-def _die_with_parent(parent: int) -> None:
-    """The kernel kills this process when its parent dies (even by SIGKILL)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # it died before the request took effect
-        os._exit(1)
