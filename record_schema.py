@@ -42,6 +42,46 @@ FEATURES: Final[dict[str, str]] = {
     SHA256: "bytes",
 }
 
+# Objects (detection datasets): the keys Model Garden's TfExampleDecoder and the TF Object Detection API read.
+# Boxes are normalized to the stored image, [0, 1], one list entry per object in every per-object key.
+SOURCE_ID: Final = "image/source_id"  # the image's id as decimal text (COCO evaluation parses it)
+BBOX_XMIN: Final = "image/object/bbox/xmin"
+BBOX_YMIN: Final = "image/object/bbox/ymin"
+BBOX_XMAX: Final = "image/object/bbox/xmax"
+BBOX_YMAX: Final = "image/object/bbox/ymax"
+OBJECT_LABEL: Final = "image/object/class/label"  # the source's class ids (COCO's category ids, gaps kept)
+OBJECT_TEXT: Final = "image/object/class/text"
+OBJECT_AREA: Final = "image/object/area"  # pixels of the stored image
+OBJECT_IS_CROWD: Final = "image/object/is_crowd"
+OBJECT_DIFFICULT: Final = "image/object/difficult"
+OBJECT_TRUNCATED: Final = "image/object/truncated"
+
+# key -> proto value kind of an object record: one value, or a list with an entry per object.
+OBJECT_FEATURES: Final[dict[str, str]] = {
+    IMAGE_ENCODED: "bytes",
+    IMAGE_FORMAT: "bytes",
+    HEIGHT: "int64",
+    WIDTH: "int64",
+    CHANNELS: "int64",
+    FILENAME: "bytes",
+    SHA256: "bytes",
+    SOURCE_ID: "bytes",
+    BBOX_XMIN: "float_list",
+    BBOX_YMIN: "float_list",
+    BBOX_XMAX: "float_list",
+    BBOX_YMAX: "float_list",
+    OBJECT_LABEL: "int64_list",
+    OBJECT_TEXT: "bytes_list",
+    OBJECT_AREA: "float_list",
+    OBJECT_IS_CROWD: "int64_list",
+    OBJECT_DIFFICULT: "int64_list",
+    OBJECT_TRUNCATED: "int64_list",
+}
+
+# What a dataset's records label (manifest "task"): one class per image, or objects with boxes.
+TASK_CLASSIFICATION: Final = "classification"
+TASK_OBJECTS: Final = "objects"
+
 IMAGE_FORMAT_JPEG: Final = b"jpeg"
 CHANNELS_RGB: Final = 3
 # Images with a shorter side under this are reported (TF Model Garden's crop fails on 1-3 px images).
@@ -51,6 +91,8 @@ CHANNELS_GRAY: Final = 1  # a grayscale JPEG stored byte for byte; decode with c
 # Files in a published dataset directory.
 MANIFEST_FILE: Final = "manifest.json"
 LABELS_FILE: Final = "labels.txt"
+# An object dataset's classes as the TF Object Detection API's label map: item { id: 1 name: 'cat' }.
+LABEL_MAP_FILE: Final = "label_map.pbtxt"
 REJECTED_FILE: Final = "rejected.jsonl"
 # Every group of identical images, one JSON list of {"split", "label", "path"} per line (the manifest lists a few).
 DUPLICATES_FILE: Final = "duplicates.jsonl"

@@ -39,6 +39,8 @@ setup(
         "google-crc32c>=1.5",
         "numpy>=2.0",
         "tqdm>=4.66",
+        "ijson>=3.3",  # COCO's annotation files read as a stream (450 MB for train2017), never held whole
+        "pyyaml>=6.0",  # Ultralytics YOLO's data.yaml
     ],
     extras_require={
         "bench": BENCH,

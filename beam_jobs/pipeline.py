@@ -9,7 +9,6 @@ shards add up, builds the manifest and commits the dataset atomically.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -33,7 +32,7 @@ from beam_jobs.planning import discover, resume
 from beam_jobs.planning.shard import plan_shard_counts, shard_size_warning
 from beam_jobs.runtime import interrupt, runners
 from beam_jobs.runtime.progress import PHASES, ProgressBars, choose_mode, read_progress
-from beam_jobs.sources import archive_scan, archives, compressed, imagenet
+from beam_jobs.sources import archive_scan, archives, compressed
 from beam_jobs.stages import list_parts
 from beam_jobs.stages.count import PartCounts
 from beam_jobs.stages.manifest import ConvertSummary, build_manifest, check_results
@@ -143,8 +142,6 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
 def _plan(options: ConvertOptions, scratch: str, scanner: archives.Scanner) -> discover.InputPlan:
     """List SRC into ``scratch`` and plan the conversion; log what was skipped and any warnings."""
     plan = sources.plan_inputs(options, scratch, scanner)
-    if options.synsets:
-        plan = dataclasses.replace(plan, class_text=imagenet.read_synsets(options.synsets, plan.classes))
     if plan.skipped:
         logger.info("skipped without reading: %s", plan.skipped)
     for warning in plan.warnings:
@@ -187,6 +184,8 @@ def _convert(
     if resumed:
         _log_resume(layout)
     filesystems.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
+    if plan.task == record_schema.TASK_OBJECTS:
+        filesystems.write_text(FileSystems.join(staging, record_schema.LABEL_MAP_FILE), label_map(plan.classes))
     faults.point("listed")
 
     progress = choose_mode(show_progress, choice.local, sys.stderr)
@@ -217,6 +216,8 @@ def _convert(
     counts = PartCounts.from_json(filesystems.read_text(FileSystems.join(work, COUNTS_FILE)))
     _log_rejections(FileSystems.join(staging, record_schema.REJECTED_FILE))
     _check_error_budget(options, len(plan.refs), counts.rejected_by_reason(), staging)
+    if plan.task == record_schema.TASK_OBJECTS:
+        _check_object_budget(options, counts, staging)
     results = _read_results(work)
     check_results(results, counts.accepted_per_split())
     _warn_about_empty_classes(plan, results)
@@ -232,7 +233,15 @@ def _convert(
     processed = max(read_progress(work, phase) - read_progress(work, phase, resumed=True)
                     for phase in PHASES) if resumed else None
     return build_manifest(plan, results, counts.rejected_by_reason(), options, duplicates,
-                          runner=choice.description), processed
+                          runner=choice.description, counts=counts), processed
+
+
+def label_map(classes: Sequence[str]) -> str:
+    """The TF Object Detection API's label map (``item { id: 1 name: 'cat' }``) of the classes that have a name."""
+    def quoted(name: str) -> str:
+        return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return "".join(f"item {{\n  id: {index}\n  name: {quoted(name)}\n}}\n" for index, name in enumerate(classes)
+                   if name)
 
 
 # Failures that say the finished work itself is wrong: resuming it would fail the same way.
@@ -258,7 +267,8 @@ def _warn_about_empty_classes(plan: discover.InputPlan, results: Sequence[ShardR
     written: set[int] = set()
     for result in results:
         written.update(label for label, count in result.label_counts.items() if count)
-    empty = [name for label, name in enumerate(plan.classes) if label not in written and name not in plan.unlisted]
+    empty = [name for label, name in enumerate(plan.classes)
+             if label not in written and name and name not in plan.unlisted]  # "": an id the source leaves unused
     if empty:
         noun = "class has" if len(empty) == 1 else "classes have"
         shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
@@ -347,6 +357,21 @@ def _check_error_budget(
         f"--max-bad-fraction {options.max_bad_fraction:g}; nothing was published. "
         f"Each file and its reason is in {report}"
     )
+
+
+def _check_object_budget(options: ConvertOptions, counts: PartCounts, staging: str) -> None:
+    """Fail, keeping the report, when more objects were rejected than --max-bad-fraction allows of all objects."""
+    rejected = counts.rejected_objects_by_reason()
+    bad = sum(rejected.values())
+    total = bad + sum(counts.objects.values())
+    if not bad or bad / total <= options.max_bad_fraction:
+        return
+    report = _rejected_report_path(options.out)
+    FileSystems.rename([FileSystems.join(staging, record_schema.REJECTED_FILE)], [report])
+    counted = ", ".join(f"{reason} {count}" for reason, count in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])))
+    raise TooManyRejectedError(
+        f"{bad} of {total} objects ({bad / total:.1%}) were rejected ({counted}), more than --max-bad-fraction "
+        f"{options.max_bad_fraction:g}; nothing was published. Each object and its reason is in {report}")
 
 
 def _rejected_report_path(out: str) -> str:

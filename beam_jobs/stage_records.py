@@ -33,6 +33,9 @@ class ImageRef(NamedTuple):
     relpath: str
     label: int
     source: str = ""
+    # The image's objects (beam_jobs.annotations.encode), b"" for one class label: they travel with
+    # their image, so no process holds the dataset's annotations.
+    annotation: bytes = b""
 
 
 class Accepted(NamedTuple):
@@ -66,7 +69,11 @@ class RejectedInput:
     relpath: str  # as text (discover.display_path)
     reason: str
     detail: str
+    annotation: str = ""  # a rejected object of the image (it is written with its other objects): its name
 
     def to_json(self) -> str:
         """One line of ``rejected.jsonl``."""
-        return json.dumps({"path": self.relpath, "reason": self.reason, "detail": self.detail}, ensure_ascii=False)
+        line = {"path": self.relpath, "reason": self.reason, "detail": self.detail}
+        if self.annotation:
+            line["annotation"] = self.annotation
+        return json.dumps(line, ensure_ascii=False)

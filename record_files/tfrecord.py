@@ -28,7 +28,22 @@ from typing import BinaryIO, Iterator, Mapping, Optional, Union
 
 import google_crc32c
 
-FeatureValue = Union[bytes, int]
+
+
+class Floats(tuple):
+    """A float list feature (``FloatList``, packed float32): boxes, areas."""
+
+
+class Ints(tuple):
+    """An int64 list feature (``Int64List``, packed varints): per-object classes, crowd flags, several labels."""
+
+
+class ByteStrings(tuple):
+    """A bytes list feature of any length (``BytesList``): per-object class texts, instance masks."""
+
+
+# One value (bytes or int), or a typed list of any length: an empty list's type must still be known.
+FeatureValue = Union[bytes, int, Floats, Ints, ByteStrings]
 
 HEADER_BYTES = 12  # uint64 length + uint32 masked CRC of the length
 FOOTER_BYTES = 4  # uint32 masked CRC of the data
@@ -84,23 +99,33 @@ def _entry_parts(key: str, value: FeatureValue) -> list[bytes]:
     record rather than once per nesting level (five levels deep).
     """
     if isinstance(value, bytes):
-        kind, inner = 1, value  # Feature.bytes_list { value: ... }
+        kind, inner = 1, [_header(1, len(value)), value]  # Feature.bytes_list { value: ... }
     elif isinstance(value, int) and not isinstance(value, bool):
-        kind, inner = 3, _varint(value)  # Feature.int64_list { packed value }
+        kind, inner = 3, _packed(_varint(value))  # Feature.int64_list { packed value }
+    elif isinstance(value, Floats):
+        kind, inner = 2, _packed(struct.pack(f"<{len(value)}f", *value))  # Feature.float_list { packed value }
+    elif isinstance(value, Ints):
+        kind, inner = 3, _packed(b"".join(_varint(int(v)) for v in value))
+    elif isinstance(value, ByteStrings):
+        kind, inner = 1, [part for item in value for part in (_header(1, len(item)), item)]
     else:
-        raise TypeError(f"feature values must be bytes or int, got {type(value).__name__}")
-    list_header = _header(1, len(inner))
-    feature_length = len(list_header) + len(inner)
+        raise TypeError(f"feature values must be bytes, int, Floats, Ints or ByteStrings, got {type(value).__name__}")
+    feature_length = sum(map(len, inner))
     feature_header = _header(kind, feature_length)
     value_length = len(feature_header) + feature_length
     value_header = _header(2, value_length)
     key = _key_field(key)
     entry_header = _header(1, len(key) + len(value_header) + value_length)
-    return [entry_header, key, value_header, feature_header, list_header, inner]
+    return [entry_header, key, value_header, feature_header, *inner]
+
+
+def _packed(payload: bytes) -> list[bytes]:
+    """A packed repeated field 1 holding ``payload``; an empty one is left out, as protobuf does."""
+    return [_header(1, len(payload)), payload] if payload else []
 
 
 def serialize_example(features: Mapping[str, FeatureValue]) -> bytes:
-    """Serialize a ``tf.train.Example`` whose features each hold one bytes or int64 value.
+    """Serialize a ``tf.train.Example`` whose features hold one bytes or int64 value, or a typed list.
 
     Equal to ``tf.train.Example(...).SerializeToString(deterministic=True)``.
     """

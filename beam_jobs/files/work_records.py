@@ -18,11 +18,12 @@ Kinds of record (all big-endian):
 
 * ``LISTED``: an image to read, as listed by the launcher: split code (u8),
   label (u32), relative path, then NUL and its source locator when it has one
-  (an archive member). Unsorted (no buckets).
+  (an archive member), then NUL and its annotation when it has one (its objects,
+  :mod:`beam_jobs.annotations`). Unsorted (no buckets).
 * ``ACCEPTED``: a validated image, keyed by the keyed hash of its path that
   orders the records: key (16 B), path, NUL, then label, source SHA-256,
   height, width, channels, spill part, offset and length, stored bytes, re-encode reason,
-  and NUL and the source locator when there is one.
+  and NUL and the source locator when there is one, then NUL and the placed annotation.
   Sorting the raw bytes sorts by (key, path): the records' final order.
 * ``CONTENT``: one accepted image for the duplicate search: the first 16 bytes
   of its SHA-256, split code, label, path.
@@ -49,7 +50,7 @@ from beam_jobs.stage_records import Accepted, ImageRef
 
 MAGIC = b"IMGSHARDS-WORK"
 END = b"WORK-END"
-VERSION = 2  # 2: source locators (archive members)
+VERSION = 3  # 2: source locators (archive members); 3: annotations (an image's objects)
 LISTED, ACCEPTED, CONTENT, PATH, MEMBER = 1, 2, 3, 4, 5
 
 _HEADER = struct.Struct(">14sBBI")
@@ -90,24 +91,35 @@ def bucket_of(key: bytes, buckets: int) -> int:
 
 # --- records ---------------------------------------------------------------------------------------------------
 
-def _with_source(data: bytes, source: str) -> bytes:
+def _with_source(data: bytes, source: str, annotation: bytes = b"") -> bytes:
+    """``data``, then NUL and the source locator, then NUL and the annotation (each only when needed)."""
+    if annotation:
+        return data + b"\0" + source.encode("utf-8", "surrogatepass") + b"\0" + annotation
     return data + b"\0" + source.encode("utf-8", "surrogatepass") if source else data
 
 
 def _and_source(data: bytes) -> tuple[str, str]:
-    """``(text, source)`` of a field written by :func:`_with_source`."""
-    text, _, source = data.partition(b"\0")
-    return _path_text(text), _path_text(source)
+    """``(text, source)`` of a field written by :func:`_with_source` (its annotation, if any, left out)."""
+    text, source, _ = _and_annotation(data)
+    return text, source
+
+
+def _and_annotation(data: bytes) -> tuple[str, str, bytes]:
+    """``(text, source, annotation)`` of a field written by :func:`_with_source`."""
+    text, _, rest = data.partition(b"\0")
+    source, _, annotation = rest.partition(b"\0")  # neither a locator nor annotation JSON holds a NUL
+    return _path_text(text), _path_text(source), annotation
 
 
 def encode_listed(ref: ImageRef) -> bytes:
-    return _LISTED.pack(split_code(ref.split), ref.label) + _with_source(_path_bytes(ref.relpath), ref.source)
+    return _LISTED.pack(split_code(ref.split), ref.label) + _with_source(_path_bytes(ref.relpath), ref.source,
+                                                                         ref.annotation)
 
 
 def decode_listed(record: bytes) -> ImageRef:
     code, label = _LISTED.unpack_from(record)
-    relpath, source = _and_source(record[_LISTED.size:])
-    return ImageRef(record_schema.SPLITS[code], relpath, label, source)
+    relpath, source, annotation = _and_annotation(record[_LISTED.size:])
+    return ImageRef(record_schema.SPLITS[code], relpath, label, source, annotation)
 
 
 def encode_accepted(key: bytes, item: Accepted) -> bytes:
@@ -116,16 +128,16 @@ def encode_accepted(key: bytes, item: Accepted) -> bytes:
     fields = _ACCEPTED.pack(item.ref.label, item.source_sha256, item.height, item.width, item.channels,
                             part, offset, length, item.stored_bytes)
     return (key + _path_bytes(item.ref.relpath) + b"\0" + fields
-            + _with_source(item.reencoded_because.encode("utf-8"), item.ref.source))
+            + _with_source(item.reencoded_because.encode("utf-8"), item.ref.source, item.ref.annotation))
 
 
 def decode_accepted(record: bytes, split: str) -> Accepted:
     end = record.index(b"\0", KEY_BYTES)
     relpath = _path_text(record[KEY_BYTES:end])
     label, sha, height, width, channels, part, offset, length, stored = _ACCEPTED.unpack_from(record, end + 1)
-    because, source = _and_source(record[end + 1 + _ACCEPTED.size:])
+    because, source, annotation = _and_annotation(record[end + 1 + _ACCEPTED.size:])
     spill = () if part == _NO_SPILL else (part, offset, length)
-    return Accepted(ImageRef(split, relpath, label, source), sha, because, height, width, spill, channels, stored)
+    return Accepted(ImageRef(split, relpath, label, source, annotation), sha, because, height, width, spill, channels, stored)
 
 
 class Content(NamedTuple):

@@ -77,6 +77,9 @@ class InputPlan:
     # A Hugging Face dataset's revision (the <sha> of a snapshot folder holding SRC), "" outside a snapshot;
     # None: SRC is no Parquet dataset.
     hub_revision: Optional[str] = None
+    # What the records label: one class per image, or objects (record_schema.TASK_OBJECTS: each ref's
+    # annotation holds its boxes, and ``classes[i]`` is the source's class id i, "" for an unused id).
+    task: str = record_schema.TASK_CLASSIFICATION
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}

@@ -1,37 +1,153 @@
-"""Input sources: each turns what the user points at into the same :class:`beam_jobs.planning.discover.InputPlan`.
+"""Input sources: each says whether ``--src`` (with its flags) is its layout, and plans it.
 
-* class folders (``SRC/<class>/...`` or ``SRC/<split>/<class>/...``):
-  :func:`beam_jobs.planning.discover.plan_inputs` over a listing of SRC;
-* a label file (``--annotations``: CSV, TSV or JSON Lines of path, label and
-  optionally split): :mod:`beam_jobs.sources.label_file`;
-* ImageNet as it ships (class folders for train, a flat ``val/`` labelled by a
-  ground-truth file, ``--val-labels``): :mod:`beam_jobs.sources.imagenet`;
-* WebDataset samples (img2dataset's shards), each image labelled by its sibling
-  member (``--label-member cls``, ``json:FIELD``): :mod:`beam_jobs.sources.webdataset`;
-* Hugging Face datasets as they ship (Parquet files whose rows are images,
-  labelled by the Hub's ClassLabel ids): :mod:`beam_jobs.sources.hub`.
+The seam is :data:`SOURCES`, a table tried in order, as WebDataset's ``gopen_schemes`` is: the first
+source that claims the request plans it into the one :class:`beam_jobs.planning.discover.InputPlan`
+every later stage reads. The stages see items (``ImageRef``: where the bytes are, the label or the
+objects), never a source's kind; a source's item locators are read by
+:mod:`beam_jobs.sources.member_reads`. A new layout is a module and a row here.
 
-Wherever a folder is read, an archive (``.tar``, ``.tar.gz``, ``.zip``...) reads
-as its extraction, by offset and without extracting
-(:mod:`beam_jobs.sources.archives`, over :mod:`beam_jobs.sources.archive_members`).
+* a Hugging Face Parquet or Arrow file, or a folder of them: :mod:`beam_jobs.sources.hub`;
+* a COCO annotation file (``annotations/instances_*.json``, or ``--annotations FILE.json``):
+  :mod:`beam_jobs.sources.coco`;
+* an Ultralytics YOLO dataset (``data.yaml``, ``images/`` and ``labels/``): :mod:`beam_jobs.sources.yolo`;
+* a label file (``--annotations``: CSV, TSV or JSON Lines): :mod:`beam_jobs.sources.label_file`;
+* WebDataset samples labelled by a sibling member (``--label-member``): :mod:`beam_jobs.sources.webdataset`;
+* ImageNet as it ships (``--val-labels``): :mod:`beam_jobs.sources.imagenet`;
+* class folders (``SRC/<class>/...``, ``SRC/<split>/<class>/...``): the rest,
+  :func:`beam_jobs.planning.discover.plan_inputs`.
 
-Everything after the plan (validation, shards, manifest) is the same for all.
+Wherever a folder is read, an archive (``.tar``, ``.tar.gz``, ``.zip``...) reads as its extraction,
+by offset and without extracting (:mod:`beam_jobs.sources.archives`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.planning import discover
-from beam_jobs.sources import archives, hub
+from beam_jobs.sources import archives, coco, hub, imagenet, yolo
 from beam_jobs.stage_records import ImageRef
+
+
+@dataclasses.dataclass
+class Request:
+    """What a source is asked to plan: the options, and SRC's listing, made once when first needed."""
+
+    options: ConvertOptions
+    scratch: Optional[str] = None
+    scanner: Optional[archives.Scanner] = None
+    labels: Optional[list[str]] = None  # --labels, read
+    _found: Optional[archives.ArchiveListing] = None
+
+    @property
+    def src(self) -> str:
+        return self.options.src
+
+    def found(self) -> archives.ArchiveListing:
+        """SRC listed, every archive in it read as a folder (listed once, whichever source asks)."""
+        if self._found is None:
+            # Bytes one archive member may inflate to: an image at --max-pixels, 32 bytes a pixel (float64 RGBA TIFF).
+            limit = 32 * self.options.encode.max_pixels
+            self._found = archives.list_tree(self.src, self.scratch, limit, self.scanner)
+        return self._found
+
+    def with_archives(self, plan: discover.InputPlan) -> discover.InputPlan:
+        """``plan`` with the archives the listing inflated and found (their identities make the run's)."""
+        found = self.found()
+        return dataclasses.replace(plan, inflated=found.inflated, archives=found.identities)
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One input layout: ``claims(request)`` says whether SRC and its flags are this layout; ``plan`` plans it."""
+
+    name: str
+    claims: Callable[[Request], bool]
+    plan: Callable[[Request], discover.InputPlan]
+
+
+def _hub_file(request: Request) -> discover.InputPlan:
+    _check_flags_of(request, "a Parquet dataset, whose rows carry their labels (--label-column names the column)",
+                    ("--annotations", "--val-labels", "--label-member"))
+    return hub.plan(request.src, discover.Listing(()), request.labels, request.options.val_fraction,
+                    request.options.seed, request.options.config, request.options.image_column,
+                    request.options.label_column, scratch=request.scratch)
+
+
+def _hub_folder(request: Request) -> discover.InputPlan:
+    _check_flags_of(request, "a Parquet dataset, whose rows carry their labels (--label-column names the column)",
+                    ("--annotations", "--val-labels", "--label-member"))
+    options = request.options
+    return hub.plan(request.src, request.found().listing, request.labels, options.val_fraction, options.seed,
+                    options.config, options.image_column, options.label_column, scratch=request.scratch)
+
+
+def _label_file(request: Request) -> discover.InputPlan:
+    from beam_jobs.sources import label_file
+
+    options = request.options
+    if not archives.is_archive_file(options.src):  # a folder: the label file lists it, no walk needed
+        return label_file.plan(options.src, options.annotations, request.labels, options.val_fraction, options.seed,
+                               options.annotation_columns, scratch=request.scratch)
+    found = request.found()
+    plan = label_file.plan(options.src, options.annotations, request.labels, options.val_fraction, options.seed,
+                           options.annotation_columns, scratch=request.scratch,
+                           archive=dict(found.listing.entries()),
+                           refused=[ImageRef("train", path, 0, source) for path, source in found.listing.refused])
+    return request.with_archives(plan)
+
+
+def _webdataset(request: Request) -> discover.InputPlan:
+    from beam_jobs.sources import webdataset
+
+    found, options = request.found(), request.options
+    with archives.LauncherReader(options.src, found.inflated) as read_label:
+        plan = webdataset.plan(options.src, found.listing, LabelMember.parse(options.label_member), request.labels,
+                               read_label, options.val_fraction, options.seed, scratch=request.scratch)
+    return request.with_archives(plan)
+
+
+def _imagenet(request: Request) -> discover.InputPlan:
+    options = request.options
+    return request.with_archives(imagenet.plan(options.src, request.found().listing, options.val_labels,
+                                               request.labels, options.seed, scratch=request.scratch))
+
+
+def _class_folders(request: Request) -> discover.InputPlan:
+    options = request.options
+    return request.with_archives(discover.plan_inputs(request.found().listing, request.labels, options.val_fraction,
+                                                      options.seed, src=options.src, scratch=request.scratch))
+
+
+def _objects(module) -> Callable[[Request], discover.InputPlan]:
+    """The plan of an object layout (COCO, YOLO): one call over SRC's listing."""
+    def plan(request: Request) -> discover.InputPlan:
+        found = request.found()
+        with archives.LauncherReader(request.src, found.inflated) as read:
+            return request.with_archives(module.plan(request.options, found.listing, read, request.labels))
+    return plan
+
+
+# Tried in order; the first that claims the request plans it. Flags that name a layout come before
+# the layouts found by looking, and class folders, which claim everything, come last.
+SOURCES: tuple[Source, ...] = (
+    Source("hugging-face-file", lambda r: hub.is_parquet_file(r.src), _hub_file),
+    Source("coco", lambda r: coco.claims(r.options, r.found().listing if not r.options.annotations else None),
+           _objects(coco)),
+    Source("label-file", lambda r: bool(r.options.annotations), _label_file),
+    Source("hugging-face", lambda r: bool(hub.parquet_files(r.found().listing)), _hub_folder),
+    Source("yolo", lambda r: yolo.claims(r.found().listing), _objects(yolo)),
+    Source("webdataset", lambda r: bool(r.options.label_member), _webdataset),
+    Source("imagenet", lambda r: bool(r.options.val_labels), _imagenet),
+    Source("class-folders", lambda r: True, _class_folders),
+)
 
 
 def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
                 scanner: Optional[archives.Scanner] = None) -> discover.InputPlan:
-    """The plan of ``options.src`` according to the source the options name.
+    """The plan of ``options.src``, by the first source of :data:`SOURCES` that claims it.
 
     ``scratch``: a local folder for the per-image lists, so the plan holds
     counters, not images (see :mod:`beam_jobs.planning.discover`). ``scanner``: reads
@@ -41,52 +157,24 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
       discover.InputError: the source cannot be planned (a message naming the file, line or folder).
     """
     labels = discover.read_labels_file(options.labels_file) if options.labels_file else None
-    # Bytes one archive member may inflate to: an image at --max-pixels, 32 bytes a pixel (a float64 RGBA TIFF).
-    limit = 32 * options.encode.max_pixels
-    if options.annotations:
-        from beam_jobs.sources import label_file
-
-        if not archives.is_archive_file(options.src):  # a folder: the label file lists it, no walk needed
-            return label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed,
-                                   options.annotation_columns, scratch=scratch)
-        found = archives.list_tree(options.src, scratch, limit, scanner)
-        plan = label_file.plan(options.src, options.annotations, labels, options.val_fraction, options.seed,
-                               options.annotation_columns, scratch=scratch, archive=dict(found.listing.entries()),
-                               refused=[ImageRef("train", path, 0, source) for path, source in found.listing.refused])
-        return dataclasses.replace(plan, inflated=found.inflated, archives=found.identities)
-    if hub.is_parquet_file(options.src):
-        return hub.plan(options.src, discover.Listing(()), labels, options.val_fraction, options.seed,
-                            options.config, options.image_column, options.label_column, scratch=scratch)
-    found = archives.list_tree(options.src, scratch, limit, scanner)
-    listing = found.listing
-    if hub.parquet_files(listing):
-        _check_parquet_options(options)
-        return hub.plan(options.src, listing, labels, options.val_fraction, options.seed, options.config,
-                            options.image_column, options.label_column, scratch=scratch)
-    if options.config or options.image_column or options.label_column:
+    request = Request(options, scratch, scanner, labels)
+    source = next(source for source in SOURCES if source.claims(request))
+    if not source.name.startswith("hugging-face") and (options.config or options.image_column
+                                                        or options.label_column):
         flag = "--config" if options.config else "--image-column" if options.image_column else "--label-column"
         raise discover.InputError(f"{flag} names a part of a Parquet dataset, but {options.src} holds no .parquet "
                                   "files")
-    if options.label_member:
-        from beam_jobs.sources import webdataset
-
-        with archives.LauncherReader(options.src, found.inflated) as read_label:
-            plan = webdataset.plan(options.src, listing, LabelMember.parse(options.label_member), labels,
-                                   read_label, options.val_fraction, options.seed, scratch=scratch)
-    elif options.val_labels:
-        from beam_jobs.sources import imagenet
-
-        plan = imagenet.plan(options.src, listing, options.val_labels, labels, options.seed, scratch=scratch)
-    else:
-        plan = discover.plan_inputs(listing, labels, options.val_fraction, options.seed, src=options.src,
-                                    scratch=scratch)
-    return dataclasses.replace(plan, inflated=found.inflated, archives=found.identities)
+    plan = source.plan(request)
+    if options.synsets:  # each class's text (ImageNet's LOC_synset_mapping.txt), whatever listed the classes
+        plan = dataclasses.replace(plan, class_text=imagenet.read_synsets(options.synsets, plan.classes))
+    return plan
 
 
-def _check_parquet_options(options: ConvertOptions) -> None:
-    """Flags that label images another way have no meaning for a Parquet dataset, which labels its rows."""
-    for flag, value in (("--annotations", options.annotations), ("--val-labels", options.val_labels),
-                        ("--label-member", options.label_member)):
-        if value:
-            raise discover.InputError(f"{flag}: {options.src} is a Parquet dataset, whose rows carry their labels "
-                                      "(--label-column names the column)")
+def _check_flags_of(request: Request, layout: str, flags: Sequence[str]) -> None:
+    """Flags that label images another way have no meaning for this layout: an error naming the first given."""
+    options = request.options
+    given = {"--annotations": options.annotations, "--val-labels": options.val_labels,
+             "--label-member": options.label_member}
+    for flag in flags:
+        if given.get(flag):
+            raise discover.InputError(f"{flag}: {options.src} is {layout}")

@@ -73,6 +73,13 @@ def plan_runs(sources: Iterable[str]) -> dict[str, _Span]:
     return spans
 
 
+
+def keeps_bytes(source: str) -> bool:
+    """Whether validation keeps this item's bytes for the writer: a Parquet row cannot be read alone cheaply
+    (the writer, in shard order, would read a whole row group for each row)."""
+    return hub.is_cell(source)
+
+
 class MemberReader:
     """Reads archive members of SRC (or of archives inflated into the work folder) for one chunk of work.
 

@@ -30,47 +30,47 @@ class PartCounts:
       accepted: split -> accepted records per key bucket.
       rejected: split -> rejection reason -> count.
       stored_bytes: split -> bytes of the JPEGs its records hold.
+      objects: split -> objects the accepted images' records hold (object datasets).
+      rejected_objects: split -> rejection reason -> objects rejected from written images.
     """
 
     accepted: Mapping[str, tuple[int, ...]]
     rejected: Mapping[str, Mapping[str, int]]
     stored_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    objects: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    rejected_objects: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
 
     def plus(self, other: "PartCounts") -> "PartCounts":
         accepted = dict(self.accepted)
         for split, counts in other.accepted.items():
             mine = accepted.get(split, (0,) * len(counts))
             accepted[split] = tuple(a + b for a, b in zip(mine, counts))
-        rejected = {split: dict(reasons) for split, reasons in self.rejected.items()}
-        for split, reasons in other.rejected.items():
-            for reason, count in reasons.items():
-                rejected.setdefault(split, {})[reason] = rejected.get(split, {}).get(reason, 0) + count
-        stored = dict(self.stored_bytes)
-        for split, size in other.stored_bytes.items():
-            stored[split] = stored.get(split, 0) + size
-        return PartCounts(accepted, rejected, stored)
+        return PartCounts(accepted, _add_reasons(self.rejected, other.rejected),
+                          _add(self.stored_bytes, other.stored_bytes), _add(self.objects, other.objects),
+                          _add_reasons(self.rejected_objects, other.rejected_objects))
 
     def accepted_per_split(self) -> dict[str, int]:
         return {split: sum(counts) for split, counts in self.accepted.items()}
 
     def rejected_by_reason(self) -> dict[str, int]:
-        totals: dict[str, int] = {}
-        for reasons in self.rejected.values():
-            for reason, count in reasons.items():
-                totals[reason] = totals.get(reason, 0) + count
-        return dict(sorted(totals.items()))
+        return _by_reason(self.rejected)
+
+    def rejected_objects_by_reason(self) -> dict[str, int]:
+        return _by_reason(self.rejected_objects)
 
     def num_rejected(self) -> int:
         return sum(self.rejected_by_reason().values())
 
     def to_json(self) -> str:
         return json.dumps({"accepted": {s: list(c) for s, c in self.accepted.items()}, "rejected": self.rejected,
-                           "stored_bytes": self.stored_bytes}, sort_keys=True)
+                           "stored_bytes": self.stored_bytes, "objects": self.objects,
+                           "rejected_objects": self.rejected_objects}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "PartCounts":
         raw = json.loads(text)
-        return cls({s: tuple(c) for s, c in raw["accepted"].items()}, raw["rejected"], raw.get("stored_bytes", {}))
+        return cls({s: tuple(c) for s, c in raw["accepted"].items()}, raw["rejected"], raw.get("stored_bytes", {}),
+                   raw.get("objects", {}), raw.get("rejected_objects", {}))
 
     def shard_counts(self, planned: Optional[Mapping[str, int]]) -> dict[str, int]:
         """Shards per split: ``planned`` (or, when None, sized from the bytes: :func:`auto_shard_count`),
@@ -141,3 +141,23 @@ def bucket_tasks(totals: PartCounts, planned_shards: Optional[Mapping[str, int]]
             if count:
                 yield BucketTask(split, bucket, first, count, records, num_shards)
             first += count
+
+
+def _add(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    total = dict(a)
+    for key, count in b.items():
+        total[key] = total.get(key, 0) + count
+    return total
+
+
+def _add_reasons(a: Mapping[str, Mapping[str, int]], b: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """Two ``split -> reason -> count`` tables added."""
+    return {split: _add(a.get(split, {}), b.get(split, {})) for split in sorted(set(a) | set(b))}
+
+
+def _by_reason(table: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """A ``split -> reason -> count`` table summed over the splits, reasons sorted."""
+    totals: dict[str, int] = {}
+    for reasons in table.values():
+        totals = _add(totals, reasons)
+    return dict(sorted(totals.items()))

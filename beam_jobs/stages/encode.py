@@ -72,6 +72,9 @@ class Encoded:
         otherwise why it was re-encoded (e.g. "png", "cmyk", "exif-rotated").
       channels: what ``data`` decodes to: 3, or 1 for a grayscale JPEG stored
         byte for byte (re-encoded images are always RGB).
+      orientation: the EXIF orientation turned upright by re-encoding (1: none), and
+      source_size: the input's ``(width, height)`` as stored, before any turn or resize (``()``: the
+        stored image's own); what places an image's objects (:func:`beam_jobs.annotations.place`).
     """
 
     data: bytes
@@ -80,6 +83,13 @@ class Encoded:
     source_format: str
     reencoded_because: str = ""
     channels: int = 3
+    orientation: int = 1
+    source_size: tuple = ()
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        """The input's ``(width, height)`` as stored in its file."""
+        return tuple(self.source_size) if self.source_size else (self.width, self.height)
 
     @property
     def reencoded(self) -> bool:
@@ -382,6 +392,7 @@ def _reencode(img: Image.Image, data: bytes, fmt: str, options: EncodeOptions, b
     resize that follows still filters instead of aliasing (what Pillow's
     ``thumbnail`` does with ``reducing_gap=2``).
     """
+    stored, orientation = img.size, _orientation(img) or 1
     try:
         if options.max_side is not None and fmt == "jpeg":
             _draft_for(img, options.max_side)
@@ -403,7 +414,7 @@ def _reencode(img: Image.Image, data: bytes, fmt: str, options: EncodeOptions, b
     except DECODE_ERRORS as err:  # a malformed TIFF can decode "successfully" yet fail in the encoder
         return Rejected("undecodable", f"{fmt} data could not be converted to JPEG: {err}")
     width, height = rgb.size
-    return Encoded(out.getvalue(), height, width, fmt, because)
+    return Encoded(out.getvalue(), height, width, fmt, because, orientation=orientation, source_size=stored)
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:

@@ -15,6 +15,7 @@ from typing import Mapping, Optional, Sequence
 import record_schema
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputPlan
+from beam_jobs.stages.count import PartCounts
 from beam_jobs.stages.write import ShardResult
 
 TOOL = "imgshards"
@@ -48,12 +49,15 @@ def build_manifest(
     options: ConvertOptions,
     duplicates: Optional[dict] = None,
     runner: str = "",
+    counts: Optional[PartCounts] = None,
 ) -> dict:
     """The manifest.json content (see the README's "Output" section).
 
     ``runner`` names the Beam runner that wrote the shards; it is recorded with
-    Beam's version, so a dataset says what produced it.
+    Beam's version, so a dataset says what produced it. ``counts``: the run's, whose object counts an
+    object dataset's manifest holds.
     """
+    objects = plan.task == record_schema.TASK_OBJECTS
     splits = {}
     for split in record_schema.SPLITS:
         shards = sorted((r for r in results if r.split == split), key=lambda r: r.index)
@@ -67,6 +71,8 @@ def build_manifest(
             reencoded.update(shard.reencoded)
         splits[split] = {
             "num_examples": sum(s.num_examples for s in shards),
+            # An object dataset's label_counts count objects by class id; num_objects, all of them.
+            **({"num_objects": sum(label_counts)} if objects else {}),
             "num_bytes": sum(s.num_bytes for s in shards),
             "num_shards": len(shards),
             "label_counts": label_counts,
@@ -88,11 +94,16 @@ def build_manifest(
         "classes": list(plan.classes),
         "class_text": list(plan.class_text or plan.classes),
         "num_classes": len(plan.classes),
-        "features": dict(record_schema.FEATURES),
+        "task": plan.task,
+        "features": dict(record_schema.OBJECT_FEATURES if objects else record_schema.FEATURES),
         "splits": splits,
         "num_listed": len(plan.refs),
         "num_rejected": sum(rejected_by_reason.values()),
         "rejected_by_reason": dict(sorted(rejected_by_reason.items())),
+        # Objects refused from the images written (an empty box, an unknown class...), each in rejected.jsonl.
+        **({"num_rejected_objects": sum(counts.rejected_objects_by_reason().values()) if counts else 0,
+            "rejected_objects_by_reason": counts.rejected_objects_by_reason() if counts else {},
+            "label_map": record_schema.LABEL_MAP_FILE} if objects else {}),
         "num_skipped": sum(plan.skipped.values()),
         "skipped_by_reason": dict(plan.skipped),
         "duplicates": duplicates or _no_duplicates(),
@@ -134,6 +145,8 @@ class ConvertSummary:
     cross_split_duplicates: int = 0
     small: int = 0
     processed: Optional[int] = None  # images this run processed, when it resumed a stopped run's work
+    objects: Optional[int] = None  # an object dataset's objects written (None: a classification dataset)
+    rejected_objects: int = 0
 
     @classmethod
     def from_manifest(cls, out: str, manifest: dict, elapsed_s: float,
@@ -152,6 +165,8 @@ class ConvertSummary:
             cross_split_duplicates=manifest["duplicates"]["num_cross_split"],
             small=sum(s.get("num_small", 0) for s in splits.values()),
             processed=processed,
+            objects=sum(s["num_objects"] for s in splits.values()) if manifest.get("task") == record_schema.TASK_OBJECTS else None,
+            rejected_objects=manifest.get("num_rejected_objects", 0),
         )
 
     @property
@@ -180,6 +195,8 @@ class ConvertSummary:
                 f"published {self.out}",
                 f"  written:    {per_split}",
                 f"  re-encoded: {self.reencoded}   rejected: {self.rejected}   skipped: {self.skipped}",
+                *([f"  objects:    {self.objects} written, {self.rejected_objects} rejected"]
+                  if self.objects is not None else []),
                 f"  bytes:      {self.num_bytes:,}",
                 f"  elapsed:    {self.elapsed_s:.1f} s   ({self.images_per_second:.1f} images/s"
                 + (f", {self.processed} processed by this run, which resumed a stopped one)" if self.processed is not None

@@ -18,13 +18,12 @@ from typing import Callable, Optional, Sequence, Union
 
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 
-from beam_jobs import formats
+from beam_jobs import annotations, formats
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.planning.discover import display_path
 from beam_jobs.sources import archive_members
-from beam_jobs.sources.hub import is_cell
-from beam_jobs.sources.member_reads import MemberReader
+from beam_jobs.sources.member_reads import MemberReader, keeps_bytes
 from beam_jobs.stage_records import Accepted, ImageRef, RejectedInput
 from beam_jobs.stages.encode import Encoded, encode_image
 
@@ -91,9 +90,26 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
     result = encode_image(data, options)
     if not isinstance(result, Encoded):
         return RejectedInput(display_path(ref.relpath), result.reason, result.detail)
+    if ref.annotation:  # its objects, placed on the stored pixels (turned, normalized, bad ones named)
+        placed = annotations.place(annotations.decode(ref.annotation), result.input_size, result.orientation)
+        ref = ref._replace(annotation=annotations.encode(placed))
     accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
                         channels=result.channels, stored_bytes=len(result.data))
     return accepted, result
+
+
+def count_objects(item: Accepted) -> int:
+    """How many objects an accepted image's record will hold."""
+    return len(annotations.decode(item.ref.annotation).boxes) if item.ref.annotation else 0
+
+
+def rejected_objects(item: Accepted) -> list[RejectedInput]:
+    """The objects of an accepted image that its source refused or :func:`validate_ref` could not place."""
+    if not item.ref.annotation:
+        return []
+    path = display_path(item.ref.relpath)
+    return [RejectedInput(path, reason, detail, name)
+            for name, reason, detail in annotations.decode(item.ref.annotation).rejected]
 
 
 def missing_detail(relpath: str) -> str:
@@ -135,7 +151,7 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
             accepted, encoded = result
             # A Parquet row's bytes are spilled even when stored as they are: the writer, in shard order,
             # would otherwise read a whole row group for each row.
-            if encoded.reencoded or spills_source(ref.source):
+            if encoded.reencoded or keeps_bytes(ref.source):
                 if spill is None:
                     spill = FileSystems.create(spill_path(work, chunk), compression_type=CompressionTypes.UNCOMPRESSED)
                 spill.write(encoded.data)
@@ -147,11 +163,6 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
         if spill is not None:
             spill.close()
     return results
-
-
-def spills_source(source: str) -> bool:
-    """Whether validation keeps this input's bytes for the writer (a Parquet row: it cannot be read alone cheaply)."""
-    return is_cell(source)
 
 
 def read_spilled(work: str, item: Accepted) -> bytes:

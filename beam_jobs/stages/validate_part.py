@@ -5,10 +5,12 @@ Out: files, each written whole (temporary name, then renamed):
      - ``runs/<split>-P``: the part's accepted images of each split, ACCEPTED
        records sorted by (keyed hash, path) with an index at every key bucket;
      - ``content/part-P``: CONTENT records sorted by SHA-256, indexed by hash range;
-     - ``rejected/part-P.jsonl``: its lines of ``rejected.jsonl``, sorted;
+     - ``rejected/part-P.jsonl``: its lines of ``rejected.jsonl`` (rejected images, and the rejected
+       objects of written ones), sorted;
      - ``spill-P``: the JPEG bytes of images that had to be re-encoded.
      - ``counts/part-P.json``: last, the part's :class:`beam_jobs.stages.count.PartCounts`
-       (accepted per split and bucket, rejected per split and reason), which it returns.
+       (accepted per split and bucket, rejected per split and reason, objects placed and rejected),
+       which it returns.
      Memory: one part's records.
 
 The per-image work is :func:`beam_jobs.stages.validate.validate_chunk`.
@@ -26,7 +28,7 @@ from beam_jobs.planning.carve import keyed_hash
 from beam_jobs.stage_records import RejectedInput
 from beam_jobs.stages.count import PartCounts
 from beam_jobs.stages.list_parts import WorkLayout
-from beam_jobs.stages.validate import validate_chunk
+from beam_jobs.stages.validate import count_objects, rejected_objects as rejected_objects_of, validate_chunk
 
 
 def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: EncodeOptions,
@@ -48,6 +50,8 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
     rejected: list[str] = []
     rejected_counts: dict[str, dict[str, int]] = {}
     stored: dict[str, int] = {}
+    objects: dict[str, int] = {}
+    rejected_objects: dict[str, dict[str, int]] = {}
     results = validate_chunk(src, refs, options, layout.work, part, on_result=on_image)
     for ref, result in zip(refs, results):
         if isinstance(result, RejectedInput):
@@ -55,6 +59,12 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
             reasons = rejected_counts.setdefault(ref.split, {})
             reasons[result.reason] = reasons.get(result.reason, 0) + 1
             continue
+        if result.ref.annotation:
+            objects[ref.split] = objects.get(ref.split, 0) + count_objects(result)
+            for refused in rejected_objects_of(result):
+                rejected.append(refused.to_json())
+                reasons = rejected_objects.setdefault(ref.split, {})
+                reasons[refused.reason] = reasons.get(refused.reason, 0) + 1
         runs[ref.split].append(work_records.encode_accepted(keyed_hash(seed, ref.relpath), result))
         stored[ref.split] = stored.get(ref.split, 0) + result.stored_bytes
         content.append(work_records.encode_content(result))
@@ -65,7 +75,7 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
         accepted[split] = tuple(counts)
     work_records.write_file(layout.content(part), work_records.CONTENT, sorted(content), layout.hash_ranges)
     _write_lines(layout.rejected(part), sorted(rejected))
-    counts = PartCounts(accepted, rejected_counts, stored)
+    counts = PartCounts(accepted, rejected_counts, stored, objects, rejected_objects)
     filesystems.write_text(done, counts.to_json())  # last: the part is complete
     faults.point("part-validated")
     return counts

@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
+from beam_jobs import annotations
 from beam_jobs.files import filesystems
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
@@ -31,7 +32,7 @@ from beam_jobs.stage_records import Accepted
 from beam_jobs.stages.encode import Encoded, encode_image
 from beam_jobs.stages.validate import read_source, read_spilled
 from record_files import idx
-from record_files.tfrecord import frame_parts, serialize_example
+from record_files.tfrecord import ByteStrings, Floats, Ints, frame_parts, serialize_example
 
 
 class SourceChangedError(RuntimeError):
@@ -49,7 +50,7 @@ class ShardResult:
     num_examples: int
     num_bytes: int
     sha256: str
-    label_counts: dict[int, int]
+    label_counts: dict[int, int]  # records per label; in an object dataset, objects per class id
     reencoded: dict[str, int]
     max_side: int = 0  # the longest side of any stored image (readers skip reduced-scale decoding below 2x their size)
     grayscale: int = 0  # records whose JPEG has one channel (image/channels = 1)
@@ -70,23 +71,57 @@ class ShardResult:
 def build_example(
     encoded: Encoded, relpath: str, label: int, class_name: str, sha256_hex: Optional[str] = None
 ) -> bytes:
-    """The serialized ``tf.train.Example`` of one stored image (keys in record_schema).
+    """The serialized ``tf.train.Example`` of one stored image of a classification dataset (keys in record_schema).
 
     ``sha256_hex`` of ``encoded.data`` may be passed when already known.
     """
     return serialize_example(
         {
-            record_schema.IMAGE_ENCODED: encoded.data,
-            record_schema.IMAGE_FORMAT: record_schema.IMAGE_FORMAT_JPEG,
+            **_image_features(encoded, relpath, sha256_hex),
             record_schema.LABEL: label,
             record_schema.LABEL_TEXT: class_name.encode("utf-8"),
-            record_schema.HEIGHT: encoded.height,
-            record_schema.WIDTH: encoded.width,
-            record_schema.CHANNELS: encoded.channels,
-            record_schema.FILENAME: display_path(relpath).encode("utf-8"),
-            record_schema.SHA256: (sha256_hex or hashlib.sha256(encoded.data).hexdigest()).encode("ascii"),
         }
     )
+
+
+def build_object_example(encoded: Encoded, relpath: str, objects: annotations.Objects, classes: Sequence[str],
+                         sha256_hex: Optional[str] = None) -> bytes:
+    """The serialized ``tf.train.Example`` of an image and its placed objects, in Model Garden's layout.
+
+    ``objects``: placed by :func:`beam_jobs.annotations.place` (normalized to the stored image, upright);
+    ``classes[i]`` is the text of class id i. Areas are written in pixels of the stored image.
+    """
+    boxes = objects.boxes
+    pixels = encoded.width * encoded.height
+    return serialize_example(
+        {
+            **_image_features(encoded, relpath, sha256_hex),
+            record_schema.SOURCE_ID: objects.source_id.encode("utf-8"),
+            record_schema.BBOX_XMIN: Floats(box.xmin for box in boxes),
+            record_schema.BBOX_YMIN: Floats(box.ymin for box in boxes),
+            record_schema.BBOX_XMAX: Floats(box.xmax for box in boxes),
+            record_schema.BBOX_YMAX: Floats(box.ymax for box in boxes),
+            record_schema.OBJECT_LABEL: Ints(box.label for box in boxes),
+            record_schema.OBJECT_TEXT: ByteStrings(classes[box.label].encode("utf-8") for box in boxes),
+            record_schema.OBJECT_AREA: Floats(box.area * pixels for box in boxes),
+            record_schema.OBJECT_IS_CROWD: Ints(int(box.crowd) for box in boxes),
+            record_schema.OBJECT_DIFFICULT: Ints(int(box.difficult) for box in boxes),
+            record_schema.OBJECT_TRUNCATED: Ints(int(box.truncated) for box in boxes),
+        }
+    )
+
+
+def _image_features(encoded: Encoded, relpath: str, sha256_hex: Optional[str]) -> dict:
+    """The features every record has: the image, its size and name."""
+    return {
+        record_schema.IMAGE_ENCODED: encoded.data,
+        record_schema.IMAGE_FORMAT: record_schema.IMAGE_FORMAT_JPEG,
+        record_schema.HEIGHT: encoded.height,
+        record_schema.WIDTH: encoded.width,
+        record_schema.CHANNELS: encoded.channels,
+        record_schema.FILENAME: display_path(relpath).encode("utf-8"),
+        record_schema.SHA256: (sha256_hex or hashlib.sha256(encoded.data).hexdigest()).encode("ascii"),
+    }
 
 
 def encode_accepted(src: str, item: Accepted, options: EncodeOptions, work: str = "",
@@ -154,17 +189,21 @@ def write_shard(
             FileSystems.join(folder, name), compression_type=CompressionTypes.UNCOMPRESSED) as out:
         for item in items:
             encoded = encode_accepted(src, item, options, work, members)
-            label = item.ref.label
             # A pass-through image is the source file, whose SHA-256 validation already computed.
             known = None if encoded.reencoded else item.source_sha256.hex()
-            example = build_example(encoded, item.ref.relpath, label, classes[label], known)
+            if item.ref.annotation:  # an object dataset: label_counts counts objects by class
+                objects = annotations.decode(item.ref.annotation)
+                example = build_object_example(encoded, item.ref.relpath, objects, classes, known)
+                labels.update(box.label for box in objects.boxes)
+            else:
+                example = build_example(encoded, item.ref.relpath, item.ref.label, classes[item.ref.label], known)
+                labels[item.ref.label] += 1
             header, footer = frame_parts(example)
             for part in (header, example, footer):
                 out.write(part)
                 digest.update(part)
             index_lines.append(idx.index_line(num_bytes, len(header) + len(example) + len(footer)))
             num_bytes += len(header) + len(example) + len(footer)
-            labels[label] += 1
             count += 1
             max_side = max(max_side, encoded.height, encoded.width)
             grayscale += encoded.channels == 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from record_files.tfrecord import frame_record, serialize_example
+import record_schema
+from record_files.tfrecord import ByteStrings, Floats, Ints, frame_record, serialize_example
 
 FEATURES = {
     "image/encoded": b"\xff\xd8\xff\x00binary\x00",
@@ -49,5 +50,27 @@ def test_framed_records_read_back_with_tensorflow_crc_checks(tmp_path):
 @pytest.mark.parametrize("value", [True, 1.5, [1], "text"])
 def test_values_other_than_bytes_or_int_are_refused_by_name(value):
     serialize_example({"k": 1})  # an int entry of the same key is cached; a bool must not hit it
-    with pytest.raises(TypeError, match="feature values must be bytes or int, got"):
+    with pytest.raises(TypeError, match="feature values must be bytes, int, Floats, Ints or ByteStrings, got"):
         serialize_example({"k": value})
+
+
+def _tf_feature(value) -> tf.train.Feature:
+    if isinstance(value, Floats):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=list(value)))
+    if isinstance(value, Ints):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(value)))
+    if isinstance(value, ByteStrings):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(value)))
+    if isinstance(value, bytes):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+
+@pytest.mark.parametrize("objects", [0, 1, 3])
+def test_an_object_records_lists_match_tensorflows_bytes_empty_ones_too(objects):
+    """Model Garden's keys, each list with an entry per object (none for an image without objects)."""
+    values = {"bytes": b"v", "int64": 5, "float_list": Floats([0.1, 0.5, 0.999][:objects]),
+              "int64_list": Ints([1, 90, 300][:objects]), "bytes_list": ByteStrings([b"person", b"", b"dog"][:objects])}
+    features = {key: values[kind] for key, kind in record_schema.OBJECT_FEATURES.items()}
+    expected = tf.train.Example(features=tf.train.Features(feature={k: _tf_feature(v) for k, v in features.items()}))
+    assert serialize_example(features) == expected.SerializeToString(deterministic=True)

@@ -1,0 +1,174 @@
+"""An image's objects, as one typed value from the source that lists them to the writer.
+
+    source (coco, yolo) --Objects in the annotation's frame--> ImageRef.annotation (compact JSON)
+    validate: place() on the stored image --Objects normalized, upright, bad ones named--> Accepted
+    write: the record's per-object features (beam_jobs.stages.write)
+
+A source attaches an :class:`Objects` to each image it lists, in the frame its annotation file gives:
+pixels of a width and height the file declares (COCO, VOC), or coordinates normalized to the image
+(YOLO). It travels with its image through the work files, so a worker gets an image's objects with
+the image and no process holds the dataset's annotations. Once a worker has decoded the image,
+:func:`place` puts the objects on the stored image: turned as EXIF orientation turned the pixels,
+normalized to [0, 1], clipped within a pixel, and each object that cannot be placed (an empty box, a box
+outside the image, a frame that is not this image's) rejected with a reason and its name. Nothing else
+looks inside the value.
+
+Which frame are the boxes in? The annotation's width and height say it: equal to the upright image
+(what CVAT, Label Studio and Roboflow write), the boxes are upright already; equal to the pixels as
+stored (what COCO's own tools and Model Garden's scripts read, ignoring EXIF), they turn with the image.
+When the two frames have the same size (no EXIF turn, a mirror, a square image) or the coordinates are
+normalized, the source says which it means (``upright``): YOLO's labels are upright, since Ultralytics
+reads images with EXIF applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Optional
+
+# Reasons an object is rejected (rejected.jsonl, with the object's name in "annotation").
+BOX_EMPTY = "box-empty"  # zero or negative width or height
+BOX_OUTSIDE = "box-outside-image"  # past the image's edge by more than a pixel
+BOX_NOT_A_NUMBER = "box-not-a-number"  # a coordinate that is NaN, infinite or not a number
+UNKNOWN_CLASS = "unknown-class"  # a class id the dataset's class list does not have
+FRAME_MISMATCH = "frame-mismatch"  # the annotation's image size is neither the stored nor the upright image's
+BAD_ANNOTATION = "bad-annotation"  # a line or entry that does not parse
+OBJECT_REASONS = (BOX_EMPTY, BOX_OUTSIDE, BOX_NOT_A_NUMBER, UNKNOWN_CLASS, FRAME_MISMATCH, BAD_ANNOTATION)
+
+NORMALIZED = (0, 0)  # the frame of coordinates given as fractions of the image's width and height
+STORED = (-1, -1)  # pixels of the image as stored, whatever its size (an annotation that gives no size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Box:
+    """One object: its box's corners in its frame's units, its class, and the flags datasets give.
+
+    ``name`` is how the rejection report names it: ``annotation 123`` (COCO's id), ``labels/train/a.txt
+    line 3`` (YOLO). ``area``: the source's own area in frame pixels (COCO's segment area), -1 when none
+    is given (then it is the box's).
+    """
+
+    name: str
+    label: int
+    xmin: float
+    ymin: float
+    xmax: float
+    ymax: float
+    area: float = -1.0
+    crowd: bool = False
+    difficult: bool = False
+    truncated: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Objects:
+    """An image's objects, and what its source already refused.
+
+    Attributes:
+      source_id: the image's id as decimal text (``image/source_id``: COCO's image id, or one derived
+        from the file's path).
+      boxes: the objects.
+      frame: ``(width, height)`` in pixels that the boxes' coordinates refer to; :data:`NORMALIZED`
+        when they are fractions of the image, :data:`STORED` for the stored pixels whatever their size.
+      upright: when the frame's size does not tell, whether the boxes are in the upright image's frame.
+      rejected: objects refused before the image was read (an unknown class, a line that does not
+        parse), and, once placed, those that could not be placed: ``(name, reason, detail)``.
+    """
+
+    source_id: str
+    boxes: tuple[Box, ...] = ()
+    frame: tuple[int, int] = NORMALIZED
+    upright: bool = False
+    rejected: tuple[tuple[str, str, str], ...] = ()
+
+
+def encode(objects: Objects) -> bytes:
+    """Compact JSON (deterministic): what ``ImageRef.annotation`` carries between stages."""
+    return json.dumps([objects.source_id, [dataclasses.astuple(box) for box in objects.boxes], list(objects.frame),
+                       objects.upright, [list(item) for item in objects.rejected]],
+                      separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def decode(data: bytes) -> Objects:
+    """Inverse of :func:`encode`."""
+    source_id, boxes, frame, upright, rejected = json.loads(data)
+    return Objects(source_id, tuple(Box(*box) for box in boxes), tuple(frame), upright,
+                   tuple(tuple(item) for item in rejected))
+
+
+def _turn(x: float, y: float, orientation: int) -> tuple[float, float]:
+    """Where the normalized point ``(x, y)`` of the stored pixels lands in the upright image.
+
+    The EXIF orientations, as Pillow's ``exif_transpose`` applies them: 2 mirror, 3 rotate 180,
+    4 flip, 5 transpose, 6 rotate 90 clockwise, 7 transverse, 8 rotate 90 counter-clockwise.
+    """
+    return {1: (x, y), 2: (1 - x, y), 3: (1 - x, 1 - y), 4: (x, 1 - y), 5: (y, x), 6: (1 - y, x),
+            7: (1 - y, 1 - x), 8: (y, 1 - x)}[orientation]
+
+
+def upright_size(stored: tuple[int, int], orientation: int) -> tuple[int, int]:
+    """``(width, height)`` of the stored pixels once turned upright: swapped by orientations 5-8."""
+    return (stored[1], stored[0]) if orientation in (5, 6, 7, 8) else stored
+
+
+def place(objects: Objects, stored: tuple[int, int], orientation: int) -> Objects:
+    """The objects on the upright image, normalized, with every object that cannot be placed rejected.
+
+    ``stored``: the image file's ``(width, height)`` before any turn or resize; ``orientation``: the EXIF
+    orientation the converter applied (1: none). Boxes normalized to the upright image stay right under
+    ``--max-side``, which scales both axes alike. A box past the edge by at most a pixel (rounding) is
+    clipped; further out, it is rejected, as is an empty one.
+    """
+    orientation = orientation if orientation in range(1, 9) else 1
+    upright = upright_size(stored, orientation)
+    rejected = list(objects.rejected)
+    if objects.frame == NORMALIZED:
+        frame, turn = (1.0, 1.0), not objects.upright
+        pixel = (1 / stored[0], 1 / stored[1])
+    elif objects.frame == STORED:
+        frame, turn, pixel = (float(stored[0]), float(stored[1])), True, (1.0, 1.0)
+    else:
+        matches_upright, matches_stored = objects.frame == upright, objects.frame == stored
+        if not (matches_upright or matches_stored):
+            detail = (f"the annotation is for a {objects.frame[0]}x{objects.frame[1]} image; this one is "
+                      f"{stored[0]}x{stored[1]}" + (f" ({upright[0]}x{upright[1]} upright)" if upright != stored else ""))
+            rejected += [(box.name, FRAME_MISMATCH, detail) for box in objects.boxes]
+            return Objects(objects.source_id, (), NORMALIZED, True, tuple(rejected))
+        turn = matches_stored and (not matches_upright or not objects.upright)
+        frame, pixel = (float(objects.frame[0]), float(objects.frame[1])), (1.0, 1.0)
+    placed = []
+    for box in objects.boxes:
+        problem = _problem(box, frame, pixel)
+        if problem:
+            rejected.append((box.name, *problem))
+            continue
+        x0, y0 = max(0.0, box.xmin / frame[0]), max(0.0, box.ymin / frame[1])
+        x1, y1 = min(1.0, box.xmax / frame[0]), min(1.0, box.ymax / frame[1])
+        if x1 <= x0 or y1 <= y0:  # within a pixel of the edge, but wholly outside it
+            rejected.append((box.name, BOX_OUTSIDE, f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} "
+                             "lies outside the image"))
+            continue
+        if turn and orientation != 1:
+            (ax, ay), (bx, by) = _turn(x0, y0, orientation), _turn(x1, y1, orientation)
+            x0, x1, y0, y1 = min(ax, bx), max(ax, bx), min(ay, by), max(ay, by)
+        area = box.area / (frame[0] * frame[1]) if box.area >= 0 else (x1 - x0) * (y1 - y0)
+        placed.append(dataclasses.replace(box, xmin=x0, ymin=y0, xmax=x1, ymax=y1, area=area))
+    return Objects(objects.source_id, tuple(placed), NORMALIZED, True, tuple(rejected))
+
+
+def _problem(box: Box, frame: tuple[float, float], pixel: tuple[float, float]) -> Optional[tuple[str, str]]:
+    """Why ``box`` cannot be placed in a ``frame`` (width, height), or None; ``pixel``: one pixel in its units."""
+    corners = (box.xmin, box.ymin, box.xmax, box.ymax)
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in corners):
+        return BOX_NOT_A_NUMBER, f"box {list(corners)} has a coordinate that is not a finite number"
+    if box.xmax <= box.xmin or box.ymax <= box.ymin:
+        return BOX_EMPTY, f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} has no area"
+    tolerance_x, tolerance_y = pixel
+    if (box.xmin < -tolerance_x or box.ymin < -tolerance_y or box.xmax > frame[0] + tolerance_x
+            or box.ymax > frame[1] + tolerance_y):
+        size = "1x1 (normalized)" if frame == (1.0, 1.0) else f"{frame[0]:g}x{frame[1]:g}"
+        return BOX_OUTSIDE, (f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} reaches outside "
+                             f"the {size} image by more than a pixel")
+    return None

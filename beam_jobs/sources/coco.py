@@ -1,0 +1,229 @@
+"""COCO as it ships: ``annotations/instances_{split}.json`` beside ``{split}/`` image folders.
+
+In:  SRC holding ``annotations/instances_train2017.json`` and ``train2017/`` (or ``images/train2017/``), and
+     likewise ``val2017`` and ``test2017`` (train, validation, test); or ``--annotations FILE.json`` with the
+     images at ``SRC/<file_name>``.
+Out: the plan of the images the JSON lists (:mod:`beam_jobs.sources.object_plan`), each with its objects:
+     boxes (``bbox`` is ``[x, y, width, height]`` in pixels from the top-left), ``iscrowd``, ``area``;
+     class ids are COCO's category ids as given (1-90 with gaps for COCO's 80 classes).
+
+The JSON is read as a stream (``ijson``), a pass for each of its three lists, so a 450 MB
+``instances_train2017.json`` is never held whole; what stays in memory until the plan is made is each
+image's objects. An annotation that cannot be used costs only itself: an unknown category or a malformed
+``bbox`` is rejected by name (``instances_val2017.json annotation 1234``) and its image keeps its other
+objects; an annotation of an image the JSON does not list is counted and named in a warning. An image
+the JSON lists is written even without objects (Model Garden trains on such images); a file in the image
+folder that the JSON does not list is skipped and counted.
+
+Frames: COCO's own tools and Model Garden read pixels without EXIF orientation, so where the JSON's
+width and height fit both the stored and the upright image, boxes are in the stored pixels' frame
+(:mod:`beam_jobs.annotations` turns them with the image).
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import posixpath
+import re
+from typing import BinaryIO, Callable, Iterator, Optional, Sequence
+
+from beam_jobs import annotations, formats
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.options import ConvertOptions
+from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
+from beam_jobs.sources import object_plan
+
+_INSTANCES = re.compile(r"^annotations/instances_(?P<name>[^/]+)\.json$")
+_TOP_KEYS = re.compile(rb'"(images|annotations|categories)"\s*:\s*\[')
+Reader = Callable[[str, str], bytes]
+
+
+def claims(options: ConvertOptions, listing: Optional[Listing]) -> bool:
+    """``--annotations`` names a COCO JSON file, or SRC holds ``annotations/instances_*.json``."""
+    if options.annotations:
+        return is_coco_file(options.annotations)
+    return any(_INSTANCES.match(path) for path in listing.files)
+
+
+def is_coco_file(path: str) -> bool:
+    """A JSON file whose first 64 KiB hold COCO's top-level lists (a JSON Lines label file's rows do not)."""
+    if not path.lower().endswith(".json"):
+        return False
+    try:
+        with FileSystems.open(path) as handle:
+            head = handle.read(1 << 16)
+    except (OSError, ValueError):
+        return False  # the label file's reader names the problem
+    return bool(_TOP_KEYS.search(head))
+
+
+def split_of(name: str) -> str:
+    """The split a COCO set name means: ``train2017`` train, ``val2017`` and ``minival`` validation, ``test*`` test."""
+    lowered = name.lower()
+    if lowered.startswith("train"):
+        return "train"
+    if lowered.startswith(("val", "minival")):
+        return "validation"
+    if lowered.startswith("test"):
+        return "test"
+    raise InputError(f"annotations/instances_{name}.json: the name {name!r} says no split (train..., val..., "
+                     "test...); rename the file, or give it with --annotations")
+
+
+def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]]) -> InputPlan:
+    """The plan of a COCO dataset (see the module's docstring)."""
+    src = options.src
+    located = dict(listing.entries())
+    if options.annotations:
+        sets = [(options.annotations, "", _split_from_file(options.annotations), None)]
+    else:
+        sets = [(path, _image_folder(src, name, listing), split_of(name), source)
+                for path, source in sorted(located.items()) if (match := _INSTANCES.match(path))
+                for name in [match["name"]]]
+    categories: dict[int, str] = {}
+    images: list[object_plan.ObjectImage] = []
+    warnings: list[str] = []
+    skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    listed: set[str] = set()
+    for path, folder, split, source in sets:
+        where = display_path(path if options.annotations else f"{src}/{path}")
+        opened = _opener(src, path, source, read, bool(options.annotations))
+        found = _read_categories(opened, where)
+        for category, name in found.items():
+            if categories.setdefault(category, name) != name:
+                raise InputError(f"{where}: category {category} is {name!r} here and {categories[category]!r} in "
+                                 "another annotation file of SRC")
+        for image in _read_set(opened, where, folder, split, found, warnings):
+            listed.add(image.relpath)
+            images.append(object_plan.ObjectImage(split, image.relpath, image.objects, located.get(image.relpath, "")))
+    folders = {folder for _, folder, _, _ in sets}
+    unlisted = sorted(path for path in located if _in_folders(path, folders) and path not in listed
+                      and not skip_reason(path, None) and formats.has_image_extension(path))
+    if unlisted:
+        skipped["not-in-annotations"] += len(unlisted)
+        warnings.append(f"{len(unlisted)} files in the image folders are in no annotation file: skipped "
+                        f"({', '.join(display_path(p) for p in unlisted[:3])}{' ...' if len(unlisted) > 3 else ''})")
+    classes = object_plan.class_table(categories, src, "the COCO annotation files")
+    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, labels)
+
+
+def _split_from_file(path: str) -> str:
+    """``--annotations .../instances_val2017.json``: the split its name says; train when it says none."""
+    match = re.match(r"^instances_(?P<name>.+)\.json$", posixpath.basename(path))
+    try:
+        return split_of(match["name"]) if match else "train"
+    except InputError:
+        return "train"
+
+
+def _image_folder(src: str, name: str, listing: Listing) -> str:
+    """Where a set's images are: ``SRC/<name>/`` (COCO's zips), or ``SRC/images/<name>/``."""
+    for folder in (name, f"images/{name}"):
+        if folder in listing.dirs:
+            return folder
+    raise InputError(f"{src}/annotations/instances_{name}.json has no image folder beside it: expected {src}/{name}/ "
+                     f"(or {src}/images/{name}/)")
+
+
+def _in_folders(path: str, folders: set[str]) -> bool:
+    return any(not folder or path.startswith(folder + "/") for folder in folders)
+
+
+def _opener(src: str, path: str, source: str, read: Reader, given: bool) -> Callable[[], BinaryIO]:
+    """Opens the JSON afresh for each pass: streamed from its file, or an archive member's bytes."""
+    if source:
+        data = read(path, source)
+        return lambda: io.BytesIO(data)
+    full = path if given else FileSystems.join(src, *path.split("/"))
+    return lambda: FileSystems.open(full)
+
+
+def _items(opened: Callable[[], BinaryIO], where: str, prefix: str) -> Iterator[dict]:
+    """Each object of one top-level list, streamed."""
+    import ijson
+
+    try:
+        with opened() as handle:
+            for item in ijson.items(handle, f"{prefix}.item", use_float=True):
+                if not isinstance(item, dict):
+                    raise InputError(f"{where}: an entry of {prefix!r} is not a JSON object: {str(item)[:80]}")
+                yield item
+    except ijson.JSONError as err:
+        raise InputError(f"{where} is not valid JSON: {err}") from err
+    except OSError as err:
+        raise InputError(f"{where} could not be read: {err}") from err
+
+
+def _read_categories(opened: Callable[[], BinaryIO], where: str) -> dict[int, str]:
+    found: dict[int, str] = {}
+    for item in _items(opened, where, "categories"):
+        category, name = item.get("id"), item.get("name")
+        if not isinstance(category, int) or not isinstance(name, str) or not name:
+            raise InputError(f"{where}: category {str(item)[:80]} needs an integer id and a name")
+        if category in found:
+            raise InputError(f"{where}: category id {category} is listed twice")
+        found[category] = name
+    if not found:
+        raise InputError(f"{where} lists no categories; an instances file names its classes in \"categories\"")
+    return found
+
+
+class _Image:
+    __slots__ = ("relpath", "source_id", "frame", "boxes", "rejected", "objects")
+
+    def __init__(self, relpath: str, source_id: str, frame: tuple[int, int]) -> None:
+        self.relpath, self.source_id, self.frame = relpath, source_id, frame
+        self.boxes: list[annotations.Box] = []
+        self.rejected: list[tuple[str, str, str]] = []
+
+
+def _read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: str, categories: dict[int, str],
+              warnings: list[str]) -> list:
+    """The images of one annotation file with their objects, in the file's order."""
+    by_id: dict[object, _Image] = {}
+    for item in _items(opened, where, "images"):
+        image_id, name = item.get("id"), item.get("file_name")
+        if image_id is None or not isinstance(name, str) or not name:
+            raise InputError(f"{where}: image {str(item)[:80]} needs an id and a file_name")
+        if image_id in by_id:
+            raise InputError(f"{where}: image id {image_id} is listed twice")
+        relpath = posixpath.join(folder, name) if folder else name
+        width, height = item.get("width"), item.get("height")
+        frame = (width, height) if isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0 \
+            else annotations.STORED
+        source_id = str(image_id) if isinstance(image_id, int) else object_plan.derived_source_id(relpath)
+        by_id[image_id] = _Image(relpath, source_id, frame)
+    orphans: list[object] = []
+    base = posixpath.basename(where)
+    for item in _items(opened, where, "annotations"):
+        image = by_id.get(item.get("image_id"))
+        if image is None:
+            orphans.append(item.get("id"))
+            continue
+        name = f"{base} annotation {item.get('id')}"
+        category = item.get("category_id")
+        bbox = item.get("bbox")
+        if category not in categories:
+            image.rejected.append((name, annotations.UNKNOWN_CLASS, f"category_id {category} is not in the file's "
+                                   "categories"))
+        elif not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
+            image.rejected.append((name, annotations.BAD_ANNOTATION, f"bbox {str(bbox)[:60]} is not [x, y, width, "
+                                   "height]"))
+        else:
+            x, y, w, h = (float(v) for v in bbox)
+            area = item.get("area")
+            image.boxes.append(annotations.Box(name, category, x, y, x + w, y + h,
+                                               float(area) if isinstance(area, (int, float)) and area >= 0 else -1.0,
+                                               bool(item.get("iscrowd", 0))))
+    if orphans:
+        shown = ", ".join(str(o) for o in orphans[:5])
+        warnings.append(f"{display_path(where)}: {len(orphans)} annotations name an image id that its \"images\" do "
+                        f"not list, and were not written (annotation ids {shown}{' ...' if len(orphans) > 5 else ''})")
+    out = []
+    for image in by_id.values():
+        image.objects = annotations.Objects(image.source_id, tuple(image.boxes), image.frame, False,
+                                            tuple(image.rejected))
+        out.append(image)
+    return out
+

@@ -1,0 +1,85 @@
+"""The plan of an object dataset (COCO, YOLO): its images with their objects, its class ids as the source's.
+
+In:  ``ObjectImage``s from a layout's module (its split, path, locator and :class:`beam_jobs.annotations.Objects`),
+     and the class names by id.
+Out: an :class:`beam_jobs.planning.discover.InputPlan` whose refs carry their objects (``ImageRef.annotation``)
+     and whose ``classes[i]`` is the text of class id ``i``: the source's ids, gaps kept ("" where a dataset
+     has no class, COCO's 1-90 for 80 classes), never renumbered, so a model's class 18 means what the
+     dataset's documentation says it means.
+
+``--val-fraction`` carves validation out of train by the same keyed hash as for classes, unstratified (an
+image holds objects of several classes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Iterable, Mapping, Optional, Sequence
+
+import record_schema
+from beam_jobs import annotations
+from beam_jobs.planning.carve import carve_count, carve_key
+from beam_jobs.planning.discover import InputError, InputPlan
+from beam_jobs.stage_records import ImageRef
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectImage:
+    """One image of an object dataset as its layout lists it."""
+
+    split: str
+    relpath: str
+    objects: annotations.Objects
+    source: str = ""
+
+
+def derived_source_id(relpath: str) -> str:
+    """A stable image id for layouts that have none (YOLO, VOC): 53 bits of the path's SHA-256, as decimal text.
+
+    Model Garden's COCO evaluator parses ``image/source_id`` as an integer; 53 bits stay exact even
+    where the id passes through a float64 (JSON readers).
+    """
+    return str(int.from_bytes(hashlib.sha256(relpath.encode("utf-8", "surrogatepass")).digest()[:8], "big") >> 11)
+
+
+def class_table(names: Mapping[int, str], src: str, where: str) -> tuple[str, ...]:
+    """Class names by id, ids kept: ``result[i]`` is class ``i``'s name, "" for an id the dataset does not use."""
+    if not names:
+        raise InputError(f"{where} names no classes")
+    negative = sorted(i for i in names if i < 0)
+    if negative:
+        raise InputError(f"{where}: class ids must be 0 or more; {negative[:5]} are not")
+    if max(names) > 1_000_000:
+        raise InputError(f"{where}: class id {max(names)} is too large (ids index a table of names)")
+    return tuple(names.get(i, "") for i in range(max(names) + 1))
+
+
+def plan(src: str, images: Iterable[ObjectImage], classes: Sequence[str], val_fraction: float, seed: int,
+         skipped: Mapping[str, int], warnings: Sequence[str] = (), labels: Optional[Sequence[str]] = None,
+         refused: Sequence[ImageRef] = ()) -> InputPlan:
+    """The plan of an object dataset's images (held in memory, sorted by split and path).
+
+    ``labels`` (``--labels``) must list the dataset's own class names in id order: it can rename none
+    and renumber none (the ids are the source's), so it is checked, not applied.
+    """
+    if labels is not None and tuple(labels) != tuple(classes)[:len(labels)]:
+        raise InputError(f"--labels lists {list(labels)[:5]}..., but {src} numbers its classes itself "
+                         f"({[name for name in classes if name][:5]}...); leave --labels out")
+    refs = [ImageRef(image.split, image.relpath, 0, image.source, annotations.encode(image.objects))
+            for image in images]
+    if not refs:
+        raise InputError(f"{src} lists no images")
+    splits = sorted({ref.split for ref in refs}, key=record_schema.SPLITS.index)
+    if val_fraction > 0:
+        if splits != ["train"]:
+            raise InputError(f"--val-fraction needs a single-split input, but {src} already has splits {splits}")
+        count = carve_count(len(refs), val_fraction) if len(refs) > 1 else 0
+        carved = set(sorted(range(len(refs)), key=lambda i: carve_key(seed, refs[i].relpath))[:count])
+        refs = [ref._replace(split="validation") if i in carved else ref for i, ref in enumerate(refs)]
+    refs.sort(key=lambda ref: (record_schema.SPLITS.index(ref.split), ref.relpath))
+    sizes: dict[str, int] = {}
+    for ref in refs:
+        sizes[ref.split] = sizes.get(ref.split, 0) + 1
+    return InputPlan(tuple(refs) + tuple(refused), tuple(classes), dict(sorted(skipped.items())), tuple(warnings),
+                     split_counts=sizes, task=record_schema.TASK_OBJECTS)

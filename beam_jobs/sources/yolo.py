@@ -1,0 +1,161 @@
+"""Ultralytics YOLO as it ships: ``data.yaml``, ``images/{split}/`` and ``labels/{split}/``.
+
+In:  SRC holding ``data.yaml`` (``train``, ``val``, ``test``: image folders, or lists of them; ``names``: a
+     list, or an ``{id: name}`` map), each image folder's labels in the folder of the same path with
+     ``images`` turned into ``labels`` (Ultralytics' rule), one ``<stem>.txt`` per image, a line per object:
+     ``class cx cy w h``, normalized to the image (or ``class x1 y1 x2 y2 ...``, a polygon, whose extent is
+     its box, as Ultralytics reads segments for detection).
+Out: the plan of every image in the split folders (:mod:`beam_jobs.sources.object_plan`), class ids as the
+     yaml's indexes; an empty or missing label file is an image without objects.
+
+``path:`` in the yaml often names the author's machine (``../datasets/coco8``): SRC, the yaml's folder, is
+the root; entries that climb out of it (Roboflow's ``../train/images``) are read inside it. Labels are in the
+upright image's frame: Ultralytics reads images with EXIF orientation applied.
+"""
+
+from __future__ import annotations
+
+import collections
+import posixpath
+from typing import Callable, Optional, Sequence
+
+from beam_jobs import annotations, formats
+from beam_jobs.options import ConvertOptions
+from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
+from beam_jobs.sources import object_plan
+
+YAML_NAMES = ("data.yaml", "data.yml", "dataset.yaml")
+_SPLIT_KEYS = (("train", "train"), ("val", "validation"), ("test", "test"))
+Reader = Callable[[str, str], bytes]
+
+
+def claims(listing: Listing) -> bool:
+    """SRC holds a ``data.yaml`` at its top."""
+    return _yaml_file(listing) is not None
+
+
+def _yaml_file(listing: Listing) -> Optional[str]:
+    top = {path for path in listing.files if "/" not in path}
+    return next((name for name in YAML_NAMES if name in top), None)
+
+
+def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]]) -> InputPlan:
+    """The plan of a YOLO dataset (see the module's docstring)."""
+    import yaml
+
+    src, name = options.src, _yaml_file(listing)
+    located = dict(listing.entries())
+    where = display_path(f"{src}/{name}")
+    try:
+        config = yaml.safe_load(read(name, located[name]).decode("utf-8-sig"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise InputError(f"{where} is not valid YAML: {err}") from err
+    if not isinstance(config, dict):
+        raise InputError(f"{where} is not a YAML mapping with train, val and names")
+    classes = object_plan.class_table(_names(config.get("names"), where), src, where)
+    folders = _split_folders(config, where, listing)
+    skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    images: list[object_plan.ObjectImage] = []
+    for split, folder in folders:
+        for path in sorted(p for p in located if p.startswith(folder + "/")):
+            if skip_reason(path, skipped) or not formats.has_image_extension(path):
+                continue
+            label_path = label_file_of(path)
+            objects = _objects(path, label_path, located, read, len(classes), classes)
+            images.append(object_plan.ObjectImage(split, path, objects, located[path]))
+    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), labels)
+
+
+def _names(names: object, where: str) -> dict[int, str]:
+    """``names:`` as ``{id: name}``: a list numbers its names from 0."""
+    if isinstance(names, list):
+        names = dict(enumerate(names))
+    if not isinstance(names, dict) or not names:
+        raise InputError(f"{where}: 'names' must list the class names, or map ids to them")
+    out = {}
+    for key, value in names.items():
+        try:
+            out[int(key)] = str(value)
+        except (TypeError, ValueError) as err:
+            raise InputError(f"{where}: names has the id {key!r}, which is not an integer") from err
+    return out
+
+
+def _split_folders(config: dict, where: str, listing: Listing) -> list[tuple[str, str]]:
+    """``(split, image folder relative to SRC)`` for each split the yaml names."""
+    dirs = set(listing.dirs)
+    root = str(config.get("path") or "").strip("/")
+    root = root if root in dirs else ""  # a path on the author's machine: SRC is the root
+    found = []
+    for key, split in _SPLIT_KEYS:
+        entries = config.get(key)
+        for entry in entries if isinstance(entries, list) else [entries] if entries else []:
+            folder = _inside(posixpath.join(root, str(entry)))
+            if folder.endswith(".txt"):
+                raise InputError(f"{where}: {key}: {entry} is a list of image files, which is not read; give the "
+                                 "images' folder")
+            if folder not in dirs:
+                raise InputError(f"{where}: {key}: {entry} is not a folder beside it")
+            found.append((split, folder))
+    if not found:
+        raise InputError(f"{where} names no split folder (train:, val:, test:)")
+    return found
+
+
+def _inside(path: str) -> str:
+    """A yaml entry as a path inside SRC: leading ``../`` dropped (SRC is the yaml's folder)."""
+    parts = [part for part in posixpath.normpath(path).split("/") if part not in ("", ".")]
+    while parts and parts[0] == "..":
+        parts.pop(0)
+    return "/".join(parts)
+
+
+def label_file_of(image: str) -> str:
+    """Ultralytics' rule: the last ``images`` folder of the path becomes ``labels``, the extension ``.txt``."""
+    parts = image.split("/")
+    for index in range(len(parts) - 2, -1, -1):
+        if parts[index] == "images":
+            parts[index] = "labels"
+            break
+    return posixpath.splitext("/".join(parts))[0] + ".txt"
+
+
+def _objects(image: str, label_path: str, located: dict, read: Reader, num_classes: int,
+             classes: Sequence[str]) -> annotations.Objects:
+    """The objects of one image from its label file (none when it has no label file)."""
+    source_id = object_plan.derived_source_id(image)
+    if label_path not in located:
+        return annotations.Objects(source_id, (), annotations.NORMALIZED, True)
+    boxes, rejected = [], []
+    text = read(label_path, located[label_path]).decode("utf-8-sig", "replace")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        name = f"{display_path(label_path)} line {number}"
+        parsed = _line(line)
+        if parsed is None:
+            rejected.append((name, annotations.BAD_ANNOTATION, f"{line.strip()[:60]!r} is not 'class cx cy w h'"))
+            continue
+        label, (x0, y0, x1, y1) = parsed
+        if not 0 <= label < num_classes or not classes[label]:
+            rejected.append((name, annotations.UNKNOWN_CLASS, f"class {label} is not in names ({num_classes} "
+                             "classes)"))
+            continue
+        boxes.append(annotations.Box(name, label, x0, y0, x1, y1))
+    return annotations.Objects(source_id, tuple(boxes), annotations.NORMALIZED, True, tuple(rejected))
+
+
+def _line(line: str) -> Optional[tuple[int, tuple[float, float, float, float]]]:
+    """``(class, (x0, y0, x1, y1))`` of a label line, normalized; None when it does not parse."""
+    fields = line.split()
+    try:
+        label, values = int(fields[0]), [float(v) for v in fields[1:]]
+    except (ValueError, IndexError):
+        return None
+    if len(values) == 4:
+        cx, cy, w, h = values
+        return label, (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+    if len(values) >= 6 and len(values) % 2 == 0:  # a polygon: its extent
+        xs, ys = values[0::2], values[1::2]
+        return label, (min(xs), min(ys), max(xs), max(ys))
+    return None

@@ -1,0 +1,90 @@
+"""Generated object datasets: noise images with one solid red rectangle per object, as COCO and YOLO ship them.
+
+A box's content is known (red inside, noise outside), so a test checks geometry by what the written
+image holds inside each written box, not only by numbers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+from PIL import Image
+
+RED = (255, 0, 0)
+
+# PIL's transpose that *undoes* each EXIF orientation (what exif_transpose applies), and its inverse,
+# which turns an upright picture into the pixels a camera stores with that orientation tag.
+_UPRIGHT = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+            5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+            8: Image.Transpose.ROTATE_90}
+_STORED = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+           5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_90, 7: Image.Transpose.TRANSVERSE,
+           8: Image.Transpose.ROTATE_270}
+
+
+def picture(width: int, height: int, boxes: Sequence[tuple[int, int, int, int]], seed: int = 0) -> Image.Image:
+    """Gray noise (no red) with each ``(x0, y0, x1, y1)`` pixel box filled red."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(60, 160, size=(height, width, 3), dtype=np.uint8)
+    pixels[..., 0] = pixels[..., 1]  # gray: far from red everywhere
+    for x0, y0, x1, y1 in boxes:
+        pixels[y0:y1, x0:x1] = RED
+    return Image.fromarray(pixels)
+
+
+def jpeg(img: Image.Image, orientation: int = 1) -> bytes:
+    """``img`` as a JPEG; with an orientation, the pixels stored turned so that the tag shows ``img`` upright."""
+    out = io.BytesIO()
+    if orientation == 1:
+        img.save(out, format="JPEG", quality=95)
+    else:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        img.transpose(_STORED[orientation]).save(out, format="JPEG", quality=95, exif=exif.tobytes())
+    return out.getvalue()
+
+
+def jpeg_as_stored(img: Image.Image, orientation: int) -> bytes:
+    """``img``'s pixels stored as they are, tagged with ``orientation`` (a viewer shows them turned)."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    out = io.BytesIO()
+    img.save(out, format="JPEG", quality=95, exif=exif.tobytes())
+    return out.getvalue()
+
+
+def red_fraction(pixels: np.ndarray, box: Sequence[float]) -> float:
+    """The fraction of red pixels inside a normalized ``(xmin, ymin, xmax, ymax)`` box of an HxWx3 image.
+
+    Its edge pixels are left out: resampling and JPEG blur them into the noise around.
+    """
+    height, width = pixels.shape[:2]
+    x0, y0, x1, y1 = (int(round(v * s)) for v, s in zip(box, (width, height, width, height)))
+    inner = pixels[y0 + 1:y1 - 1, x0 + 1:x1 - 1].astype(int)
+    red = (inner[..., 0] > 180) & (inner[..., 1] < 90) & (inner[..., 2] < 90)
+    return float(red.mean()) if red.size else 0.0
+
+
+def write_coco(root: str, split_name: str, images: Sequence[dict], annotations: Sequence[dict],
+               categories: Sequence[dict], files: Optional[dict[str, bytes]] = None) -> str:
+    """``root/annotations/instances_<split_name>.json`` and ``root/<split_name>/<file>`` for each of ``files``."""
+    os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
+    os.makedirs(os.path.join(root, split_name), exist_ok=True)
+    path = os.path.join(root, "annotations", f"instances_{split_name}.json")
+    with open(path, "w") as handle:
+        json.dump({"info": {}, "images": list(images), "annotations": list(annotations),
+                   "categories": list(categories)}, handle)
+    for name, data in (files or {}).items():
+        with open(os.path.join(root, split_name, name), "wb") as handle:
+            handle.write(data)
+    return path
+
+
+def write_file(path: str, data) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb" if isinstance(data, bytes) else "w") as handle:
+        handle.write(data)
