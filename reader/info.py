@@ -76,6 +76,11 @@ class DatasetInfo:
         return len(self.classes)
 
     @property
+    def task(self) -> str:
+        """What the records label: ``record_schema.TASK_CLASSIFICATION`` (one class), or ``TASK_OBJECTS`` (boxes)."""
+        return self.manifest.get("task", record_schema.TASK_CLASSIFICATION)
+
+    @property
     def converted(self) -> bool:
         """Written by the converter (labels in range are guaranteed), not foreign shards."""
         return bool(self.manifest)

@@ -131,7 +131,7 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
             count += 1
             frames.append((offset, size))
             decode = sample is None or index < sample
-            problem = check_record(data, info.num_classes, decode)
+            problem = check_record(data, info.num_classes, decode, objects=info.task == record_schema.TASK_OBJECTS)
             report.records_checked += 1
             report.images_decoded += int(decode and problem is None)
             if problem is not None:
@@ -176,22 +176,23 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def check_record(data: bytes, num_classes: int, decode: bool) -> Optional[str]:
-    """What is wrong with one serialized record, or None."""
+def check_record(data: bytes, num_classes: int, decode: bool, objects: bool = False) -> Optional[str]:
+    """What is wrong with one serialized record (of an object dataset's, when ``objects``), or None."""
     try:
         example = tf.train.Example.FromString(data)
     except DecodeError as err:
         return f"not a tf.train.Example: {err}"
     features = example.features.feature
-    missing = [key for key in record_schema.FEATURES if key not in features]
+    missing = [key for key in (record_schema.OBJECT_FEATURES if objects else record_schema.FEATURES)
+               if key not in features]
     if missing:
         return f"missing keys {missing}"
     image = features[record_schema.IMAGE_ENCODED].bytes_list.value
-    labels = features[record_schema.LABEL].int64_list.value
-    if len(image) != 1 or len(labels) != 1:
-        return "image/encoded and image/class/label must hold exactly one value"
-    if not 0 <= labels[0] < num_classes:
-        return f"label {labels[0]} is outside 0..{num_classes - 1}"
+    problem = _object_problem(features, num_classes) if objects else _label_problem(features, num_classes)
+    if problem is not None:
+        return problem
+    if len(image) != 1:
+        return "image/encoded must hold exactly one value"
     declared = features[record_schema.SHA256].bytes_list.value
     if not declared or hashlib.sha256(image[0]).hexdigest().encode() != declared[0]:
         return "SHA-256 of image/encoded does not match image/key/sha256"
@@ -205,4 +206,37 @@ def check_record(data: bytes, num_classes: int, decode: bool) -> Optional[str]:
         channels = features[record_schema.CHANNELS].int64_list.value[0]
         if tuple(pixels.shape) != (height, width, channels):
             return f"image decodes to {tuple(pixels.shape)}, the record says ({height}, {width}, {channels})"
+    return None
+
+
+def _label_problem(features, num_classes: int) -> Optional[str]:
+    labels = features[record_schema.LABEL].int64_list.value
+    if len(labels) != 1:
+        return "image/class/label must hold exactly one value"
+    if not 0 <= labels[0] < num_classes:
+        return f"label {labels[0]} is outside 0..{num_classes - 1}"
+    return None
+
+
+_PER_OBJECT = [key for key, kind in record_schema.OBJECT_FEATURES.items() if kind.endswith("_list")]
+
+
+def _object_problem(features, num_classes: int) -> Optional[str]:
+    """Every per-object list has an entry per object; classes in range; boxes inside [0, 1] and not empty."""
+    def values(key):
+        feature = features[key]
+        return feature.float_list.value or feature.int64_list.value or feature.bytes_list.value
+
+    lengths = {key: len(values(key)) for key in _PER_OBJECT}
+    if len(set(lengths.values())) > 1:
+        return f"per-object lists differ in length: {lengths}"
+    labels = features[record_schema.OBJECT_LABEL].int64_list.value
+    outside = [label for label in labels if not 0 <= label < num_classes]
+    if outside:
+        return f"object classes {outside[:5]} are outside 0..{num_classes - 1}"
+    corners = [features[key].float_list.value for key in (record_schema.BBOX_XMIN, record_schema.BBOX_YMIN,
+                                                          record_schema.BBOX_XMAX, record_schema.BBOX_YMAX)]
+    for index, (x0, y0, x1, y1) in enumerate(zip(*corners)):
+        if not (0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1):
+            return f"object {index}'s box ({x0}, {y0}, {x1}, {y1}) is not inside [0, 1] with some area"
     return None
