@@ -53,7 +53,10 @@ setup(
         # The tests also smoke-test the benchmark, run a real Dask cluster, a real S3 server (moto's) and a
         # GCS emulator, DALI's CPU pipeline and TFDS's loader.
         # datasets writes Parquet exactly as the Hugging Face Hub does, for the tests of that source.
+        # Model Garden's TfExampleDecoder and create_coco_tf_record.py (tf-models-official, installed with
+        # --no-deps: it pins tensorflow~=2.20) import gin, OpenCV and pycocotools.
         "test": ["pytest>=9.0", "pytest-timeout>=2.3", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff>=0.6",
-                 "gcp-storage-emulator>=2026.7", "datasets>=5.2"] + BENCH + DASK + HEIF + DALI + TFDS + GCP,
+                 "gcp-storage-emulator>=2026.7", "datasets>=5.2", "gin-config>=0.5", "opencv-python-headless>=4.10",
+                 "pycocotools>=2.0.8"] + BENCH + DASK + HEIF + DALI + TFDS + GCP,
     },
 )

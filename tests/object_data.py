@@ -6,6 +6,7 @@ image holds inside each written box, not only by numbers.
 
 from __future__ import annotations
 
+import glob
 import io
 import json
 import os
@@ -88,3 +89,20 @@ def write_file(path: str, data) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb" if isinstance(data, bytes) else "w") as handle:
         handle.write(data)
+
+
+def object_records(out) -> dict[str, dict]:
+    """Every record of the dataset by file name: its image as pixels and its per-object lists."""
+    import tensorflow as tf
+
+    rows = {}
+    for path in sorted(glob.glob(str(out / "*.tfrecord"))):
+        for raw in tf.data.TFRecordDataset(path):
+            feature = tf.train.Example.FromString(raw.numpy()).features.feature
+            values = {key: (list(f.float_list.value) or list(f.int64_list.value) or list(f.bytes_list.value))
+                      for key, f in feature.items()}
+            values["pixels"] = np.asarray(Image.open(io.BytesIO(values["image/encoded"][0])).convert("RGB"))
+            values["boxes"] = list(zip(*(values.get(f"image/object/bbox/{k}", []) for k in ("xmin", "ymin", "xmax",
+                                                                                            "ymax"))))
+            rows[values["image/filename"][0].decode()] = values
+    return rows

@@ -114,7 +114,7 @@ def test_readme_opens_with_exactly_two_setup_commands_and_ci_runs_the_test_one()
     commands = _setup_commands(readme)[:2]
     install_and_run, test = commands
     assert "pip install ." in install_and_run and "python -m converter " in install_and_run
-    assert test == 'pip install ".[test]" && python -m pytest'
+    assert test == 'pip install ".[test]" && pip install --no-deps "tf-models-official>=2.20" && python -m pytest'
     ci = _read(".ci", "run")
     assert test in ci.splitlines()
     # "Exactly two set-up commands": the block after them is the optional next step, not set-up.

@@ -10,6 +10,7 @@ objects), never a source's kind; a source's item locators are read by
 * a COCO annotation file (``annotations/instances_*.json``, or ``--annotations FILE.json``):
   :mod:`beam_jobs.sources.coco`;
 * an Ultralytics YOLO dataset (``data.yaml``, ``images/`` and ``labels/``): :mod:`beam_jobs.sources.yolo`;
+* Pascal VOC (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/``): :mod:`beam_jobs.sources.voc`;
 * a label file (``--annotations``: CSV, TSV or JSON Lines): :mod:`beam_jobs.sources.label_file`;
 * WebDataset samples labelled by a sibling member (``--label-member``): :mod:`beam_jobs.sources.webdataset`;
 * ImageNet as it ships (``--val-labels``): :mod:`beam_jobs.sources.imagenet`;
@@ -27,7 +28,7 @@ from typing import Callable, Optional, Sequence
 
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.planning import discover
-from beam_jobs.sources import archives, coco, hub, imagenet, yolo
+from beam_jobs.sources import archives, coco, hub, imagenet, voc, yolo
 from beam_jobs.stage_records import ImageRef
 
 
@@ -139,6 +140,8 @@ SOURCES: tuple[Source, ...] = (
     Source("label-file", lambda r: bool(r.options.annotations), _label_file),
     Source("hugging-face", lambda r: bool(hub.parquet_files(r.found().listing)), _hub_folder),
     Source("yolo", lambda r: yolo.claims(r.found().listing), _objects(yolo)),
+    Source("pascal-voc", lambda r: not (r.options.label_member or r.options.val_labels)
+           and voc.claims(r.found().listing), _objects(voc)),
     Source("webdataset", lambda r: bool(r.options.label_member), _webdataset),
     Source("imagenet", lambda r: bool(r.options.val_labels), _imagenet),
     Source("class-folders", lambda r: True, _class_folders),

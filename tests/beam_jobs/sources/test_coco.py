@@ -7,16 +7,14 @@ checked by the pixels inside them), converts it in-process and reads the records
 from __future__ import annotations
 
 import glob
-import io
 import json
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import TooManyRejectedError, run
-from tests.object_data import jpeg, jpeg_as_stored, picture, red_fraction, write_coco
+from tests.object_data import jpeg, jpeg_as_stored, object_records, picture, red_fraction, write_coco
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 CATEGORIES = [{"id": 1, "name": "person"}, {"id": 18, "name": "dog"}, {"id": 90, "name": "toothbrush"}]
@@ -25,23 +23,6 @@ CATEGORIES = [{"id": 1, "name": "person"}, {"id": 18, "name": "dog"}, {"id": 90,
 def _convert(src, out, **options) -> dict:
     run(ConvertOptions(src=str(src), out=str(out), shards=1, overwrite=True, **options), FAST, show_progress=False)
     return json.loads((out / "manifest.json").read_text())
-
-
-def object_records(out) -> dict[str, dict]:
-    """Every record of the dataset by file name: its image as pixels and its per-object lists."""
-    import tensorflow as tf
-
-    rows = {}
-    for path in sorted(glob.glob(str(out / "*.tfrecord"))):
-        for raw in tf.data.TFRecordDataset(path):
-            feature = tf.train.Example.FromString(raw.numpy()).features.feature
-            values = {key: (list(f.float_list.value) or list(f.int64_list.value) or list(f.bytes_list.value))
-                      for key, f in feature.items()}
-            values["pixels"] = np.asarray(Image.open(io.BytesIO(values["image/encoded"][0])).convert("RGB"))
-            values["boxes"] = list(zip(*(values.get(f"image/object/bbox/{k}", []) for k in ("xmin", "ymin", "xmax",
-                                                                                            "ymax"))))
-            rows[values["image/filename"][0].decode()] = values
-    return rows
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +128,27 @@ def test_too_many_bad_annotations_fail_the_run_and_publish_nothing(coco_tree, tm
     with pytest.raises(TooManyRejectedError, match="objects"):
         _convert(coco_tree, tmp_path / "ds", max_bad_fraction=0.3)
     assert not (tmp_path / "ds").exists() and (tmp_path / "ds.rejected.jsonl").exists()
+
+
+def test_model_gardens_own_decoder_reads_our_boxes_classes_and_ids(converted):
+    """Model Garden's TfExampleDecoder (tf-models-official), the parser its detection input pipelines use."""
+    import tensorflow as tf
+    from official.vision.dataloaders.tf_example_decoder import TfExampleDecoder
+
+    out, _ = converted
+    decoder = TfExampleDecoder(include_mask=False, regenerate_source_id=False)
+    ours = object_records(out)
+    decoded = 0
+    for path in sorted(glob.glob(str(out / "*.tfrecord"))):
+        for raw in tf.data.TFRecordDataset(path):
+            got = {key: value.numpy() for key, value in decoder.decode(raw).items()}
+            record = next(r for r in ours.values() if r["image/source_id"] == [got["source_id"]])
+            assert got["image"].shape == record["pixels"].shape
+            assert list(got["groundtruth_classes"]) == record.get("image/object/class/label", [])
+            # Model Garden's boxes are [ymin, xmin, ymax, xmax]: ours, reordered.
+            expected = [(y0, x0, y1, x1) for x0, y0, x1, y1 in record["boxes"]]
+            assert np.allclose(got["groundtruth_boxes"].reshape(-1, 4), np.reshape(expected, (-1, 4)))
+            assert list(got["groundtruth_is_crowd"]) == [bool(v) for v in record.get("image/object/is_crowd", [])]
+            assert np.allclose(got["groundtruth_area"], record.get("image/object/area", []))
+            decoded += 1
+    assert decoded == 4

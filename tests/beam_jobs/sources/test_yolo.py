@@ -10,8 +10,7 @@ import pytest
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
 from beam_jobs.planning.discover import InputError
-from tests.beam_jobs.sources.test_coco import object_records
-from tests.object_data import jpeg, picture, red_fraction, write_file
+from tests.object_data import object_records, jpeg, picture, red_fraction, write_file
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 

@@ -1,0 +1,157 @@
+"""Pascal VOC as it ships: ``VOCdevkit/VOC20xx/{Annotations, JPEGImages, ImageSets/Main}``.
+
+In:  SRC holding ``Annotations/`` and ``JPEGImages/`` (at its top, in ``VOC20xx/`` or in
+     ``VOCdevkit/VOC20xx/``; VOC2007 and VOC2012 side by side are both read), an XML file per image:
+     ``size``, and each ``object``'s ``name``, ``difficult``, ``truncated`` and ``bndbox``.
+Out: the plan (:mod:`beam_jobs.sources.object_plan`) of the images that ``ImageSets/Main/{train,val,test}.txt``
+     list (``trainval`` is their union, read only when ``train`` and ``val`` are missing); without
+     ``ImageSets/Main``, every annotated image is train.
+
+``bndbox`` is 1-based and inclusive: a box of ``xmin 1 .. xmax 10`` covers the first ten pixels, whose
+edges in 0-based pixel coordinates are 0 and 10. So the box written is ``xmin - 1 .. xmax`` (TFDS and the
+OD API's script drop the ``- 1``, a pixel off). Class ids are those of the OD API's
+``pascal_label_map.pbtxt`` when every name is one of VOC's 20 (alphabetical, 1-20, 0 left for the
+background); a dataset of other names (VOC's format, one's own classes) numbers its sorted names from 1,
+or ``--labels``' order from 1. An image whose XML cannot be read is rejected as a whole
+(``bad-annotation``): written without its objects, it would teach a detector that they are background.
+"""
+
+from __future__ import annotations
+
+import collections
+import posixpath
+import xml.etree.ElementTree as ElementTree
+from typing import Callable, Optional, Sequence
+
+from beam_jobs import annotations
+from beam_jobs.options import ConvertOptions
+from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path
+from beam_jobs.sources import archive_members, object_plan
+from beam_jobs.stage_records import ImageRef
+
+# The OD API's pascal_label_map.pbtxt: VOC's 20 classes, alphabetical, ids 1-20.
+VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable",
+               "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor")
+_SPLITS = (("train", "train"), ("val", "validation"), ("test", "test"))
+Reader = Callable[[str, str], bytes]
+
+
+def roots(listing: Listing) -> list[str]:
+    """Every folder of SRC (``""`` for SRC itself) holding both ``Annotations/`` and ``JPEGImages/``."""
+    dirs = set(listing.dirs)
+    found = []
+    for folder in sorted(dirs | {"Annotations"}):
+        if folder == "Annotations" or folder.endswith("/Annotations"):
+            root = folder[:-len("Annotations")].rstrip("/")
+            if posixpath.join(root, "JPEGImages") in dirs and folder in dirs and root.count("/") <= 1:
+                found.append(root)
+    return found
+
+
+def claims(listing: Listing) -> bool:
+    return bool(roots(listing))
+
+
+def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]]) -> InputPlan:
+    """The plan of a Pascal VOC dataset (see the module's docstring)."""
+    src = options.src
+    located = dict(listing.entries())
+    skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    parsed: list[tuple[str, str, object]] = []  # (split, image path, (frame, objects) or the XML's problem)
+    names: set[str] = set()
+    for root in roots(listing):
+        for split, image_id in _listed(root, located, read):
+            xml_path = posixpath.join(root, "Annotations", f"{image_id}.xml")
+            image = posixpath.join(root, "JPEGImages", f"{image_id}.jpg")
+            if xml_path not in located:
+                parsed.append((split, image, f"{display_path(xml_path)} is missing"))
+                continue
+            result = _parse(read(xml_path, located[xml_path]), display_path(xml_path))
+            if isinstance(result, tuple):
+                names.update(box[0] for box in result[1])
+            parsed.append((split, image, result))
+        listed = {image for _, image, _ in parsed}
+        unlisted = [p for p in located if p.startswith(posixpath.join(root, "JPEGImages") + "/") and p not in listed]
+        skipped["not-in-split-lists"] += len(unlisted)
+    classes = _classes(names, labels)
+    class_id = {name: index for index, name in enumerate(classes) if name}
+    images, refused = [], []
+    for split, image, result in parsed:
+        if isinstance(result, str):
+            refused.append(ImageRef(split, image, 0, archive_members.refusal(annotations.BAD_ANNOTATION, result)))
+            continue
+        frame, objects = result
+        boxes, rejected = [], []
+        for index, (name, x0, y0, x1, y1, difficult, truncated) in enumerate(objects, start=1):
+            label = f"{display_path(image)} object {index}"
+            if name not in class_id:
+                rejected.append((label, annotations.UNKNOWN_CLASS, f"{name!r} is not in --labels"))
+                continue
+            boxes.append(annotations.Box(label, class_id[name], x0 - 1, y0 - 1, x1, y1, -1.0, False, difficult,
+                                         truncated))
+        objects_value = annotations.Objects(object_plan.derived_source_id(image), tuple(boxes), frame, False,
+                                            tuple(rejected))
+        images.append(object_plan.ObjectImage(split, image, objects_value, located.get(image, "")))
+    if not images and not refused:
+        raise InputError(f"{src}: its VOC split lists (ImageSets/Main/*.txt) name no images")
+    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), None, refused)
+
+
+def _listed(root: str, located: dict, read: Reader) -> list[tuple[str, str]]:
+    """``(split, image id)`` from ``ImageSets/Main``, or every annotated image as train when it has none."""
+    lists = posixpath.join(root, "ImageSets", "Main")
+    def ids(name: str) -> Optional[list[str]]:
+        path = posixpath.join(lists, f"{name}.txt")
+        if path not in located:
+            return None
+        return [line.split()[0] for line in read(path, located[path]).decode("utf-8-sig").splitlines() if line.split()]
+    found = [(split, image_id) for name, split in _SPLITS for image_id in ids(name) or []]
+    if not any(split in ("train", "validation") for split, _ in found):
+        found += [("train", image_id) for image_id in ids("trainval") or []]
+    if not found:
+        prefix = posixpath.join(root, "Annotations") + "/"
+        found = [("train", posixpath.splitext(p[len(prefix):])[0]) for p in sorted(located)
+                 if p.startswith(prefix) and p.endswith(".xml")]
+    return found
+
+
+def _parse(data: bytes, where: str):
+    """``((width, height) or STORED, [(name, xmin, ymin, xmax, ymax, difficult, truncated)])``, or what is wrong."""
+    try:
+        tree = ElementTree.fromstring(data)
+    except ElementTree.ParseError as err:
+        return f"{where} is not valid XML: {err}"
+    frame = annotations.STORED
+    size = tree.find("size")
+    if size is not None:
+        try:
+            width, height = int(size.findtext("width", "0")), int(size.findtext("height", "0"))
+        except ValueError:
+            width = height = 0
+        if width > 0 and height > 0:
+            frame = (width, height)
+    objects = []
+    for index, item in enumerate(tree.findall("object"), start=1):
+        box = item.find("bndbox")
+        try:
+            corners = [float(box.findtext(key)) for key in ("xmin", "ymin", "xmax", "ymax")]
+        except (AttributeError, TypeError, ValueError):
+            return f"{where}: object {index} has no bndbox of four numbers"
+        name = (item.findtext("name") or "").strip()
+        if not name:
+            return f"{where}: object {index} has no name"
+        objects.append((name, *corners, _flag(item, "difficult"), _flag(item, "truncated")))
+    return frame, objects
+
+
+def _flag(item, key: str) -> bool:
+    return (item.findtext(key) or "0").strip() in ("1", "true", "True")
+
+
+def _classes(found: set[str], labels: Optional[Sequence[str]]) -> tuple[str, ...]:
+    """Names by id, id 0 the background: ``--labels`` from 1, VOC's 20 as the OD API numbers them, or sorted."""
+    if labels is not None:
+        return ("",) + tuple(labels)
+    if found <= set(VOC_CLASSES):
+        return ("",) + VOC_CLASSES
+    return ("",) + tuple(sorted(found))
