@@ -127,7 +127,8 @@ def _objects(module) -> Callable[[Request], discover.InputPlan]:
     def plan(request: Request) -> discover.InputPlan:
         found = request.found()
         with archives.LauncherReader(request.src, found.inflated) as read:
-            return request.with_archives(module.plan(request.options, found.listing, read, request.labels))
+            return request.with_archives(module.plan(request.options, found.listing, read, request.labels,
+                                                     request.scratch))
     return plan
 
 

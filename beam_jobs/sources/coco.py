@@ -26,6 +26,7 @@ import collections
 import io
 import posixpath
 import re
+import struct
 from typing import BinaryIO, Callable, Iterator, Optional, Sequence
 
 from beam_jobs import annotations, formats
@@ -71,8 +72,9 @@ def split_of(name: str) -> str:
                      "test...); rename the file, or give it with --annotations")
 
 
-def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]]) -> InputPlan:
-    """The plan of a COCO dataset (see the module's docstring)."""
+def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]],
+         scratch: Optional[str] = None) -> InputPlan:
+    """The plan of a COCO dataset (see the module's docstring); ``scratch`` keeps its refs out of memory."""
     src = options.src
     located = dict(listing.entries())
     if options.annotations:
@@ -82,10 +84,9 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
                 for path, source in sorted(located.items()) if (match := _INSTANCES.match(path))
                 for name in [match["name"]]]
     categories: dict[int, str] = {}
-    images: list[object_plan.ObjectImage] = []
+    read_sets: list[_Set] = []
     warnings: list[str] = []
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
-    listed: set[str] = set()
     for path, folder, split, source in sets:
         where = display_path(path if options.annotations else f"{src}/{path}")
         opened = _opener(src, path, source, read, bool(options.annotations))
@@ -94,9 +95,8 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
             if categories.setdefault(category, name) != name:
                 raise InputError(f"{where}: category {category} is {name!r} here and {categories[category]!r} in "
                                  "another annotation file of SRC")
-        for image in _read_set(opened, where, folder, split, found, warnings):
-            listed.add(image.relpath)
-            images.append(object_plan.ObjectImage(split, image.relpath, image.objects, located.get(image.relpath, "")))
+        read_sets.append(_read_set(opened, where, folder, split, found, warnings))
+    listed = {relpath for found in read_sets for relpath in found.relpaths}
     folders = {folder for _, folder, _, _ in sets}
     unlisted = sorted(path for path in located if _in_folders(path, folders) and path not in listed
                       and not skip_reason(path, None) and formats.has_image_extension(path))
@@ -105,7 +105,10 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         warnings.append(f"{len(unlisted)} files in the image folders are in no annotation file: skipped "
                         f"({', '.join(display_path(p) for p in unlisted[:3])}{' ...' if len(unlisted) > 3 else ''})")
     classes = object_plan.class_table(categories, src, "the COCO annotation files")
-    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, labels)
+    images = (object_plan.ObjectImage(found.split, relpath, found.objects(index), located.get(relpath, ""))
+              for found in read_sets for index, relpath in enumerate(found.relpaths))
+    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, labels,
+                            scratch=scratch)
 
 
 def _split_from_file(path: str) -> str:
@@ -169,61 +172,73 @@ def _read_categories(opened: Callable[[], BinaryIO], where: str) -> dict[int, st
     return found
 
 
-class _Image:
-    __slots__ = ("relpath", "source_id", "frame", "boxes", "rejected", "objects")
+_PACKED = struct.Struct("<qqdddddB")  # annotation id, category id, x0, y0, x1, y1, area (-1: none), iscrowd
 
-    def __init__(self, relpath: str, source_id: str, frame: tuple[int, int]) -> None:
-        self.relpath, self.source_id, self.frame = relpath, source_id, frame
-        self.boxes: list[annotations.Box] = []
-        self.rejected: list[tuple[str, str, str]] = []
+
+class _Set:
+    """One annotation file's images and objects, compact: each image's objects packed into bytes (57 an
+    object, where the dictionaries ijson yields take kilobytes), so train2017's 860k fit in ~50 MB."""
+
+    def __init__(self, where: str, folder: str, split: str) -> None:
+        self.where, self.folder, self.split = where, folder, split
+        self.relpaths: list[str] = []
+        self.source_ids: list[str] = []
+        self.frames: list[tuple[int, int]] = []
+        self.packed: list[bytearray] = []
+        self.rejected: dict[int, list[tuple[str, str, str]]] = {}
+
+    def objects(self, index: int) -> annotations.Objects:
+        base = posixpath.basename(self.where)
+        boxes = tuple(annotations.Box(f"{base} annotation {ann}", category, x0, y0, x1, y1, area, bool(crowd))
+                      for ann, category, x0, y0, x1, y1, area, crowd in _PACKED.iter_unpack(self.packed[index]))
+        return annotations.Objects(self.source_ids[index], boxes, self.frames[index], False,
+                                   tuple(self.rejected.get(index, ())))
 
 
 def _read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: str, categories: dict[int, str],
-              warnings: list[str]) -> list:
+              warnings: list[str]) -> _Set:
     """The images of one annotation file with their objects, in the file's order."""
-    by_id: dict[object, _Image] = {}
+    found = _Set(where, folder, split)
+    index_of: dict[object, int] = {}
     for item in _items(opened, where, "images"):
         image_id, name = item.get("id"), item.get("file_name")
         if image_id is None or not isinstance(name, str) or not name:
             raise InputError(f"{where}: image {str(item)[:80]} needs an id and a file_name")
-        if image_id in by_id:
+        if image_id in index_of:
             raise InputError(f"{where}: image id {image_id} is listed twice")
+        index_of[image_id] = len(found.relpaths)
         relpath = posixpath.join(folder, name) if folder else name
         width, height = item.get("width"), item.get("height")
-        frame = (width, height) if isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0 \
-            else annotations.STORED
-        source_id = str(image_id) if isinstance(image_id, int) else object_plan.derived_source_id(relpath)
-        by_id[image_id] = _Image(relpath, source_id, frame)
+        found.relpaths.append(relpath)
+        found.frames.append((width, height) if isinstance(width, int) and isinstance(height, int) and width > 0
+                            and height > 0 else annotations.STORED)
+        found.source_ids.append(str(image_id) if isinstance(image_id, int) else object_plan.derived_source_id(relpath))
+        found.packed.append(bytearray())
     orphans: list[object] = []
     base = posixpath.basename(where)
-    for item in _items(opened, where, "annotations"):
-        image = by_id.get(item.get("image_id"))
-        if image is None:
+    for position, item in enumerate(_items(opened, where, "annotations")):
+        index = index_of.get(item.get("image_id"))
+        if index is None:
             orphans.append(item.get("id"))
             continue
-        name = f"{base} annotation {item.get('id')}"
-        category = item.get("category_id")
-        bbox = item.get("bbox")
+        ann = item.get("id")
+        ann = ann if isinstance(ann, int) else position  # the report names it by its place in the file
+        category, bbox = item.get("category_id"), item.get("bbox")
         if category not in categories:
-            image.rejected.append((name, annotations.UNKNOWN_CLASS, f"category_id {category} is not in the file's "
-                                   "categories"))
+            found.rejected.setdefault(index, []).append(
+                (f"{base} annotation {ann}", annotations.UNKNOWN_CLASS,
+                 f"category_id {category} is not in the file's categories"))
         elif not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
-            image.rejected.append((name, annotations.BAD_ANNOTATION, f"bbox {str(bbox)[:60]} is not [x, y, width, "
-                                   "height]"))
+            found.rejected.setdefault(index, []).append(
+                (f"{base} annotation {ann}", annotations.BAD_ANNOTATION,
+                 f"bbox {str(bbox)[:60]} is not [x, y, width, height]"))
         else:
             x, y, w, h = (float(v) for v in bbox)
             area = item.get("area")
-            image.boxes.append(annotations.Box(name, category, x, y, x + w, y + h,
-                                               float(area) if isinstance(area, (int, float)) and area >= 0 else -1.0,
-                                               bool(item.get("iscrowd", 0))))
+            area = float(area) if isinstance(area, (int, float)) and area >= 0 else -1.0
+            found.packed[index] += _PACKED.pack(ann, category, x, y, x + w, y + h, area, bool(item.get("iscrowd", 0)))
     if orphans:
         shown = ", ".join(str(o) for o in orphans[:5])
         warnings.append(f"{display_path(where)}: {len(orphans)} annotations name an image id that its \"images\" do "
                         f"not list, and were not written (annotation ids {shown}{' ...' if len(orphans) > 5 else ''})")
-    out = []
-    for image in by_id.values():
-        image.objects = annotations.Objects(image.source_id, tuple(image.boxes), image.frame, False,
-                                            tuple(image.rejected))
-        out.append(image)
-    return out
-
+    return found

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Iterable, Mapping, Optional, Sequence
+import itertools
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import record_schema
 from beam_jobs import annotations
+from beam_jobs.files import work_records
 from beam_jobs.planning.carve import carve_count, carve_key
-from beam_jobs.planning.discover import InputError, InputPlan
+from beam_jobs.planning.discover import InputError, InputPlan, scratch_file
 from beam_jobs.stage_records import ImageRef
 
 
@@ -57,29 +59,66 @@ def class_table(names: Mapping[int, str], src: str, where: str) -> tuple[str, ..
 
 def plan(src: str, images: Iterable[ObjectImage], classes: Sequence[str], val_fraction: float, seed: int,
          skipped: Mapping[str, int], warnings: Sequence[str] = (), labels: Optional[Sequence[str]] = None,
-         refused: Sequence[ImageRef] = ()) -> InputPlan:
-    """The plan of an object dataset's images (held in memory, sorted by split and path).
+         refused: Sequence[ImageRef] = (), scratch: Optional[str] = None) -> InputPlan:
+    """The plan of an object dataset's images.
 
-    ``labels`` (``--labels``) must list the dataset's own class names in id order: it can rename none
-    and renumber none (the ids are the source's), so it is checked, not applied.
+    ``images`` is read once: with a ``scratch`` folder its refs (objects and all) stream into a scratch
+    file and the plan holds a 16-byte carve key an image at most; without one they are held in memory,
+    sorted by split and path (tests, small inputs). ``labels`` (``--labels``) must list the dataset's own
+    class names in id order: it can rename none and renumber none (the ids are the source's), so it is
+    checked, not applied.
     """
     if labels is not None and tuple(labels) != tuple(classes)[:len(labels)]:
         raise InputError(f"--labels lists {list(labels)[:5]}..., but {src} numbers its classes itself "
                          f"({[name for name in classes if name][:5]}...); leave --labels out")
-    refs = [ImageRef(image.split, image.relpath, 0, image.source, annotations.encode(image.objects))
-            for image in images]
-    if not refs:
+    sizes: dict[str, int] = {}
+    keys: list[bytes] = []  # each train image's carve key, in listing order (--val-fraction only)
+
+    def refs() -> Iterator[ImageRef]:
+        for image in images:
+            sizes[image.split] = sizes.get(image.split, 0) + 1
+            if val_fraction > 0 and image.split == "train":
+                keys.append(carve_key(seed, image.relpath))
+            yield ImageRef(image.split, image.relpath, 0, image.source, annotations.encode(image.objects))
+
+    if scratch is None:
+        listed: Sequence[ImageRef] = tuple(refs())
+    else:
+        listed = work_records.spill(scratch_file(scratch, "objects"), work_records.LISTED, refs(),
+                                    work_records.encode_listed, work_records.decode_listed)
+    if not len(listed):
         raise InputError(f"{src} lists no images")
-    splits = sorted({ref.split for ref in refs}, key=record_schema.SPLITS.index)
+    threshold = None
     if val_fraction > 0:
+        splits = sorted(sizes, key=record_schema.SPLITS.index)
         if splits != ["train"]:
             raise InputError(f"--val-fraction needs a single-split input, but {src} already has splits {splits}")
-        count = carve_count(len(refs), val_fraction) if len(refs) > 1 else 0
-        carved = set(sorted(range(len(refs)), key=lambda i: carve_key(seed, refs[i].relpath))[:count])
-        refs = [ref._replace(split="validation") if i in carved else ref for i, ref in enumerate(refs)]
-    refs.sort(key=lambda ref: (record_schema.SPLITS.index(ref.split), ref.relpath))
-    sizes: dict[str, int] = {}
-    for ref in refs:
-        sizes[ref.split] = sizes.get(ref.split, 0) + 1
-    return InputPlan(tuple(refs) + tuple(refused), tuple(classes), dict(sorted(skipped.items())), tuple(warnings),
-                     split_counts=sizes, task=record_schema.TASK_OBJECTS)
+        count = carve_count(len(keys), val_fraction) if len(keys) > 1 else 0
+        threshold = sorted(keys)[count - 1] if count else None
+        sizes = {"train": len(keys) - count, **({"validation": count} if count else {})}
+    return InputPlan(_ObjectRefs(listed, threshold, seed, refused), tuple(classes), dict(sorted(skipped.items())),
+                     tuple(warnings), split_counts=sizes, task=record_schema.TASK_OBJECTS)
+
+
+class _ObjectRefs:
+    """The plan's refs, re-iterable: validation carved on the way (the images whose carve key is at most
+    ``threshold``), sorted when held in memory, then the refused ones."""
+
+    def __init__(self, listed: Sequence[ImageRef], threshold: Optional[bytes], seed: int,
+                 refused: Sequence[ImageRef]) -> None:
+        self._listed, self._threshold, self._seed, self._refused = listed, threshold, seed, tuple(refused)
+
+    def _carved(self) -> Iterator[ImageRef]:
+        for ref in self._listed:
+            if self._threshold is not None and carve_key(self._seed, ref.relpath) <= self._threshold:
+                ref = ref._replace(split="validation")
+            yield ref
+
+    def __iter__(self) -> Iterator[ImageRef]:
+        if isinstance(self._listed, tuple):
+            ordered = sorted(self._carved(), key=lambda ref: (record_schema.SPLITS.index(ref.split), ref.relpath))
+            return iter(ordered + list(self._refused))
+        return itertools.chain(self._carved(), self._refused)
+
+    def __len__(self) -> int:
+        return len(self._listed) + len(self._refused)

@@ -52,7 +52,8 @@ def claims(listing: Listing) -> bool:
     return bool(roots(listing))
 
 
-def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]]) -> InputPlan:
+def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]],
+         scratch: Optional[str] = None) -> InputPlan:
     """The plan of a Pascal VOC dataset (see the module's docstring)."""
     src = options.src
     located = dict(listing.entries())
@@ -94,7 +95,8 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         images.append(object_plan.ObjectImage(split, image, objects_value, located.get(image, "")))
     if not images and not refused:
         raise InputError(f"{src}: its VOC split lists (ImageSets/Main/*.txt) name no images")
-    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), None, refused)
+    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), None, refused,
+                            scratch=scratch)
 
 
 def _listed(root: str, located: dict, read: Reader) -> list[tuple[str, str]]:

@@ -39,7 +39,8 @@ def _yaml_file(listing: Listing) -> Optional[str]:
     return next((name for name in YAML_NAMES if name in top), None)
 
 
-def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]]) -> InputPlan:
+def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]],
+         scratch: Optional[str] = None) -> InputPlan:
     """The plan of a YOLO dataset (see the module's docstring)."""
     import yaml
 
@@ -63,7 +64,8 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
             label_path = label_file_of(path)
             objects = _objects(path, label_path, located, read, len(classes), classes)
             images.append(object_plan.ObjectImage(split, path, objects, located[path]))
-    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), labels)
+    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), labels,
+                            scratch=scratch)
 
 
 def _names(names: object, where: str) -> dict[int, str]:
