@@ -81,6 +81,10 @@ OBJECT_FEATURES: Final[dict[str, str]] = {
 # What a dataset's records label (manifest "task"): one class per image, or objects with boxes.
 TASK_CLASSIFICATION: Final = "classification"
 TASK_OBJECTS: Final = "objects"
+TASK_MULTILABEL: Final = "multilabel"  # several classes an image: image/class/label and /text are lists
+
+# key -> proto value kind of a multi-label record.
+MULTILABEL_FEATURES: Final[dict[str, str]] = {**FEATURES, LABEL: "int64_list", LABEL_TEXT: "bytes_list"}
 
 IMAGE_FORMAT_JPEG: Final = b"jpeg"
 CHANNELS_RGB: Final = 3

@@ -1,4 +1,4 @@
-"""An image's objects, as one typed value from the source that lists them to the writer.
+"""An image's objects (or several labels), as one typed value from the source that lists them to the writer.
 
     source (coco, yolo) --Objects in the annotation's frame--> ImageRef.annotation (compact JSON)
     validate: place() on the stored image --Objects normalized, upright, bad ones named--> Accepted
@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Union
 
 # Reasons an object is rejected (rejected.jsonl, with the object's name in "annotation").
 BOX_EMPTY = "box-empty"  # zero or negative width or height
@@ -86,16 +86,33 @@ class Objects:
     rejected: tuple[tuple[str, str, str], ...] = ()
 
 
-def encode(objects: Objects) -> bytes:
+@dataclasses.dataclass(frozen=True)
+class Labels:
+    """Several classes of one image (a multi-label dataset: Planet's tags, the Hub's Sequence(ClassLabel)):
+    their ids, sorted, each once; none for an image that shows no class."""
+
+    ids: tuple[int, ...]
+
+
+Annotation = Union[Objects, Labels]
+
+
+def encode(annotation: Annotation) -> bytes:
     """Compact JSON (deterministic): what ``ImageRef.annotation`` carries between stages."""
-    return json.dumps([objects.source_id, [list(box) for box in objects.boxes], list(objects.frame),
-                       objects.upright, [list(item) for item in objects.rejected]],
-                      separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if isinstance(annotation, Labels):
+        value: list = ["labels", list(annotation.ids)]
+    else:
+        value = ["objects", annotation.source_id, [list(box) for box in annotation.boxes], list(annotation.frame),
+                 annotation.upright, [list(item) for item in annotation.rejected]]
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def decode(data: bytes) -> Objects:
+def decode(data: bytes) -> Annotation:
     """Inverse of :func:`encode`."""
-    source_id, boxes, frame, upright, rejected = json.loads(data)
+    kind, *value = json.loads(data)
+    if kind == "labels":
+        return Labels(tuple(value[0]))
+    source_id, boxes, frame, upright, rejected = value
     return Objects(source_id, tuple(Box(*box) for box in boxes), tuple(frame), upright,
                    tuple(tuple(item) for item in rejected))
 

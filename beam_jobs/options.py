@@ -149,6 +149,8 @@ class ConvertOptions:
         listing the images under ``src`` instead of class folders.
       annotation_columns: the label file's names for the path, label and split
         columns (a Kaggle CSV's ``image,breed``, say).
+      label_separator: the label file's label cells hold several class names separated by this
+        (a multi-label dataset: records get ``image/class/label`` as a list).
       val_labels: a ground-truth file labelling a flat ``src/val/`` folder
         (ImageNet's ``LOC_val_solution.csv`` or one class per line).
       synsets: ``ID text`` per line: each class's text in the records (ImageNet's
@@ -181,6 +183,7 @@ class ConvertOptions:
     overwrite: bool = False
     annotations: Optional[str] = None
     annotation_columns: tuple[str, ...] = ANNOTATION_COLUMNS
+    label_separator: Optional[str] = None
     val_labels: Optional[str] = None
     synsets: Optional[str] = None
     dali_index: bool = True
@@ -199,6 +202,9 @@ class ConvertOptions:
             object.__setattr__(self, "out", default_out(self.src))
         check_out_and_src(self.src, self.out)
         self._check_annotation_columns()
+        if self.label_separator is not None and (not self.annotations or not self.label_separator):
+            raise ValueError("--label-separator splits the label cells of an --annotations file: give that file, "
+                             "and a non-empty separator")
         given = [flag for flag, value in (("--annotations", self.annotations), ("--val-labels", self.val_labels),
                                           ("--label-member", self.label_member)) if value]
         if len(given) > 1:

@@ -74,6 +74,9 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--annotation-columns", default=",".join(opts.ANNOTATION_COLUMNS), metavar="PATH,LABEL[,SPLIT]",
         help="the --annotations file's names for the path, label and split columns, e.g. image,breed "
         "(default: %(default)s)")
+    add("--label-separator", default=None, metavar="SEP",
+        help="several labels an image: the --annotations file's label cells hold class names separated by SEP "
+        "(' ' for Planet's tags); records get image/class/label as a list")
     add("--val-labels", default=None,
         help="ImageNet-style: labels of a flat SRC/val/ folder (LOC_val_solution.csv, or one class id per line "
         "in file-name order); train stays SRC/train/<class>/")
@@ -166,6 +169,7 @@ def convert(argv: Sequence[str], own_process: bool = False) -> int:
             overwrite=args.overwrite,
             annotations=args.annotations,
             annotation_columns=tuple(name.strip() for name in args.annotation_columns.split(",")),
+            label_separator=args.label_separator,
             val_labels=args.val_labels,
             label_member=args.label_member,
             synsets=args.synsets,

@@ -131,7 +131,7 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
             count += 1
             frames.append((offset, size))
             decode = sample is None or index < sample
-            problem = check_record(data, info.num_classes, decode, objects=info.task == record_schema.TASK_OBJECTS)
+            problem = check_record(data, info.num_classes, decode, info.task)
             report.records_checked += 1
             report.images_decoded += int(decode and problem is None)
             if problem is not None:
@@ -176,19 +176,22 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def check_record(data: bytes, num_classes: int, decode: bool, objects: bool = False) -> Optional[str]:
-    """What is wrong with one serialized record (of an object dataset's, when ``objects``), or None."""
+def check_record(data: bytes, num_classes: int, decode: bool,
+                 task: str = record_schema.TASK_CLASSIFICATION) -> Optional[str]:
+    """What is wrong with one serialized record of a dataset of ``task`` (the manifest's), or None."""
     try:
         example = tf.train.Example.FromString(data)
     except DecodeError as err:
         return f"not a tf.train.Example: {err}"
     features = example.features.feature
+    objects = task == record_schema.TASK_OBJECTS
     missing = [key for key in (record_schema.OBJECT_FEATURES if objects else record_schema.FEATURES)
                if key not in features]
     if missing:
         return f"missing keys {missing}"
     image = features[record_schema.IMAGE_ENCODED].bytes_list.value
-    problem = _object_problem(features, num_classes) if objects else _label_problem(features, num_classes)
+    problem = _object_problem(features, num_classes) if objects else _label_problem(
+        features, num_classes, several=task == record_schema.TASK_MULTILABEL)
     if problem is not None:
         return problem
     if len(image) != 1:
@@ -209,12 +212,17 @@ def check_record(data: bytes, num_classes: int, decode: bool, objects: bool = Fa
     return None
 
 
-def _label_problem(features, num_classes: int) -> Optional[str]:
+def _label_problem(features, num_classes: int, several: bool) -> Optional[str]:
+    """One label in range; or, in a multi-label dataset, each label once, in order, in range, with its text."""
     labels = features[record_schema.LABEL].int64_list.value
-    if len(labels) != 1:
+    if not several and len(labels) != 1:
         return "image/class/label must hold exactly one value"
-    if not 0 <= labels[0] < num_classes:
-        return f"label {labels[0]} is outside 0..{num_classes - 1}"
+    if several and (list(labels) != sorted(set(labels))
+                    or len(features[record_schema.LABEL_TEXT].bytes_list.value) != len(labels)):
+        return "image/class/label must list each label once, in order, with its text in image/class/text"
+    outside = [label for label in labels if not 0 <= label < num_classes]
+    if outside:
+        return f"label {outside[0]} is outside 0..{num_classes - 1}"
     return None
 
 

@@ -24,6 +24,7 @@ by offset and without extracting (:mod:`beam_jobs.sources.archives`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Optional, Sequence
 
 from beam_jobs.options import ConvertOptions, LabelMember
@@ -89,15 +90,19 @@ def _label_file(request: Request) -> discover.InputPlan:
     from beam_jobs.sources import label_file
 
     options = request.options
+    plan = label_file.plan
+    if options.label_separator is not None:  # several labels an image
+        plan = functools.partial(label_file.plan_multilabel, separator=options.label_separator)
     if not archives.is_archive_file(options.src):  # a folder: the label file lists it, no walk needed
-        return label_file.plan(options.src, options.annotations, request.labels, options.val_fraction, options.seed,
-                               options.annotation_columns, scratch=request.scratch)
+        return plan(src=options.src, path=options.annotations, labels=request.labels,
+                    val_fraction=options.val_fraction, seed=options.seed, columns=options.annotation_columns,
+                    scratch=request.scratch)
     found = request.found()
-    plan = label_file.plan(options.src, options.annotations, request.labels, options.val_fraction, options.seed,
-                           options.annotation_columns, scratch=request.scratch,
-                           archive=dict(found.listing.entries()),
-                           refused=[ImageRef("train", path, 0, source) for path, source in found.listing.refused])
-    return request.with_archives(plan)
+    return request.with_archives(plan(
+        src=options.src, path=options.annotations, labels=request.labels, val_fraction=options.val_fraction,
+        seed=options.seed, columns=options.annotation_columns, scratch=request.scratch,
+        archive=dict(found.listing.entries()),
+        refused=[ImageRef("train", path, 0, source) for path, source in found.listing.refused]))
 
 
 def _webdataset(request: Request) -> discover.InputPlan:

@@ -3,7 +3,7 @@
 In:  SRC holding ``annotations/instances_train2017.json`` and ``train2017/`` (or ``images/train2017/``), and
      likewise ``val2017`` and ``test2017`` (train, validation, test); or ``--annotations FILE.json`` with the
      images at ``SRC/<file_name>``.
-Out: the plan of the images the JSON lists (:mod:`beam_jobs.sources.object_plan`), each with its objects:
+Out: the plan of the images the JSON lists (:mod:`beam_jobs.sources.annotated_plan`), each with its objects:
      boxes (``bbox`` is ``[x, y, width, height]`` in pixels from the top-left), ``iscrowd``, ``area``;
      class ids are COCO's category ids as given (1-90 with gaps for COCO's 80 classes).
 
@@ -33,7 +33,7 @@ from beam_jobs import annotations, formats
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
-from beam_jobs.sources import object_plan
+from beam_jobs.sources import annotated_plan
 
 _INSTANCES = re.compile(r"^annotations/instances_(?P<name>[^/]+)\.json$")
 _TOP_KEYS = re.compile(rb'"(images|annotations|categories)"\s*:\s*\[')
@@ -104,10 +104,10 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         skipped["not-in-annotations"] += len(unlisted)
         warnings.append(f"{len(unlisted)} files in the image folders are in no annotation file: skipped "
                         f"({', '.join(display_path(p) for p in unlisted[:3])}{' ...' if len(unlisted) > 3 else ''})")
-    classes = object_plan.class_table(categories, src, "the COCO annotation files")
-    images = (object_plan.ObjectImage(found.split, relpath, found.objects(index), located.get(relpath, ""))
+    classes = annotated_plan.class_table(categories, src, "the COCO annotation files")
+    images = (annotated_plan.AnnotatedImage(found.split, relpath, found.objects(index), located.get(relpath, ""))
               for found in read_sets for index, relpath in enumerate(found.relpaths))
-    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, labels,
+    return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, labels,
                             scratch=scratch)
 
 
@@ -212,7 +212,7 @@ def _read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: st
         found.relpaths.append(relpath)
         found.frames.append((width, height) if isinstance(width, int) and isinstance(height, int) and width > 0
                             and height > 0 else annotations.STORED)
-        found.source_ids.append(str(image_id) if isinstance(image_id, int) else object_plan.derived_source_id(relpath))
+        found.source_ids.append(str(image_id) if isinstance(image_id, int) else annotated_plan.derived_source_id(relpath))
         found.packed.append(bytearray())
     orphans: list[object] = []
     base = posixpath.basename(where)

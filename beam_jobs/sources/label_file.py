@@ -34,12 +34,13 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 
-from beam_jobs import formats
+import record_schema
+from beam_jobs import annotations, formats
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ANNOTATION_COLUMNS
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, plan_from_members
-from beam_jobs.sources import archive_members
+from beam_jobs.sources import annotated_plan, archive_members
 from record_schema import SPLIT_ALIASES, SPLITS
 
 COLUMNS = ANNOTATION_COLUMNS  # path, label, split
@@ -76,6 +77,51 @@ def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: flo
     if not found.counts:
         raise InputError(f"--annotations {path} lists no images")
     return plan_from_members(found, labels, val_fraction, seed, src, {}, what="labels", refused=refused)
+
+
+def plan_multilabel(src: str, path: str, separator: str, labels: Optional[Sequence[str]], val_fraction: float,
+                    seed: int, columns: Sequence[str] = COLUMNS, scratch: Optional[str] = None,
+                    archive: Optional[Mapping[str, str]] = None, refused: Sequence = ()) -> InputPlan:
+    """The plan of a multi-label file: each label cell holds class names separated by ``separator``.
+
+    Planet's ``train_v2.csv`` (``image_name,tags``, tags space-separated) reads with
+    ``--annotation-columns image_name,tags --label-separator ' '``. Class ids index the sorted names of
+    every cell (or ``--labels``); a name listed twice in a cell counts once; an empty cell is an image of
+    no class. Rows stream into ``scratch`` with their cell, then each image gets its ids
+    (:class:`beam_jobs.annotations.Labels`).
+    """
+    members = _ArchiveMembers(src, archive) if archive is not None else None
+    resolver = _IdResolver(src, path, members)
+    checker = _ListedOnce(path, scratch)
+
+    def triples() -> Iterator[tuple[str, str, str, str]]:
+        for line, relpath, cell, split in read_rows(path, columns, empty_label=True):
+            relpath = resolver.resolve(line, relpath)
+            checker.add(line, relpath)
+            yield split, cell, relpath, members.source(relpath) if members is not None else ""
+
+    found = discover.collect_members(triples(), scratch)
+    checker.check()
+    if not found.counts:
+        raise InputError(f"--annotations {path} lists no images")
+
+    def names_of(cell: str) -> list[str]:
+        return sorted({name.strip() for name in cell.split(separator) if name.strip()})
+
+    found_names = discover.class_order({name for _, cell in found.counts for name in names_of(cell)})
+    if labels is not None:
+        unknown = [name for name in found_names if name not in labels]
+        if unknown:
+            raise InputError(f"labels {unknown[:10]} are not in --labels; add them to the file or remove them")
+    classes = tuple(labels) if labels is not None else tuple(found_names)
+    if not classes:
+        raise InputError(f"--annotations {path}: no label cell names a class (--label-separator {separator!r})")
+    index = {name: i for i, name in enumerate(classes)}
+    images = (annotated_plan.AnnotatedImage(split, relpath, annotations.Labels(tuple(sorted(index[n] for n in
+                                                                                            names_of(cell)))), source)
+              for split, cell, relpath, source in found.items)
+    return annotated_plan.plan(src, images, classes, val_fraction, seed, {}, labels=None, refused=refused,
+                               scratch=scratch, task=record_schema.TASK_MULTILABEL)
 
 
 class _ListedOnce:
@@ -225,8 +271,11 @@ def _names_in(src: str, folder: str) -> set[str]:
     return {meta.path[len(prefix):] for meta in matches if "/" not in meta.path[len(prefix):]}
 
 
-def read_rows(path: str, columns: Sequence[str] = COLUMNS) -> Iterator[tuple[int, str, str, str]]:
-    """``(line number, relative path, label, split)`` of every row, checked; streamed from the file."""
+def read_rows(path: str, columns: Sequence[str] = COLUMNS,
+              empty_label: bool = False) -> Iterator[tuple[int, str, str, str]]:
+    """``(line number, relative path, label, split)`` of every row, checked; streamed from the file.
+
+    ``empty_label``: a row without a label is one of no class ("" is its label), not an error."""
     path_key, label_key, split_key = columns
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
@@ -239,8 +288,9 @@ def read_rows(path: str, columns: Sequence[str] = COLUMNS) -> Iterator[tuple[int
             text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
             rows = _json_lines(path, text) if first.lstrip().startswith("{") else _delimited(path, text, columns)
             for line, row in rows:
-                yield line, _relpath(path, line, row.get(path_key)), _label(path, line, row.get(label_key)), \
-                    _split(path, line, row.get(split_key))
+                label = row.get(label_key)
+                label = "" if empty_label and label in (None, "") else _label(path, line, label)
+                yield line, _relpath(path, line, row.get(path_key)), label, _split(path, line, row.get(split_key))
     except UnicodeDecodeError as err:
         raise InputError(f"--annotations {path!r} could not be read: {err}") from err
 

@@ -3,7 +3,7 @@
 In:  SRC holding ``Annotations/`` and ``JPEGImages/`` (at its top, in ``VOC20xx/`` or in
      ``VOCdevkit/VOC20xx/``; VOC2007 and VOC2012 side by side are both read), an XML file per image:
      ``size``, and each ``object``'s ``name``, ``difficult``, ``truncated`` and ``bndbox``.
-Out: the plan (:mod:`beam_jobs.sources.object_plan`) of the images that ``ImageSets/Main/{train,val,test}.txt``
+Out: the plan (:mod:`beam_jobs.sources.annotated_plan`) of the images that ``ImageSets/Main/{train,val,test}.txt``
      list (``trainval`` is their union, read only when ``train`` and ``val`` are missing); without
      ``ImageSets/Main``, every annotated image is train.
 
@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence
 from beam_jobs import annotations
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path
-from beam_jobs.sources import archive_members, object_plan
+from beam_jobs.sources import archive_members, annotated_plan
 from beam_jobs.stage_records import ImageRef
 
 # The OD API's pascal_label_map.pbtxt: VOC's 20 classes, alphabetical, ids 1-20.
@@ -90,12 +90,12 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
                 continue
             boxes.append(annotations.Box(label, class_id[name], x0 - 1, y0 - 1, x1, y1, -1.0, False, difficult,
                                          truncated))
-        objects_value = annotations.Objects(object_plan.derived_source_id(image), tuple(boxes), frame, False,
+        objects_value = annotations.Objects(annotated_plan.derived_source_id(image), tuple(boxes), frame, False,
                                             tuple(rejected))
-        images.append(object_plan.ObjectImage(split, image, objects_value, located.get(image, "")))
+        images.append(annotated_plan.AnnotatedImage(split, image, objects_value, located.get(image, "")))
     if not images and not refused:
         raise InputError(f"{src}: its VOC split lists (ImageSets/Main/*.txt) name no images")
-    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), None, refused,
+    return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), None, refused,
                             scratch=scratch)
 
 

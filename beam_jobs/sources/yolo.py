@@ -5,7 +5,7 @@ In:  SRC holding ``data.yaml`` (``train``, ``val``, ``test``: image folders, or 
      ``images`` turned into ``labels`` (Ultralytics' rule), one ``<stem>.txt`` per image, a line per object:
      ``class cx cy w h``, normalized to the image (or ``class x1 y1 x2 y2 ...``, a polygon, whose extent is
      its box, as Ultralytics reads segments for detection).
-Out: the plan of every image in the split folders (:mod:`beam_jobs.sources.object_plan`), class ids as the
+Out: the plan of every image in the split folders (:mod:`beam_jobs.sources.annotated_plan`), class ids as the
      yaml's indexes; an empty or missing label file is an image without objects.
 
 ``path:`` in the yaml often names the author's machine (``../datasets/coco8``): SRC, the yaml's folder, is
@@ -22,7 +22,7 @@ from typing import Callable, Optional, Sequence
 from beam_jobs import annotations, formats
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
-from beam_jobs.sources import object_plan
+from beam_jobs.sources import annotated_plan
 
 YAML_NAMES = ("data.yaml", "data.yml", "dataset.yaml")
 _SPLIT_KEYS = (("train", "train"), ("val", "validation"), ("test", "test"))
@@ -53,18 +53,18 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         raise InputError(f"{where} is not valid YAML: {err}") from err
     if not isinstance(config, dict):
         raise InputError(f"{where} is not a YAML mapping with train, val and names")
-    classes = object_plan.class_table(_names(config.get("names"), where), src, where)
+    classes = annotated_plan.class_table(_names(config.get("names"), where), src, where)
     folders = _split_folders(config, where, listing)
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
-    images: list[object_plan.ObjectImage] = []
+    images: list[annotated_plan.AnnotatedImage] = []
     for split, folder in folders:
         for path in sorted(p for p in located if p.startswith(folder + "/")):
             if skip_reason(path, skipped) or not formats.has_image_extension(path):
                 continue
             label_path = label_file_of(path)
             objects = _objects(path, label_path, located, read, len(classes), classes)
-            images.append(object_plan.ObjectImage(split, path, objects, located[path]))
-    return object_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), labels,
+            images.append(annotated_plan.AnnotatedImage(split, path, objects, located[path]))
+    return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), labels,
                             scratch=scratch)
 
 
@@ -125,7 +125,7 @@ def label_file_of(image: str) -> str:
 def _objects(image: str, label_path: str, located: dict, read: Reader, num_classes: int,
              classes: Sequence[str]) -> annotations.Objects:
     """The objects of one image from its label file (none when it has no label file)."""
-    source_id = object_plan.derived_source_id(image)
+    source_id = annotated_plan.derived_source_id(image)
     if label_path not in located:
         return annotations.Objects(source_id, (), annotations.NORMALIZED, True)
     boxes, rejected = [], []

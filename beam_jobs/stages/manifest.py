@@ -95,7 +95,8 @@ def build_manifest(
         "class_text": list(plan.class_text or plan.classes),
         "num_classes": len(plan.classes),
         "task": plan.task,
-        "features": dict(record_schema.OBJECT_FEATURES if objects else record_schema.FEATURES),
+        "features": dict(record_schema.OBJECT_FEATURES if objects else record_schema.MULTILABEL_FEATURES
+                         if plan.task == record_schema.TASK_MULTILABEL else record_schema.FEATURES),
         "splits": splits,
         "num_listed": len(plan.refs),
         "num_rejected": sum(rejected_by_reason.values()),

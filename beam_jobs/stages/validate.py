@@ -90,8 +90,9 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
     result = encode_image(data, options)
     if not isinstance(result, Encoded):
         return RejectedInput(display_path(ref.relpath), result.reason, result.detail)
-    if ref.annotation:  # its objects, placed on the stored pixels (turned, normalized, bad ones named)
-        placed = annotations.place(annotations.decode(ref.annotation), result.input_size, result.orientation)
+    annotation = annotations.decode(ref.annotation) if ref.annotation else None
+    if isinstance(annotation, annotations.Objects):  # placed on the stored pixels (turned, normalized, bad ones named)
+        placed = annotations.place(annotation, result.input_size, result.orientation)
         ref = ref._replace(annotation=annotations.encode(placed))
     accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
                         channels=result.channels, stored_bytes=len(result.data))
@@ -100,16 +101,17 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
 
 def count_objects(item: Accepted) -> int:
     """How many objects an accepted image's record will hold."""
-    return len(annotations.decode(item.ref.annotation).boxes) if item.ref.annotation else 0
+    annotation = annotations.decode(item.ref.annotation) if item.ref.annotation else None
+    return len(annotation.boxes) if isinstance(annotation, annotations.Objects) else 0
 
 
 def rejected_objects(item: Accepted) -> list[RejectedInput]:
     """The objects of an accepted image that its source refused or :func:`validate_ref` could not place."""
-    if not item.ref.annotation:
+    annotation = annotations.decode(item.ref.annotation) if item.ref.annotation else None
+    if not isinstance(annotation, annotations.Objects):
         return []
     path = display_path(item.ref.relpath)
-    return [RejectedInput(path, reason, detail, name)
-            for name, reason, detail in annotations.decode(item.ref.annotation).rejected]
+    return [RejectedInput(path, reason, detail, name) for name, reason, detail in annotation.rejected]
 
 
 def missing_detail(relpath: str) -> str:

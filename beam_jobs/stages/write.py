@@ -84,6 +84,19 @@ def build_example(
     )
 
 
+def build_multilabel_example(encoded: Encoded, relpath: str, ids: Sequence[int], classes: Sequence[str],
+                             sha256_hex: Optional[str] = None) -> bytes:
+    """The serialized ``tf.train.Example`` of an image of several labels: ``image/class/label`` an int64 list
+    (Model Garden's classification input reads it so with ``is_multilabel``), ``image/class/text`` theirs."""
+    return serialize_example(
+        {
+            **_image_features(encoded, relpath, sha256_hex),
+            record_schema.LABEL: Ints(ids),
+            record_schema.LABEL_TEXT: ByteStrings(classes[i].encode("utf-8") for i in ids),
+        }
+    )
+
+
 def build_object_example(encoded: Encoded, relpath: str, objects: annotations.Objects, classes: Sequence[str],
                          sha256_hex: Optional[str] = None) -> bytes:
     """The serialized ``tf.train.Example`` of an image and its placed objects, in Model Garden's layout.
@@ -191,10 +204,13 @@ def write_shard(
             encoded = encode_accepted(src, item, options, work, members)
             # A pass-through image is the source file, whose SHA-256 validation already computed.
             known = None if encoded.reencoded else item.source_sha256.hex()
-            if item.ref.annotation:  # an object dataset: label_counts counts objects by class
-                objects = annotations.decode(item.ref.annotation)
-                example = build_object_example(encoded, item.ref.relpath, objects, classes, known)
-                labels.update(box.label for box in objects.boxes)
+            annotation = annotations.decode(item.ref.annotation) if item.ref.annotation else None
+            if isinstance(annotation, annotations.Objects):  # label_counts counts objects by class
+                example = build_object_example(encoded, item.ref.relpath, annotation, classes, known)
+                labels.update(box.label for box in annotation.boxes)
+            elif isinstance(annotation, annotations.Labels):  # several labels: images per label
+                example = build_multilabel_example(encoded, item.ref.relpath, annotation.ids, classes, known)
+                labels.update(annotation.ids)
             else:
                 example = build_example(encoded, item.ref.relpath, item.ref.label, classes[item.ref.label], known)
                 labels[item.ref.label] += 1

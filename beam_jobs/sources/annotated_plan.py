@@ -1,14 +1,14 @@
-"""The plan of an object dataset (COCO, YOLO): its images with their objects, its class ids as the source's.
+"""The plan of a dataset whose images carry an annotation value: objects (COCO, YOLO, VOC) or several labels.
 
-In:  ``ObjectImage``s from a layout's module (its split, path, locator and :class:`beam_jobs.annotations.Objects`),
-     and the class names by id.
-Out: an :class:`beam_jobs.planning.discover.InputPlan` whose refs carry their objects (``ImageRef.annotation``)
+In:  ``AnnotatedImage``s from a layout's module (its split, path, locator and its
+     :data:`beam_jobs.annotations.Annotation`), and the class names by id.
+Out: an :class:`beam_jobs.planning.discover.InputPlan` whose refs carry their annotation (``ImageRef.annotation``)
      and whose ``classes[i]`` is the text of class id ``i``: the source's ids, gaps kept ("" where a dataset
      has no class, COCO's 1-90 for 80 classes), never renumbered, so a model's class 18 means what the
      dataset's documentation says it means.
 
 ``--val-fraction`` carves validation out of train by the same keyed hash as for classes, unstratified (an
-image holds objects of several classes).
+image holds objects, or labels, of several classes).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from beam_jobs.stage_records import ImageRef
 
 
 @dataclasses.dataclass(frozen=True)
-class ObjectImage:
-    """One image of an object dataset as its layout lists it."""
+class AnnotatedImage:
+    """One image as its layout lists it, with its objects or labels."""
 
     split: str
     relpath: str
-    objects: annotations.Objects
+    annotation: annotations.Annotation
     source: str = ""
 
 
@@ -57,10 +57,11 @@ def class_table(names: Mapping[int, str], src: str, where: str) -> tuple[str, ..
     return tuple(names.get(i, "") for i in range(max(names) + 1))
 
 
-def plan(src: str, images: Iterable[ObjectImage], classes: Sequence[str], val_fraction: float, seed: int,
+def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val_fraction: float, seed: int,
          skipped: Mapping[str, int], warnings: Sequence[str] = (), labels: Optional[Sequence[str]] = None,
-         refused: Sequence[ImageRef] = (), scratch: Optional[str] = None) -> InputPlan:
-    """The plan of an object dataset's images.
+         refused: Sequence[ImageRef] = (), scratch: Optional[str] = None,
+         task: str = record_schema.TASK_OBJECTS) -> InputPlan:
+    """The plan of an annotated dataset's images (``task``: what the annotations are).
 
     ``images`` is read once: with a ``scratch`` folder its refs (objects and all) stream into a scratch
     file and the plan holds a 16-byte carve key an image at most; without one they are held in memory,
@@ -79,7 +80,7 @@ def plan(src: str, images: Iterable[ObjectImage], classes: Sequence[str], val_fr
             sizes[image.split] = sizes.get(image.split, 0) + 1
             if val_fraction > 0 and image.split == "train":
                 keys.append(carve_key(seed, image.relpath))
-            yield ImageRef(image.split, image.relpath, 0, image.source, annotations.encode(image.objects))
+            yield ImageRef(image.split, image.relpath, 0, image.source, annotations.encode(image.annotation))
 
     if scratch is None:
         listed: Sequence[ImageRef] = tuple(refs())
@@ -97,7 +98,7 @@ def plan(src: str, images: Iterable[ObjectImage], classes: Sequence[str], val_fr
         threshold = sorted(keys)[count - 1] if count else None
         sizes = {"train": len(keys) - count, **({"validation": count} if count else {})}
     return InputPlan(_ObjectRefs(listed, threshold, seed, refused), tuple(classes), dict(sorted(skipped.items())),
-                     tuple(warnings), split_counts=sizes, task=record_schema.TASK_OBJECTS)
+                     tuple(warnings), split_counts=sizes, task=task)
 
 
 class _ObjectRefs:
