@@ -194,6 +194,7 @@ class ConvertOptions:
     config: Optional[str] = None
     image_column: Optional[str] = None
     label_column: Optional[str] = None
+    bbox_format: Optional[str] = None  # a Parquet dataset's objects: coco (default), pascal_voc or yolo boxes
 
     def __post_init__(self) -> None:
         if not self.src:
@@ -211,6 +212,8 @@ class ConvertOptions:
             raise ValueError(f"{' and '.join(given)} are ways to label images; give one")
         if self.label_member:
             LabelMember.parse(self.label_member)
+        if self.bbox_format is not None and self.bbox_format not in ("coco", "pascal_voc", "yolo"):
+            raise ValueError(f"--bbox-format must be coco, pascal_voc or yolo, got {self.bbox_format!r}")
         if self.archive_scan not in ARCHIVE_SCANS:
             raise ValueError(f"--archive-scan must be one of {', '.join(ARCHIVE_SCANS)}, got {self.archive_scan!r}")
         if self.val_labels and self.val_fraction:

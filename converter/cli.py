@@ -94,6 +94,9 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--label-column", default=None, metavar="NAME",
         help="a Parquet dataset's label column (default: its one ClassLabel column; a column of text or, with "
         "--labels, of integers)")
+    add("--bbox-format", default=None, choices=("coco", "pascal_voc", "yolo"),
+        help="a Parquet dataset's objects column: its bbox is [x, y, w, h] pixels (coco, the default), [xmin, ymin, "
+        "xmax, ymax] pixels (pascal_voc) or [cx, cy, w, h] normalized (yolo)")
     add("--synsets", default=None, help="'ID text' per line: each class's text in the records "
         "(ImageNet's LOC_synset_mapping.txt)")
     add("--max-side", type=int, default=None,
@@ -178,6 +181,7 @@ def convert(argv: Sequence[str], own_process: bool = False) -> int:
             config=args.config,
             image_column=args.image_column,
             label_column=args.label_column,
+            bbox_format=args.bbox_format,
         )
     except ValueError as err:
         parser.error(str(err))

@@ -75,7 +75,7 @@ def _hub_file(request: Request) -> discover.InputPlan:
                     ("--annotations", "--val-labels", "--label-member"))
     return hub.plan(request.src, discover.Listing(()), request.labels, request.options.val_fraction,
                     request.options.seed, request.options.config, request.options.image_column,
-                    request.options.label_column, scratch=request.scratch)
+                    request.options.label_column, scratch=request.scratch, bbox_format=request.options.bbox_format)
 
 
 def _hub_folder(request: Request) -> discover.InputPlan:
@@ -83,7 +83,8 @@ def _hub_folder(request: Request) -> discover.InputPlan:
                     ("--annotations", "--val-labels", "--label-member"))
     options = request.options
     return hub.plan(request.src, request.found().listing, request.labels, options.val_fraction, options.seed,
-                    options.config, options.image_column, options.label_column, scratch=request.scratch)
+                    options.config, options.image_column, options.label_column, scratch=request.scratch,
+                    bbox_format=options.bbox_format)
 
 
 def _label_file(request: Request) -> discover.InputPlan:
@@ -169,8 +170,9 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
     request = Request(options, scratch, scanner, labels)
     source = next(source for source in SOURCES if source.claims(request))
     if not source.name.startswith("hugging-face") and (options.config or options.image_column
-                                                        or options.label_column):
-        flag = "--config" if options.config else "--image-column" if options.image_column else "--label-column"
+                                                        or options.label_column or options.bbox_format):
+        flag = "--config" if options.config else "--image-column" if options.image_column else \
+            "--label-column" if options.label_column else "--bbox-format"
         raise discover.InputError(f"{flag} names a part of a Parquet dataset, but {options.src} holds no .parquet "
                                   "files")
     plan = source.plan(request)

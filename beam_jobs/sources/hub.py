@@ -37,10 +37,12 @@ import re
 from array import array
 from typing import Iterator, Optional, Sequence
 
+import record_schema
+from beam_jobs import annotations
 from beam_jobs.files.filesystems import FileSystems, open_for_ranges
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, Listing
-from beam_jobs.sources import archive_members
+from beam_jobs.sources import annotated_plan, archive_members, hub_annotations
 from beam_jobs.stage_records import ImageRef
 
 EXTENSIONS = (".parquet", ".arrow")  # Parquet (the Hub's files), Arrow (save_to_disk and the HF datasets cache)
@@ -144,6 +146,8 @@ class Columns:
     label: str
     names: Optional[tuple[str, ...]]  # None: a plain column (strings, or integers named by --labels)
     integer_labels: bool
+    annotation: Optional[hub_annotations.AnnotationColumn] = None  # objects or several labels, not one label
+    extra: tuple[str, ...] = ()  # width, height and image_id, where the file has them (an object's frame and id)
 
 
 def _features(schema) -> dict:
@@ -187,6 +191,12 @@ def find_columns(schema, path: str, image_column: Optional[str], label_column: O
                          "feature (struct<bytes: binary, path: string>)")
     class_labels = [name for name, spec in features.items() if (spec or {}).get("_type") == "ClassLabel"]
     class_labels += [name for name in readme_names if name in fields and name not in class_labels]
+    annotated = {found.column: found for found in hub_annotations.find(features)}
+    if label_column in annotated or (label_column is None and not class_labels and annotated):
+        column = annotated[_pick("--label-column", label_column, list(annotated), fields, path, listed,
+                                 "column of objects or of several labels")]
+        extra = tuple(name for name in ("width", "height", "image_id") if name in fields)
+        return Columns(image, column.column, column.names, True, column, extra)
     label = _pick("--label-column", label_column, class_labels, fields, path, listed,
                   "ClassLabel column (none in its huggingface metadata or the dataset's README.md)")
     spec = features.get(label) or {}
@@ -267,7 +277,7 @@ class _Rows:
 
 def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fraction: float, seed: int,
          config: Optional[str], image_column: Optional[str], label_column: Optional[str],
-         scratch: Optional[str] = None) -> InputPlan:
+         scratch: Optional[str] = None, bbox_format: Optional[str] = None) -> InputPlan:
     """The plan of a Parquet dataset: a ref per row, labelled by the Hub's ClassLabel ids (see the module)."""
     if is_parquet_file(src):  # one file: its name says its split
         found = [dataclasses.replace(describe(posixpath.basename(src.rstrip("/"))), path="")]
@@ -296,6 +306,24 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
     opened, unique = _read_small_columns(src, opened, refused)
     if not opened:
         raise InputError(f"{src} holds no readable Parquet file ({len(files)} found)")
+    found_annotations = {r.columns.annotation for r in opened}
+    if len(found_annotations) > 1:
+        raise InputError(f"the Parquet files of {src} disagree on their annotation column: "
+                         f"{sorted(str(a) for a in found_annotations)[:2]}")
+    annotation = found_annotations.pop()
+    if bbox_format is not None and (annotation is None or annotation.kind != hub_annotations.OBJECTS):
+        raise InputError(f"--bbox-format reads a column of objects, but {src} has none")
+    if annotation is not None:
+        if labels is not None and tuple(labels) != annotation.names:
+            raise InputError(f"--labels differs from the dataset's ClassLabel names {list(annotation.names)[:10]}: "
+                             "the Hub's label ids are kept; drop --labels")
+        task = record_schema.TASK_OBJECTS if annotation.kind == hub_annotations.OBJECTS else \
+            record_schema.TASK_MULTILABEL
+        images = _annotated(src, opened, unique, refused, hub_annotations.check_bbox_format(bbox_format))
+        plan = annotated_plan.plan(src, images, annotation.names, val_fraction, seed, skipped, refused=refused,
+                                   scratch=scratch, task=task)
+        return dataclasses.replace(plan, archives=_identities(src, [r.file.path for r in opened]),
+                                   hub_revision=revision(src), read_unit=max(r.largest_group for r in opened))
     label_names = _label_names(opened, labels, src)
     members = discover.collect_members(_members(src, opened, label_names, unique, refused), scratch)
     if not members.counts:
@@ -365,8 +393,9 @@ class _ParquetTable:
         return [self._file.metadata.row_group(i).num_rows for i in range(self.num_groups)]
 
     def group(self, index: int, columns: Sequence[str]) -> list[list]:
-        table = self._file.read_row_group(index, columns=list(columns)).flatten()
-        return [table.column(name).to_pylist() for name in columns]
+        table = self._file.read_row_group(index, columns=list(columns))
+        flat = table.flatten()  # a struct's field by its dotted name (image.path); a whole struct by its own
+        return [(flat if "." in name else table).column(name).to_pylist() for name in columns]
 
 
 class _ArrowTable:
@@ -467,6 +496,40 @@ def _members(src: str, opened: Sequence[_Rows], names: Optional[Sequence[str]], 
                                                                                        f"{problem[1]}")))
                     continue
                 yield split, name, relpath, locator
+
+
+def _annotated(src: str, opened: Sequence[_Rows], unique: dict[str, bool], refused: list[ImageRef],
+               bbox_format: str) -> Iterator[annotated_plan.AnnotatedImage]:
+    """Every row with its objects or labels (:mod:`beam_jobs.sources.hub_annotations`), named as ``_members`` names
+    them; a row whose labels cannot be had is refused."""
+    numbers: dict[str, int] = {}
+    for rows in opened:
+        split = SPLITS[rows.file.split.lower()]
+        image, column = rows.columns.image, rows.columns.annotation
+        for group, (paths, values, *extra) in _row_groups(src, rows, [f"{image}.path", rows.columns.label,
+                                                                      *rows.columns.extra]):
+            extras = [dict(zip(rows.columns.extra, row)) for row in zip(*extra)] if extra else [{}] * len(paths)
+            for row, (path, value, more) in enumerate(zip(paths, values, extras)):
+                number = numbers.get(split, 0)
+                numbers[split] = number + 1
+                relpath = f"{split}/{path}" if unique[split] else f"{split}/{number:09d}"
+                locator = cell_locator(rows.file.path, group, row, image)
+                where = f"{rows.file.path or posixpath.basename(src)} row group {group} row {row}"
+                if column.kind == hub_annotations.LABELS:
+                    try:
+                        value = hub_annotations.labels_of(value, column)
+                    except ValueError as err:
+                        refused.append(ImageRef(split, relpath, 0, archive_members.refusal(
+                            "label-out-of-range", f"{where}: {err}")))
+                        continue
+                else:
+                    width, height, image_id = more.get("width"), more.get("height"), more.get("image_id")
+                    frame = (width, height) if isinstance(width, int) and isinstance(height, int) and width > 0 \
+                        and height > 0 else annotations.STORED
+                    source_id = str(image_id) if isinstance(image_id, int) else \
+                        annotated_plan.derived_source_id(relpath)
+                    value = hub_annotations.objects_of(value, column, bbox_format, frame, source_id, where)
+                yield annotated_plan.AnnotatedImage(split, relpath, value, locator)
 
 
 def _class_name(value, names: Optional[Sequence[str]]) -> tuple[str, Optional[tuple[str, str]]]:
