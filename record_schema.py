@@ -55,6 +55,7 @@ OBJECT_AREA: Final = "image/object/area"  # pixels of the stored image
 OBJECT_IS_CROWD: Final = "image/object/is_crowd"
 OBJECT_DIFFICULT: Final = "image/object/difficult"
 OBJECT_TRUNCATED: Final = "image/object/truncated"
+OBJECT_MASK: Final = "image/object/mask"  # --masks: a PNG of 0s and 1s an object, the stored image's size
 
 # key -> proto value kind of an object record: one value, or a list with an entry per object.
 OBJECT_FEATURES: Final[dict[str, str]] = {

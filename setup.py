@@ -13,7 +13,8 @@ BENCH = ["matplotlib>=3.9", "scikit-image>=0.24", "scikit-learn>=1.5", "tf-keras
 GCP = ["apache-beam[gcp]>=2.77"]  # gs:// through Beam's GCS filesystem (the reader uses TensorFlow's own)
 DASK = ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"]
 HEIF = ["pillow-heif>=1.0"]  # HEIC/HEIF phone photos
-TFDS = ["tensorflow-datasets>=4.9.10"]  # python -m converter tfds-metadata
+TFDS = ["tensorflow-datasets>=4.9.10"]
+MASKS = ["pycocotools>=2.0.8"]  # COCO's polygons and RLE as instance masks (--masks)  # python -m converter tfds-metadata
 # NVIDIA DALI (Linux x86-64 wheels only); the tests run its CPU pipeline on the .idx record index of every shard.
 DALI = ["nvidia-dali-cuda120>=2.0; platform_system == 'Linux' and platform_machine == 'x86_64'"]
 
@@ -50,6 +51,7 @@ setup(
         "gcp": GCP,
         "dali": DALI,
         "tfds": TFDS,
+        "masks": MASKS,
         # The tests also smoke-test the benchmark, run a real Dask cluster, a real S3 server (moto's) and a
         # GCS emulator, DALI's CPU pipeline and TFDS's loader.
         # datasets writes Parquet exactly as the Hugging Face Hub does, for the tests of that source.

@@ -62,6 +62,7 @@ class Box(NamedTuple):
     crowd: bool = False
     difficult: bool = False
     truncated: bool = False
+    mask: str = ""  # with --masks: its COCO segmentation (polygons, or a crowd's RLE) as JSON, in frame pixels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,9 @@ class Objects:
       upright: when the frame's size does not tell, whether the boxes are in the upright image's frame.
       rejected: objects refused before the image was read (an unknown class, a line that does not
         parse), and, once placed, those that could not be placed: ``(name, reason, detail)``.
+      masks: the record holds each object's mask (``--masks``: from ``Box.mask``).
+      mask_frame, mask_turn: once placed, the pixel frame the masks are drawn in and the EXIF orientation
+        that turns them as the image was turned (1: none).
     """
 
     source_id: str
@@ -84,6 +88,9 @@ class Objects:
     frame: tuple[int, int] = NORMALIZED
     upright: bool = False
     rejected: tuple[tuple[str, str, str], ...] = ()
+    masks: bool = False
+    mask_frame: tuple[int, ...] = ()
+    mask_turn: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +110,8 @@ def encode(annotation: Annotation) -> bytes:
         value: list = ["labels", list(annotation.ids)]
     else:
         value = ["objects", annotation.source_id, [list(box) for box in annotation.boxes], list(annotation.frame),
-                 annotation.upright, [list(item) for item in annotation.rejected]]
+                 annotation.upright, [list(item) for item in annotation.rejected], annotation.masks,
+                 list(annotation.mask_frame), annotation.mask_turn]
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -112,9 +120,9 @@ def decode(data: bytes) -> Annotation:
     kind, *value = json.loads(data)
     if kind == "labels":
         return Labels(tuple(value[0]))
-    source_id, boxes, frame, upright, rejected = value
+    source_id, boxes, frame, upright, rejected, masks, mask_frame, mask_turn = value
     return Objects(source_id, tuple(Box(*box) for box in boxes), tuple(frame), upright,
-                   tuple(tuple(item) for item in rejected))
+                   tuple(tuple(item) for item in rejected), masks, tuple(mask_frame), mask_turn)
 
 
 def _turn(x: float, y: float, orientation: int) -> tuple[float, float]:
@@ -154,7 +162,7 @@ def place(objects: Objects, stored: tuple[int, int], orientation: int) -> Object
             detail = (f"the annotation is for a {objects.frame[0]}x{objects.frame[1]} image; this one is "
                       f"{stored[0]}x{stored[1]}" + (f" ({upright[0]}x{upright[1]} upright)" if upright != stored else ""))
             rejected += [(box.name, FRAME_MISMATCH, detail) for box in objects.boxes]
-            return Objects(objects.source_id, (), NORMALIZED, True, tuple(rejected))
+            return Objects(objects.source_id, (), NORMALIZED, True, tuple(rejected), objects.masks)
         turn = matches_stored and (not matches_upright or not objects.upright)
         frame, pixel = (float(objects.frame[0]), float(objects.frame[1])), (1.0, 1.0)
     placed = []
@@ -174,7 +182,9 @@ def place(objects: Objects, stored: tuple[int, int], orientation: int) -> Object
             x0, x1, y0, y1 = min(ax, bx), max(ax, bx), min(ay, by), max(ay, by)
         area = box.area / (frame[0] * frame[1]) if box.area >= 0 else (x1 - x0) * (y1 - y0)
         placed.append(box._replace(xmin=x0, ymin=y0, xmax=x1, ymax=y1, area=area))
-    return Objects(objects.source_id, tuple(placed), NORMALIZED, True, tuple(rejected))
+    mask_frame = () if objects.frame == NORMALIZED else (int(frame[0]), int(frame[1]))
+    return Objects(objects.source_id, tuple(placed), NORMALIZED, True, tuple(rejected), objects.masks, mask_frame,
+                   orientation if turn else 1)
 
 
 def _problem(box: Box, frame: tuple[float, float], pixel: tuple[float, float]) -> Optional[tuple[str, str]]:

@@ -195,6 +195,7 @@ class ConvertOptions:
     image_column: Optional[str] = None
     label_column: Optional[str] = None
     bbox_format: Optional[str] = None  # a Parquet dataset's objects: coco (default), pascal_voc or yolo boxes
+    masks: bool = False  # COCO: each object's segmentation as a PNG mask in its record (pycocotools, .[masks])
 
     def __post_init__(self) -> None:
         if not self.src:

@@ -97,6 +97,9 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--bbox-format", default=None, choices=("coco", "pascal_voc", "yolo"),
         help="a Parquet dataset's objects column: its bbox is [x, y, w, h] pixels (coco, the default), [xmin, ymin, "
         "xmax, ymax] pixels (pascal_voc) or [cx, cy, w, h] normalized (yolo)")
+    add("--masks", action="store_true",
+        help="COCO: write each object's segmentation (polygons, a crowd's RLE) as a PNG mask in its record "
+        "(image/object/mask, Model Garden's include_mask); needs pip install '.[masks]'")
     add("--synsets", default=None, help="'ID text' per line: each class's text in the records "
         "(ImageNet's LOC_synset_mapping.txt)")
     add("--max-side", type=int, default=None,
@@ -182,6 +185,7 @@ def convert(argv: Sequence[str], own_process: bool = False) -> int:
             image_column=args.image_column,
             label_column=args.label_column,
             bbox_format=args.bbox_format,
+            masks=args.masks,
         )
     except ValueError as err:
         parser.error(str(err))

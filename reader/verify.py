@@ -235,7 +235,7 @@ def _object_problem(features, num_classes: int) -> Optional[str]:
         feature = features[key]
         return feature.float_list.value or feature.int64_list.value or feature.bytes_list.value
 
-    lengths = {key: len(values(key)) for key in _PER_OBJECT}
+    lengths = {key: len(values(key)) for key in _PER_OBJECT + [record_schema.OBJECT_MASK] if key in features}
     if len(set(lengths.values())) > 1:
         return f"per-object lists differ in length: {lengths}"
     labels = features[record_schema.OBJECT_LABEL].int64_list.value

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import io
+import json
 import posixpath
 import re
 import struct
@@ -32,8 +33,9 @@ from typing import BinaryIO, Callable, Iterator, Optional, Sequence
 from beam_jobs import annotations, formats
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
-from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
+from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, scratch_file, skip_reason
 from beam_jobs.sources import annotated_plan
+from beam_jobs import masks
 
 _INSTANCES = re.compile(r"^annotations/instances_(?P<name>[^/]+)\.json$")
 _TOP_KEYS = re.compile(rb'"(images|annotations|categories)"\s*:\s*\[')
@@ -83,6 +85,12 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         sets = [(path, _image_folder(src, name, listing), split_of(name), source)
                 for path, source in sorted(located.items()) if (match := _INSTANCES.match(path))
                 for name in [match["name"]]]
+    if options.masks:
+        try:
+            masks.check_available()
+        except masks.MasksUnavailableError as err:
+            raise InputError(str(err)) from err
+    blobs = _Blobs(scratch) if options.masks else None
     categories: dict[int, str] = {}
     read_sets: list[_Set] = []
     warnings: list[str] = []
@@ -95,7 +103,7 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
             if categories.setdefault(category, name) != name:
                 raise InputError(f"{where}: category {category} is {name!r} here and {categories[category]!r} in "
                                  "another annotation file of SRC")
-        read_sets.append(_read_set(opened, where, folder, split, found, warnings))
+        read_sets.append(_read_set(opened, where, folder, split, found, warnings, blobs))
     listed = {relpath for found in read_sets for relpath in found.relpaths}
     folders = {folder for _, folder, _, _ in sets}
     unlisted = sorted(path for path in located if _in_folders(path, folders) and path not in listed
@@ -107,8 +115,12 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     classes = annotated_plan.class_table(categories, src, "the COCO annotation files")
     images = (annotated_plan.AnnotatedImage(found.split, relpath, found.objects(index), located.get(relpath, ""))
               for found in read_sets for index, relpath in enumerate(found.relpaths))
-    return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, labels,
-                            scratch=scratch)
+    try:
+        return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings,
+                                   labels, scratch=scratch)
+    finally:
+        if blobs is not None:
+            blobs.close()
 
 
 def _split_from_file(path: str) -> str:
@@ -172,15 +184,41 @@ def _read_categories(opened: Callable[[], BinaryIO], where: str) -> dict[int, st
     return found
 
 
-_PACKED = struct.Struct("<qqdddddB")  # annotation id, category id, x0, y0, x1, y1, area (-1: none), iscrowd
+# annotation id, category id, x0, y0, x1, y1, area (-1: none), iscrowd; its segmentation's place in the blobs.
+_PACKED = struct.Struct("<qqdddddBqI")
+
+
+class _Blobs:
+    """The objects' segmentations (``--masks``) as JSON text, kept until their image's objects are made: in a
+    scratch file (train2017's are most of its 450 MB), or in memory without one."""
+
+    def __init__(self, scratch: Optional[str]) -> None:
+        self._file = open(scratch_file(scratch, "segmentations"), "w+b") if scratch else io.BytesIO()
+        self._size = 0
+
+    def add(self, value: object) -> tuple[int, int]:
+        data = json.dumps(value, separators=(",", ":")).encode("utf-8")
+        self._file.seek(self._size)
+        self._file.write(data)
+        self._size += len(data)
+        return self._size - len(data), len(data)
+
+    def get(self, offset: int, length: int) -> str:
+        if not length:
+            return ""
+        self._file.seek(offset)
+        return self._file.read(length).decode("utf-8")
+
+    def close(self) -> None:
+        self._file.close()
 
 
 class _Set:
     """One annotation file's images and objects, compact: each image's objects packed into bytes (57 an
     object, where the dictionaries ijson yields take kilobytes), so train2017's 860k fit in ~50 MB."""
 
-    def __init__(self, where: str, folder: str, split: str) -> None:
-        self.where, self.folder, self.split = where, folder, split
+    def __init__(self, where: str, folder: str, split: str, blobs: Optional[_Blobs]) -> None:
+        self.where, self.folder, self.split, self.blobs = where, folder, split, blobs
         self.relpaths: list[str] = []
         self.source_ids: list[str] = []
         self.frames: list[tuple[int, int]] = []
@@ -189,16 +227,27 @@ class _Set:
 
     def objects(self, index: int) -> annotations.Objects:
         base = posixpath.basename(self.where)
-        boxes = tuple(annotations.Box(f"{base} annotation {ann}", category, x0, y0, x1, y1, area, bool(crowd))
-                      for ann, category, x0, y0, x1, y1, area, crowd in _PACKED.iter_unpack(self.packed[index]))
+        blobs = self.blobs
+        boxes = tuple(annotations.Box(f"{base} annotation {ann}", category, x0, y0, x1, y1, area, bool(crowd),
+                                      mask=blobs.get(offset, length) if blobs else "")
+                      for ann, category, x0, y0, x1, y1, area, crowd, offset, length
+                      in _PACKED.iter_unpack(self.packed[index]))
         return annotations.Objects(self.source_ids[index], boxes, self.frames[index], False,
-                                   tuple(self.rejected.get(index, ())))
+                                   tuple(self.rejected.get(index, ())), masks=blobs is not None)
+
+
+def _is_segmentation(value: object) -> bool:
+    """COCO's polygons (lists of at least three x, y pairs) or an RLE (``{"size": [h, w], "counts": ...}``)."""
+    if isinstance(value, dict):
+        return isinstance(value.get("size"), list) and isinstance(value.get("counts"), (list, str))
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(polygon, list) and len(polygon) >= 6 and len(polygon) % 2 == 0 for polygon in value)
 
 
 def _read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: str, categories: dict[int, str],
-              warnings: list[str]) -> _Set:
-    """The images of one annotation file with their objects, in the file's order."""
-    found = _Set(where, folder, split)
+              warnings: list[str], blobs: Optional[_Blobs]) -> _Set:
+    """The images of one annotation file with their objects (and, with ``blobs``, their segmentations)."""
+    found = _Set(where, folder, split, blobs)
     index_of: dict[object, int] = {}
     for item in _items(opened, where, "images"):
         image_id, name = item.get("id"), item.get("file_name")
@@ -232,11 +281,17 @@ def _read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: st
             found.rejected.setdefault(index, []).append(
                 (f"{base} annotation {ann}", annotations.BAD_ANNOTATION,
                  f"bbox {str(bbox)[:60]} is not [x, y, width, height]"))
+        elif blobs is not None and not _is_segmentation(item.get("segmentation")):
+            found.rejected.setdefault(index, []).append(
+                (f"{base} annotation {ann}", annotations.BAD_ANNOTATION,
+                 f"--masks: segmentation {str(item.get('segmentation'))[:60]} is neither polygons nor an RLE"))
         else:
             x, y, w, h = (float(v) for v in bbox)
             area = item.get("area")
             area = float(area) if isinstance(area, (int, float)) and area >= 0 else -1.0
-            found.packed[index] += _PACKED.pack(ann, category, x, y, x + w, y + h, area, bool(item.get("iscrowd", 0)))
+            offset, length = blobs.add(item["segmentation"]) if blobs is not None else (0, 0)
+            found.packed[index] += _PACKED.pack(ann, category, x, y, x + w, y + h, area, bool(item.get("iscrowd", 0)),
+                                                offset, length)
     if orphans:
         shown = ", ".join(str(o) for o in orphans[:5])
         warnings.append(f"{display_path(where)}: {len(orphans)} annotations name an image id that its \"images\" do "

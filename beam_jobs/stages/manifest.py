@@ -96,7 +96,8 @@ def build_manifest(
         "num_classes": len(plan.classes),
         "task": plan.task,
         "features": dict(record_schema.OBJECT_FEATURES if objects else record_schema.MULTILABEL_FEATURES
-                         if plan.task == record_schema.TASK_MULTILABEL else record_schema.FEATURES),
+                         if plan.task == record_schema.TASK_MULTILABEL else record_schema.FEATURES,
+                         **({record_schema.OBJECT_MASK: "bytes_list"} if objects and options.masks else {})),
         "splits": splits,
         "num_listed": len(plan.refs),
         "num_rejected": sum(rejected_by_reason.values()),

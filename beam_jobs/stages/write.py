@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
-from beam_jobs import annotations
+from beam_jobs import annotations, masks
 from beam_jobs.files import filesystems
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
@@ -120,6 +120,9 @@ def build_object_example(encoded: Encoded, relpath: str, objects: annotations.Ob
             record_schema.OBJECT_IS_CROWD: Ints(int(box.crowd) for box in boxes),
             record_schema.OBJECT_DIFFICULT: Ints(int(box.difficult) for box in boxes),
             record_schema.OBJECT_TRUNCATED: Ints(int(box.truncated) for box in boxes),
+            **({record_schema.OBJECT_MASK: ByteStrings(
+                masks.mask_png(box.mask, objects.mask_frame, objects.mask_turn, (encoded.width, encoded.height),
+                               box.crowd) for box in boxes)} if objects.masks else {}),
         }
     )
 
