@@ -22,7 +22,7 @@ import record_schema
 from beam_jobs import annotations
 from beam_jobs.files import work_records
 from beam_jobs.planning.carve import carve_count, carve_key
-from beam_jobs.planning.discover import InputError, InputPlan, scratch_file
+from beam_jobs.planning.discover import InputError, InputPlan, Listing, scratch_file
 from beam_jobs.stage_records import ImageRef
 
 
@@ -43,6 +43,19 @@ def derived_source_id(relpath: str) -> str:
     where the id passes through a float64 (JSON readers).
     """
     return str(int.from_bytes(hashlib.sha256(relpath.encode("utf-8", "surrogatepass")).digest()[:8], "big") >> 11)
+
+
+def folders_of(listing: Listing) -> set[str]:
+    """Every folder of SRC that holds a file, or that the listing found (object stores have no empty folders,
+    and list no folders at all: a folder there is a prefix of its files)."""
+    found = set(listing.dirs)
+    for path in listing.files:
+        while "/" in path:
+            path = path.rpartition("/")[0]
+            if path in found:
+                break
+            found.add(path)
+    return found
 
 
 def class_table(names: Mapping[int, str], src: str, where: str) -> tuple[str, ...]:

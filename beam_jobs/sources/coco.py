@@ -134,8 +134,9 @@ def _split_from_file(path: str) -> str:
 
 def _image_folder(src: str, name: str, listing: Listing) -> str:
     """Where a set's images are: ``SRC/<name>/`` (COCO's zips), or ``SRC/images/<name>/``."""
+    folders = annotated_plan.folders_of(listing)
     for folder in (name, f"images/{name}"):
-        if folder in listing.dirs:
+        if folder in folders:
             return folder
     raise InputError(f"{src}/annotations/instances_{name}.json has no image folder beside it: expected {src}/{name}/ "
                      f"(or {src}/images/{name}/)")

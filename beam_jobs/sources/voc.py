@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import posixpath
+import re
 import xml.etree.ElementTree as ElementTree
 from typing import Callable, Optional, Sequence
 
@@ -36,16 +37,18 @@ _SPLITS = (("train", "train"), ("val", "validation"), ("test", "test"))
 Reader = Callable[[str, str], bytes]
 
 
+_IN_ROOT = re.compile(r"^(?P<root>(?:[^/]+/){0,2}?)(?P<kind>Annotations|JPEGImages)/[^/]+$")
+
+
 def roots(listing: Listing) -> list[str]:
-    """Every folder of SRC (``""`` for SRC itself) holding both ``Annotations/`` and ``JPEGImages/``."""
-    dirs = set(listing.dirs)
-    found = []
-    for folder in sorted(dirs | {"Annotations"}):
-        if folder == "Annotations" or folder.endswith("/Annotations"):
-            root = folder[:-len("Annotations")].rstrip("/")
-            if posixpath.join(root, "JPEGImages") in dirs and folder in dirs and root.count("/") <= 1:
-                found.append(root)
-    return found
+    """Every folder of SRC (``""`` for SRC itself, at most two levels down) whose ``Annotations/`` and
+    ``JPEGImages/`` both hold files; one pass over the listing (object stores list no folders)."""
+    found: dict[str, set[str]] = {}
+    for path in listing.files:
+        match = _IN_ROOT.match(path)
+        if match:
+            found.setdefault(match["root"].rstrip("/"), set()).add(match["kind"])
+    return sorted(root for root, kinds in found.items() if len(kinds) == 2)
 
 
 def claims(listing: Listing) -> bool:

@@ -85,7 +85,7 @@ def _names(names: object, where: str) -> dict[int, str]:
 
 def _split_folders(config: dict, where: str, listing: Listing) -> list[tuple[str, str]]:
     """``(split, image folder relative to SRC)`` for each split the yaml names."""
-    dirs = set(listing.dirs)
+    dirs = annotated_plan.folders_of(listing)
     root = str(config.get("path") or "").strip("/")
     root = root if root in dirs else ""  # a path on the author's machine: SRC is the root
     found = []

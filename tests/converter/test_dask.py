@@ -129,3 +129,21 @@ def test_archives_and_hub_parquet_convert_on_a_dask_cluster_to_the_bytes_of_a_lo
     for contents in (dask, direct):
         del contents["manifest.json"]["written_by"]
     assert dask == direct
+
+
+@pytest.mark.slow
+def test_a_coco_dataset_converts_on_a_dask_cluster_to_the_bytes_of_a_local_run(tmp_path, dask_cluster):
+    """Objects travel with their images through the work files of any runner: the same records on Dask."""
+    from converter.demo import write_object_demo
+    from tests.converter.test_archives import dataset_contents
+
+    address, _ = dask_cluster
+    write_object_demo(str(tmp_path / "coco"), "coco", images=40, seed=3)
+    common = ["--src", str(tmp_path / "coco"), "--shards", "2", "--part-size", "7", "--no-progress"]
+    run_converter(*common, "--out", str(tmp_path / "dask"), "--runner=dask", f"--dask_client_address={address}",
+                  check=True, timeout=600)
+    run_converter(*common, "--out", str(tmp_path / "direct"), check=True)
+    dask, direct = dataset_contents(tmp_path / "dask"), dataset_contents(tmp_path / "direct")
+    for contents in (dask, direct):
+        del contents["manifest.json"]["written_by"]
+    assert dask == direct and dask["manifest.json"]["task"] == "objects"

@@ -1,0 +1,43 @@
+"""Object datasets hold what classification datasets hold: in S3, inside an archive, the bytes of a local run."""
+
+from __future__ import annotations
+
+import pytest
+
+from converter.demo import write_object_demo
+from tests.archive_data import zip_folder
+from tests.conftest import run_converter
+from tests.converter.test_archives import dataset_contents
+
+FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory):
+    """The COCO and YOLO demos (shapes with their boxes), 40 images each, and each one's local conversion."""
+    root = tmp_path_factory.mktemp("objects")
+    found = {}
+    for layout in ("coco", "yolo"):
+        src = root / layout
+        write_object_demo(str(src), layout, images=40, seed=5)
+        run_converter("--src", str(src), "--out", str(root / f"{layout}-local"), "--shards", "2", *FAST, check=True)
+        found[layout] = (src, dataset_contents(root / f"{layout}-local"))
+    return found
+
+
+@pytest.mark.parametrize("layout", ["coco", "yolo"])
+def test_an_object_dataset_in_s3_converts_to_the_bytes_of_a_local_run(layouts, layout, s3_server, tmp_path):
+    src, local = layouts[layout]
+    bucket = s3_server.new_bucket()
+    remote = s3_server.upload(str(src), bucket, layout)
+    run_converter("--src", remote, "--out", str(tmp_path / "out"), "--shards", "2", *s3_server.flags, *FAST,
+                  check=True)
+    assert dataset_contents(tmp_path / "out") == local
+
+
+@pytest.mark.parametrize("layout", ["coco", "yolo"])
+def test_an_object_dataset_in_a_zip_converts_to_the_bytes_of_its_extraction(layouts, layout, tmp_path):
+    src, local = layouts[layout]
+    packed = zip_folder(str(src), tmp_path / f"{layout}.zip")
+    run_converter("--src", str(packed), "--out", str(tmp_path / "out"), "--shards", "2", *FAST, check=True)
+    assert dataset_contents(tmp_path / "out") == local
