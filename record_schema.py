@@ -55,6 +55,8 @@ OBJECT_AREA: Final = "image/object/area"  # pixels of the stored image
 OBJECT_IS_CROWD: Final = "image/object/is_crowd"
 OBJECT_DIFFICULT: Final = "image/object/difficult"
 OBJECT_TRUNCATED: Final = "image/object/truncated"
+SEGMENTATION_ENCODED: Final = "image/segmentation/class/encoded"  # a PNG of class ids, pixel by pixel
+SEGMENTATION_FORMAT: Final = "image/segmentation/class/format"  # b"png"
 OBJECT_MASK: Final = "image/object/mask"  # --masks: a PNG of 0s and 1s an object, the stored image's size
 
 # key -> proto value kind of an object record: one value, or a list with an entry per object.
@@ -82,6 +84,7 @@ OBJECT_FEATURES: Final[dict[str, str]] = {
 # What a dataset's records label (manifest "task"): one class per image, or objects with boxes.
 TASK_CLASSIFICATION: Final = "classification"
 TASK_OBJECTS: Final = "objects"
+TASK_SEGMENTATION: Final = "segmentation"  # a class mask an image (and no boxes): images/ beside masks/
 TASK_MULTILABEL: Final = "multilabel"  # several classes an image: image/class/label and /text are lists
 
 # key -> proto value kind of a multi-label record.

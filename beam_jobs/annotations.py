@@ -81,6 +81,8 @@ class Objects:
       masks: the record holds each object's mask (``--masks``: from ``Box.mask``).
       mask_frame, mask_turn: once placed, the pixel frame the masks are drawn in and the EXIF orientation
         that turns them as the image was turned (1: none).
+      class_mask: the image's semantic mask, ``(path, locator)`` of a PNG of class ids the size of the
+        stored image (VOC's ``SegmentationClass/``), ``()`` for none.
     """
 
     source_id: str
@@ -91,6 +93,8 @@ class Objects:
     masks: bool = False
     mask_frame: tuple[int, ...] = ()
     mask_turn: int = 1
+    class_mask: tuple[str, ...] = ()  # a semantic mask's (path in SRC, locator): a PNG of class ids, pixel by pixel
+    orientation: int = 1  # once placed: the image's EXIF orientation, which turns its class mask too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +115,8 @@ def encode(annotation: Annotation) -> bytes:
     else:
         value = ["objects", annotation.source_id, [list(box) for box in annotation.boxes], list(annotation.frame),
                  annotation.upright, [list(item) for item in annotation.rejected], annotation.masks,
-                 list(annotation.mask_frame), annotation.mask_turn]
+                 list(annotation.mask_frame), annotation.mask_turn, list(annotation.class_mask),
+                 annotation.orientation]
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -120,9 +125,10 @@ def decode(data: bytes) -> Annotation:
     kind, *value = json.loads(data)
     if kind == "labels":
         return Labels(tuple(value[0]))
-    source_id, boxes, frame, upright, rejected, masks, mask_frame, mask_turn = value
+    source_id, boxes, frame, upright, rejected, masks, mask_frame, mask_turn, class_mask, orientation = value
     return Objects(source_id, tuple(Box(*box) for box in boxes), tuple(frame), upright,
-                   tuple(tuple(item) for item in rejected), masks, tuple(mask_frame), mask_turn)
+                   tuple(tuple(item) for item in rejected), masks, tuple(mask_frame), mask_turn, tuple(class_mask),
+                   orientation)
 
 
 def _turn(x: float, y: float, orientation: int) -> tuple[float, float]:
@@ -162,7 +168,8 @@ def place(objects: Objects, stored: tuple[int, int], orientation: int) -> Object
             detail = (f"the annotation is for a {objects.frame[0]}x{objects.frame[1]} image; this one is "
                       f"{stored[0]}x{stored[1]}" + (f" ({upright[0]}x{upright[1]} upright)" if upright != stored else ""))
             rejected += [(box.name, FRAME_MISMATCH, detail) for box in objects.boxes]
-            return Objects(objects.source_id, (), NORMALIZED, True, tuple(rejected), objects.masks)
+            return Objects(objects.source_id, (), NORMALIZED, True, tuple(rejected), objects.masks, (), 1,
+                           objects.class_mask, orientation)
         turn = matches_stored and (not matches_upright or not objects.upright)
         frame, pixel = (float(objects.frame[0]), float(objects.frame[1])), (1.0, 1.0)
     placed = []
@@ -184,7 +191,7 @@ def place(objects: Objects, stored: tuple[int, int], orientation: int) -> Object
         placed.append(box._replace(xmin=x0, ymin=y0, xmax=x1, ymax=y1, area=area))
     mask_frame = () if objects.frame == NORMALIZED else (int(frame[0]), int(frame[1]))
     return Objects(objects.source_id, tuple(placed), NORMALIZED, True, tuple(rejected), objects.masks, mask_frame,
-                   orientation if turn else 1)
+                   orientation if turn else 1, objects.class_mask, orientation)
 
 
 def _problem(box: Box, frame: tuple[float, float], pixel: tuple[float, float]) -> Optional[tuple[str, str]]:

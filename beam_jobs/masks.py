@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Optional
 
 import numpy as np
 from PIL import Image
@@ -59,6 +60,42 @@ def mask_png(segmentation_json: str, frame: tuple[int, int], turn: int, size: tu
     """The PNG of one object's mask on the stored image: rasterized in ``frame``, turned by the EXIF
     orientation ``turn`` (1: none), resized with nearest-neighbour to ``size`` ``(width, height)``."""
     image = Image.fromarray(rasterize(json.loads(segmentation_json), frame, crowd))
+    if turn in _UPRIGHT:
+        image = image.transpose(_UPRIGHT[turn])
+    if image.size != tuple(size):
+        image = image.resize(tuple(size), Image.Resampling.NEAREST)
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+class MaskError(ValueError):
+    """A semantic mask that cannot be used: not a PNG, or not the size of its image."""
+
+
+def read_class_mask(data: bytes, size: Optional[tuple[int, int]], where: str) -> Image.Image:
+    """A semantic mask's class ids as a one-band image, checked to be ``size`` ``(width, height)`` when given:
+    VOC's palette PNGs give their palette indexes (the class ids, 255 for the outline VOC leaves void)."""
+    try:
+        image = Image.open(io.BytesIO(data), formats=["PNG"])
+        image.load()
+    except (OSError, ValueError, Image.DecompressionBombError) as err:
+        raise MaskError(f"{where} is not a readable PNG: {err}") from err
+    if image.mode not in ("P", "L", "I", "I;16", "1"):
+        raise MaskError(f"{where} is a {image.mode} image; a class mask holds one class id a pixel (a palette or "
+                        "grayscale PNG)")
+    if size is not None and image.size != tuple(size):
+        raise MaskError(f"{where} is {image.size[0]}x{image.size[1]}; its image is {size[0]}x{size[1]}")
+    ids = np.asarray(image)
+    if ids.max(initial=0) > 255:
+        raise MaskError(f"{where} holds class ids above 255")
+    return Image.fromarray(ids.astype(np.uint8), mode="L")
+
+
+def class_mask_png(data: bytes, turn: int, size: tuple[int, int], where: str) -> bytes:
+    """The PNG of an image's class ids (drawn on the image file's pixels, checked by validation) on the
+    stored image: turned by the image's EXIF orientation ``turn``, resized with nearest-neighbour to ``size``."""
+    image = read_class_mask(data, None, where)
     if turn in _UPRIGHT:
         image = image.transpose(_UPRIGHT[turn])
     if image.size != tuple(size):

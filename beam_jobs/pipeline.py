@@ -184,7 +184,7 @@ def _convert(
     if resumed:
         _log_resume(layout)
     filesystems.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
-    if plan.task == record_schema.TASK_OBJECTS:
+    if plan.task in (record_schema.TASK_OBJECTS, record_schema.TASK_SEGMENTATION):
         filesystems.write_text(FileSystems.join(staging, record_schema.LABEL_MAP_FILE), label_map(plan.classes))
     faults.point("listed")
 

@@ -111,8 +111,10 @@ def speed(images: int, rounds: int, work: str) -> dict:
     for _ in range(rounds):
         for name, argv in (("ours", ours), ("model_garden", garden)):
             started = time.perf_counter()
-            subprocess.run(argv, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             times[name].append(time.perf_counter() - started)
+            if proc.returncode:
+                raise RuntimeError(f"{name} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     medians = {name: statistics.median(values) for name, values in times.items()}
     # Ours converts train and val (a fifth of the images); Model Garden's command, train only: per image.
     train = sum(1 for i in range(images) if i % 5 != 4)

@@ -47,7 +47,8 @@ from record_files import staging as staging_names
 logger = logging.getLogger(__name__)
 
 # Our files in a published dataset folder; anything else there is not ours.
-_DATASET_FILES = {record_schema.MANIFEST_FILE, record_schema.LABELS_FILE, record_schema.REJECTED_FILE,
+_DATASET_FILES = {record_schema.MANIFEST_FILE, record_schema.LABELS_FILE, record_schema.LABEL_MAP_FILE,
+                  record_schema.REJECTED_FILE,
                   record_schema.DUPLICATES_FILE}
 
 

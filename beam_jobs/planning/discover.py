@@ -80,6 +80,8 @@ class InputPlan:
     # What the records label: one class per image, or objects (record_schema.TASK_OBJECTS: each ref's
     # annotation holds its boxes, and ``classes[i]`` is the source's class id i, "" for an unused id).
     task: str = record_schema.TASK_CLASSIFICATION
+    # Keys the records hold beyond the task's (record_schema.*_FEATURES): masks, when asked for -> their kind.
+    extra_features: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}

@@ -175,9 +175,9 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
             "--label-column" if options.label_column else "--bbox-format"
         raise discover.InputError(f"{flag} names a part of a Parquet dataset, but {options.src} holds no .parquet "
                                   "files")
-    if options.masks and source.name != "coco":
-        raise discover.InputError(f"--masks writes COCO's instance segmentations, but {options.src} is read as "
-                                  f"{source.name}, which has none")
+    if options.masks and source.name not in ("coco", "pascal-voc"):
+        raise discover.InputError(f"--masks writes COCO's instance masks and Pascal VOC's class masks, but "
+                                  f"{options.src} is read as {source.name}, which has none")
     plan = source.plan(request)
     if options.synsets:  # each class's text (ImageNet's LOC_synset_mapping.txt), whatever listed the classes
         plan = dataclasses.replace(plan, class_text=imagenet.read_synsets(options.synsets, plan.classes))

@@ -73,7 +73,7 @@ def class_table(names: Mapping[int, str], src: str, where: str) -> tuple[str, ..
 def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val_fraction: float, seed: int,
          skipped: Mapping[str, int], warnings: Sequence[str] = (), labels: Optional[Sequence[str]] = None,
          refused: Sequence[ImageRef] = (), scratch: Optional[str] = None,
-         task: str = record_schema.TASK_OBJECTS) -> InputPlan:
+         task: str = record_schema.TASK_OBJECTS, extra_features: Optional[Mapping[str, str]] = None) -> InputPlan:
     """The plan of an annotated dataset's images (``task``: what the annotations are).
 
     ``images`` is read once: with a ``scratch`` folder its refs (objects and all) stream into a scratch
@@ -111,7 +111,7 @@ def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val
         threshold = sorted(keys)[count - 1] if count else None
         sizes = {"train": len(keys) - count, **({"validation": count} if count else {})}
     return InputPlan(_ObjectRefs(listed, threshold, seed, refused), tuple(classes), dict(sorted(skipped.items())),
-                     tuple(warnings), split_counts=sizes, task=task)
+                     tuple(warnings), split_counts=sizes, task=task, extra_features=dict(extra_features or {}))
 
 
 class _ObjectRefs:

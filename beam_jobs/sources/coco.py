@@ -30,12 +30,12 @@ import re
 import struct
 from typing import BinaryIO, Callable, Iterator, Optional, Sequence
 
-from beam_jobs import annotations, formats
+import record_schema
+from beam_jobs import annotations, formats, masks
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, scratch_file, skip_reason
 from beam_jobs.sources import annotated_plan
-from beam_jobs import masks
 
 _INSTANCES = re.compile(r"^annotations/instances_(?P<name>[^/]+)\.json$")
 _TOP_KEYS = re.compile(rb'"(images|annotations|categories)"\s*:\s*\[')
@@ -117,7 +117,8 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
               for found in read_sets for index, relpath in enumerate(found.relpaths))
     try:
         return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings,
-                                   labels, scratch=scratch)
+                                   labels, scratch=scratch,
+                                   extra_features={record_schema.OBJECT_MASK: "bytes_list"} if options.masks else None)
     finally:
         if blobs is not None:
             blobs.close()

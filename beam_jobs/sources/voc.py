@@ -7,6 +7,9 @@ Out: the plan (:mod:`beam_jobs.sources.annotated_plan`) of the images that ``Ima
      list (``trainval`` is their union, read only when ``train`` and ``val`` are missing); without
      ``ImageSets/Main``, every annotated image is train.
 
+With ``--masks``, the images of ``ImageSets/Segmentation`` instead, each with its ``SegmentationClass/<id>.png``
+(palette indexes: VOC's class ids, 0 background, 255 the void outline) as ``image/segmentation/class/encoded``.
+
 ``bndbox`` is 1-based and inclusive: a box of ``xmin 1 .. xmax 10`` covers the first ten pixels, whose
 edges in 0-based pixel coordinates are 0 and 10. So the box written is ``xmin - 1 .. xmax`` (TFDS and the
 OD API's script drop the ``- 1``, a pixel off). Class ids are those of the OD API's
@@ -24,6 +27,7 @@ import re
 import xml.etree.ElementTree as ElementTree
 from typing import Callable, Optional, Sequence
 
+import record_schema
 from beam_jobs import annotations
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path
@@ -63,8 +67,9 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
     parsed: list[tuple[str, str, object]] = []  # (split, image path, (frame, objects) or the XML's problem)
     names: set[str] = set()
+    lists = "Segmentation" if options.masks else "Main"
     for root in roots(listing):
-        for split, image_id in _listed(root, located, read):
+        for split, image_id in _listed(root, located, read, lists):
             xml_path = posixpath.join(root, "Annotations", f"{image_id}.xml")
             image = posixpath.join(root, "JPEGImages", f"{image_id}.jpg")
             if xml_path not in located:
@@ -93,18 +98,25 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
                 continue
             boxes.append(annotations.Box(label, class_id[name], x0 - 1, y0 - 1, x1, y1, -1.0, False, difficult,
                                          truncated))
+        class_mask = ()
+        if options.masks:  # SegmentationClass/<id>.png beside JPEGImages/<id>.jpg
+            mask = posixpath.join(posixpath.dirname(posixpath.dirname(image)), "SegmentationClass",
+                                  posixpath.splitext(posixpath.basename(image))[0] + ".png")
+            class_mask = (mask, located.get(mask, ""))
         objects_value = annotations.Objects(annotated_plan.derived_source_id(image), tuple(boxes), frame, False,
-                                            tuple(rejected))
+                                            tuple(rejected), class_mask=class_mask)
         images.append(annotated_plan.AnnotatedImage(split, image, objects_value, located.get(image, "")))
     if not images and not refused:
-        raise InputError(f"{src}: its VOC split lists (ImageSets/Main/*.txt) name no images")
+        raise InputError(f"{src}: its VOC split lists (ImageSets/{lists}/*.txt) name no images")
+    seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes"}
     return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), None, refused,
-                            scratch=scratch)
+                               scratch=scratch, extra_features=seg if options.masks else None)
 
 
-def _listed(root: str, located: dict, read: Reader) -> list[tuple[str, str]]:
-    """``(split, image id)`` from ``ImageSets/Main``, or every annotated image as train when it has none."""
-    lists = posixpath.join(root, "ImageSets", "Main")
+def _listed(root: str, located: dict, read: Reader, kind: str = "Main") -> list[tuple[str, str]]:
+    """``(split, image id)`` from ``ImageSets/<kind>`` (Main, or Segmentation with --masks), or every
+    annotated image as train when it has none."""
+    lists = posixpath.join(root, "ImageSets", kind)
     def ids(name: str) -> Optional[list[str]]:
         path = posixpath.join(lists, f"{name}.txt")
         if path not in located:

@@ -57,7 +57,7 @@ def build_manifest(
     Beam's version, so a dataset says what produced it. ``counts``: the run's, whose object counts an
     object dataset's manifest holds.
     """
-    objects = plan.task == record_schema.TASK_OBJECTS
+    objects = plan.task in (record_schema.TASK_OBJECTS, record_schema.TASK_SEGMENTATION)
     splits = {}
     for split in record_schema.SPLITS:
         shards = sorted((r for r in results if r.split == split), key=lambda r: r.index)
@@ -97,7 +97,7 @@ def build_manifest(
         "task": plan.task,
         "features": dict(record_schema.OBJECT_FEATURES if objects else record_schema.MULTILABEL_FEATURES
                          if plan.task == record_schema.TASK_MULTILABEL else record_schema.FEATURES,
-                         **({record_schema.OBJECT_MASK: "bytes_list"} if objects and options.masks else {})),
+                         **plan.extra_features),
         "splits": splits,
         "num_listed": len(plan.refs),
         "num_rejected": sum(rejected_by_reason.values()),

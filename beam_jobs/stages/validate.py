@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 
-from beam_jobs import annotations, formats
+from beam_jobs import annotations, formats, masks
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.planning.discover import display_path
@@ -92,11 +92,28 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
         return RejectedInput(display_path(ref.relpath), result.reason, result.detail)
     annotation = annotations.decode(ref.annotation) if ref.annotation else None
     if isinstance(annotation, annotations.Objects):  # placed on the stored pixels (turned, normalized, bad ones named)
+        if annotation.class_mask:  # a semantic mask: a readable PNG of the image file's size, or the image goes
+            problem = _class_mask_problem(src, annotation.class_mask, result.input_size, work, members)
+            if problem is not None:
+                return RejectedInput(display_path(ref.relpath), "bad-mask", problem)
         placed = annotations.place(annotation, result.input_size, result.orientation)
         ref = ref._replace(annotation=annotations.encode(placed))
     accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
                         channels=result.channels, stored_bytes=len(result.data))
     return accepted, result
+
+
+def _class_mask_problem(src: str, class_mask: Sequence[str], size: tuple[int, int], work: str,
+                        members: Optional[MemberReader]) -> Optional[str]:
+    """Why an image's semantic mask cannot be used (unreadable, not a PNG of class ids, another size), or None."""
+    relpath, source = class_mask
+    try:
+        masks.read_class_mask(read_source(src, relpath, source, work, members), size, display_path(relpath))
+    except masks.MaskError as err:
+        return str(err)
+    except (OSError, archive_members.ArchiveError) as err:
+        return f"its mask {display_path(relpath)} could not be read: {display_path(str(err))}"
+    return None
 
 
 def count_objects(item: Accepted) -> int:

@@ -98,11 +98,12 @@ def build_multilabel_example(encoded: Encoded, relpath: str, ids: Sequence[int],
 
 
 def build_object_example(encoded: Encoded, relpath: str, objects: annotations.Objects, classes: Sequence[str],
-                         sha256_hex: Optional[str] = None) -> bytes:
+                         sha256_hex: Optional[str] = None, class_mask: bytes = b"") -> bytes:
     """The serialized ``tf.train.Example`` of an image and its placed objects, in Model Garden's layout.
 
     ``objects``: placed by :func:`beam_jobs.annotations.place` (normalized to the stored image, upright);
     ``classes[i]`` is the text of class id i. Areas are written in pixels of the stored image.
+    ``class_mask``: the image's semantic mask file's bytes, when it has one.
     """
     boxes = objects.boxes
     pixels = encoded.width * encoded.height
@@ -123,6 +124,9 @@ def build_object_example(encoded: Encoded, relpath: str, objects: annotations.Ob
             **({record_schema.OBJECT_MASK: ByteStrings(
                 masks.mask_png(box.mask, objects.mask_frame, objects.mask_turn, (encoded.width, encoded.height),
                                box.crowd) for box in boxes)} if objects.masks else {}),
+            **({record_schema.SEGMENTATION_ENCODED: masks.class_mask_png(
+                class_mask, objects.orientation, (encoded.width, encoded.height), display_path(objects.class_mask[0])),
+                record_schema.SEGMENTATION_FORMAT: b"png"} if objects.class_mask else {}),
         }
     )
 
@@ -209,7 +213,9 @@ def write_shard(
             known = None if encoded.reencoded else item.source_sha256.hex()
             annotation = annotations.decode(item.ref.annotation) if item.ref.annotation else None
             if isinstance(annotation, annotations.Objects):  # label_counts counts objects by class
-                example = build_object_example(encoded, item.ref.relpath, annotation, classes, known)
+                class_mask = read_source(src, annotation.class_mask[0], annotation.class_mask[1], work, members) \
+                    if annotation.class_mask else b""
+                example = build_object_example(encoded, item.ref.relpath, annotation, classes, known, class_mask)
                 labels.update(box.label for box in annotation.boxes)
             elif isinstance(annotation, annotations.Labels):  # several labels: images per label
                 example = build_multilabel_example(encoded, item.ref.relpath, annotation.ids, classes, known)

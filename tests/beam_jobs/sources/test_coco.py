@@ -193,3 +193,13 @@ def test_masks_are_each_objects_pixels_under_exif_and_max_side_and_model_garden_
                     assert red[inside].sum() / max(red.sum(), 1) > 0.3
                 checked += 1
     assert checked == 3
+
+
+def test_converting_again_over_the_dataset_gives_the_same_bytes(coco_tree, tmp_path):
+    """--overwrite replaces an object dataset (its label_map.pbtxt is its own), byte for byte."""
+    out = tmp_path / "ds"
+    _convert(coco_tree, out, max_bad_fraction=0.5)
+    first = {path.name: path.read_bytes() for path in out.iterdir() if path.name != "manifest.json"}
+    _convert(coco_tree, out, max_bad_fraction=0.5)
+    assert {path.name: path.read_bytes() for path in out.iterdir() if path.name != "manifest.json"} == first
+    assert "label_map.pbtxt" in first

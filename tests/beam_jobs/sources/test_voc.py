@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from beam_jobs.options import ConvertOptions
+from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.pipeline import run
 from tests.object_data import object_records, jpeg, picture, red_fraction, write_file
 
@@ -55,3 +55,51 @@ def test_voc_converts_with_its_split_lists_and_the_od_apis_ids(tmp_path):
         ("VOC2012/JPEGImages/2008_000001.jpg", "box-empty", "VOC2012/JPEGImages/2008_000001.jpg object 3"),
         ("VOC2012/JPEGImages/2008_000003.jpg", "bad-annotation", None)}
     assert manifest["skipped_by_reason"]["not-in-split-lists"] == 1
+
+
+def _palette_png(width, height, regions) -> bytes:
+    """VOC's SegmentationClass PNG: a palette image whose index is the class (255 for the void outline)."""
+    import io
+
+    from PIL import Image
+
+    ids = np.zeros((height, width), np.uint8)
+    for (x0, y0, x1, y1), class_id in regions:
+        ids[y0:y1, x0:x1] = 255
+        ids[y0 + 1:y1 - 1, x0 + 1:x1 - 1] = class_id
+    image = Image.fromarray(ids, mode="P")
+    image.putpalette([v for i in range(256) for v in (i, 255 - i, (i * 7) % 256)])
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_masks_write_each_images_class_mask_on_its_pixels_and_a_mask_of_another_size_rejects_its_image(tmp_path):
+    import io
+
+    from PIL import Image
+
+    root = tmp_path / "VOC2012"
+    write_file(str(root / "JPEGImages/a.jpg"), jpeg(picture(80, 48, [(10, 5, 30, 20)])))
+    write_file(str(root / "Annotations/a.xml"), _xml(80, 48, [("dog", (11, 6, 30, 20), 0)]))
+    write_file(str(root / "SegmentationClass/a.png"), _palette_png(80, 48, [((10, 5, 30, 20), 12)]))
+    write_file(str(root / "JPEGImages/b.jpg"), jpeg(picture(40, 40, [], seed=2)))
+    write_file(str(root / "Annotations/b.xml"), _xml(40, 40, []))
+    write_file(str(root / "SegmentationClass/b.png"), _palette_png(20, 20, []))  # not its image's size
+    write_file(str(root / "ImageSets/Segmentation/train.txt"), "a\nb\n")
+    write_file(str(root / "ImageSets/Main/train.txt"), "a\n")
+    out = tmp_path / "ds"
+    run(ConvertOptions(src=str(root), out=str(out), shards=1, masks=True, max_bad_fraction=0.5,
+                       encode=EncodeOptions(max_side=40)), FAST, show_progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["features"]["image/segmentation/class/encoded"] == "bytes"
+    record = object_records(out)["JPEGImages/a.jpg"]
+    assert record["image/segmentation/class/format"] == [b"png"]
+    ids = np.asarray(Image.open(io.BytesIO(record["image/segmentation/class/encoded"][0])))
+    assert ids.shape == record["pixels"].shape[:2] == (24, 40)  # resized with the image, nearest
+    assert set(np.unique(ids)) <= {0, 12, 255}
+    reddish = record["pixels"][..., 0].astype(int) - record["pixels"][..., 1].astype(int) > 40
+    assert reddish[ids == 12].mean() > 0.9 and (ids == 12).sum() > 20  # the dog's pixels are the red ones
+    rejected = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
+    assert [(r["path"], r["reason"]) for r in rejected] == [("JPEGImages/b.jpg", "bad-mask")]
+    assert "20x20" in rejected[0]["detail"] and "40x40" in rejected[0]["detail"]
