@@ -184,7 +184,7 @@ def check_record(data: bytes, num_classes: int, decode: bool,
     except DecodeError as err:
         return f"not a tf.train.Example: {err}"
     features = example.features.feature
-    objects = task == record_schema.TASK_OBJECTS
+    objects = task in (record_schema.TASK_OBJECTS, record_schema.TASK_SEGMENTATION)
     missing = [key for key in (record_schema.OBJECT_FEATURES if objects else record_schema.FEATURES)
                if key not in features]
     if missing:

@@ -11,6 +11,7 @@ objects), never a source's kind; a source's item locators are read by
   :mod:`beam_jobs.sources.coco`;
 * an Ultralytics YOLO dataset (``data.yaml``, ``images/`` and ``labels/``): :mod:`beam_jobs.sources.yolo`;
 * Pascal VOC (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/``): :mod:`beam_jobs.sources.voc`;
+* semantic masks beside their images (``images/``, ``masks/``): :mod:`beam_jobs.sources.mask_folders`;
 * a label file (``--annotations``: CSV, TSV or JSON Lines): :mod:`beam_jobs.sources.label_file`;
 * WebDataset samples labelled by a sibling member (``--label-member``): :mod:`beam_jobs.sources.webdataset`;
 * ImageNet as it ships (``--val-labels``): :mod:`beam_jobs.sources.imagenet`;
@@ -29,7 +30,7 @@ from typing import Callable, Optional, Sequence
 
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.planning import discover
-from beam_jobs.sources import archives, coco, hub, imagenet, voc, yolo
+from beam_jobs.sources import archives, coco, hub, imagenet, mask_folders, voc, yolo
 from beam_jobs.stage_records import ImageRef
 
 
@@ -149,6 +150,8 @@ SOURCES: tuple[Source, ...] = (
     Source("yolo", lambda r: yolo.claims(r.found().listing), _objects(yolo)),
     Source("pascal-voc", lambda r: not (r.options.label_member or r.options.val_labels)
            and voc.claims(r.found().listing), _objects(voc)),
+    Source("mask-folders", lambda r: not (r.options.label_member or r.options.val_labels)
+           and mask_folders.claims(r.found().listing), _objects(mask_folders)),
     Source("webdataset", lambda r: bool(r.options.label_member), _webdataset),
     Source("imagenet", lambda r: bool(r.options.val_labels), _imagenet),
     Source("class-folders", lambda r: True, _class_folders),
@@ -175,7 +178,7 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
             "--label-column" if options.label_column else "--bbox-format"
         raise discover.InputError(f"{flag} names a part of a Parquet dataset, but {options.src} holds no .parquet "
                                   "files")
-    if options.masks and source.name not in ("coco", "pascal-voc"):
+    if options.masks and source.name not in ("coco", "pascal-voc", "mask-folders"):
         raise discover.InputError(f"--masks writes COCO's instance masks and Pascal VOC's class masks, but "
                                   f"{options.src} is read as {source.name}, which has none")
     plan = source.plan(request)
