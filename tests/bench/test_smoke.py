@@ -105,3 +105,16 @@ def test_the_hub_benchmark_compares_parquet_with_class_folders(tmp_path):
     assert measured["speed"]["ratio"] > 0 and set(measured["memory"]["growth_mb"]) == {"launcher_mb",
                                                                                          "largest_worker_mb"}
     assert "Hub Parquet" in proc.stdout and "growth: launcher" in proc.stdout
+
+
+def test_the_objects_benchmark_runs_against_model_gardens_script(tmp_path):
+    """bench.objects at a tiny size: both converters run on the same COCO demo, the plan is measured twice."""
+    out = tmp_path / "objects.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.objects", "--images", "20", "--rounds", "1", "--sizes",
+                           "100,200", "--json", str(out)],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert [row["objects"] for row in results["memory"]["sizes"]] == [800, 1600]
+    assert results["speed"]["ratio"] > 0 and set(results["speed"]["seconds"]) == {"ours", "model_garden"}
