@@ -41,3 +41,18 @@ def test_an_object_dataset_in_a_zip_converts_to_the_bytes_of_its_extraction(layo
     packed = zip_folder(str(src), tmp_path / f"{layout}.zip")
     run_converter("--src", str(packed), "--out", str(tmp_path / "out"), "--shards", "2", *FAST, check=True)
     assert dataset_contents(tmp_path / "out") == local
+
+
+def test_a_failed_object_run_resumes_from_its_kept_work_to_the_same_bytes(layouts, tmp_path):
+    """Objects travel in the kept work files: a resumed COCO run writes what an uninterrupted one does."""
+    from beam_jobs import faults
+
+    src, local = layouts["coco"]
+    out = tmp_path / "out"
+    args = ["--src", str(src), "--out", str(out), "--shards", "2", "--part-size", "8", *FAST]
+    failed = run_converter(*args, env={faults.ENV: "fail@shard-written"})
+    assert failed.returncode == 1 and not out.exists(), failed.stderr
+    rerun = run_converter(*args, check=True)
+    assert "resuming the interrupted run" in rerun.stderr
+    assert dataset_contents(out) == {**local, "manifest.json": {**local["manifest.json"], "options": {
+        **local["manifest.json"]["options"], "part_size": 8}}}
