@@ -59,7 +59,12 @@ def rasterize(segmentation: object, frame: tuple[int, int], crowd: bool) -> np.n
 def mask_png(segmentation_json: str, frame: tuple[int, int], turn: int, size: tuple[int, int], crowd: bool) -> bytes:
     """The PNG of one object's mask on the stored image: rasterized in ``frame``, turned by the EXIF
     orientation ``turn`` (1: none), resized with nearest-neighbour to ``size`` ``(width, height)``."""
-    image = Image.fromarray(rasterize(json.loads(segmentation_json), frame, crowd))
+    return _on_stored_image(Image.fromarray(rasterize(json.loads(segmentation_json), frame, crowd)), turn, size)
+
+
+def _on_stored_image(image: Image.Image, turn: int, size: tuple[int, int]) -> bytes:
+    """A mask drawn on the image file's pixels as a PNG on the stored image: turned by the EXIF orientation
+    ``turn`` as the pixels were, resized with nearest-neighbour (class ids never blend) to ``size``."""
     if turn in _UPRIGHT:
         image = image.transpose(_UPRIGHT[turn])
     if image.size != tuple(size):
@@ -95,11 +100,4 @@ def read_class_mask(data: bytes, size: Optional[tuple[int, int]], where: str) ->
 def class_mask_png(data: bytes, turn: int, size: tuple[int, int], where: str) -> bytes:
     """The PNG of an image's class ids (drawn on the image file's pixels, checked by validation) on the
     stored image: turned by the image's EXIF orientation ``turn``, resized with nearest-neighbour to ``size``."""
-    image = read_class_mask(data, None, where)
-    if turn in _UPRIGHT:
-        image = image.transpose(_UPRIGHT[turn])
-    if image.size != tuple(size):
-        image = image.resize(tuple(size), Image.Resampling.NEAREST)
-    out = io.BytesIO()
-    image.save(out, format="PNG")
-    return out.getvalue()
+    return _on_stored_image(read_class_mask(data, None, where), turn, size)

@@ -62,12 +62,19 @@ def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: flo
     root holds (held in memory: the member table, about 150 bytes a member).
     ``refused``: the archive's entries listed only to be rejected (``ImageRef``s).
     """
+    found = _members(src, path, columns, scratch, archive)
+    return plan_from_members(found, labels, val_fraction, seed, src, {}, what="labels", refused=refused)
+
+
+def _members(src: str, path: str, columns: Sequence[str], scratch: Optional[str],
+             archive: Optional[Mapping[str, str]], empty_label: bool = False) -> discover.Members:
+    """Every row as ``(split, label cell, relpath, locator)``: ids resolved, each path listed once."""
     members = _ArchiveMembers(src, archive) if archive is not None else None
     resolver = _IdResolver(src, path, members)
     checker = _ListedOnce(path, scratch)
 
     def triples() -> Iterator[tuple[str, str, str, str]]:
-        for line, relpath, label, split in read_rows(path, columns):
+        for line, relpath, label, split in read_rows(path, columns, empty_label=empty_label):
             relpath = resolver.resolve(line, relpath)
             checker.add(line, relpath)
             yield split, label, relpath, members.source(relpath) if members is not None else ""
@@ -76,7 +83,7 @@ def plan(src: str, path: str, labels: Optional[Sequence[str]], val_fraction: flo
     checker.check()
     if not found.counts:
         raise InputError(f"--annotations {path} lists no images")
-    return plan_from_members(found, labels, val_fraction, seed, src, {}, what="labels", refused=refused)
+    return found
 
 
 def plan_multilabel(src: str, path: str, separator: str, labels: Optional[Sequence[str]], val_fraction: float,
@@ -90,20 +97,7 @@ def plan_multilabel(src: str, path: str, separator: str, labels: Optional[Sequen
     no class. Rows stream into ``scratch`` with their cell, then each image gets its ids
     (:class:`beam_jobs.annotations.Labels`).
     """
-    members = _ArchiveMembers(src, archive) if archive is not None else None
-    resolver = _IdResolver(src, path, members)
-    checker = _ListedOnce(path, scratch)
-
-    def triples() -> Iterator[tuple[str, str, str, str]]:
-        for line, relpath, cell, split in read_rows(path, columns, empty_label=True):
-            relpath = resolver.resolve(line, relpath)
-            checker.add(line, relpath)
-            yield split, cell, relpath, members.source(relpath) if members is not None else ""
-
-    found = discover.collect_members(triples(), scratch)
-    checker.check()
-    if not found.counts:
-        raise InputError(f"--annotations {path} lists no images")
+    found = _members(src, path, columns, scratch, archive, empty_label=True)
 
     def names_of(cell: str) -> list[str]:
         return sorted({name.strip() for name in cell.split(separator) if name.strip()})
