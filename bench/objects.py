@@ -9,6 +9,9 @@ Issue #40's targets:
   ``official/vision/data/create_coco_tf_record.py`` with ``--num_processes`` equal to the cores, on the
   same images and annotation file (both as commands, alternating rounds, medians; ours validates every
   image and it does not);
+* **memory, whole runs** (``--convert-sizes``): the launcher's and the largest worker's peak RSS converting
+  COCO trees of tiny images at two sizes; annotations reach the workers with their items, so the workers'
+  growth should be flat;
 * **memory**: planning an annotation file of train2017's size (120k images, about 1M objects) keeps the
   launcher under 1 GB peak. Measured as the peak RSS of a process that plans a synthetic
   ``instances_train2017.json`` (the images need not exist to be planned) at two sizes, so the growth per
@@ -93,6 +96,34 @@ def plan_memory(sizes: Sequence[int], work: str) -> dict:
     return {"sizes": rows, "bytes_per_object": round(per_object), "plan_mb_at_1m_objects": round(at_1m)}
 
 
+def convert_memory(sizes: Sequence[int], work: str) -> dict:
+    """Peak RSS (MB) of the launcher and of its largest worker converting a COCO tree of tiny images (8 objects
+    each) at each size, on the default local runner (2 worker processes): the growth is what scales."""
+    from bench.scale import make_tiny_jpegs, measured_run
+
+    rows = []
+    for images in sizes:
+        root = os.path.join(work, f"tiny-coco-{images}")
+        make_tiny_jpegs(os.path.join(root, "train2017"), images, classes=100)
+        names = [f"c{i % 100:03d}/{i:07d}.jpg" for i in range(images)]
+        os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
+        with open(os.path.join(root, "annotations", "instances_train2017.json"), "w") as handle:
+            json.dump({"images": [{"id": i + 1, "file_name": name, "width": 8, "height": 8}
+                                  for i, name in enumerate(names)],
+                       "annotations": [{"id": n + 1, "image_id": n // OBJECTS_PER_IMAGE + 1, "category_id": n % 80 + 1,
+                                        "bbox": [1.0, 1.0, 4.0, 5.0], "area": 20.0, "iscrowd": 0}
+                                       for n in range(images * OBJECTS_PER_IMAGE)],
+                       "categories": [{"id": i + 1, "name": f"class{i + 1}"} for i in range(80)]}, handle)
+        command = [sys.executable, "-m", "converter", "--src", root, "--out", os.path.join(work, "tiny-out"),
+                   "--shards", "16", "--no-progress", "--overwrite", "--direct_num_workers=2"]
+        result = measured_run(command, {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"}, REPO)
+        rows.append({"images": images, "objects": images * OBJECTS_PER_IMAGE, **result})
+        shutil.rmtree(root)
+    small, large = rows[0], rows[-1]
+    return {"sizes": rows, "launcher_growth_mb": round(large["launcher_mb"] - small["launcher_mb"], 1),
+            "worker_growth_mb": round(large["largest_worker_mb"] - small["largest_worker_mb"], 1)}
+
+
 def speed(images: int, rounds: int, work: str) -> dict:
     """Median seconds of our conversion and of Model Garden's script on the same COCO demo images."""
     from converter.demo import write_object_demo
@@ -130,18 +161,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--sizes", default="12000,120000", help="images of the two planned files (8 objects each)")
     parser.add_argument("--json", default=RESULTS, help="where to write the results")
     parser.add_argument("--skip-speed", action="store_true", help="only the plan's memory")
+    parser.add_argument("--convert-sizes", default="",
+                        help="also convert COCO trees of this many tiny images (e.g. 10000,50000): each process's "
+                        "peak memory at both sizes")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="bench-objects-")
     try:
         result = {"memory": plan_memory([int(v) for v in args.sizes.split(",")], work)}
         if not args.skip_speed:
             result["speed"] = speed(args.images, args.rounds, work)
+        if args.convert_sizes:
+            result["convert_memory"] = convert_memory([int(v) for v in args.convert_sizes.split(",")], work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["targets"] = TARGETS
     memory = result["memory"]["plan_mb_at_1m_objects"]
     print(f"plan of 1M objects: {memory} MB peak (target < {TARGETS['plan_mb_at_1m_objects']}), "
           f"{result['memory']['bytes_per_object']} bytes an object")
+    if "convert_memory" in result:
+        grown = result["convert_memory"]
+        print(f"converting: launcher +{grown['launcher_growth_mb']} MB, largest worker +{grown['worker_growth_mb']} MB "
+              f"between {', '.join(str(r['images']) for r in grown['sizes'])} images")
     if "speed" in result:
         print(f"COCO conversion: {result['speed']['ratio']}x Model Garden's script per image (target <= 1.0)")
     os.makedirs(os.path.dirname(args.json), exist_ok=True)

@@ -61,3 +61,21 @@ def test_a_split_folder_the_yaml_names_that_is_not_there_is_an_error_naming_it(t
     write_file(str(tmp_path / "ds/images/val/x.jpg"), jpeg(picture(8, 8, [])))
     with pytest.raises(InputError, match="data.yaml: train: images/train is not a folder"):
         run(ConvertOptions(src=str(tmp_path / "ds"), out=str(tmp_path / "out")), FAST, show_progress=False)
+
+
+def test_val_fraction_carves_validation_out_of_an_object_datasets_train_split(tmp_path):
+    """Unstratified (an image holds several classes), by the keyed hash of its path: the same images every run."""
+    root = tmp_path / "ds"
+    write_file(str(root / "data.yaml"), "train: images/train\nnames: [a, b]\n")
+    for i in range(10):
+        write_file(str(root / f"images/train/{i}.jpg"), jpeg(picture(16, 16, [], seed=i)))
+        write_file(str(root / f"labels/train/{i}.txt"), f"{i % 2} 0.5 0.5 0.5 0.5\n")
+    outs = []
+    for name in ("one", "two"):
+        out = tmp_path / name
+        run(ConvertOptions(src=str(root), out=str(out), shards=1, val_fraction=0.3), FAST, show_progress=False)
+        outs.append(out)
+    manifest = json.loads((outs[0] / "manifest.json").read_text())
+    assert {split: s["num_examples"] for split, s in manifest["splits"].items()} == {"train": 7, "validation": 3}
+    assert (outs[0] / "validation-00000-of-00001.tfrecord").read_bytes() == \
+        (outs[1] / "validation-00000-of-00001.tfrecord").read_bytes()
