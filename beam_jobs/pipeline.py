@@ -215,7 +215,7 @@ def _convert(
     faults.point("pipeline-done")
     counts = PartCounts.from_json(filesystems.read_text(FileSystems.join(work, COUNTS_FILE)))
     _log_rejections(FileSystems.join(staging, record_schema.REJECTED_FILE))
-    _check_error_budget(options, len(plan.refs), counts.rejected_by_reason(), staging)
+    _check_error_budget(options, len(plan.refs), counts.rejected_by_reason(), staging, plan.lost_inputs)
     if plan.task == record_schema.TASK_OBJECTS:
         _check_object_budget(options, counts, staging)
     results = _read_results(work)
@@ -341,10 +341,15 @@ def _first_line(err: BaseException) -> str:
 
 
 def _check_error_budget(
-    options: ConvertOptions, num_listed: int, rejected_by_reason: Mapping[str, int], staging: str
+    options: ConvertOptions, num_listed: int, rejected_by_reason: Mapping[str, int], staging: str, lost: int = 0
 ) -> None:
-    """Fail, keeping the rejection report beside OUT, when too many inputs were rejected."""
-    rejected = sum(rejected_by_reason.values())
+    """Fail, keeping the rejection report beside OUT, when too many inputs were rejected.
+
+    ``lost``: inputs held by containers refused whole beyond the one rejection each is (a cut Parquet file's
+    rows): they count as rejected inputs.
+    """
+    rejected = sum(rejected_by_reason.values()) + lost
+    num_listed += lost
     fraction = rejected / num_listed
     if fraction <= options.max_bad_fraction and rejected < num_listed:
         return
@@ -352,6 +357,8 @@ def _check_error_budget(
     FileSystems.rename([FileSystems.join(staging, record_schema.REJECTED_FILE)], [report])
     ordered = sorted(rejected_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))
     counted = ", ".join(f"{reason} {count}" for reason, count in ordered)
+    if lost:
+        counted += f"; and about {lost} more inputs in files refused whole, each named in a warning"
     raise TooManyRejectedError(
         f"{rejected} of {num_listed} files ({fraction:.1%}) were rejected ({counted}), more than "
         f"--max-bad-fraction {options.max_bad_fraction:g}; nothing was published. "

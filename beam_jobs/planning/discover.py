@@ -80,6 +80,9 @@ class InputPlan:
     # What the records label: one class per image, or objects (record_schema.TASK_OBJECTS: each ref's
     # annotation holds its boxes, and ``classes[i]`` is the source's class id i, "" for an unused id).
     task: str = record_schema.TASK_CLASSIFICATION
+    # Inputs held by containers refused whole (a cut Parquet file) beyond the one rejection each counts:
+    # they count against the error budget, so a lost half of a split fails the run.
+    lost_inputs: int = 0
     # Keys the records hold beyond the task's (record_schema.*_FEATURES): masks, when asked for -> their kind.
     extra_features: Mapping[str, str] = dataclasses.field(default_factory=dict)
 

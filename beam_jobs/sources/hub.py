@@ -273,6 +273,7 @@ class _Rows:
     file: ParquetFile
     columns: Columns
     largest_group: int = 0  # rows of its largest row group (record batch)
+    num_rows: int = 0  # rows of the file, from its footer
 
 
 def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fraction: float, seed: int,
@@ -298,14 +299,18 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
     for file in files:
         try:
             with _open_table(src, file.path) as table:
-                schema, largest = table.schema, max(table.group_rows(), default=0)
+                schema, groups = table.schema, table.group_rows()
         except _read_errors() as err:
             refused.append(_refused_file(src, file, err))
             continue
-        opened.append(_Rows(file, find_columns(schema, file.path, image_column, label_column, readme), largest))
+        opened.append(_Rows(file, find_columns(schema, file.path, image_column, label_column, readme),
+                            max(groups, default=0), sum(groups)))
+    footers = {rows.file.path: rows.num_rows for rows in opened}  # files whose footer could be read
     opened, unique = _read_small_columns(src, opened, refused)
     if not opened:
         raise InputError(f"{src} holds no readable Parquet file ({len(files)} found)")
+    lost, warnings = lost_rows(src, files, opened, footers)
+    warnings += missing_from_sets(files, src)
     found_annotations = {r.columns.annotation for r in opened}
     if len(found_annotations) > 1:
         raise InputError(f"the Parquet files of {src} disagree on their annotation column: "
@@ -323,7 +328,8 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
         plan = annotated_plan.plan(src, images, annotation.names, val_fraction, seed, skipped, refused=refused,
                                    scratch=scratch, task=task)
         return dataclasses.replace(plan, archives=_identities(src, [r.file.path for r in opened]),
-                                   hub_revision=revision(src), read_unit=max(r.largest_group for r in opened))
+                                   hub_revision=revision(src), read_unit=max(r.largest_group for r in opened),
+                                   lost_inputs=lost, warnings=tuple(warnings) + plan.warnings)
     label_names = _label_names(opened, labels, src)
     members = discover.collect_members(_members(src, opened, label_names, unique, refused), scratch)
     if not members.counts:
@@ -331,7 +337,8 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
     plan = discover.plan_from_members(members, label_names, val_fraction, seed, src, skipped, what="labels",
                                       refused=refused)
     return dataclasses.replace(plan, archives=_identities(src, [r.file.path for r in opened]),
-                               hub_revision=revision(src), read_unit=max(r.largest_group for r in opened))
+                               hub_revision=revision(src), read_unit=max(r.largest_group for r in opened),
+                               lost_inputs=lost, warnings=tuple(warnings) + plan.warnings)
 
 
 def _read_small_columns(src: str, opened: list[_Rows], refused: list[ImageRef]) -> tuple[list[_Rows], dict[str, bool]]:
@@ -555,6 +562,66 @@ def _identities(src: str, paths: Sequence[str]) -> dict[str, str]:
 
 def _full(src: str, path: str) -> str:
     return FileSystems.join(src, *path.split("/")) if path else src
+
+
+def lost_rows(src: str, files: Sequence[ParquetFile], opened: Sequence[_Rows],
+              footers: dict[str, int]) -> tuple[int, list[str]]:
+    """The rows held by the files refused whole, beyond the one rejection each counts, and a warning naming each.
+
+    A file whose footer was read held the rows it declares; one cut before its footer is counted by its
+    share of its split's bytes (rows per byte of the split's readable files, or of all of them), so a
+    lost half of a split fails the error budget instead of passing as one bad input.
+    """
+    readable = {rows.file.path for rows in opened}
+    refused = [file for file in files if file.path not in readable]
+    if not refused:
+        return 0, []
+    sizes = {file.path: _size(src, file.path) for file in files}
+    rows_of = {rows.file.path: rows.num_rows for rows in opened}
+
+    def rows_per_byte(split: Optional[str]) -> float:
+        paths = [path for path in readable if split is None or SPLITS[_split_of(files, path)] == split]
+        total = sum(sizes[path] for path in paths)
+        return sum(rows_of[path] for path in paths) / total if total else 0.0
+
+    extra, warnings = 0, []
+    for file in refused:
+        split, name = SPLITS[file.split.lower()], file.path or posixpath.basename(src.rstrip("/"))
+        if file.path in footers:
+            count, how = footers[file.path], "the rows its footer declares"
+        else:
+            rate = rows_per_byte(split) or rows_per_byte(None)
+            count, how = max(1, round(sizes[file.path] * rate)), f"its {sizes[file.path]:,} bytes' share of the split"
+        extra += count - 1
+        warnings.append(f"{name} could not be read: the {split} split loses about {count} rows ({how}); each "
+                        f"counts against --max-bad-fraction (see {record_schema.REJECTED_FILE})")
+    return extra, warnings
+
+
+def _split_of(files: Sequence[ParquetFile], path: str) -> str:
+    return next(file.split for file in files if file.path == path).lower()
+
+
+def _size(src: str, path: str) -> int:
+    return FileSystems.match([_full(src, path)])[0].metadata_list[0].size_in_bytes
+
+
+def missing_from_sets(files: Sequence[ParquetFile], src: str) -> list[str]:
+    """A warning for each file that a set's names say exists (``train-00001-of-00003.parquet``) and is missing."""
+    sets: dict[tuple[str, str, int], set[int]] = {}
+    for file in files:
+        folder, _, name = file.path.rpartition("/")
+        match = re.match(r"^(?P<split>.+?)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<ext>\.parquet|\.arrow)$", name)
+        if match:
+            key = (folder, match["split"], int(match["count"]), match["ext"])
+            sets.setdefault(key, set()).add(int(match["index"]))
+    warnings = []
+    for (folder, split, count, ext), present in sorted(sets.items()):
+        for index in sorted(set(range(count)) - present):
+            missing = posixpath.join(folder, f"{split}-{index:05d}-of-{count:05d}{ext}")
+            warnings.append(f"{missing} is missing from {src}: its set names {count} files and {len(present)} are "
+                            f"there, so the {split} split is converted without that file's rows")
+    return warnings
 
 
 def _read_errors() -> tuple[type[BaseException], ...]:

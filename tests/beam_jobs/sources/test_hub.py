@@ -11,6 +11,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 
 import pyarrow as pa
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from beam_jobs.options import ConvertOptions
-from beam_jobs.pipeline import run
+from beam_jobs.pipeline import TooManyRejectedError, run
 from beam_jobs.planning.discover import InputError
 from tests import hub_data
 from tests.conftest import read_records
@@ -279,3 +280,23 @@ def test_class_names_from_the_readme_and_integer_labels_named_by_labels(tmp_path
     assert {name: r["image/class/label"] for name, r in _records(tmp_path / "out").items()} == \
         {f"train/p{i}.jpg": i % 3 for i in range(6)}
 
+
+
+def test_a_cut_file_counts_as_the_rows_it_held_and_a_missing_file_of_a_set_is_named(tmp_path, caplog):
+    """Half of a split cut off used to publish the other half with exit 0: its rows now fail the budget."""
+    src = tmp_path / "snapshot" / "data"
+    paths = hub_data.write_split(str(src), "train", hub_data.rows(60, 0), shards=2)
+    hub_data.write_split(str(src), "test", hub_data.rows(9, 100), shards=3)
+    (src / "test-00002-of-00003.parquet").unlink()
+    data = open(paths[1], "rb").read()
+    open(paths[1], "wb").write(data[:len(data) // 2])  # cut: its footer is gone
+    with pytest.raises(TooManyRejectedError, match=r"about \d+ more inputs in files refused whole"):
+        _convert(tmp_path / "snapshot", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with caplog.at_level("WARNING"):
+        manifest = _convert(tmp_path / "snapshot", tmp_path / "out", max_bad_fraction=0.5)
+    assert manifest["splits"]["train"]["num_examples"] == 30
+    warned = "\n".join(record.getMessage() for record in caplog.records)
+    assert re.search(r"data/train-00001-of-00002.parquet could not be read: the train split loses about (1[5-9]|2\d) "
+                     "rows", warned), warned
+    assert "data/test-00002-of-00003.parquet is missing from" in warned
