@@ -213,6 +213,8 @@ def convert(argv: Sequence[str], own_process: bool = False) -> int:
             hint = runners.suggest(err.flag, _our_flags(parser) + runners.beam_flag_names())
             parser.error(f"unknown option {err.flag}{hint} (not an option of the converter nor of Apache Beam)")
         parser.error(str(err))
+    except runners.BadFlagValueError as err:
+        parser.error(str(err))
     except (discover.InputError, publish.PublishError, pipeline.TooManyRejectedError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -44,6 +44,27 @@ class UnknownFlagError(ValueError):
         self.flag = flag
 
 
+class BadFlagValueError(ValueError):
+    """A Beam flag given a value the run cannot use (``--direct_num_workers=-2``): a usage error naming it."""
+
+
+def _check_flag_values(args: Sequence[str]) -> None:
+    """Values Beam would accept and then fail on deep inside a run: refused before anything is written."""
+    for index, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name != "--direct_num_workers":
+            continue
+        if not equals:
+            value = args[index + 1] if index + 1 < len(args) else ""
+        try:
+            workers = int(value)
+        except ValueError:
+            workers = -1
+        if workers < 0:
+            raise BadFlagValueError(f"--direct_num_workers must be a whole number of worker processes (0: one per core), "
+                                    f"got {value!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class RunnerChoice:
     """The runner of a run and its options.
@@ -72,9 +93,11 @@ def choose_runner(pipeline_args: Sequence[str]) -> RunnerChoice:
     Raises:
       UnknownFlagError: a flag no Beam options class defines (a typo would
         otherwise be dropped by Beam with a log line nobody sees).
+      BadFlagValueError: a value that would fail the run later (``--direct_num_workers=-2``).
       ImportError: ``--runner=dask`` without the dask extra.
     """
     args = list(pipeline_args)
+    _check_flag_values(args)
     runner = PipelineOptions(args).view_as(StandardOptions).runner
     name = str(runner or "").rsplit(".", 1)[-1].lower()
     _check_runner_name(runner)

@@ -215,11 +215,14 @@ def test_help_explains_every_option_with_its_default(converter):
         (["--shards", "0"], "--shards must be a positive integer"),
         (["--quality", "120"], "--quality must be"),
         (["--val-fraction", "1.5"], "--val-fraction must be"),
+        (["--direct_num_workers=-2"], "--direct_num_workers must be a whole number"),
+        (["--direct_num_workers", "two"], "--direct_num_workers must be a whole number"),
     ],
 )
-def test_bad_flags_exit_2_naming_the_flag(demo_src, converter, args, message):
-    proc = converter("--src", demo_src, *args)
+def test_bad_flags_exit_2_naming_the_flag(demo_src, converter, args, message, tmp_path):
+    proc = converter("--src", demo_src, "--out", str(tmp_path / "out"), *args)
     assert proc.returncode == 2 and message in proc.stderr
+    assert os.listdir(tmp_path) == []  # nothing kept: no dataset, no staging folder
 
 
 def test_missing_src_and_empty_class_are_clear_errors(tmp_path, converter):
