@@ -89,12 +89,16 @@ class EncodeOptions:
         (decompression bombs).
       min_side: if set, images whose shorter side is below it are rejected
         (TF Model Garden's crop op fails on 1-3 px images).
+      local_paths: a Parquet row without image bytes may name an absolute path on this machine
+        (``datasets``' ``to_parquet`` of local image files writes such rows), which workers then read.
+        Off by default: a dataset from elsewhere must not make the converter read this machine's files.
     """
 
     quality: int = DEFAULT_QUALITY
     max_side: Optional[int] = None
     max_pixels: int = DEFAULT_MAX_PIXELS
     min_side: Optional[int] = None
+    local_paths: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:

@@ -94,6 +94,9 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--label-column", default=None, metavar="NAME",
         help="a Parquet dataset's label column (default: its one ClassLabel column; a column of text or, with "
         "--labels, of integers)")
+    add("--local-paths", action="store_true",
+        help="a Parquet dataset whose rows hold no image bytes but absolute paths (datasets' to_parquet of local "
+        "files): read those files from this machine (off: data from elsewhere never reads this machine's files)")
     add("--bbox-format", default=None, choices=("coco", "pascal_voc", "yolo"),
         help="a Parquet dataset's objects column: its bbox is [x, y, w, h] pixels (coco, the default), [xmin, ymin, "
         "xmax, ymax] pixels (pascal_voc) or [cx, cy, w, h] normalized (yolo)")
@@ -170,7 +173,7 @@ def convert(argv: Sequence[str], own_process: bool = False) -> int:
             seed=args.seed,
             labels_file=args.labels_file,
             encode=opts.EncodeOptions(quality=args.quality, max_side=args.max_side, max_pixels=args.max_pixels,
-                                      min_side=args.min_side),
+                                      min_side=args.min_side, local_paths=args.local_paths),
             max_bad_fraction=args.max_bad_fraction,
             overwrite=args.overwrite,
             annotations=args.annotations,

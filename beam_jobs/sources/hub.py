@@ -494,7 +494,7 @@ def _members(src: str, opened: Sequence[_Rows], names: Optional[Sequence[str]], 
             for row, (path, value) in enumerate(zip(paths, values)):
                 number = numbers.get(split, 0)
                 numbers[split] = number + 1
-                relpath = f"{split}/{path}" if unique[split] else f"{split}/{number:09d}"
+                relpath = f"{split}/{path.lstrip('/')}" if unique[split] else f"{split}/{number:09d}"
                 locator = cell_locator(rows.file.path, group, row, image)
                 name, problem = _class_name(value, names)
                 if problem:
@@ -519,7 +519,7 @@ def _annotated(src: str, opened: Sequence[_Rows], unique: dict[str, bool], refus
             for row, (path, value, more) in enumerate(zip(paths, values, extras)):
                 number = numbers.get(split, 0)
                 numbers[split] = number + 1
-                relpath = f"{split}/{path}" if unique[split] else f"{split}/{number:09d}"
+                relpath = f"{split}/{path.lstrip('/')}" if unique[split] else f"{split}/{number:09d}"
                 locator = cell_locator(rows.file.path, group, row, image)
                 where = f"{rows.file.path or posixpath.basename(src)} row group {group} row {row}"
                 if column.kind == hub_annotations.LABELS:
@@ -648,8 +648,8 @@ class CellReader:
     (by ranged reads: only that column's chunks). Memory: one row group's images.
     """
 
-    def __init__(self, src: str) -> None:
-        self._src = src
+    def __init__(self, src: str, local_paths: bool = False) -> None:
+        self._src, self._local_paths = src, local_paths
         self._group: tuple[Optional[tuple[str, int, str]], list, list] = (None, [], [])
 
     def read(self, source: str) -> bytes:
@@ -678,8 +678,18 @@ class CellReader:
 
     def _beside(self, file: str, path: Optional[str], group: int, row: int) -> bytes:
         """A row whose bytes are null: the file its ``path`` names beside the Parquet file (``datasets`` writes those)."""
-        where = f"{file} row group {group} row {row}"
-        if not path or path.startswith("/") or ".." in path.split("/"):
+        where = f"{file or posixpath.basename(self._src)} row group {group} row {row}"
+        if path and path.startswith("/"):  # datasets' to_parquet of local image files: their absolute paths
+            if not self._local_paths:
+                raise CellError("missing-image", f"{where}: no image bytes, only the absolute path {path!r}; "
+                                "pass --local-paths to read it from this machine")
+            try:
+                with open(path, "rb") as handle:
+                    return handle.read()
+            except OSError as err:
+                raise CellError("missing-image", f"{where}: no image bytes, and {path} cannot be read: "
+                                f"{err.strerror}") from None
+        if not path or ".." in path.split("/"):
             raise CellError("missing-image", f"{where}: no image bytes" + (f" and the path {path!r} is not "
                                                                          "relative to its file" if path else ""))
         folder = posixpath.dirname(file)

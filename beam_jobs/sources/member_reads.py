@@ -74,6 +74,15 @@ def plan_runs(sources: Iterable[str]) -> dict[str, _Span]:
 
 
 
+def where(source: str) -> str:
+    """Where an item's bytes are, for a rejection's detail, when its path alone does not say it: a Parquet
+    row's file, row group and row; "" otherwise."""
+    if hub.is_cell(source):
+        file, group, row, _ = hub.parse_cell(source)
+        return f"{file} row group {group} row {row}" if file else f"row group {group} row {row}"
+    return ""
+
+
 def keeps_bytes(source: str) -> bool:
     """Whether validation keeps this item's bytes for the writer: a Parquet row cannot be read alone cheaply
     (the writer, in shard order, would read a whole row group for each row)."""
@@ -88,8 +97,8 @@ class MemberReader:
     Close it (or use it as a context manager) to close the archive files.
     """
 
-    def __init__(self, src: str, work: str = "", upcoming: Iterable[str] = ()) -> None:
-        self._src, self._work = src, work
+    def __init__(self, src: str, work: str = "", upcoming: Iterable[str] = (), local_paths: bool = False) -> None:
+        self._src, self._work, self._local_paths = src, work, local_paths
         self._spans = plan_runs(upcoming)
         self._handles: dict[tuple[bool, str], BinaryIO] = {}
         self._window: tuple[Optional[_Span], bytes] = (None, b"")
@@ -106,7 +115,7 @@ class MemberReader:
         """
         if hub.is_cell(source):
             if self._cells is None:
-                self._cells = hub.CellReader(self._src)
+                self._cells = hub.CellReader(self._src, self._local_paths)
             return self._cells.read(source)
         located = archive_members.parse_locator(source)
         if not isinstance(located, Located):

@@ -171,6 +171,10 @@ class ConvertSummary:
             rejected_objects=manifest.get("num_rejected_objects", 0),
         )
 
+    def _kept(self) -> int:
+        """Inputs a resumed run found done in the stopped run's kept work (written or rejected there)."""
+        return max(0, sum(self.written.values()) + self.rejected - (self.processed or 0))
+
     @property
     def images_per_second(self) -> float:
         done = sum(self.written.values()) if self.processed is None else self.processed
@@ -201,7 +205,8 @@ class ConvertSummary:
                   if self.objects is not None else []),
                 f"  bytes:      {self.num_bytes:,}",
                 f"  elapsed:    {self.elapsed_s:.1f} s   ({self.images_per_second:.1f} images/s"
-                + (f", {self.processed} processed by this run, which resumed a stopped one)" if self.processed is not None
+                + (f", {self.processed} processed by this run, {self._kept()} kept from the stopped run it resumed)"
+                   if self.processed is not None
                    else ")"),
             ]
         )

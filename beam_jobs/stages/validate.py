@@ -22,7 +22,7 @@ from beam_jobs import annotations, formats, masks
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.planning.discover import display_path
-from beam_jobs.sources import archive_members
+from beam_jobs.sources import archive_members, member_reads
 from beam_jobs.sources.member_reads import MemberReader, keeps_bytes
 from beam_jobs.stage_records import Accepted, ImageRef, RejectedInput
 from beam_jobs.stages.encode import Encoded, encode_image
@@ -89,7 +89,9 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
                              f"could not be read: {display_path(str(err))}")
     result = encode_image(data, options)
     if not isinstance(result, Encoded):
-        return RejectedInput(display_path(ref.relpath), result.reason, result.detail)
+        located = member_reads.where(ref.source)  # a Parquet row: its file and row, beside its record name
+        return RejectedInput(display_path(ref.relpath), result.reason,
+                             f"{located}: {result.detail}" if located else result.detail)
     annotation = annotations.decode(ref.annotation) if ref.annotation else None
     if isinstance(annotation, annotations.Objects):  # placed on the stored pixels (turned, normalized, bad ones named)
         if annotation.class_mask:  # a semantic mask: a readable PNG of the image file's size, or the image goes
@@ -158,7 +160,7 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
     results: list[Union[Accepted, RejectedInput]] = []
     spill = None
     offset = 0
-    members = MemberReader(src, work, [ref.source for ref in refs])
+    members = MemberReader(src, work, [ref.source for ref in refs], local_paths=options.local_paths)
     try:
         for ref in refs:
             result = validate_ref(src, ref, options, work, members)

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from beam_jobs.options import ConvertOptions
+from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.pipeline import TooManyRejectedError, run
 from beam_jobs.planning.discover import InputError
 from tests import hub_data
@@ -300,3 +300,33 @@ def test_a_cut_file_counts_as_the_rows_it_held_and_a_missing_file_of_a_set_is_na
     assert re.search(r"data/train-00001-of-00002.parquet could not be read: the train split loses about (1[5-9]|2\d) "
                      "rows", warned), warned
     assert "data/test-00002-of-00003.parquet is missing from" in warned
+
+
+def test_rows_of_local_paths_are_read_with_local_paths_and_every_rejection_names_its_file_and_row(tmp_path):
+    """datasets' to_parquet of local image files writes absolute paths and no bytes: read with --local-paths."""
+    import datasets
+
+    pictures = tmp_path / "pictures"
+    pictures.mkdir()
+    paths = []
+    for i in range(3):
+        (pictures / f"{i}.jpg").write_bytes(hub_data.photo(i))
+        paths.append(str(pictures / f"{i}.jpg"))
+    (pictures / "2.jpg").write_bytes(b"no image")
+    features = datasets.Features({"image": datasets.Image(), "labels": datasets.ClassLabel(names=list(hub_data.NAMES))})
+    src = tmp_path / "local"
+    src.mkdir()
+    datasets.Dataset.from_dict({"image": paths, "labels": [0, 1, 2]}, features=features).to_parquet(
+        str(src / "train-00000-of-00001.parquet"))
+    with pytest.raises(TooManyRejectedError):
+        _convert(src, tmp_path / "refused")
+    report = json.loads((tmp_path / "refused.rejected.jsonl").read_text().splitlines()[0])
+    assert "pass --local-paths" in report["detail"] and "row group 0 row 0" in report["detail"]
+    manifest = _convert(src, tmp_path / "out", max_bad_fraction=0.5, encode=EncodeOptions(local_paths=True))
+    assert manifest["splits"]["train"]["num_examples"] == 2
+    records = _records(tmp_path / "out")
+    assert sorted(records) == [f"train/{paths[0].lstrip('/')}", f"train/{paths[1].lstrip('/')}"]  # no "train//"
+    assert records[f"train/{paths[0].lstrip('/')}"]["image/encoded"] == hub_data.photo(0)
+    rejected = [json.loads(line) for line in (tmp_path / "out" / "rejected.jsonl").read_text().splitlines()]
+    assert [r["reason"] for r in rejected] == ["not-an-image"]
+    assert rejected[0]["detail"].startswith("train-00000-of-00001.parquet row group 0 row 2: ")
