@@ -189,7 +189,7 @@ def _convert(
     faults.point("listed")
 
     progress = choose_mode(show_progress, choice.local, sys.stderr)
-    with ProgressBars(work, len(plan.refs), enabled=progress), _private_tempdir(work):
+    with ProgressBars(work, len(plan.refs), enabled=progress, parts=layout.num_parts), _private_tempdir(work):
         try:
             with beam.Pipeline(runner=choice.runner, options=choice.options) as pipeline:
                 _ = (

@@ -3,9 +3,9 @@
 Workers may be other processes or other machines, so they report through the
 run's scratch folder: each DoFn instance rewrites one small file with its
 running count at most once a second. The launcher sums those files into tqdm
-bars on a terminal, or into a line every 30 s and at each phase's end when its
-output goes to a pipe or a log file. Cheap (a few bytes per second per worker)
-and runner-independent.
+bars on a terminal, or into lines when its output goes to a pipe or a log file:
+at the listing's end, seconds into the work, every 30 s and at each phase's end.
+Cheap (a few bytes per second per worker) and runner-independent.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ PHASES = ("validate", "write")
 # nohup), where carriage returns are noise, a line now and then and at each phase's end; or nothing.
 BARS, LINES, OFF = "bars", "lines", "off"
 LINE_INTERVAL_S = 30.0  # as tqdm's non-terminal users and Beam's own logs pace themselves
+FIRST_LINE_S = 3.0  # after the first image is counted: a log shows work under way within seconds, with a rate
 
 
 def choose_mode(requested: object, local: bool, stream: TextIO) -> str:
@@ -97,9 +98,10 @@ class ProgressBars:
     """Progress of the validate and write phases, read by a polling thread: tqdm bars, or lines."""
 
     def __init__(self, folder: str, total: int, enabled: object, stream: Optional[TextIO] = None,
-                 interval_s: float = LINE_INTERVAL_S) -> None:
+                 interval_s: float = LINE_INTERVAL_S, parts: int = 0) -> None:
         self._folder = folder
         self._total = total
+        self._parts = parts
         mode = enabled if enabled in (BARS, LINES, OFF) else BARS if enabled else OFF
         self._mode = OFF if mode == LINES and total == 0 else mode
         self._stream = stream
@@ -140,9 +142,14 @@ class ProgressBars:
             bar.close()
 
     def _print_lines(self) -> None:
+        """Into a log: a line when the listing ends, one a few seconds after work starts (so a long first
+        phase never looks hung), one at each phase's end and every ``interval_s`` between."""
         rates = {phase: _Rate() for phase in PHASES}
         finished: set[str] = set()
+        self._write(f"progress: {self._total:,} images listed" + (f" in {self._parts:,} parts" if self._parts else "")
+                    + "; validating")
         last_line = time.monotonic()
+        first_count: Optional[float] = None  # when work was first seen under way; its line follows soon
         while True:
             stopping = self._stop.wait(1.0)
             counts = {phase: read_progress(self._folder, phase) for phase in PHASES}
@@ -163,7 +170,11 @@ class ProgressBars:
                 if self._completed and final != self._last_line:
                     self._write(final)
                 return
-            if ended or time.monotonic() - last_line >= self._interval_s:
+            now = time.monotonic()
+            if first_count is None and any(counts.values()):
+                first_count = now
+            early = first_count is not None and now - first_count >= FIRST_LINE_S and last_line < first_count
+            if ended or early or now - last_line >= self._interval_s:
                 finished |= ended
                 last_line = time.monotonic()
                 self._write(progress_line(counts, self._total, rates))

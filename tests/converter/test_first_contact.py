@@ -172,7 +172,8 @@ def test_a_stop_prints_one_line_naming_the_finished_work_it_keeps_beside_out(tmp
     assert proc.returncode == code
     kept = [name for name in os.listdir(tmp_path) if name != "imgs"]
     assert len(kept) == 1 and kept[0].startswith(".imgs-tfrecords.staging-"), kept
-    line = stderr.strip().splitlines()
+    line = [text for text in stderr.strip().splitlines() if not text.startswith("progress: ")]  # heartbeat first
+    assert stderr.strip().splitlines()[-1] == line[-1]  # the stop line is the last
     assert len(line) == 1 and line[0].startswith(f"{word}: nothing was published; {out} is unchanged. Its finished "
                                                  "work (1 of 1 parts validated, ")
     assert line[0].endswith(f"is kept in {tmp_path / kept[0]}: the same command resumes from it; deleting that "

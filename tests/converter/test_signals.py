@@ -151,7 +151,10 @@ def _stopped(proc: subprocess.Popen, marker: str, signum: int, out: str, sent: f
                 return [f"output still open 30 s after the signal (exit after {exited} s)"], ""
     closed = time.monotonic() - sent
     exited = closed if exited is None else exited
-    lines = [line for line in stderr.splitlines() if line.strip()]
+    # Progress lines (a log's heartbeat) may come first; the stop line is the one other line, and the last.
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("progress: ")]
+    if [line for line in stderr.splitlines() if line.strip()][-1:] != lines[-1:]:
+        lines.append("a progress line came after the stop line")
     expected = re.compile(re.escape(f"{VERBS[signum]}: nothing was published; {out} is unchanged") +
                           r"(\. Its finished work \(\d+ of \d+ parts validated, \d+ shards? written; [\d.]+ \w+\) "
                           r"is kept in (?P<kept>\S+): the same command resumes from it; deleting that folder "

@@ -10,7 +10,7 @@ import struct
 import termios
 import time
 
-from beam_jobs.runtime.progress import BARS, LINES, OFF, ProgressBars, ProgressWriter, choose_mode
+from beam_jobs.runtime.progress import FIRST_LINE_S, BARS, LINES, OFF, ProgressBars, ProgressWriter, choose_mode
 
 
 def test_lines_come_at_each_phase_end_and_every_interval(tmp_path):
@@ -27,7 +27,8 @@ def test_lines_come_at_each_phase_end_and_every_interval(tmp_path):
         write.flush()
         time.sleep(1.5)  # write ends
     lines = stream.getvalue().splitlines()
-    assert lines[0].startswith("progress: validate 40/100 (40%)")
+    assert lines[0] == "progress: 100 images listed; validating"
+    assert lines[1].startswith("progress: validate 40/100 (40%)")
     assert "progress: validate 100/100 (100%) | write 0/100 (0%)" in lines
     assert lines[-1] == "progress: validate 100/100 (100%) | write 100/100 (100%)"
     assert all(line.startswith("progress: ") for line in lines)
@@ -54,8 +55,22 @@ def test_a_run_quicker_than_one_poll_still_says_where_each_phase_ended(tmp_path)
             writer = ProgressWriter(str(tmp_path), phase)
             writer.add(12)
             writer.flush()
-    assert stream.getvalue().splitlines() == ["progress: validate 12/12 (100%) | write 0/12 (0%)",
+    assert stream.getvalue().splitlines() == ["progress: 12 images listed; validating",
+                                              "progress: validate 12/12 (100%) | write 0/12 (0%)",
                                               "progress: validate 12/12 (100%) | write 12/12 (100%)"]
+
+
+def test_a_log_gets_a_line_when_listing_ends_and_one_seconds_after_work_starts(tmp_path):
+    """A 54 s run once wrote its first line at 30 s and looked hung."""
+    stream = io.StringIO()
+    validate = ProgressWriter(str(tmp_path), "validate")
+    with ProgressBars(str(tmp_path), 3000, enabled=LINES, stream=stream, parts=24):
+        time.sleep(1.2)
+        validate.add(10)
+        validate.flush()
+        time.sleep(FIRST_LINE_S + 1.5)
+        assert stream.getvalue().splitlines()[0] == "progress: 3,000 images listed in 24 parts; validating"
+        assert stream.getvalue().splitlines()[1].startswith("progress: validate 10/3,000 (0%)")
 
 
 def test_with_rejections_the_last_line_says_where_the_write_phase_ended(tmp_path):
