@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.planning import discover
-from beam_jobs.sources import archives, coco, hub, imagenet, mask_folders, voc, yolo
+from beam_jobs.sources import archives, coco, hub, hub_files, imagenet, mask_folders, voc, yolo
 from beam_jobs.stage_records import ImageRef
 
 
@@ -142,11 +142,11 @@ def _objects(module) -> Callable[[Request], discover.InputPlan]:
 # Tried in order; the first that claims the request plans it. Flags that name a layout come before
 # the layouts found by looking, and class folders, which claim everything, come last.
 SOURCES: tuple[Source, ...] = (
-    Source("hugging-face-file", lambda r: hub.is_parquet_file(r.src), _hub_file),
+    Source("hugging-face-file", lambda r: hub_files.is_parquet_file(r.src), _hub_file),
     Source("coco", lambda r: coco.claims(r.options, r.found().listing if not r.options.annotations else None),
            _objects(coco)),
     Source("label-file", lambda r: bool(r.options.annotations), _label_file),
-    Source("hugging-face", lambda r: bool(hub.parquet_files(r.found().listing)), _hub_folder),
+    Source("hugging-face", lambda r: bool(hub_files.parquet_files(r.found().listing)), _hub_folder),
     Source("yolo", lambda r: yolo.claims(r.found().listing), _objects(yolo)),
     Source("pascal-voc", lambda r: not (r.options.label_member or r.options.val_labels)
            and voc.claims(r.found().listing), _objects(voc)),

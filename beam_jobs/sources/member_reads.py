@@ -23,7 +23,7 @@ import dataclasses
 from typing import BinaryIO, Iterable, Optional
 
 from beam_jobs.files.filesystems import FileSystems, open_for_ranges
-from beam_jobs.sources import archive_members, hub
+from beam_jobs.sources import archive_members, hub_cells
 from beam_jobs.sources.archive_members import ArchiveError, Located
 
 # Members closer than this are fetched together (a tar puts 512-1,023 bytes of header and padding between
@@ -57,7 +57,7 @@ def plan_runs(sources: Iterable[str]) -> dict[str, _Span]:
             spans.update((source, span) for source in run)
 
     for source in sources:
-        if not source or source.startswith(archive_members.REFUSED) or hub.is_cell(source):
+        if not source or source.startswith(archive_members.REFUSED) or hub_cells.is_cell(source):
             continue
         located = archive_members.parse_locator(source)
         start = located.member.offset
@@ -77,8 +77,8 @@ def plan_runs(sources: Iterable[str]) -> dict[str, _Span]:
 def where(source: str) -> str:
     """Where an item's bytes are, for a rejection's detail, when its path alone does not say it: a Parquet
     row's file, row group and row; "" otherwise."""
-    if hub.is_cell(source):
-        file, group, row, _ = hub.parse_cell(source)
+    if hub_cells.is_cell(source):
+        file, group, row, _ = hub_cells.parse_cell(source)
         return f"{file} row group {group} row {row}" if file else f"row group {group} row {row}"
     return ""
 
@@ -86,7 +86,7 @@ def where(source: str) -> str:
 def keeps_bytes(source: str) -> bool:
     """Whether validation keeps this item's bytes for the writer: a Parquet row cannot be read alone cheaply
     (the writer, in shard order, would read a whole row group for each row)."""
-    return hub.is_cell(source)
+    return hub_cells.is_cell(source)
 
 
 class MemberReader:
@@ -102,7 +102,7 @@ class MemberReader:
         self._spans = plan_runs(upcoming)
         self._handles: dict[tuple[bool, str], BinaryIO] = {}
         self._window: tuple[Optional[_Span], bytes] = (None, b"")
-        self._cells: Optional[hub.CellReader] = None  # rows of a Parquet dataset
+        self._cells: Optional[hub_cells.CellReader] = None  # rows of a Parquet dataset
         self.requests = 0  # ranged reads made (what the object-store tests count)
 
     def read(self, source: str) -> bytes:
@@ -113,9 +113,9 @@ class MemberReader:
             inflate to what the archive declared.
           OSError: the archive file cannot be read.
         """
-        if hub.is_cell(source):
+        if hub_cells.is_cell(source):
             if self._cells is None:
-                self._cells = hub.CellReader(self._src, self._local_paths)
+                self._cells = hub_cells.CellReader(self._src, self._local_paths)
             return self._cells.read(source)
         located = archive_members.parse_locator(source)
         if not isinstance(located, Located):

@@ -196,6 +196,7 @@ def test_mutated_parquet_files_list_and_read_or_are_refused_naming_the_file(tmp_
     from beam_jobs.planning.discover import Listing
     from beam_jobs.sources import archive_members
     from beam_jobs.sources import hub as parquet
+    from beam_jobs.sources import hub_cells
 
     data = bytearray(SAMPLE)
     for at, xor in flips:
@@ -208,7 +209,7 @@ def test_mutated_parquet_files_list_and_read_or_are_refused_naming_the_file(tmp_
     except InputError as err:
         assert "train-00000-of-00001.parquet" in str(err) or str(folder) in str(err)
         return
-    reader = parquet.CellReader(str(folder))
+    reader = hub_cells.CellReader(str(folder))
     for ref in plan.refs:
         if ref.source.startswith(archive_members.REFUSED):
             assert archive_members.parse_locator(ref.source).reason in (
@@ -216,7 +217,7 @@ def test_mutated_parquet_files_list_and_read_or_are_refused_naming_the_file(tmp_
             continue
         try:
             reader.read(ref.source)
-        except parquet.CellError as err:
+        except hub_cells.CellError as err:
             assert err.reason in ("corrupt-parquet", "missing-image")
 
 
@@ -239,7 +240,7 @@ def test_a_dataset_saved_to_disk_as_arrow_converts_to_the_bytes_of_its_parquet(t
 
 
 def test_split_and_config_are_read_from_the_hubs_file_names():
-    from beam_jobs.sources.hub import describe
+    from beam_jobs.sources.hub_files import describe
 
     assert (describe("data/train-00000-of-00004.parquet").split, describe("data/train-00000-of-00004.parquet")
             .config) == ("train", "")
