@@ -142,7 +142,7 @@ def _objects(module) -> Callable[[Request], discover.InputPlan]:
 # Tried in order; the first that claims the request plans it. Flags that name a layout come before
 # the layouts found by looking, and class folders, which claim everything, come last.
 SOURCES: tuple[Source, ...] = (
-    Source("hugging-face-file", lambda r: hub_files.is_parquet_file(r.src), _hub_file),
+    Source("hugging-face-file", lambda r: hub_files.is_dataset_file(r.src), _hub_file),
     Source("coco", lambda r: coco.claims(r.options, r.found().listing if not r.options.annotations else None),
            _objects(coco)),
     Source("label-file", lambda r: bool(r.options.annotations), _label_file),

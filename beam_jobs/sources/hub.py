@@ -55,7 +55,7 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
          config: Optional[str], image_column: Optional[str], label_column: Optional[str],
          scratch: Optional[str] = None, bbox_format: Optional[str] = None) -> InputPlan:
     """The plan of a Parquet dataset: a ref per row, labelled by the Hub's ClassLabel ids (see the module)."""
-    if hub_files.is_parquet_file(src):  # one file: its name says its split
+    if hub_files.is_dataset_file(src):  # one file: its name says its split
         found = [dataclasses.replace(hub_files.describe(posixpath.basename(src.rstrip("/"))), path="")]
     else:
         found = [hub_files.describe(path) for path in hub_files.parquet_files(listing)]
@@ -75,6 +75,8 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
         try:
             with hub_tables.open_table(src, file.path) as table:
                 schema, groups = table.schema, table.group_rows()
+        except hub_tables.ArrowNotLocalError:
+            raise
         except hub_tables.read_errors() as err:
             refused.append(_refused_file(src, file, err))
             continue
@@ -130,6 +132,8 @@ def _read_small_columns(src: str, opened: list[_Rows], refused: list[ImageRef]) 
         split = hub_files.SPLITS[rows.file.split.lower()]
         try:
             every = _path_digests(src, rows, digests.setdefault(split, array("Q")))
+        except hub_tables.ArrowNotLocalError:
+            raise
         except hub_tables.read_errors() as err:
             refused.append(_refused_file(src, rows.file, err))
             continue

@@ -16,7 +16,7 @@ from typing import Optional
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.sources import archive_members
 from beam_jobs.sources.hub_files import full_path
-from beam_jobs.sources.hub_tables import first_line, open_table, read_errors
+from beam_jobs.sources.hub_tables import ArrowNotLocalError, first_line, open_table, read_errors
 
 _LOCATOR = "q"  # a cell's locator kind, beside archive_members' "a", "w" and "!"
 
@@ -75,6 +75,8 @@ class CellReader:
         try:
             with open_table(self._src, file) as table:
                 images, paths = table.group(group, [f"{column}.bytes", f"{column}.path"])
+        except ArrowNotLocalError:
+            raise
         except read_errors() as err:
             raise CellError("corrupt-parquet", f"{file} row group {group}: {first_line(err)}") from err
         return images, paths

@@ -42,8 +42,9 @@ class ParquetFile:
     config: str
 
 
-def is_parquet_file(src: str) -> bool:
-    """SRC is one dataset file (``--src train-00000-of-00001.parquet``, ``data-00000-of-00001.arrow``)."""
+def is_dataset_file(src: str) -> bool:
+    """SRC is one file of a dataset, Parquet or Arrow (``--src train-00000-of-00001.parquet``,
+    ``data-00000-of-00001.arrow``)."""
     return src.lower().endswith(EXTENSIONS)
 
 

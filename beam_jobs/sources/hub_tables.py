@@ -63,6 +63,10 @@ class _ArrowTable:
         return values
 
 
+class ArrowNotLocalError(InputError):
+    """An Arrow file in an object store: a usage error, never taken for a damaged file."""
+
+
 @contextlib.contextmanager
 def open_table(src: str, path: str) -> Iterator:
     """A Parquet or Arrow file of the dataset, open for reading by groups (row groups, record batches)."""
@@ -72,8 +76,8 @@ def open_table(src: str, path: str) -> Iterator:
             yield _ParquetTable(handle)
         return
     if FileSystems.get_scheme(full) not in (None, "file"):
-        raise InputError(f"{full}: Arrow files are read from a local disk (they are mapped into memory); "
-                         "copy the dataset's folder to one, or convert its Parquet files")
+        raise ArrowNotLocalError(f"{full}: Arrow files are read from a local disk (they are mapped into memory); "
+                                 "copy the dataset's folder to one, or convert its Parquet files")
     import pyarrow as pa
 
     with pa.memory_map(full[len("file://"):] if full.startswith("file://") else full) as source:
@@ -81,7 +85,11 @@ def open_table(src: str, path: str) -> Iterator:
 
 
 def read_errors() -> tuple[type[BaseException], ...]:
-    """What reading a damaged Parquet file raises: pyarrow's own errors (some are not ValueErrors), and I/O's."""
+    """What reading a damaged Parquet file raises: pyarrow's own errors (some are not ValueErrors), and I/O's.
+
+    Callers catch :class:`ArrowNotLocalError` (a ValueError too) before these: it is the user's to fix, not a
+    damaged file to count as rejected.
+    """
     import pyarrow.lib
 
     return (OSError, ValueError, EOFError, pyarrow.lib.ArrowException)

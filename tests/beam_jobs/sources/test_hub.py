@@ -331,3 +331,11 @@ def test_rows_of_local_paths_are_read_with_local_paths_and_every_rejection_names
     rejected = [json.loads(line) for line in (tmp_path / "out" / "rejected.jsonl").read_text().splitlines()]
     assert [r["reason"] for r in rejected] == ["not-an-image"]
     assert rejected[0]["detail"].startswith("train-00000-of-00001.parquet row group 0 row 2: ")
+
+
+def test_flags_that_label_images_otherwise_are_refused_for_one_parquet_file_too(tmp_path):
+    """--val-labels was silently ignored for a single .parquet SRC (its check came after an early return)."""
+    path = hub_data.write_split(str(tmp_path / "d"), "train", hub_data.rows(3, 0))[0]
+    (tmp_path / "val.csv").write_text("ImageId,PredictionString\n")
+    with pytest.raises(InputError, match="--val-labels: .* is a Parquet dataset"):
+        _convert(path, tmp_path / "out", val_labels=str(tmp_path / "val.csv"))
