@@ -10,6 +10,7 @@ A row without bytes names a file beside its Parquet file (``datasets`` writes su
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from typing import Optional
 
@@ -49,11 +50,19 @@ class CellReader:
 
     A part lists a file's rows in order, so a chunk reads each row group once
     (by ranged reads: only that column's chunks). Memory: one row group's images.
+    Each file is opened once for the chunk (its footer read once), kept open
+    until :meth:`close`, as archives are for their members.
     """
 
     def __init__(self, src: str, local_paths: bool = False) -> None:
         self._src, self._local_paths = src, local_paths
         self._group: tuple[Optional[tuple[str, int, str]], list, list] = (None, [], [])
+        self._tables: dict[str, object] = {}
+        self._open = contextlib.ExitStack()
+
+    def close(self) -> None:
+        self._tables = {}
+        self._open.close()
 
     def read(self, source: str) -> bytes:
         """The image bytes of the row ``source`` locates.
@@ -73,8 +82,10 @@ class CellReader:
 
     def _load(self, file: str, group: int, column: str) -> tuple[list, list]:
         try:
-            with open_table(self._src, file) as table:
-                images, paths = table.group(group, [f"{column}.bytes", f"{column}.path"])
+            table = self._tables.get(file)
+            if table is None:
+                table = self._tables[file] = self._open.enter_context(open_table(self._src, file))
+            images, paths = table.group(group, [f"{column}.bytes", f"{column}.path"])
         except ArrowNotLocalError:
             raise
         except read_errors() as err:

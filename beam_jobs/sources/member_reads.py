@@ -144,9 +144,11 @@ class MemberReader:
         return handle.read(size)
 
     def close(self) -> None:
-        handles, self._handles, self._window, self._cells = self._handles, {}, (None, b""), None
+        handles, self._handles, self._window, cells, self._cells = self._handles, {}, (None, b""), self._cells, None
         for handle in handles.values():
             handle.close()
+        if cells is not None:
+            cells.close()
 
     def __enter__(self) -> "MemberReader":
         return self

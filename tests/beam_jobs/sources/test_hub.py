@@ -339,3 +339,27 @@ def test_flags_that_label_images_otherwise_are_refused_for_one_parquet_file_too(
     (tmp_path / "val.csv").write_text("ImageId,PredictionString\n")
     with pytest.raises(InputError, match="--val-labels: .* is a Parquet dataset"):
         _convert(path, tmp_path / "out", val_labels=str(tmp_path / "val.csv"))
+
+
+def test_a_workers_reader_opens_each_file_once_for_all_its_row_groups(tmp_path, monkeypatch):
+    """Each row group used to reopen its file (and read its footer again): files stay open for the chunk."""
+    from beam_jobs.sources import hub_cells
+
+    table = pa.Table.from_pydict(hub_data.rows(6, 0), schema=hub_data.features().arrow_schema)
+    pq.write_table(table, tmp_path / "train-00000-of-00001.parquet", row_group_size=2)
+    opened = []
+    real = hub_cells.open_table
+
+    def counted(src, path):
+        opened.append(path)
+        return real(src, path)
+
+    monkeypatch.setattr(hub_cells, "open_table", counted)
+    reader = hub_cells.CellReader(str(tmp_path))
+    try:
+        images = [reader.read(hub_cells.cell_locator("train-00000-of-00001.parquet", group, row, "image"))
+                  for group in range(3) for row in range(2)]
+    finally:
+        reader.close()
+    assert images == [hub_data.photo(i) for i in range(6)]
+    assert opened == ["train-00000-of-00001.parquet"]
