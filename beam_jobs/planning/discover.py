@@ -26,6 +26,7 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import record_schema
 from beam_jobs import formats
+from beam_jobs.files import work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.planning.carve import carve_count, carve_key, carve_thresholds
 from beam_jobs.planning.listing import (  # noqa: F401 - the listing's names, as every source's plan meets them
@@ -113,8 +114,6 @@ def collect_members(triples: Iterable[tuple[str, str, str, str]], scratch: Optio
     if scratch is None:
         items: Iterable[tuple[str, str, str, str]] = tuple(counted())
     else:
-        from beam_jobs.files import work_records  # imports this module: loaded when first needed
-
         items = work_records.spill(scratch_file(scratch, "members"), work_records.MEMBER, counted(),
                                    lambda t: work_records.encode_member(*t), work_records.decode_member)
     return Members(items, dict(counts))

@@ -18,6 +18,7 @@ import os
 import uuid
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
+from beam_jobs.files import work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.runtime import interrupt
 
@@ -126,8 +127,6 @@ def listing_of(src: str, files: Iterable[str], dirs: Iterable[str], skipped: Map
     """The :class:`Listing` of streamed ``files`` (or ``located`` ``(path, source)`` entries): spilled to
     ``scratch`` as they come, or held sorted. ``dirs``, ``skipped`` and ``refused()`` are read once the
     stream has been consumed (a walk fills them as it goes)."""
-    from beam_jobs.files import work_records
-
     if located is None:
         entries: Iterable[tuple[str, str]] = ((path, "") for path in files)
     else:
