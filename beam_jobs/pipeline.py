@@ -32,7 +32,8 @@ from beam_jobs.planning import discover, resume
 from beam_jobs.planning.shard import plan_shard_counts, shard_size_warning
 from beam_jobs.runtime import interrupt, runners
 from beam_jobs.runtime.progress import PHASES, ProgressBars, choose_mode, read_progress
-from beam_jobs.sources import archive_scan, archives, compressed
+from beam_jobs.runtime import worker_fork
+from beam_jobs.sources import archive_scan, archives, compressed, member_reads
 from beam_jobs.stages import list_parts
 from beam_jobs.stages.count import PartCounts
 from beam_jobs.stages.manifest import ConvertSummary, build_manifest, check_results
@@ -109,7 +110,8 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
                 leftovers = publish.leftover_stagings(out)
                 staging = publish.new_staging(out)  # before the plan: the workers may read the tars' headers into it
                 plan = _plan(options, scratch, _archive_scanner(options, staging, choice))
-                choice = runners.sized_for(choice, len(plan.refs))
+                choice = runners.sized_for(choice, _work_of(options, plan),
+                                           forked=worker_fork.worker_command() is not None)
                 part_size = list_parts.choose_part_size(len(plan.refs), options.part_size, plan.read_unit)
                 layout = list_parts.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size)
                 record = resume.record_for(options, plan, part_size,
@@ -147,6 +149,18 @@ def _plan(options: ConvertOptions, scratch: str, scanner: archives.Scanner) -> d
     for warning in plan.warnings:
         logger.warning("%s", warning)
     return plan
+
+
+# Past this many images, no run is small enough for one process: their bytes are not looked at.
+_SIZED_UP_TO = 5_000
+
+
+def _work_of(options: ConvertOptions, plan: discover.InputPlan) -> runners.Work:
+    """The run's work, as the rule that runs small runs in one process weighs it (runners.sized_for)."""
+    count = len(plan.refs)
+    stored = member_reads.input_bytes(options.src, plan.refs, _SIZED_UP_TO) if count <= _SIZED_UP_TO else 0
+    return runners.Work(count, stored if count <= _SIZED_UP_TO else count * member_reads.UNKNOWN_ITEM_BYTES,
+                        downsizing=options.encode.max_side is not None)
 
 
 def _archive_scanner(options: ConvertOptions, staging: str, choice: runners.RunnerChoice) -> archives.Scanner:

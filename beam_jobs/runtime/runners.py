@@ -119,15 +119,39 @@ def choose_runner(pipeline_args: Sequence[str]) -> RunnerChoice:
     return RunnerChoice(options, None, str(runner).rsplit(".", 1)[-1], local=name == "prismrunner")
 
 
-# A local run of this many images or fewer runs in the launcher's own process: its worker processes would
-# each import Beam again (3-4 s, before any image is read), longer than the whole conversion takes in
-# one process. Never changes the output (every runner writes the same bytes).
-SMALL_RUN_IMAGES = 1_000
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What a run's images ask of the workers, estimated before any is read: how many, their bytes (as stored
+    in SRC; an estimate where sizes are unknown), and whether they will be decoded to be downsized."""
+
+    images: int
+    input_bytes: int
+    downsizing: bool = False
+
+    def seconds(self) -> float:
+        """One core's seconds for this work: a fixed cost an image (read, hash, check, write again) and a cost a
+        byte, decoding being the most of it. Measured on 2-core machines (docs/design.md, "Who converts a small
+        run"): about 2 ms an image; 35 MB/s validating JPEGs stored as they are, 15 MB/s decoding to downsize."""
+        return self.images * PER_IMAGE_S + self.input_bytes / (DOWNSIZE_BYTES_PER_S if self.downsizing
+                                                                else CHECK_BYTES_PER_S)
 
 
-def sized_for(choice: RunnerChoice, num_images: int) -> RunnerChoice:
-    """``choice``, or for a small local run whose mode the user left to us, the in-process runner."""
-    if choice.sizable_args is None or num_images > SMALL_RUN_IMAGES:
+PER_IMAGE_S = 0.002
+CHECK_BYTES_PER_S = 35e6
+DOWNSIZE_BYTES_PER_S = 15e6
+# Local workers pay off once the work outlasts what starting them costs: workers forked from the launcher
+# (python -m converter) start in milliseconds, so 2 s of work is enough; workers that import Beam first
+# (a library caller's) take 2-3 s each before reading an image.
+FORKED_WORKERS_FROM_S = 2.0
+IMPORTING_WORKERS_FROM_S = 6.0
+
+
+def sized_for(choice: RunnerChoice, work: Work, forked: bool = False) -> RunnerChoice:
+    """``choice``, or, for a local run whose mode the user left to us and whose work is too small to pay for
+    starting worker processes, the in-process runner. Never changes the output (every runner writes the same
+    bytes); ``forked``: workers would be forked from this process (:mod:`beam_jobs.runtime.worker_fork`)."""
+    threshold = FORKED_WORKERS_FROM_S if forked else IMPORTING_WORKERS_FROM_S
+    if choice.sizable_args is None or work.seconds() > threshold:
         return choice
     options = PipelineOptions([*choice.sizable_args, "--direct_num_workers=1", "--direct_running_mode=in_memory"])
     runner, description = _local_runner(options)

@@ -20,6 +20,7 @@ writer's, in shard order) is fetched exactly. Memory: one run.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import BinaryIO, Iterable, Optional
 
 from beam_jobs.files.filesystems import FileSystems, open_for_ranges
@@ -81,6 +82,32 @@ def where(source: str) -> str:
         file, group, row, _ = hub_cells.parse_cell(source)
         return f"{file} row group {group} row {row}" if file else f"row group {group} row {row}"
     return ""
+
+
+UNKNOWN_ITEM_BYTES = 100_000  # an item whose size the listing does not know (a Parquet row, an object in S3)
+
+
+def input_bytes(src: str, refs: Iterable, limit: int) -> int:
+    """The bytes the first ``limit`` items hold as stored: a local file's size, an archive member's stored
+    size; :data:`UNKNOWN_ITEM_BYTES` for the rest. Only for small runs (the rule that runs them in one
+    process): one ``stat`` an image."""
+    total = 0
+    local = FileSystems.get_scheme(src) in (None, "file")
+    for count, ref in enumerate(refs):
+        if count == limit:
+            break
+        if ref.source.startswith(archive_members.REFUSED):
+            continue
+        if ref.source and not hub_cells.is_cell(ref.source):
+            total += archive_members.parse_locator(ref.source).member.size
+        elif not ref.source and local:
+            try:
+                total += os.stat(os.path.join(src, *ref.relpath.split("/"))).st_size
+            except OSError:
+                continue  # gone since listed: validation says so
+        else:
+            total += UNKNOWN_ITEM_BYTES
+    return total
 
 
 def keeps_bytes(source: str) -> bool:

@@ -44,17 +44,26 @@ def test_default_run_is_the_fnapi_runner_in_process_when_small_else_a_worker_per
     assert _manifest(out)["written_by"]["runner"] == "FnApiRunner (multi_processing, 2 workers)"
 
 
-def test_a_run_above_the_small_size_gets_a_worker_process_per_core():
+def test_a_run_with_more_work_than_starting_workers_costs_gets_a_worker_process_per_core():
+    """Decided by the work, not the count alone: 900 large photos downsized once ran on one core of two."""
     from beam_jobs.runtime import runners
+    from beam_jobs.runtime.runners import Work
 
     choice = runners.choose_runner([])
     workers = os.cpu_count()
     default = f"FnApiRunner (multi_processing, {workers} worker{'s' if workers != 1 else ''})"
+    in_process = "FnApiRunner (in_memory, 1 worker)"
     assert choice.description == default
-    assert runners.sized_for(choice, runners.SMALL_RUN_IMAGES + 1).description == default
-    assert runners.sized_for(choice, runners.SMALL_RUN_IMAGES).description == "FnApiRunner (in_memory, 1 worker)"
+    small_jpegs = Work(600, 600 * 8_000)  # the demo's shapes: about 1.3 s of work
+    large_photos = Work(900, 900 * 350_000, downsizing=True)  # 1200-1600 px photos, --max-side 256: ~23 s
+    for forked in (True, False):
+        assert runners.sized_for(choice, small_jpegs, forked).description == in_process
+        assert runners.sized_for(choice, large_photos, forked).description == default
+    few_large = Work(150, 150 * 350_000, downsizing=True)  # ~3.8 s: worth forked workers, not importing ones
+    assert runners.sized_for(choice, few_large, forked=True).description == default
+    assert runners.sized_for(choice, few_large, forked=False).description == in_process
     chosen = runners.choose_runner(["--direct_running_mode=multi_processing"])
-    assert runners.sized_for(chosen, 10).description == default  # the user's mode is kept
+    assert runners.sized_for(chosen, Work(10, 100)).description == default  # the user's mode is kept
 
 
 def test_explicit_direct_runner_is_pinned_too_and_prism_runs_only_when_named(tmp_path, demo_src, converter):

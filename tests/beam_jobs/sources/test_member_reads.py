@@ -104,3 +104,19 @@ def test_members_of_two_archives_and_plain_files_between_them_keep_their_runs(tm
     with MemberReader(str(tmp_path), upcoming=sources) as reader:
         read = [reader.read(s) for s in sources if s]
         assert read == [*one.values(), *two.values()] and reader.requests == 2
+
+
+def test_the_input_bytes_of_a_small_run_are_its_files_and_members_sizes(tmp_path):
+    """What the rule that runs small runs in one process weighs: files by stat, members by their stored size."""
+    from beam_jobs.sources.archives import list_tree
+    from beam_jobs.sources.member_reads import UNKNOWN_ITEM_BYTES, input_bytes
+    from beam_jobs.stage_records import ImageRef
+
+    files = _tar(tmp_path / "a.tar", [100, 2_000, 30_000])
+    (tmp_path / "b.jpg").write_bytes(b"x" * 777)
+    listing = list_tree(str(tmp_path)).listing
+    refs = [ImageRef("train", path, 0, source) for path, source in listing.entries()]
+    assert input_bytes(str(tmp_path), refs, limit=100) == sum(map(len, files.values())) + 777
+    cell = ImageRef("train", "train/000", 0, "q:0:0:image:x.parquet")
+    assert input_bytes(str(tmp_path), [cell], limit=100) == UNKNOWN_ITEM_BYTES
+    assert input_bytes(str(tmp_path), refs, limit=1) in {777, 100, 2_000, 30_000}
