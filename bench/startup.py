@@ -8,6 +8,9 @@ Issue #35's targets: converting 600 images takes at most 1.5x one
 small dataset at most 1.5x one ``python -c "import tensorflow"``, each
 measured beside its reference, alternating, and compared by their medians
 (absolute times on a shared 2-core machine swing 10x; their ratios do not).
+And the other end of the rule that runs small runs in one process (issue #42): 900 photos of
+1200-1600 px downsized (``--max-side 256``) with the default rule, forced into one process, and on two
+forked workers (``--photos 0`` skips it).
 Also measured (no target): the same conversion on two worker processes forked
 from the launcher, as ``python -m converter`` starts them, against two that
 each import Beam first (``IMGSHARDS_FORK_WORKERS=0``, as a library caller's do).
@@ -72,15 +75,42 @@ def measure(images: int, rounds: int, work: str) -> dict:
             "met": {name: ratios[name] <= TARGETS[name] for name in TARGETS}}
 
 
+def measure_large(photos: int, rounds: int, work: str) -> dict:
+    """The other end of the small-run rule (issue #42): ``photos`` photos of 1200-1600 px, ``--max-side 256``,
+    converted with the default rule, forced into one process, and forced onto two forked workers."""
+    from bench.data import make_photo_dataset
+
+    src, out = os.path.join(work, "photos"), os.path.join(work, "photos-tfrecords")
+    make_photo_dataset(src, photos, seed=2, sides=(1200, 1600))
+    common = [sys.executable, "-m", "converter", "--src", src, "--out", out, "--shards", "4", "--overwrite",
+              "--no-progress", "--max-side", "256"]
+    commands = {"default rule": common,
+                "one process": [*common, "--direct_running_mode=in_memory", "--direct_num_workers=1"],
+                "2 forked workers": [*common, "--direct_num_workers=2"]}
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    _timed(commands["default rule"])  # warm the page cache
+    for _ in range(rounds):
+        for name, argv in commands.items():
+            times[name].append(_timed(argv))
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return {"photos": photos, "rounds": rounds, "median_s": medians,
+            "default_over_one_process": medians["default rule"] / medians["one process"],
+            "default_over_two_workers": medians["default rule"] / medians["2 forked workers"]}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=600)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", default=RESULTS, help="where to write the results (default: %(default)s)")
+    parser.add_argument("--photos", type=int, default=900,
+                        help="large photos downsized, the other end of the small-run rule (0: skip)")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="imgshards-startup-")
     try:
         results = measure(args.images, args.rounds, work)
+        if args.photos:
+            results["large_photos"] = measure_large(args.photos, max(1, min(args.rounds, 3)), work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     with open(args.json, "w", encoding="utf-8") as handle:
@@ -88,6 +118,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name, ratio in results["ratio"].items():
         target = f" (target {TARGETS[name]}x: {'met' if results['met'][name] else 'missed'})" if name in TARGETS else ""
         print(f"{name}: {results['median_s'][name]:.2f} s = {ratio:.2f}x {results['reference'][name]}{target}")
+    if "large_photos" in results:
+        large = results["large_photos"]
+        print(f"{large['photos']} large photos, --max-side 256: " + ", ".join(
+            f"{name} {seconds:.1f} s" for name, seconds in large["median_s"].items()))
     return 0
 
 

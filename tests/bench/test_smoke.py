@@ -84,7 +84,8 @@ def test_the_archive_benchmark_runs_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_the_startup_benchmark_reports_each_ratio_against_its_reference(tmp_path):
     out = tmp_path / "startup.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.startup", "--images", "30", "--rounds", "1", "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "bench.startup", "--images", "30", "--rounds", "1", "--photos", "4",
+                           "--json", str(out)],
                           cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     measured = json.loads(out.read_text())
@@ -92,6 +93,7 @@ def test_the_startup_benchmark_reports_each_ratio_against_its_reference(tmp_path
     assert measured["images"] == 30
     assert all(ratio > 0 for ratio in measured["ratio"].values())
     assert "x import apache_beam (target 1.5x" in proc.stdout
+    assert set(measured["large_photos"]["median_s"]) == {"default rule", "one process", "2 forked workers"}
 
 
 @pytest.mark.slow
