@@ -21,15 +21,9 @@ from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.planning.discover import InputError, Listing
 
 EXTENSIONS = (".parquet", ".arrow")  # Parquet (the Hub's files), Arrow (save_to_disk and the HF datasets cache)
-
-
 SPLITS = {"train": "train", "validation": "validation", "valid": "validation", "val": "validation",
           "test": "test"}
-
-
 _SHARDED = re.compile(r"^(?P<split>[^/]+?)-\d{5}-of-\d{5}\.parquet$")  # push_to_hub
-
-
 _NUMBERED = re.compile(r"^\d+\.parquet$")  # refs/convert/parquet: {config}/{split}/0000.parquet
 
 
@@ -83,8 +77,6 @@ def describe(path: str) -> ParquetFile:
 
 
 _ARROW_SAVED = re.compile(r"^data-\d{5}-of-\d{5}\.arrow$")  # save_to_disk: {split}/data-00000-of-00001.arrow
-
-
 _ARROW_CACHED = re.compile(r"^.+?-(?P<split>[^-/]+?)(?:-\d{5}-of-\d{5})?\.arrow$")  # cache: NAME-{split}[-k-of-n].arrow
 
 
