@@ -65,6 +65,7 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     src = options.src
     located = dict(listing.entries())
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    warnings: list[str] = []
     parsed: list[tuple[str, str, object]] = []  # (split, image path, (frame, objects) or the XML's problem)
     names: set[str] = set()
     lists = "Segmentation" if options.masks else "Main"
@@ -80,8 +81,13 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
                 names.update(box[0] for box in result[1])
             parsed.append((split, image, result))
         listed = {image for _, image, _ in parsed}
-        unlisted = [p for p in located if p.startswith(posixpath.join(root, "JPEGImages") + "/") and p not in listed]
+        unlisted = sorted(p for p in located if p.startswith(posixpath.join(root, "JPEGImages") + "/")
+                          and p not in listed)
         skipped["not-in-split-lists"] += len(unlisted)
+        if unlisted:
+            warnings.append(f"{len(unlisted)} image{'s' if len(unlisted) != 1 else ''} of {display_path(src)}/{root or '.'}/JPEGImages are in no split "
+                            f"list of ImageSets/{lists}: skipped ({', '.join(map(display_path, unlisted[:3]))}"
+                            f"{' ...' if len(unlisted) > 3 else ''})")
     classes = _classes(names, labels)
     class_id = {name: index for index, name in enumerate(classes) if name}
     images, refused = [], []
@@ -109,7 +115,7 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     if not images and not refused:
         raise InputError(f"{src}: its VOC split lists (ImageSets/{lists}/*.txt) name no images")
     seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes"}
-    return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), None, refused,
+    return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, None, refused,
                                scratch=scratch, extra_features=seg if options.masks else None)
 
 

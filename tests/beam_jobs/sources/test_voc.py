@@ -23,7 +23,7 @@ def _xml(width, height, objects) -> str:
     return "".join(parts) + "</annotation>"
 
 
-def test_voc_converts_with_its_split_lists_and_the_od_apis_ids(tmp_path):
+def test_voc_converts_with_its_split_lists_and_the_od_apis_ids(tmp_path, caplog):
     root = tmp_path / "VOCdevkit" / "VOC2012"
     # Pixels 10..29 and 50..69 (0-based) are red: VOC writes them 1-based, inclusive: 11..30 and 51..70.
     write_file(str(root / "JPEGImages/2008_000001.jpg"), jpeg(picture(80, 48, [(10, 5, 30, 20), (50, 30, 70, 44)])))
@@ -38,8 +38,10 @@ def test_voc_converts_with_its_split_lists_and_the_od_apis_ids(tmp_path):
     write_file(str(root / "ImageSets/Main/val.txt"), "2008_000002\n")
     write_file(str(root / "ImageSets/Main/trainval.txt"), "2008_000001\n2008_000002\n2008_000003\n")
     out = tmp_path / "ds"
-    run(ConvertOptions(src=str(tmp_path / "VOCdevkit"), out=str(out), shards=1, max_bad_fraction=0.5), FAST,
-        show_progress=False)
+    with caplog.at_level("WARNING"):
+        run(ConvertOptions(src=str(tmp_path / "VOCdevkit"), out=str(out), shards=1, max_bad_fraction=0.5), FAST,
+            show_progress=False)
+    assert any("1 image of" in r.getMessage() and "2008_000009.jpg" in r.getMessage() for r in caplog.records)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["classes"][1] == "aeroplane" and manifest["classes"][12] == "dog"  # pascal_label_map.pbtxt
     assert {s: v["num_examples"] for s, v in manifest["splits"].items()} == {"train": 1, "validation": 1}
