@@ -74,8 +74,9 @@ def _linked_pngs(root, per_class: int, side: int = 256) -> str:
 
 @pytest.fixture(scope="module")
 def slow_source(tmp_path_factory) -> str:
-    """1,200 small PNGs: past the in-process size (worker processes run it), in 10 parts; with the workers'
-    pause after each part (SLOW), a run lasts past 10 s, so a signal at 8 s still lands inside it."""
+    """1,200 small PNGs in 10 parts: enough work for forked workers (python -m converter starts them), not for
+    workers that import Beam; with the workers' pause after each part (SLOW), a run lasts past 10 s, so a
+    signal at 8 s still lands inside it."""
     return _linked_pngs(tmp_path_factory.mktemp("signals"), 600, side=64)
 
 
@@ -85,7 +86,8 @@ SLOW = {"IMGSHARDS_FAULT": "sleep:1.5@part-validated"}
 
 @pytest.fixture(scope="module")
 def medium_source(tmp_path_factory) -> str:
-    """2,000 PNGs: past the in-process size (worker processes run it), a second or more after its first part."""
+    """2,000 PNGs: enough work for worker processes (python -m converter's), a second or more after its first
+    part."""
     return _linked_pngs(tmp_path_factory.mktemp("signals-medium"), 1000)
 
 
@@ -266,7 +268,8 @@ src, out, small = sys.argv[1:4]
 mine = subprocess.Popen(["sleep", "120"])  # the caller's own process, started before the run
 threading.Timer(float(sys.argv[4]), os.kill, (os.getpid(), signal.SIGINT)).start()
 try:
-    run(ConvertOptions(src=src, out=out, shards=4))
+    # Worker processes, as a larger run gets them (1,200 small PNGs are too little work to start them for).
+    run(ConvertOptions(src=src, out=out, shards=4), ["--direct_num_workers=2"])
     print("published")
 except Interrupted as err:
     print("interrupted", err.exit_status, "kept" if err.kept else "nothing kept")
