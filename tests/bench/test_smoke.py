@@ -84,7 +84,7 @@ def test_the_archive_benchmark_runs_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_the_startup_benchmark_reports_each_ratio_against_its_reference(tmp_path):
     out = tmp_path / "startup.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.startup", "--images", "30", "--rounds", "1", "--photos", "4",
+    proc = subprocess.run([sys.executable, "-m", "bench.startup", "--images", "30", "--rounds", "1", "--photos", "2",
                            "--json", str(out)],
                           cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -94,8 +94,8 @@ def test_conversion_on_a_dask_cluster_matches_the_direct_runner_byte_for_byte(tm
 
 
 @pytest.mark.slow
-def test_archives_and_hub_parquet_convert_on_a_dask_cluster_to_the_bytes_of_a_local_run(tmp_path, demo_src,
-                                                                                        dask_cluster):
+def test_archives_hub_parquet_and_coco_convert_on_a_dask_cluster_to_the_bytes_of_a_local_run(tmp_path, demo_src,
+                                                                                              dask_cluster):
     """A tar holding class tars (their headers and members read by offset in the workers) and a .tar.gz class
     (inflated into the work folder by the launcher, read there by the workers) on Dask: the bytes of the
     extracted folder, direct runner. A Hugging Face snapshot (row groups read by the workers): the bytes of
@@ -130,20 +130,15 @@ def test_archives_and_hub_parquet_convert_on_a_dask_cluster_to_the_bytes_of_a_lo
         del contents["manifest.json"]["written_by"]
     assert dask == direct
 
-
-@pytest.mark.slow
-def test_a_coco_dataset_converts_on_a_dask_cluster_to_the_bytes_of_a_local_run(tmp_path, dask_cluster):
-    """Objects travel with their images through the work files of any runner: the same records on Dask."""
+    # A COCO tree: objects travel with their images through the work files of any runner.
     from converter.demo import write_object_demo
-    from tests.converter.test_archives import dataset_contents
 
-    address, _ = dask_cluster
     write_object_demo(str(tmp_path / "coco"), "coco", images=40, seed=3)
-    common = ["--src", str(tmp_path / "coco"), "--shards", "2", "--part-size", "7", "--no-progress"]
-    run_converter(*common, "--out", str(tmp_path / "dask"), "--runner=dask", f"--dask_client_address={address}",
-                  check=True, timeout=600)
-    run_converter(*common, "--out", str(tmp_path / "direct"), check=True)
-    dask, direct = dataset_contents(tmp_path / "dask"), dataset_contents(tmp_path / "direct")
+    for out, flags in (("coco-dask", ["--runner=dask", f"--dask_client_address={address}"]), ("coco-direct", [])):
+        run_converter("--src", str(tmp_path / "coco"), "--out", str(tmp_path / out), "--shards", "2",
+                      "--part-size", "7", "--no-progress", *flags, check=True, timeout=600)
+    dask, direct = dataset_contents(tmp_path / "coco-dask"), dataset_contents(tmp_path / "coco-direct")
     for contents in (dask, direct):
         del contents["manifest.json"]["written_by"]
     assert dask == direct and dask["manifest.json"]["task"] == "objects"
+
