@@ -21,6 +21,7 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence
 import record_schema
 from beam_jobs import annotations
 from beam_jobs.files import work_records
+from beam_jobs.sources import archive_members
 from beam_jobs.planning.carve import carve_count, carve_key
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, scratch_file
 from beam_jobs.stage_records import ImageRef
@@ -43,6 +44,17 @@ def derived_source_id(relpath: str) -> str:
     where the id passes through a float64 (JSON readers).
     """
     return str(int.from_bytes(hashlib.sha256(relpath.encode("utf-8", "surrogatepass")).digest()[:8], "big") >> 11)
+
+
+def source_of(relpath: str, located: Mapping[str, str]) -> str:
+    """An annotation file's image path as an item's locator: its listed one, or a refusal when the path
+    leaves SRC (an absolute path, a ``..``): annotation files come from strangers, and the image is then
+    rejected as ``unsafe-path`` without being read."""
+    parts = relpath.split("/")
+    if relpath.startswith("/") or ".." in parts or "\\" in relpath:
+        return archive_members.refusal("unsafe-path", f"{relpath!r} leaves --src; an annotation's image path "
+                                       "must be relative to it and stay inside it")
+    return located.get(relpath, "")
 
 
 def folders_of(listing: Listing) -> set[str]:

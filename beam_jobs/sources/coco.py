@@ -113,7 +113,8 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         warnings.append(f"{len(unlisted)} files in the image folders are in no annotation file: skipped "
                         f"({', '.join(display_path(p) for p in unlisted[:3])}{' ...' if len(unlisted) > 3 else ''})")
     classes = annotated_plan.class_table(categories, src, "the COCO annotation files")
-    images = (annotated_plan.AnnotatedImage(found.split, relpath, found.objects(index), located.get(relpath, ""))
+    images = (annotated_plan.AnnotatedImage(found.split, relpath, found.objects(index),
+                                            annotated_plan.source_of(relpath, located))
               for found in read_sets for index, relpath in enumerate(found.relpaths))
     try:
         return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings,

@@ -111,7 +111,8 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
             class_mask = (mask, located.get(mask, ""))
         objects_value = annotations.Objects(annotated_plan.derived_source_id(image), tuple(boxes), frame, False,
                                             tuple(rejected), class_mask=class_mask)
-        images.append(annotated_plan.AnnotatedImage(split, image, objects_value, located.get(image, "")))
+        images.append(annotated_plan.AnnotatedImage(split, image, objects_value,
+                                                    annotated_plan.source_of(image, located)))
     if not images and not refused:
         raise InputError(f"{src}: its VOC split lists (ImageSets/{lists}/*.txt) name no images")
     seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes"}

@@ -203,3 +203,18 @@ def test_converting_again_over_the_dataset_gives_the_same_bytes(coco_tree, tmp_p
     _convert(coco_tree, out, max_bad_fraction=0.5)
     assert {path.name: path.read_bytes() for path in out.iterdir() if path.name != "manifest.json"} == first
     assert "label_map.pbtxt" in first
+
+
+def test_an_image_path_that_leaves_src_is_refused_without_being_read(tmp_path):
+    """Annotation files come from strangers: a file_name of ../x or /x never reads outside --src."""
+    root = tmp_path / "coco"
+    (tmp_path / "secret.jpg").write_bytes(jpeg(picture(16, 16, [], seed=9)))  # a real image outside SRC
+    images = [{"id": 1, "file_name": "1.jpg", "width": 16, "height": 16},
+              {"id": 2, "file_name": "../../secret.jpg", "width": 16, "height": 16},
+              {"id": 3, "file_name": str(tmp_path / "secret.jpg"), "width": 16, "height": 16}]
+    write_coco(str(root), "val2017", images, [], CATEGORIES, {"1.jpg": jpeg(picture(16, 16, [], seed=1))})
+    out = tmp_path / "ds"
+    manifest = _convert(root, out, max_bad_fraction=0.9)
+    assert manifest["splits"]["validation"]["num_examples"] == 1
+    rejected = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
+    assert sorted(r["reason"] for r in rejected) == ["unsafe-path", "unsafe-path"]
