@@ -122,23 +122,29 @@ def test_archives_hub_parquet_and_coco_convert_on_a_dask_cluster_to_the_bytes_of
     from tests import hub_data
 
     hub_data.hub_snapshot(str(tmp_path / "beans"))
-    for out, flags in (("beans-dask", ["--runner=dask", f"--dask_client_address={address}"]), ("beans-direct", [])):
-        run_converter("--src", str(tmp_path / "beans"), "--out", str(tmp_path / out), "--shards", "2",
-                      "--part-size", "7", "--no-progress", *flags, check=True, timeout=600)
-    dask, direct = dataset_contents(tmp_path / "beans-dask"), dataset_contents(tmp_path / "beans-direct")
-    for contents in (dask, direct):
-        del contents["manifest.json"]["written_by"]
+    dask, direct = _on_dask_and_direct(tmp_path, "beans", address)
     assert dask == direct
 
     # A COCO tree: objects travel with their images through the work files of any runner.
     from converter.demo import write_object_demo
 
     write_object_demo(str(tmp_path / "coco"), "coco", images=40, seed=3)
-    for out, flags in (("coco-dask", ["--runner=dask", f"--dask_client_address={address}"]), ("coco-direct", [])):
-        run_converter("--src", str(tmp_path / "coco"), "--out", str(tmp_path / out), "--shards", "2",
-                      "--part-size", "7", "--no-progress", *flags, check=True, timeout=600)
-    dask, direct = dataset_contents(tmp_path / "coco-dask"), dataset_contents(tmp_path / "coco-direct")
-    for contents in (dask, direct):
-        del contents["manifest.json"]["written_by"]
+    dask, direct = _on_dask_and_direct(tmp_path, "coco", address)
     assert dask == direct and dask["manifest.json"]["task"] == "objects"
+
+
+def _on_dask_and_direct(tmp_path, name: str, address: str) -> tuple[dict, dict]:
+    """``tmp_path/name`` converted on the cluster and on the direct runner: each dataset's contents, the
+    manifest without the runner it names."""
+    from tests.converter.test_archives import dataset_contents
+
+    found = []
+    for out, flags in ((f"{name}-dask", ["--runner=dask", f"--dask_client_address={address}"]),
+                       (f"{name}-direct", [])):
+        run_converter("--src", str(tmp_path / name), "--out", str(tmp_path / out), "--shards", "2",
+                      "--part-size", "7", "--no-progress", *flags, check=True, timeout=600)
+        contents = dataset_contents(tmp_path / out)
+        del contents["manifest.json"]["written_by"]
+        found.append(contents)
+    return found[0], found[1]
 
