@@ -138,7 +138,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     _remove_quietly(_rejected_report_path(out))
-    return ConvertSummary.from_manifest(out, manifest, time.monotonic() - started, processed)
+    return ConvertSummary.from_manifest(out, manifest, time.monotonic() - started, *(processed or (None, None)))
 
 
 def _plan(options: ConvertOptions, scratch: str, scanner: archives.Scanner) -> discover.InputPlan:
@@ -190,7 +190,8 @@ def _convert(
     """Run the pipeline into ``staging`` (a killed run's, when ``resumed``).
 
     Returns the manifest to commit and, for a resumed run, how many images this run processed (the
-    summary's rate counts those, not the ones the stopped run had done); None when it processed them all.
+    summary's rate counts those, not the ones the stopped run had done) and how many the stopped run had
+    validated; None when it processed them all.
     """
     work = publish.work_dir(staging)
     planned = None if options.shards == AUTO else plan_shard_counts(plan.split_sizes(), options.shards)
@@ -244,8 +245,9 @@ def _convert(
             "or python -m converter inspect)",
             duplicates["num_cross_label"], duplicates["num_cross_split"], record_schema.DUPLICATES_FILE,
         )
-    processed = max(read_progress(work, phase) - read_progress(work, phase, resumed=True)
-                    for phase in PHASES) if resumed else None
+    # A resumed run: what it processed (its busiest phase), and the images the stopped run had validated.
+    processed = (max(read_progress(work, phase) - read_progress(work, phase, resumed=True) for phase in PHASES),
+                 read_progress(work, PHASES[0], resumed=True)) if resumed else None
     return build_manifest(plan, results, counts.rejected_by_reason(), options, duplicates,
                           runner=choice.description, counts=counts), processed
 

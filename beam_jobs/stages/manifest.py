@@ -147,12 +147,13 @@ class ConvertSummary:
     cross_split_duplicates: int = 0
     small: int = 0
     processed: Optional[int] = None  # images this run processed, when it resumed a stopped run's work
+    kept: Optional[int] = None  # and the images the stopped run had validated
     objects: Optional[int] = None  # an object dataset's objects written (None: a classification dataset)
     rejected_objects: int = 0
 
     @classmethod
     def from_manifest(cls, out: str, manifest: dict, elapsed_s: float,
-                      processed: Optional[int] = None) -> "ConvertSummary":
+                      processed: Optional[int] = None, kept: Optional[int] = None) -> "ConvertSummary":
         splits = manifest["splits"]
         return cls(
             out=out,
@@ -167,13 +168,10 @@ class ConvertSummary:
             cross_split_duplicates=manifest["duplicates"]["num_cross_split"],
             small=sum(s.get("num_small", 0) for s in splits.values()),
             processed=processed,
+            kept=kept,
             objects=sum(s["num_objects"] for s in splits.values()) if manifest.get("task") == record_schema.TASK_OBJECTS else None,
             rejected_objects=manifest.get("num_rejected_objects", 0),
         )
-
-    def _kept(self) -> int:
-        """Inputs a resumed run found done in the stopped run's kept work (written or rejected there)."""
-        return max(0, sum(self.written.values()) + self.rejected - (self.processed or 0))
 
     @property
     def images_per_second(self) -> float:
@@ -205,7 +203,7 @@ class ConvertSummary:
                   if self.objects is not None else []),
                 f"  bytes:      {self.num_bytes:,}",
                 f"  elapsed:    {self.elapsed_s:.1f} s   ({self.images_per_second:.1f} images/s"
-                + (f", {self.processed} processed by this run, {self._kept()} kept from the stopped run it resumed)"
+                + (f", {self.processed} processed by this run; the stopped run it resumed had validated {self.kept})"
                    if self.processed is not None
                    else ")"),
             ]
