@@ -13,8 +13,9 @@ BENCH = ["matplotlib>=3.9", "scikit-image>=0.24", "scikit-learn>=1.5", "tf-keras
 GCP = ["apache-beam[gcp]>=2.77"]  # gs:// through Beam's GCS filesystem (the reader uses TensorFlow's own)
 DASK = ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"]
 HEIF = ["pillow-heif>=1.0"]  # HEIC/HEIF phone photos
-TFDS = ["tensorflow-datasets>=4.9.10"]
-MASKS = ["pycocotools>=2.0.8"]  # COCO's polygons and RLE as instance masks (--masks)  # python -m converter tfds-metadata
+TFDS = ["tensorflow-datasets>=4.9.10"]  # python -m converter tfds-metadata
+MASKS = ["pycocotools>=2.0.8"]  # COCO's polygons and RLE as instance masks (--masks)
+DETECTION = ["keras-hub>=0.32", "pycocotools>=2.0.8"]  # KerasHub detectors; COCO evaluation (examples/train_detector.py)
 # NVIDIA DALI (Linux x86-64 wheels only); the tests run its CPU pipeline on the .idx record index of every shard.
 DALI = ["nvidia-dali-cuda120>=2.0; platform_system == 'Linux' and platform_machine == 'x86_64'"]
 
@@ -52,13 +53,16 @@ setup(
         "dali": DALI,
         "tfds": TFDS,
         "masks": MASKS,
+        # The detectors the reader's object targets are shaped for (examples/train_detector.py).
+        "detection": DETECTION,
         # The tests also smoke-test the benchmark, run a real Dask cluster, a real S3 server (moto's) and a
         # GCS emulator, DALI's CPU pipeline and TFDS's loader.
         # datasets writes Parquet exactly as the Hugging Face Hub does, for the tests of that source.
         # Model Garden's TfExampleDecoder and create_coco_tf_record.py (tf-models-official, installed with
-        # --no-deps: it pins tensorflow~=2.20) import gin, OpenCV and pycocotools.
+        # --no-deps: it pins tensorflow~=2.20) import gin, OpenCV and pycocotools. KerasHub's RetinaNet
+        # fits on the reader's detection batches.
         "test": ["pytest>=9.0", "pytest-timeout>=2.3", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff>=0.6",
                  "gcp-storage-emulator>=2026.7", "datasets>=5.2", "gin-config>=0.5", "opencv-python-headless>=4.10",
-                 "pycocotools>=2.0.8"] + BENCH + DASK + HEIF + DALI + TFDS + GCP,
+                 "pycocotools>=2.0.8"] + BENCH + DASK + HEIF + DALI + TFDS + GCP + DETECTION,
     },
 )

@@ -40,7 +40,8 @@ from reader.info import (
     dataset_info,
     steps_per_epoch,
 )
-from reader.options import Augmentation, FeatureKeys, ReadOptions
+from reader.boxes import boxes_to_source
+from reader.options import Augmentation, BoxAugmentation, FeatureKeys, ObjectTargets, ReadOptions
 from reader.order import Position
 from reader.pipeline import build_dataset, distributed_dataset, position
 from reader.preprocess import eval_image, finish, train_image
@@ -58,15 +59,18 @@ def __getattr__(name: str):
 
 __all__ = [
     "Augmentation",
+    "BoxAugmentation",
     "CacheTooLargeError",
     "DatasetInfo",
     "DatasetNotFoundError",
     "ExactResume",
     "FeatureKeys",
+    "ObjectTargets",
     "Position",
     "ReadOptions",
     "ShardInfo",
     "SplitInfo",
+    "boxes_to_source",
     "build_dataset",
     "dataset_info",
     "distributed_dataset",

@@ -23,14 +23,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from typing import Any, Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from reader import preprocess
 from reader.cache import cache_prefix, cached, check_memory_cache
 from reader.options import ReadOptions
-from reader.records import AUTOTUNE, Source, file_order, interleave_records, parse_records
+from reader.records import AUTOTUNE, Source, file_order, interleave_records
+from reader.tasks import Task
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +44,8 @@ class BufferedRead:
     """What one input pipeline reads in the "buffer" order and what each example becomes.
 
     ``pipelines``/``pipeline_id``: the input pipelines of the run and this one;
-    ``batch``: this pipeline's batch; ``size``, ``augment``, ``decode`` (the
-    decode step's choices), ``dtype``, ``normalization``, ``crop_fraction``:
-    the image each example becomes; ``parse_batch``: records parsed per call.
+    ``batch``: this pipeline's batch; ``task``: what each record becomes
+    (``reader/tasks.py``); ``parse_batch``: records parsed per call.
     """
 
     training: bool
@@ -56,20 +55,14 @@ class BufferedRead:
     pipelines: int
     pipeline_id: int
     batch: int
-    size: tuple[int, int]
-    augment: Any
-    decode: Mapping[str, Any]
-    dtype: tf.DType
-    normalization: str
-    crop_fraction: float
+    task: Task
     parse_batch: int
 
 
 def buffered_batches(source: Source, options: ReadOptions, read: BufferedRead) -> tf.data.Dataset:
     """Evaluation, and training in the "buffer" order (interleave + shuffle buffer; cache and service)."""
     training, seed, deterministic, num_epochs = read.training, read.seed, read.deterministic, read.num_epochs
-    pipelines, pipeline_id, batch, size = read.pipelines, read.pipeline_id, read.batch, read.size
-    augment, decode, dtype, normalization = read.augment, read.decode, read.dtype, read.normalization
+    pipelines, pipeline_id, batch, task = read.pipelines, read.pipeline_id, read.batch, read.task
     split_info, files, counts = source.split, source.split.files, source.counts
     by_file = pipelines <= len(files)
     if not by_file:
@@ -103,35 +96,33 @@ def buffered_batches(source: Source, options: ReadOptions, read: BufferedRead) -
                                      labels=source.labels, s3=source.s3, read_buffer=source.read_buffer)
         return records if by_file or pipelines == 1 else records.shard(pipelines, pipeline_id)
 
-    keys, label_offset = source.keys, source.label_offset
     if training:
         records = _training_records(records_of_epoch, cache, pipeline_id, num_epochs)
-        dataset = parse_records(records, keys, label_offset, batch=read.parse_batch)
+        dataset = _parsed(records, task, read.parse_batch)
         dataset = dataset.shuffle(options.shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True).enumerate()
         seed_tensor = tf.constant(base_seed, tf.int64)
-
-        def train_example(index: tf.Tensor, example: tuple) -> tuple:
-            data, label = example
-            image = preprocess.train_image(data, tf.stack([seed_tensor, index]), size, augment, **decode)
-            return preprocess.finish(image, dtype, normalization), label
-
-        dataset = dataset.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-        return dataset.batch(batch, drop_remainder=True)
+        dataset = dataset.map(lambda index, components: task.train(components, tf.stack([seed_tensor, index])),
+                              num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+        return task.batch(dataset, batch, True)
     records = records_of_epoch(0, shuffle=False, ordered=True)
     records = cached(records, cache, pipeline_id)
-
-    def eval_example(data: tf.Tensor, label: tf.Tensor) -> tuple:
-        image = preprocess.eval_image(data, size, read.crop_fraction, **decode)
-        return preprocess.finish(image, dtype, normalization), label
-
-    dataset = parse_records(records, keys, label_offset, batch=read.parse_batch)
-    dataset = dataset.map(eval_example, num_parallel_calls=AUTOTUNE, deterministic=True)
-    dataset = dataset.batch(batch, drop_remainder=False)
+    dataset = _parsed(records, task, read.parse_batch)
+    dataset = dataset.map(lambda *components: task.eval(components), num_parallel_calls=AUTOTUNE,
+                          deterministic=True)
+    dataset = task.batch(dataset, batch, False)
     if not source.skip_corrupt and options.service is None:
         # Known length: Keras and progress bars see the number of batches, and a short read fails loudly.
         records = _eval_records(counts, pipelines, pipeline_id, by_file)
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-records // batch)))
     return dataset
+
+
+def _parsed(records: tf.data.Dataset, task: Task, parse_batch: int) -> tf.data.Dataset:
+    """Serialized records -> the task's components, one element per record, parsed ``parse_batch`` per call."""
+    if parse_batch <= 0:
+        return records.map(lambda record: tf.nest.map_structure(lambda part: part[0], task.parse(record[None])),
+                           num_parallel_calls=AUTOTUNE)
+    return records.batch(parse_batch).map(task.parse, num_parallel_calls=AUTOTUNE).unbatch()
 
 
 def _training_records(records_of_epoch, cache, pipeline_id, num_epochs) -> tf.data.Dataset:

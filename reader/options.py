@@ -60,6 +60,81 @@ class Augmentation:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
 
 
+# KerasHub's (keras.utils.bounding_boxes) box format names; "rel_" formats are fractions of the output image.
+BOX_FORMATS = ("yxyx", "xyxy", "xywh", "center_xywh", "center_yxhw",
+               "rel_yxyx", "rel_xyxy", "rel_xywh", "rel_center_xywh")
+
+
+def check_box_format(bounding_box_format: str) -> str:
+    """``ValueError`` listing the formats for an unknown one."""
+    if bounding_box_format not in BOX_FORMATS:
+        raise ValueError(f"bounding_box_format must be one of {BOX_FORMATS} (KerasHub's names), "
+                         f"got {bounding_box_format!r}")
+    return bounding_box_format
+
+
+@dataclasses.dataclass(frozen=True)
+class BoxAugmentation:
+    """The detection and segmentation training preset: scale jitter, a random crop, the flip.
+
+    The image is scaled to fit the output size (aspect ratio kept) times a
+    scale drawn from ``scale_range``, cropped at a random place where it
+    overshoots and padded where it falls short (Model Garden's
+    ``resize_and_crop_image``; (0.8, 1.25) is the jitter of its RetinaNet
+    and Mask R-CNN recipes, (0.1, 2.0) of its long ones).
+
+    Attributes:
+      scale_range: the jitter's range; (1.0, 1.0) turns it off.
+      flip: random horizontal flip (boxes and masks are mirrored with the pixels).
+      min_visible: a box cut by the crop stays only if at least this fraction
+        of its area is still in the image (and some of it is).
+    """
+
+    scale_range: tuple[float, float] = (0.8, 1.25)
+    flip: bool = True
+    min_visible: float = 0.25
+
+    def __post_init__(self) -> None:
+        low, high = self.scale_range
+        if not 0 < low <= high:
+            raise ValueError(f"scale_range must satisfy 0 < low <= high, got {self.scale_range!r}")
+        if not 0 <= self.min_visible <= 1:
+            raise ValueError(f"min_visible must be in [0, 1], got {self.min_visible!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectTargets:
+    """What the detection targets hold.
+
+    Attributes:
+      bounding_box_format: KerasHub's format names ("yxyx", "xyxy", "xywh",
+        "center_xywh", "center_yxhw", and "rel_" ones, fractions of the
+        output image); pixels of the output image otherwise.
+      max_objects: a fixed number of rows (objects past it are dropped, in
+        record order) for a static shape (XLA, TPUs); None: the batch's
+        largest count. Rows past an image's objects are -1.
+      keep_crowd: keep COCO's crowd regions (``iscrowd``), which are ignore
+        regions rather than objects, and are out of the targets by default.
+      keep_difficult: keep the objects Pascal VOC marks difficult (out by
+        default, as VOC's own evaluation ignores them).
+      source_size: targets also carry ``"source_size"`` int32 [B, 2], each
+        stored image's height and width, for :func:`reader.boxes_to_source`.
+    """
+
+    bounding_box_format: str = "yxyx"
+    max_objects: Optional[int] = None
+    keep_crowd: bool = False
+    keep_difficult: bool = False
+    source_size: bool = False
+
+    def __post_init__(self) -> None:
+        check_box_format(self.bounding_box_format)
+        if self.max_objects is not None and (as_int(self.max_objects) is None or self.max_objects < 1):
+            raise ValueError(f"max_objects must be None or a positive integer, got {self.max_objects!r}")
+        for name in ("keep_crowd", "keep_difficult", "source_size"):
+            check_flag(getattr(self, name), name)
+
+
 def as_int(value: object) -> Optional[int]:
     """``value`` as a Python int if it is an integer of any kind (``5``, ``np.int64(5)``), else None.
 

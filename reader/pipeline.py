@@ -29,13 +29,16 @@ from typing import Optional, Sequence, Union
 
 import tensorflow as tf
 
-from reader import preprocess, record_index
+import record_schema
+from reader import record_index, tasks
 from reader.buffered import BufferedRead, buffered_batches
 from reader.foreign import check_foreign_shards
 from reader.info import DatasetInfo, SplitInfo, dataset_info
 from reader.options import (
     Augmentation,
+    BoxAugmentation,
     FeatureKeys,
+    ObjectTargets,
     ReadOptions,
     as_int,
     as_options,
@@ -44,7 +47,7 @@ from reader.options import (
     image_hw,
 )
 from reader.order import Position, StreamLayout, check_pipelines, host_records, stream_layout
-from reader.records import AUTOTUNE, Source, feature_spec, read_segment
+from reader.records import AUTOTUNE, Source, read_segment
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +68,9 @@ def build_dataset(
     num_epochs: Optional[int] = None,
     dtype: tf.DType = tf.float32,
     normalization: Optional[str] = None,
-    augment: Augmentation = Augmentation(),
+    augment: Union[None, Augmentation, BoxAugmentation] = None,
     crop_fraction: float = 0.875,
+    targets: ObjectTargets = ObjectTargets(),
     keys: FeatureKeys = FeatureKeys(),
     label_offset: int = 0,
     skip_corrupt: bool = False,
@@ -123,8 +127,9 @@ def build_dataset(
     size = image_hw(image_size)
     dtype = check_output(dtype, normalization)
     training = check_flag(training, "training")
-    augment = as_options(augment, Augmentation, "augment")
+    augment = tasks.default_augment(info.task, augment)
     keys = as_options(keys, FeatureKeys, "keys")
+    targets = _check_targets(as_options(targets, ObjectTargets, "targets"), info)
     batch_size = _check_positive(batch_size=batch_size)
     _check_arguments(num_epochs, crop_fraction, options, input_context)
     seed = _check_seed(seed)
@@ -139,7 +144,9 @@ def build_dataset(
     pipelines, pipeline_id = (1, 0) if input_context is None else (
         input_context.num_input_pipelines, input_context.input_pipeline_id)
     per_pipeline_batch = batch_size if input_context is None else input_context.get_per_replica_batch_size(batch_size)
-    decode = _decode_choices(info, split_info, size)
+    images = tasks.ImageChoices(size, augment, _decode_choices(info, split_info, size), dtype, normalization,
+                                crop_fraction)
+    task = tasks.for_dataset(info.task, info.num_classes, keys, label_offset, targets, images)
     if streams:
         layout = stream_layout(split_info.num_examples, batch_size, options.streams, options.window, split_info.name)
         check_pipelines(layout, pipelines)
@@ -147,13 +154,11 @@ def build_dataset(
         deterministic = seed is not None if deterministic is None else deterministic
         run_seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
         records = _stream_records(source, layout, run_seed, start_step, num_epochs, pipelines, pipeline_id)
-        dataset = _train_batches(records, source, run_seed, size, augment, decode, dtype, normalization,
-                                 deterministic, per_pipeline_batch)
+        dataset = _train_batches(records, task, run_seed, deterministic, per_pipeline_batch)
     else:
         read = BufferedRead(training=training, seed=seed, deterministic=deterministic, num_epochs=num_epochs,
-                            pipelines=pipelines, pipeline_id=pipeline_id, batch=per_pipeline_batch, size=size,
-                            augment=augment, decode=decode, dtype=dtype, normalization=normalization,
-                            crop_fraction=crop_fraction, parse_batch=PARSE_BATCH)
+                            pipelines=pipelines, pipeline_id=pipeline_id, batch=per_pipeline_batch, task=task,
+                            parse_batch=PARSE_BATCH)
         dataset = buffered_batches(source, options, read)
         deterministic = deterministic if deterministic is not None else seed is not None
     dataset = dataset.with_options(_options(deterministic or not training, input_context, options.private_threads))
@@ -207,28 +212,22 @@ def _stream_records(source: Source, layout: StreamLayout, seed: int, start_step:
     return records
 
 
-def _train_batches(records: tf.data.Dataset, source: Source, seed: int, size, augment, decode, dtype,
-                   normalization, deterministic: bool, batch: int) -> tf.data.Dataset:
-    """``(record, key)`` -> parse (64 per call) -> crop/decode/flip seeded by (seed, key) -> batches."""
-    spec = feature_spec(source.keys)
-
-    def parse_many(serialized: tf.Tensor, key: tf.Tensor) -> tuple:
-        parsed = tf.io.parse_example(serialized, spec)
-        return parsed[source.keys.image], parsed[source.keys.label] + source.label_offset, key
-
+def _train_batches(records: tf.data.Dataset, task: tasks.Task, seed: int, deterministic: bool,
+                   batch: int) -> tf.data.Dataset:
+    """``(record, key)`` -> parse (64 per call) -> the task's example seeded by (seed, key) -> batches."""
     seed_tensor = tf.constant(seed, tf.int64)
 
-    def train_example(data: tf.Tensor, label: tf.Tensor, key: tf.Tensor) -> tuple:
-        image = preprocess.train_image(data, tf.stack([seed_tensor, key]), size, augment, **decode)
-        return preprocess.finish(image, dtype, normalization), label
+    def train_example(components: tuple, key: tf.Tensor) -> tuple:
+        return task.train(components, tf.stack([seed_tensor, key]))
 
     if PARSE_BATCH > 0:
-        parsed = records.batch(PARSE_BATCH).map(parse_many, num_parallel_calls=AUTOTUNE).unbatch()
+        parsed = records.batch(PARSE_BATCH).map(lambda record, key: (task.parse(record), key),
+                                                num_parallel_calls=AUTOTUNE).unbatch()
     else:  # one call per record (bench/reader_stages.py measures what batching saves)
-        parsed = records.map(lambda record, key: tuple(part[0] for part in parse_many(record[None], key[None])),
-                             num_parallel_calls=AUTOTUNE)
+        parsed = records.map(lambda record, key: (tf.nest.map_structure(lambda part: part[0], task.parse(record[None])),
+                                                  key), num_parallel_calls=AUTOTUNE)
     dataset = parsed.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    return dataset.batch(batch, drop_remainder=True)
+    return task.batch(dataset, batch, True)
 
 
 def position(data_dir: Union[str, DatasetInfo], split: str, batch_size: int, seed: int, step: int,
@@ -292,6 +291,14 @@ def _position_mismatch(position: Position, seed, info: DatasetInfo, split_info: 
         if saved != now:
             return f"it was saved with {name}={saved!r} and this pipeline has {name}={now!r}"
     return ""
+
+
+def _check_targets(targets: ObjectTargets, info: DatasetInfo) -> ObjectTargets:
+    """``targets`` set only for a dataset of objects (elsewhere they would be silently ignored)."""
+    if targets != ObjectTargets() and info.task != record_schema.TASK_OBJECTS:
+        raise ValueError(f"targets={targets!r} shapes detection targets, and {info.data_dir or 'this dataset'} "
+                         f"holds task {info.task!r}")
+    return targets
 
 
 def _decode_choices(info: DatasetInfo, split_info: SplitInfo, size: tuple[int, int]) -> dict:

@@ -81,7 +81,7 @@ def decode_jpeg_window(data: tf.Tensor, window: tf.Tensor, scale_to: Optional[tu
     return tf.switch_case(index, [at(ratio) for ratio in JPEG_RATIOS])
 
 
-def _crop_and_decode(
+def crop_and_decode(
     data: tf.Tensor, window_fn: Callable[[tf.Tensor], tf.Tensor], all_jpeg: bool, scale_to: Optional[tuple[int, int]]
 ) -> tf.Tensor:
     """Crop-before-decode for JPEG; full decode then slice for other formats.
@@ -120,7 +120,7 @@ def train_image(
     is large enough, which saves the choice per record).
     """
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=2))
-    image = _crop_and_decode(data, lambda shape: random_crop_window(shape, crop_seed, augment), all_jpeg,
+    image = crop_and_decode(data, lambda shape: random_crop_window(shape, crop_seed, augment), all_jpeg,
                              size if scaled_decode else None)
     image = tf.image.resize(image, size, method="bilinear")
     # Flipped after the resize (a mirror commutes with it): the output usually has fewer pixels than
@@ -134,7 +134,7 @@ def eval_image(
     data: tf.Tensor, size: tuple[int, int], crop_fraction: float, all_jpeg: bool = False, scaled_decode: bool = True
 ) -> tf.Tensor:
     """Eval preset: centre crop (decoded cropped) resized to ``size``; float32 (``scaled_decode`` as in training)."""
-    image = _crop_and_decode(data, lambda shape: center_crop_window(shape, crop_fraction), all_jpeg,
+    image = crop_and_decode(data, lambda shape: center_crop_window(shape, crop_fraction), all_jpeg,
                              size if scaled_decode else None)
     return tf.image.resize(image, size, method="bilinear")
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 import reader
 import record_schema
 from reader import cache as reader_cache
-from reader import pipeline as reader_pipeline
+from reader import preprocess
 
 
 def _manifest(data_dir):
@@ -287,11 +287,11 @@ def test_a_large_crop_is_decoded_at_reduced_scale_matching_a_filtered_full_decod
     data, _ = reader.parse_record(record)
     full = tf.io.decode_jpeg(data, channels=3)
     window = tf.constant([50, 200, 900, 1000])  # 900 / 224 >= 4: decoded at 1/4 scale
-    got = reader_pipeline.preprocess.decode_jpeg_window(data, window, scale_to=(224, 224))
+    got = preprocess.decode_jpeg_window(data, window, scale_to=(224, 224))
     assert got.shape == (225, 250, 3)
     expected = tf.image.resize(full[50:950, 200:1200], (225, 250), antialias=True)
     assert float(tf.reduce_mean(tf.abs(tf.cast(got, tf.float32) - expected))) < 2.0
-    small = reader_pipeline.preprocess.decode_jpeg_window(data, tf.constant([0, 0, 300, 300]), scale_to=(224, 224))
+    small = preprocess.decode_jpeg_window(data, tf.constant([0, 0, 300, 300]), scale_to=(224, 224))
     assert small.shape == (300, 300, 3)  # under twice the output: full scale
 
 

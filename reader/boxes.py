@@ -1,0 +1,141 @@
+"""Box geometry of the detection pipeline: where the output image comes from, and boxes moved with its pixels.
+
+Data in: an image's stored size and its boxes as the records hold them
+(normalized ``[ymin, xmin, ymax, xmax]`` of the stored image). Data out: the
+window of the stored image to decode, the size it is resized to, and the boxes
+in pixels of the output image, in any of KerasHub's box formats.
+
+One rule serves training and evaluation, as Model Garden's detection parser
+does (``resize_and_crop_image``): the image is scaled to fit the output size
+keeping its aspect ratio, times a random ``scale`` in training; the part that
+overshoots the output is cropped at a random offset (training) and the rest
+is padded at the bottom and right. Evaluation is scale 1, offset 0: a resize
+with padding, and ``boxes_to_source`` maps predictions back by one division.
+
+The window is known from the JPEG header before any pixel is decoded, so the
+pipeline decodes only the window (crop-before-decode) and, for a large
+image, at a reduced libjpeg scale. Boxes are moved by the window and sizes
+actually used (integers), so they fit the resized pixels exactly.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from reader.options import check_box_format, image_hw
+
+PADDING = -1  # the value of the rows past an image's objects, in boxes and labels (KerasHub's convention)
+
+
+class Placement(NamedTuple):
+    """Where an output image comes from: ``window`` [y, x, h, w] of the stored image, resized to ``size`` [h, w]
+    and padded at the bottom and right to the output size. All int32 tensors."""
+
+    window: tf.Tensor
+    size: tf.Tensor
+
+
+def place(stored_hw: tf.Tensor, output_hw: tuple[int, int], scale: tf.Tensor, offset: tf.Tensor) -> Placement:
+    """The window and resized size for an image of ``stored_hw`` scaled to fit ``output_hw`` times ``scale``.
+
+    ``offset`` (two floats in [0, 1)) places the crop where the scaled image
+    overshoots the output; at ``scale`` 1 nothing overshoots.
+    """
+    stored = tf.cast(stored_hw, tf.float32)
+    output = tf.constant(output_hw, tf.float32)
+    factor = tf.reduce_min(output / stored) * scale
+    scaled = tf.maximum(tf.round(stored * factor), 1.0)
+    crop = tf.minimum(scaled, output)  # the resized part that lands in the output
+    start = tf.floor(offset * (scaled - crop))  # in scaled pixels
+    first = tf.minimum(tf.floor(start / factor), stored - 1.0)
+    last = tf.minimum(tf.math.ceil((start + crop) / factor), stored)
+    window = tf.cast(tf.concat([first, last - first], 0), tf.int32)
+    return Placement(window, tf.cast(crop, tf.int32))
+
+
+def move(boxes: tf.Tensor, stored_hw: tf.Tensor, placement: Placement, flip: tf.Tensor,
+         min_visible: float) -> tuple[tf.Tensor, tf.Tensor]:
+    """``(boxes in output pixels [N, 4] yxyx, keep [N] bool)`` for normalized ``boxes`` of the stored image.
+
+    Boxes are moved as the window's pixels are: shifted by its corner, scaled
+    by resized size / window size per axis, clipped to the resized part, and
+    mirrored within it when ``flip``. ``keep`` is False for a box whose
+    visible area is under ``min_visible`` of its whole area after scaling
+    (mostly cropped away), or empty.
+    """
+    stored = tf.cast(tf.tile(stored_hw, [2]), tf.float32)
+    window = tf.cast(placement.window, tf.float32)
+    size = tf.cast(placement.size, tf.float32)
+    factor = tf.tile(size / window[2:], [2])
+    moved = (boxes * stored - tf.tile(window[:2], [2])) * factor
+    limit = tf.tile(size, [2])
+    clipped = tf.clip_by_value(moved, 0.0, limit)
+    whole = _area(moved)
+    visible = _area(clipped)
+    keep = tf.logical_and(visible > 0.0, visible >= min_visible * whole)
+    mirrored = tf.stack([clipped[:, 0], size[1] - clipped[:, 3], clipped[:, 2], size[1] - clipped[:, 1]], axis=1)
+    return tf.where(flip, mirrored, clipped), keep
+
+
+def _area(boxes: tf.Tensor) -> tf.Tensor:
+    return tf.maximum(boxes[:, 2] - boxes[:, 0], 0.0) * tf.maximum(boxes[:, 3] - boxes[:, 1], 0.0)
+
+
+def to_format(boxes: tf.Tensor, bounding_box_format: str, output_hw: tuple[int, int]) -> tf.Tensor:
+    """``boxes`` [..., 4] yxyx in output pixels as ``bounding_box_format`` (relative ones to ``output_hw``)."""
+    ymin, xmin, ymax, xmax = tf.unstack(boxes, axis=-1)
+    relative = bounding_box_format.startswith("rel_")
+    if relative:
+        height, width = (float(v) for v in output_hw)
+        ymin, ymax, xmin, xmax = ymin / height, ymax / height, xmin / width, xmax / width
+    kind = bounding_box_format[4:] if relative else bounding_box_format
+    parts = {
+        "yxyx": (ymin, xmin, ymax, xmax),
+        "xyxy": (xmin, ymin, xmax, ymax),
+        "xywh": (xmin, ymin, xmax - xmin, ymax - ymin),
+        "center_xywh": ((xmin + xmax) / 2, (ymin + ymax) / 2, xmax - xmin, ymax - ymin),
+        "center_yxhw": ((ymin + ymax) / 2, (xmin + xmax) / 2, ymax - ymin, xmax - xmin),
+    }[kind]
+    return tf.stack(parts, axis=-1)
+
+
+def from_format(boxes: tf.Tensor, bounding_box_format: str, output_hw: tuple[int, int]) -> tf.Tensor:
+    """The inverse of :func:`to_format`: ``boxes`` as ``bounding_box_format`` -> yxyx in output pixels."""
+    a, b, c, d = tf.unstack(tf.cast(boxes, tf.float32), axis=-1)
+    relative = bounding_box_format.startswith("rel_")
+    kind = bounding_box_format[4:] if relative else bounding_box_format
+    ymin, xmin, ymax, xmax = {
+        "yxyx": lambda: (a, b, c, d),
+        "xyxy": lambda: (b, a, d, c),
+        "xywh": lambda: (b, a, b + d, a + c),
+        "center_xywh": lambda: (b - d / 2, a - c / 2, b + d / 2, a + c / 2),
+        "center_yxhw": lambda: (a - c / 2, b - d / 2, a + c / 2, b + d / 2),
+    }[kind]()
+    if relative:
+        height, width = (float(v) for v in output_hw)
+        ymin, ymax, xmin, xmax = ymin * height, ymax * height, xmin * width, xmax * width
+    return tf.stack([ymin, xmin, ymax, xmax], axis=-1)
+
+
+def boxes_to_source(boxes, source_hw, image_size, bounding_box_format: str = "yxyx") -> tf.Tensor:
+    """Boxes predicted on an evaluation image, in pixels of the source (stored) image, yxyx.
+
+    Args:
+      boxes: ``[..., N, 4]`` in ``bounding_box_format`` on the output image of
+        :func:`reader.build_dataset` with ``training=False`` (resized with
+        padding at the bottom and right, aspect ratio kept).
+      source_hw: ``[..., 2]`` the stored image's height and width (evaluation
+        targets carry them as ``"source_size"`` with ``source_size=True``).
+      image_size: the ``image_size`` the pipeline was built with.
+      bounding_box_format: the format of ``boxes``.
+    """
+    output_hw = image_hw(image_size)
+    check_box_format(bounding_box_format)
+    yxyx = from_format(boxes, bounding_box_format, output_hw)
+    source = tf.cast(source_hw, tf.float32)
+    factor = tf.reduce_min(tf.constant(output_hw, tf.float32) / source, axis=-1)
+    scaled = tf.maximum(tf.round(source * factor[..., None]), 1.0)
+    per_axis = tf.tile(source / scaled, [1] * (len(scaled.shape) - 1) + [2])  # the resize's own factor
+    return yxyx * per_axis[..., None, :]

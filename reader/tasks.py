@@ -1,0 +1,263 @@
+"""What a record becomes in a batch, for each task a dataset's manifest names.
+
+Data in: serialized records (parsed 64 at a time) and each example's seed.
+Data out: ``(image, target)`` examples and the batching that stacks them:
+
+- classification: ``(images, labels)``, labels int64 ``[B]``;
+- objects: ``(images, {"boxes": float32 [B, N, 4], "labels": int32 [B, N]})``,
+  the dict KerasHub's detectors take, rows past an image's objects -1;
+- multilabel: ``(images, float32 [B, num_classes])`` multi-hot, for a sigmoid head;
+- segmentation: ``(images, int32 [B, H, W, 1])`` class ids, 255 where padded.
+
+The pipelines (``pipeline.py``, ``buffered.py``) read records in their order
+and call a :class:`Task`; they do not know what a record holds. Images are
+normalised (``finish``) before a detection or segmentation image is padded, so
+padding is 0 in the model's input, as Model Garden pads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple, Optional
+
+import tensorflow as tf
+
+import record_schema
+from reader import boxes as box_ops
+from reader import preprocess
+from reader.options import Augmentation, BoxAugmentation, FeatureKeys, ObjectTargets, as_options
+
+# Class id of padded and void mask pixels (VOC's void outline is 255 in its own PNGs).
+IGNORE_LABEL = 255
+
+
+class Task(NamedTuple):
+    """The per-task functions a pipeline calls.
+
+    ``parse(records [B]) -> components``: batched tensors, unbatched by the
+    pipeline. ``train(components, seed) -> (image, target)`` and
+    ``eval(components) -> (image, target)``: one example, already finished
+    (dtype, normalisation). ``batch(dataset, size, drop_remainder)``.
+    """
+
+    parse: Callable
+    train: Callable
+    eval: Callable
+    batch: Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageChoices:
+    """How images are made, for every task: output size, augmentation, decode choices, dtype and normalisation."""
+
+    size: tuple[int, int]
+    augment: object
+    decode: dict
+    dtype: tf.DType
+    normalization: Optional[str]
+    crop_fraction: float
+
+    def finish(self, image: tf.Tensor) -> tf.Tensor:
+        return preprocess.finish(image, self.dtype, self.normalization)
+
+
+def plain_batch(dataset: tf.data.Dataset, size: int, drop_remainder: bool) -> tf.data.Dataset:
+    return dataset.batch(size, drop_remainder=drop_remainder)
+
+
+def classification(keys: FeatureKeys, label_offset: int, images: ImageChoices) -> Task:
+    """One class an image (the converter's classification records, or foreign shards by ``keys``)."""
+    spec = {keys.image: tf.io.FixedLenFeature([], tf.string), keys.label: tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(records: tf.Tensor) -> tuple:
+        parsed = tf.io.parse_example(records, spec)
+        return parsed[keys.image], parsed[keys.label] + label_offset
+
+    def train(components: tuple, seed: tf.Tensor) -> tuple:
+        data, label = components
+        return images.finish(preprocess.train_image(data, seed, images.size, images.augment, **images.decode)), label
+
+    def evaluate(components: tuple) -> tuple:
+        data, label = components
+        image = preprocess.eval_image(data, images.size, images.crop_fraction, **images.decode)
+        return images.finish(image), label
+
+    return Task(parse, train, evaluate, plain_batch)
+
+
+def multilabel(num_classes: int, images: ImageChoices) -> Task:
+    """Several classes an image: the classification preset's image, a multi-hot float32 ``[num_classes]``."""
+    spec = {record_schema.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
+            record_schema.LABEL: tf.io.RaggedFeature(tf.int64)}
+
+    def parse(records: tf.Tensor) -> tuple:
+        parsed = tf.io.parse_example(records, spec)
+        return parsed[record_schema.IMAGE_ENCODED], parsed[record_schema.LABEL]
+
+    def multi_hot(ids: tf.Tensor) -> tf.Tensor:
+        return tf.minimum(tf.reduce_sum(tf.one_hot(ids, num_classes, dtype=tf.float32), axis=0), 1.0)
+
+    def train(components: tuple, seed: tf.Tensor) -> tuple:
+        data, ids = components
+        image = preprocess.train_image(data, seed, images.size, images.augment, **images.decode)
+        return images.finish(image), multi_hot(ids)
+
+    def evaluate(components: tuple) -> tuple:
+        data, ids = components
+        image = preprocess.eval_image(data, images.size, images.crop_fraction, **images.decode)
+        return images.finish(image), multi_hot(ids)
+
+    return Task(parse, train, evaluate, plain_batch)
+
+
+_OBJECT_SPEC = {
+    record_schema.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
+    record_schema.HEIGHT: tf.io.FixedLenFeature([], tf.int64),
+    record_schema.WIDTH: tf.io.FixedLenFeature([], tf.int64),
+    **{key: tf.io.RaggedFeature(tf.float32) for key in (record_schema.BBOX_YMIN, record_schema.BBOX_XMIN,
+                                                         record_schema.BBOX_YMAX, record_schema.BBOX_XMAX)},
+    **{key: tf.io.RaggedFeature(tf.int64) for key in (record_schema.OBJECT_LABEL, record_schema.OBJECT_IS_CROWD,
+                                                       record_schema.OBJECT_DIFFICULT)},
+}
+_BOX_KEYS = (record_schema.BBOX_YMIN, record_schema.BBOX_XMIN, record_schema.BBOX_YMAX, record_schema.BBOX_XMAX)
+
+
+class _Geometry(NamedTuple):
+    """One example's draw: the scale jitter, the crop offset and the flip (fixed in evaluation)."""
+
+    scale: tf.Tensor
+    offset: tf.Tensor
+    flip: tf.Tensor
+
+
+def _eval_geometry() -> _Geometry:
+    return _Geometry(tf.constant(1.0), tf.zeros([2]), tf.constant(False))
+
+
+def _draw(seed: tf.Tensor, augment: BoxAugmentation) -> _Geometry:
+    scale_seed, offset_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=3))
+    low, high = augment.scale_range
+    scale = tf.random.stateless_uniform([], scale_seed, low, high)
+    offset = tf.random.stateless_uniform([2], offset_seed)
+    flip = tf.logical_and(augment.flip, tf.random.stateless_uniform([], flip_seed) < 0.5)
+    return _Geometry(scale, offset, flip)
+
+
+def _placed_image(data: tf.Tensor, stored_hw: tf.Tensor, geometry: _Geometry, images: ImageChoices):
+    """The image's window decoded, resized, flipped and finished (not yet padded); and its placement."""
+    placement = box_ops.place(stored_hw, images.size, geometry.scale, geometry.offset)
+    scale_to = tf.unstack(placement.size) if images.decode["scaled_decode"] else None
+    image = preprocess.crop_and_decode(data, lambda shape: placement.window, images.decode["all_jpeg"], scale_to)
+    image = tf.image.resize(image, placement.size, method="bilinear")
+    image = tf.cond(geometry.flip, lambda: tf.reverse(image, [1]), lambda: image)
+    return images.finish(image), placement
+
+
+def _pad(image: tf.Tensor, size: tuple[int, int], value=0) -> tf.Tensor:
+    """``image`` padded at the bottom and right to ``size`` (the top-left corner is the source's)."""
+    shape = tf.shape(image)
+    padded = tf.pad(image, [[0, size[0] - shape[0]], [0, size[1] - shape[1]], [0, 0]], constant_values=value)
+    return tf.ensure_shape(padded, [size[0], size[1], image.shape[-1]])
+
+
+def objects(targets: ObjectTargets, images: ImageChoices) -> Task:
+    """Boxes and their classes, moved with the pixels; the batch padded to its largest count (or ``max_objects``)."""
+    spec = dict(_OBJECT_SPEC)
+
+    def parse(records: tf.Tensor) -> tuple:
+        parsed = tf.io.parse_example(records, spec)
+        hw = tf.stack([parsed[record_schema.HEIGHT], parsed[record_schema.WIDTH]], axis=1)
+        return (parsed[record_schema.IMAGE_ENCODED], hw, *(parsed[key] for key in _BOX_KEYS),
+                parsed[record_schema.OBJECT_LABEL], parsed[record_schema.OBJECT_IS_CROWD],
+                parsed[record_schema.OBJECT_DIFFICULT])
+
+    def example(components: tuple, geometry: _Geometry) -> tuple:
+        data, hw, ymin, xmin, ymax, xmax, labels, crowd, difficult = components
+        hw = tf.cast(hw, tf.int32)
+        keep = tf.ones_like(labels, tf.bool)
+        if not targets.keep_crowd:
+            keep = tf.logical_and(keep, tf.equal(crowd, 0))
+        if not targets.keep_difficult:
+            keep = tf.logical_and(keep, tf.equal(difficult, 0))
+        image, placement = _placed_image(data, hw, geometry, images)
+        moved, visible = box_ops.move(tf.stack([ymin, xmin, ymax, xmax], axis=1), hw, placement, geometry.flip,
+                                      images.augment.min_visible)
+        keep = tf.logical_and(keep, visible)
+        found = {"boxes": box_ops.to_format(tf.boolean_mask(moved, keep), targets.bounding_box_format, images.size),
+                 "labels": tf.cast(tf.boolean_mask(labels, keep), tf.int32)}
+        if targets.max_objects is not None:
+            found = {name: _fixed_rows(value, targets.max_objects) for name, value in found.items()}
+        if targets.source_size:
+            found["source_size"] = hw
+        return _pad(image, images.size), found
+
+    def batch(dataset: tf.data.Dataset, size: int, drop_remainder: bool) -> tf.data.Dataset:
+        rows = targets.max_objects
+        shapes = {"boxes": [rows, 4], "labels": [rows]}
+        values = {"boxes": tf.constant(box_ops.PADDING, tf.float32), "labels": tf.constant(box_ops.PADDING, tf.int32)}
+        if targets.source_size:
+            shapes["source_size"], values["source_size"] = [2], tf.constant(0, tf.int32)
+        image_shape, _ = dataset.element_spec
+        return dataset.padded_batch(size, padded_shapes=(image_shape.shape, shapes),
+                                    padding_values=(tf.constant(0, image_shape.dtype), values),
+                                    drop_remainder=drop_remainder)
+
+    return Task(parse, lambda components, seed: example(components, _draw(seed, images.augment)),
+                lambda components: example(components, _eval_geometry()), batch)
+
+
+def _fixed_rows(value: tf.Tensor, rows: int) -> tf.Tensor:
+    """``value`` cut or padded (-1) to ``rows`` rows: a static shape for XLA and TPUs."""
+    value = value[:rows]
+    padding = [[0, rows - tf.shape(value)[0]]] + [[0, 0]] * (len(value.shape) - 1)
+    padded = tf.pad(value, padding, constant_values=tf.cast(box_ops.PADDING, value.dtype))
+    return tf.ensure_shape(padded, [rows, *value.shape[1:]])
+
+
+def segmentation(images: ImageChoices) -> Task:
+    """A class id a pixel: the mask cropped, resized (nearest) and flipped with the image; padding 255."""
+    spec = {record_schema.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
+            record_schema.HEIGHT: tf.io.FixedLenFeature([], tf.int64),
+            record_schema.WIDTH: tf.io.FixedLenFeature([], tf.int64),
+            record_schema.SEGMENTATION_ENCODED: tf.io.FixedLenFeature([], tf.string)}
+
+    def parse(records: tf.Tensor) -> tuple:
+        parsed = tf.io.parse_example(records, spec)
+        hw = tf.stack([parsed[record_schema.HEIGHT], parsed[record_schema.WIDTH]], axis=1)
+        return parsed[record_schema.IMAGE_ENCODED], hw, parsed[record_schema.SEGMENTATION_ENCODED]
+
+    def example(components: tuple, geometry: _Geometry) -> tuple:
+        data, hw, mask_png = components
+        image, placement = _placed_image(data, tf.cast(hw, tf.int32), geometry, images)
+        y, x, height, width = tf.unstack(placement.window)
+        mask = tf.io.decode_png(mask_png, channels=1)[y:y + height, x:x + width]
+        mask = tf.image.resize(mask, placement.size, method="nearest")
+        mask = tf.cond(geometry.flip, lambda: tf.reverse(mask, [1]), lambda: mask)
+        return _pad(image, images.size), _pad(tf.cast(mask, tf.int32), images.size, IGNORE_LABEL)
+
+    return Task(parse, lambda components, seed: example(components, _draw(seed, images.augment)),
+                lambda components: example(components, _eval_geometry()), plain_batch)
+
+
+def for_dataset(task: str, num_classes: int, keys: FeatureKeys, label_offset: int, targets: ObjectTargets,
+                images: ImageChoices) -> Task:
+    """The :class:`Task` for a manifest's ``task``."""
+    if task == record_schema.TASK_OBJECTS:
+        return objects(targets, images)
+    if task == record_schema.TASK_SEGMENTATION:
+        return segmentation(images)
+    if task == record_schema.TASK_MULTILABEL:
+        return multilabel(num_classes, images)
+    return classification(keys, label_offset, images)
+
+
+def default_augment(task: str, augment: Optional[object]) -> object:
+    """``augment`` checked against ``task`` (``None``: the task's default)."""
+    boxes = task in (record_schema.TASK_OBJECTS, record_schema.TASK_SEGMENTATION)
+    kind = BoxAugmentation if boxes else Augmentation
+    if augment is None:
+        return kind()
+    if isinstance(augment, (Augmentation, BoxAugmentation)) and not isinstance(augment, kind):
+        raise ValueError(f"augment={augment!r} is for {'classification' if boxes else 'detection'}; this dataset's "
+                         f"task is {task!r}: pass a reader.{kind.__name__}")
+    return as_options(augment, kind, "augment")

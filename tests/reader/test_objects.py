@@ -1,0 +1,248 @@
+"""The reader on a dataset of objects: boxes stay on their objects through every augmentation, batches pad.
+
+The dataset is a COCO tree converted in-process (``tests/object_data.py``): gray noise with a solid red
+rectangle per object and a blue crowd region, so geometry is checked by content: inside every box the
+output image is red, and every red pixel is inside a box.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import reader
+from beam_jobs.options import ConvertOptions
+from beam_jobs.pipeline import run
+from tests.object_data import jpeg, picture, write_coco
+
+FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+BLUE = (0, 0, 255)
+# (width, height, red boxes as (x0, y0, x1, y1) pixels): boxes at the edges, large and small, and no box.
+PICTURES = [
+    (160, 120, [(0, 0, 40, 30), (100, 60, 160, 120)]),
+    (90, 150, [(10, 20, 80, 60), (30, 100, 60, 140)]),
+    (200, 100, [(150, 10, 195, 90)]),
+    (120, 120, []),
+    (130, 70, [(5, 5, 125, 65)]),
+    (100, 180, [(20, 150, 70, 180), (0, 0, 30, 30), (60, 40, 100, 80)]),
+    (140, 110, [(40, 30, 100, 80)]),
+    (110, 140, [(10, 10, 50, 50), (60, 90, 100, 130)]),
+]
+CROWD = {0: (60, 10, 90, 40)}  # image index -> a blue crowd region (is_crowd=1)
+
+
+def _is_red(pixels: np.ndarray) -> np.ndarray:
+    pixels = pixels.astype(int)
+    return (pixels[..., 0] > 180) & (pixels[..., 1] < 90) & (pixels[..., 2] < 90)
+
+
+def _is_blue(pixels: np.ndarray) -> np.ndarray:
+    pixels = pixels.astype(int)
+    return (pixels[..., 2] > 180) & (pixels[..., 0] < 90) & (pixels[..., 1] < 90)
+
+
+@pytest.fixture(scope="module")
+def objects_dataset(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("objects-src")
+    images, annotations, files = [], [], {}
+    for index, (width, height, boxes) in enumerate(PICTURES):
+        picture_ = np.asarray(picture(width, height, boxes, seed=index)).copy()
+        name = f"{index:012d}.jpg"
+        images.append({"id": index + 1, "file_name": name, "width": width, "height": height})
+        for number, (x0, y0, x1, y1) in enumerate(boxes):
+            annotations.append({"id": 100 * index + number, "image_id": index + 1, "category_id": 1 + number % 2,
+                                "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0), "iscrowd": 0})
+        if index in CROWD:
+            x0, y0, x1, y1 = CROWD[index]
+            picture_[y0:y1, x0:x1] = BLUE
+            annotations.append({"id": 100 * index + 99, "image_id": index + 1, "category_id": 1,
+                                "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0), "iscrowd": 1})
+        files[name] = jpeg(Image.fromarray(picture_))
+    categories = [{"id": 1, "name": "even"}, {"id": 2, "name": "odd"}]
+    write_coco(str(root), "train2017", images, annotations, categories, files)
+    write_coco(str(root), "val2017", images, annotations, categories, files)
+    out = str(tmp_path_factory.mktemp("objects-out") / "ds")
+    run(ConvertOptions(src=str(root), out=out, shards=2, seed=0), FAST, show_progress=False)
+    return out
+
+
+def _objects(boxes: np.ndarray, labels: np.ndarray) -> list:
+    """The rows of one image's targets that are objects (not -1 padding)."""
+    return [tuple(box) for box, label in zip(boxes, labels) if label >= 0]
+
+
+def _check_boxes_hold_their_objects(image: np.ndarray, boxes: list) -> None:
+    """Inside each box (its edge pixels left out: resampling blurs them) the image is red, and no red is outside
+    every box (dilated by 2 px)."""
+    red = _is_red(image)
+    covered = np.zeros(red.shape, bool)
+    for ymin, xmin, ymax, xmax in boxes:
+        assert 0 <= ymin < ymax <= image.shape[0] and 0 <= xmin < xmax <= image.shape[1], (ymin, xmin, ymax, xmax)
+        y0, x0, y1, x1 = int(np.ceil(ymin)) + 1, int(np.ceil(xmin)) + 1, int(np.floor(ymax)) - 1, int(np.floor(xmax)) - 1
+        if y1 - y0 >= 2 and x1 - x0 >= 2:
+            assert red[y0:y1, x0:x1].mean() > 0.95, (ymin, xmin, ymax, xmax)
+        covered[max(int(ymin) - 2, 0):int(np.ceil(ymax)) + 2, max(int(xmin) - 2, 0):int(np.ceil(xmax)) + 2] = True
+    assert not (red & ~covered).any(), "red pixels outside every box"
+
+
+def test_under_scale_jitter_crop_and_flip_every_box_holds_its_object_and_every_object_has_its_box(objects_dataset):
+    augment = reader.BoxAugmentation(scale_range=(0.5, 2.0), min_visible=0.0)
+    dataset = reader.build_dataset(objects_dataset, "train", batch_size=4, image_size=(96, 128), seed=3,
+                                   augment=augment, num_epochs=6)
+    seen = 0
+    for images, targets in dataset:
+        assert images.shape == (4, 96, 128, 3) and targets["boxes"].shape[0] == 4
+        for image, boxes, labels in zip(images.numpy(), targets["boxes"].numpy(), targets["labels"].numpy()):
+            _check_boxes_hold_their_objects(image, _objects(boxes, labels))
+            assert not _is_blue(image).any() or all(label in (1, 2) for label in labels if label >= 0)
+            seen += 1
+    assert seen == 6 * len(PICTURES)
+
+
+def test_a_box_mostly_cropped_away_is_dropped_and_the_rest_are_clipped(objects_dataset):
+    strict = reader.BoxAugmentation(scale_range=(1.5, 2.0), min_visible=0.6)
+    loose = reader.BoxAugmentation(scale_range=(1.5, 2.0), min_visible=0.0)
+    kept = {}
+    for name, augment in (("strict", strict), ("loose", loose)):
+        dataset = reader.build_dataset(objects_dataset, "train", batch_size=8, image_size=64, seed=5, augment=augment,
+                                       num_epochs=2)
+        kept[name] = sum(int((targets["labels"] >= 0).numpy().sum()) for _, targets in dataset)
+        for _, targets in dataset.take(1):
+            boxes = targets["boxes"].numpy()[targets["labels"].numpy() >= 0]
+            assert (boxes >= 0).all() and (boxes <= 64).all()
+    assert kept["strict"] < kept["loose"]
+
+
+def test_evaluation_resizes_with_padding_keeping_the_aspect_and_maps_boxes_back_to_the_source(objects_dataset):
+    from official.vision.dataloaders.tf_example_decoder import TfExampleDecoder
+
+    targets = reader.ObjectTargets(source_size=True)
+    dataset = reader.build_dataset(objects_dataset, "validation", batch_size=3, image_size=(100, 100),
+                                   training=False, targets=targets)
+    info = reader.dataset_info(objects_dataset)
+    records = tf.data.TFRecordDataset(info.split("validation").files)
+    decoder = TfExampleDecoder(include_mask=False, regenerate_source_id=False)
+    expected = [decoder.decode(raw) for raw in records]  # Model Garden's own reading of the same records
+    got = [(image, boxes, labels, size) for images, t in dataset
+           for image, boxes, labels, size in zip(images.numpy(), t["boxes"].numpy(), t["labels"].numpy(),
+                                                 t["source_size"].numpy())]
+    assert len(got) == len(expected) == len(PICTURES)
+    for (image, boxes, labels, size), decoded in zip(got, expected):
+        height, width = decoded["height"].numpy(), decoded["width"].numpy()
+        assert list(size) == [height, width]
+        scale = min(100 / height, 100 / width)
+        content_h, content_w = round(height * scale), round(width * scale)
+        assert not image[content_h:].any() and not image[:, content_w:].any(), "padding is at the bottom and right"
+        _check_boxes_hold_their_objects(image, _objects(boxes, labels))
+        crowd = decoded["groundtruth_is_crowd"].numpy()
+        mg_boxes = decoded["groundtruth_boxes"].numpy()[~crowd] * [height, width, height, width]
+        back = reader.boxes_to_source(boxes[labels >= 0][None], size[None], 100).numpy()[0]
+        np.testing.assert_allclose(back, mg_boxes, atol=1e-3)
+        assert list(labels[labels >= 0]) == list(decoded["groundtruth_classes"].numpy()[~crowd])
+
+
+def test_rows_past_an_images_objects_are_minus_one_and_max_objects_fixes_the_shape(objects_dataset):
+    dataset = reader.build_dataset(objects_dataset, "validation", batch_size=4, image_size=64, training=False)
+    batches = [targets for _, targets in dataset]
+    counts = [(targets["labels"].numpy() >= 0).sum(axis=1) for targets in batches]
+    for targets, count in zip(batches, counts):
+        assert targets["boxes"].shape == (4, max(count), 4), "N is the batch's largest count"
+        for boxes, labels, n in zip(targets["boxes"].numpy(), targets["labels"].numpy(), count):
+            assert (labels[n:] == -1).all() and (boxes[n:] == -1).all() and (labels[:n] >= 0).all()
+    assert sorted(np.concatenate(counts)) == sorted(len(boxes) for _, _, boxes in PICTURES)  # the background: 0
+    fixed = reader.build_dataset(objects_dataset, "validation", batch_size=4, image_size=64, training=False,
+                                 targets=reader.ObjectTargets(max_objects=2))
+    for _, targets in fixed:
+        assert targets["boxes"].shape == (4, 2, 4) and targets["labels"].shape == (4, 2)
+    train = reader.build_dataset(objects_dataset, "train", batch_size=4, image_size=64, seed=0,
+                                 targets={"max_objects": 5})
+    assert train.element_spec[1]["boxes"].shape.as_list() == [4, 5, 4]
+
+
+def test_crowd_regions_are_out_of_the_targets_unless_kept(objects_dataset):
+    def all_boxes(**targets):
+        dataset = reader.build_dataset(objects_dataset, "validation", batch_size=8, image_size=(120, 160),
+                                       training=False, targets=reader.ObjectTargets(**targets))
+        _, found = next(iter(dataset))
+        return found["boxes"].numpy()[found["labels"].numpy() >= 0]
+
+    crowd = np.array([10, 60, 40, 90])  # picture 0 (160x120, drawn at scale 1), yxyx
+    default, kept = all_boxes(), all_boxes(keep_crowd=True)
+    assert len(kept) == len(default) + 1
+    assert not np.isclose(default, crowd, atol=1e-3).all(axis=1).any()
+    assert np.isclose(kept, crowd, atol=1e-3).all(axis=1).any()
+
+
+def test_box_formats_are_kerashubs(objects_dataset):
+    """Each format's boxes, converted back to yxyx by Keras' own converter, are the yxyx boxes."""
+    from keras.utils import bounding_boxes
+
+    yxyx = tf.constant([[10.0, 20.0, 50.0, 100.0], [0.0, 0.0, 80.0, 120.0], [30.5, 7.25, 31.5, 9.0]])
+    for fmt in reader.options.BOX_FORMATS:
+        ours = reader.boxes.to_format(yxyx, fmt, (80, 120))
+        back = bounding_boxes.convert_format(ours.numpy(), source=fmt, target="yxyx", height=80, width=120)
+        np.testing.assert_allclose(np.asarray(back), yxyx.numpy(), atol=1e-4, err_msg=fmt)
+        np.testing.assert_allclose(reader.boxes.from_format(ours, fmt, (80, 120)), yxyx.numpy(), atol=1e-4)
+    # and through the pipeline: a relative format is relative to the output image
+    targets = reader.ObjectTargets("rel_xyxy")
+    dataset = reader.build_dataset(objects_dataset, "validation", batch_size=8, image_size=(80, 120), training=False,
+                                   targets=targets)
+    found = next(iter(dataset))[1]
+    boxes = found["boxes"].numpy()[found["labels"].numpy() >= 0]
+    assert (boxes >= 0).all() and (boxes <= 1).all() and (boxes[:, 2] > boxes[:, 0]).all()
+
+
+def test_training_resumes_exactly_from_a_step(objects_dataset):
+    def batches(start, count):
+        dataset = reader.build_dataset(objects_dataset, "train", batch_size=2, image_size=48, seed=11, start=start)
+        return [(images.numpy(), targets["boxes"].numpy(), targets["labels"].numpy())
+                for images, targets in dataset.take(count)]
+
+    whole, resumed = batches(0, 7), batches(3, 4)
+    for (image_a, boxes_a, labels_a), (image_b, boxes_b, labels_b) in zip(whole[3:], resumed):
+        np.testing.assert_array_equal(image_a, image_b)
+        np.testing.assert_array_equal(boxes_a, boxes_b)
+        np.testing.assert_array_equal(labels_a, labels_b)
+
+
+def test_targets_and_augment_name_the_task_they_do_not_fit(objects_dataset, demo_dataset):
+    with pytest.raises(ValueError, match="targets=.*task 'classification'"):
+        reader.build_dataset(demo_dataset, "train", targets=reader.ObjectTargets(max_objects=3))
+    with pytest.raises(ValueError, match="reader.BoxAugmentation"):
+        reader.build_dataset(objects_dataset, "train", augment=reader.Augmentation())
+    with pytest.raises(ValueError, match="bounding_box_format must be one of"):
+        reader.ObjectTargets(bounding_box_format="ltrb")
+
+
+def _retinanet(num_classes: int):
+    """KerasHub's RetinaNet, randomly initialized, on the smallest ResNet its own tests build."""
+    from keras_hub.layers import AnchorGenerator
+    from keras_hub.models import RetinaNetBackbone, RetinaNetObjectDetector, ResNetBackbone
+
+    encoder = ResNetBackbone(input_conv_filters=[64], input_conv_kernel_sizes=[7], stackwise_num_filters=[64, 64, 64],
+                             stackwise_num_blocks=[1, 1, 1], stackwise_num_strides=[1, 2, 2], image_shape=(None, None, 3),
+                             block_type="basic_block", use_pre_activation=False)
+    backbone = RetinaNetBackbone(image_encoder=encoder, min_level=3, max_level=4, use_p5=False)
+    anchors = AnchorGenerator(bounding_box_format="yxyx", min_level=3, max_level=4, num_scales=3,
+                              aspect_ratios=[0.5, 1.0, 2.0], anchor_size=4)
+    return RetinaNetObjectDetector(backbone=backbone, anchor_generator=anchors, num_classes=num_classes,
+                                   bounding_box_format="yxyx")
+
+
+def test_kerashub_retinanet_fits_on_the_pipeline(objects_dataset):
+    import keras
+
+    info = reader.dataset_info(objects_dataset)
+    model = _retinanet(info.num_classes)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    train = reader.build_dataset(objects_dataset, "train", batch_size=4, image_size=64, seed=0,
+                                 normalization="mobilenet")
+    history = model.fit(train, steps_per_epoch=3, epochs=2, verbose=0)
+    losses = history.history["loss"]
+    assert all(np.isfinite(losses)), losses
+    images, _ = next(iter(reader.build_dataset(objects_dataset, "validation", batch_size=2, image_size=64,
+                                               training=False, normalization="mobilenet")))
+    predicted = model.predict(images, verbose=0)
+    assert predicted["boxes"].shape[:2] == predicted["labels"].shape[:2]
