@@ -7,6 +7,8 @@ output image is red, and every red pixel is inside a box.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -216,33 +218,21 @@ def test_targets_and_augment_name_the_task_they_do_not_fit(objects_dataset, demo
         reader.ObjectTargets(bounding_box_format="ltrb")
 
 
-def _retinanet(num_classes: int):
-    """KerasHub's RetinaNet, randomly initialized, on the smallest ResNet its own tests build."""
-    from keras_hub.layers import AnchorGenerator
-    from keras_hub.models import RetinaNetBackbone, RetinaNetObjectDetector, ResNetBackbone
+def test_the_example_fits_kerashubs_retinanet_on_the_pipeline_and_scores_it_with_cocoeval(objects_dataset, tmp_path):
+    """examples/train_detector.py, in this process: KerasHub's RetinaNet (random init) fits on the training
+    batches, then its detections, mapped back to the stored images, are scored by pycocotools' COCOeval."""
+    import importlib.util
+    import os
 
-    encoder = ResNetBackbone(input_conv_filters=[64], input_conv_kernel_sizes=[7], stackwise_num_filters=[64, 64, 64],
-                             stackwise_num_blocks=[1, 1, 1], stackwise_num_strides=[1, 2, 2], image_shape=(None, None, 3),
-                             block_type="basic_block", use_pre_activation=False)
-    backbone = RetinaNetBackbone(image_encoder=encoder, min_level=3, max_level=4, use_p5=False)
-    anchors = AnchorGenerator(bounding_box_format="yxyx", min_level=3, max_level=4, num_scales=3,
-                              aspect_ratios=[0.5, 1.0, 2.0], anchor_size=4)
-    return RetinaNetObjectDetector(backbone=backbone, anchor_generator=anchors, num_classes=num_classes,
-                                   bounding_box_format="yxyx")
+    from tests.conftest import REPO
 
-
-def test_kerashub_retinanet_fits_on_the_pipeline(objects_dataset):
-    import keras
-
-    info = reader.dataset_info(objects_dataset)
-    model = _retinanet(info.num_classes)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
-    train = reader.build_dataset(objects_dataset, "train", batch_size=4, image_size=64, seed=0,
-                                 normalization="mobilenet")
-    history = model.fit(train, steps_per_epoch=3, epochs=2, verbose=0)
-    losses = history.history["loss"]
-    assert all(np.isfinite(losses)), losses
-    images, _ = next(iter(reader.build_dataset(objects_dataset, "validation", batch_size=2, image_size=64,
-                                               training=False, normalization="mobilenet")))
-    predicted = model.predict(images, verbose=0)
-    assert predicted["boxes"].shape[:2] == predicted["labels"].shape[:2]
+    spec = importlib.util.spec_from_file_location("train_detector", os.path.join(REPO, "examples", "train_detector.py"))
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    metrics = tmp_path / "metrics.json"
+    assert example.main(["--data", objects_dataset, "--epochs", "2", "--batch-size", "4", "--image-size", "64",
+                         "--metrics-json", str(metrics)]) == 0
+    found = json.loads(metrics.read_text())
+    assert np.isfinite(found["loss"]) and found["images"] == len(PICTURES)
+    assert found["objects"] == sum(len(boxes) for _, _, boxes in PICTURES)  # crowd regions left out
+    assert 0 <= found["AP"] <= 1 and 0 <= found["AR100"] <= 1
