@@ -1,7 +1,9 @@
 """Train a small object detector on a converted dataset of objects, fed by ``reader``, and score it with COCOeval.
 
 KerasHub's ``RetinaNetObjectDetector`` on a small ResNet, randomly initialized
-(nothing to download), learns the demo's shapes on a CPU in a few minutes::
+(nothing to download), learns the demo's shapes on a CPU: with the defaults (40 epochs of 15 steps at
+128 px), in about 7 minutes on 2 cores, to AP50 0.29, AP 0.10 and AR@100 0.31 on the 60 validation
+images (after 12 epochs it had found almost nothing: AR@100 0.02)::
 
     pip install ".[detection]"
     python -m converter.demo --objects coco demo/objects && python -m converter --src demo/objects --overwrite
@@ -102,7 +104,7 @@ def _coco_box(box: np.ndarray, label: int, image_id: int, **extra) -> dict:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="a converted dataset of objects (train and validation splits)")
-    parser.add_argument("--epochs", type=int, default=12, help="(default: %(default)s)")
+    parser.add_argument("--epochs", type=int, default=40, help="(default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=16, help="(default: %(default)s)")
     parser.add_argument("--image-size", type=int, default=128, help="(default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
