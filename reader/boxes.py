@@ -55,28 +55,40 @@ def place(stored_hw: tf.Tensor, output_hw: tuple[int, int], scale: tf.Tensor, of
     return Placement(window, tf.cast(crop, tf.int32))
 
 
-def move(boxes: tf.Tensor, stored_hw: tf.Tensor, placement: Placement, flip: tf.Tensor,
+def move(boxes: tf.Tensor, stored_hw: tf.Tensor, placement: Placement,
          min_visible: float) -> tuple[tf.Tensor, tf.Tensor]:
     """``(boxes in output pixels [N, 4] yxyx, keep [N] bool)`` for normalized ``boxes`` of the stored image.
 
     Boxes are moved as the window's pixels are: shifted by its corner, scaled
-    by resized size / window size per axis, clipped to the resized part, and
-    mirrored within it when ``flip``. ``keep`` is False for a box whose
-    visible area is under ``min_visible`` of its whole area after scaling
-    (mostly cropped away), or empty.
+    by resized size / window size per axis, and clipped to the resized part
+    (the flip is :func:`mirror`'s). ``keep`` is False for a box whose visible
+    area is under ``min_visible`` of its whole area after scaling (mostly
+    cropped away), or empty.
     """
     stored = tf.cast(tf.tile(stored_hw, [2]), tf.float32)
     window = tf.cast(placement.window, tf.float32)
-    size = tf.cast(placement.size, tf.float32)
-    factor = tf.tile(size / window[2:], [2])
+    factor = tf.tile(tf.cast(placement.size, tf.float32) / window[2:], [2])
     moved = (boxes * stored - tf.tile(window[:2], [2])) * factor
-    limit = tf.tile(size, [2])
-    clipped = tf.clip_by_value(moved, 0.0, limit)
-    whole = _area(moved)
+    clipped = tf.clip_by_value(moved, 0.0, tf.tile(tf.cast(placement.size, tf.float32), [2]))
     visible = _area(clipped)
-    keep = tf.logical_and(visible > 0.0, visible >= min_visible * whole)
-    mirrored = tf.stack([clipped[:, 0], size[1] - clipped[:, 3], clipped[:, 2], size[1] - clipped[:, 1]], axis=1)
-    return tf.where(flip, mirrored, clipped), keep
+    keep = tf.logical_and(visible > 0.0, visible >= min_visible * _area(moved))
+    return clipped, keep
+
+
+def mirror(boxes: tf.Tensor, placement: Placement, flip: tf.Tensor) -> tf.Tensor:
+    """``boxes`` (output pixels, yxyx) mirrored within the resized image when ``flip``, as its pixels are."""
+    width = tf.cast(placement.size[1], tf.float32)
+    mirrored = tf.stack([boxes[:, 0], width - boxes[:, 3], boxes[:, 2], width - boxes[:, 1]], axis=1)
+    return tf.where(flip, mirrored, boxes)
+
+
+def to_stored(boxes: tf.Tensor, stored_hw: tf.Tensor, placement: Placement) -> tf.Tensor:
+    """``boxes`` in output pixels (yxyx, before any flip) as normalized boxes of the stored image: the inverse
+    of :func:`move` (without its clipping)."""
+    stored = tf.cast(tf.tile(stored_hw, [2]), tf.float32)
+    window = tf.cast(placement.window, tf.float32)
+    factor = tf.tile(tf.cast(placement.size, tf.float32) / window[2:], [2])
+    return (boxes / factor + tf.tile(window[:2], [2])) / stored
 
 
 def _area(boxes: tf.Tensor) -> tf.Tensor:

@@ -101,14 +101,13 @@ def buffered_batches(source: Source, options: ReadOptions, read: BufferedRead) -
         dataset = _parsed(records, task, read.parse_batch)
         dataset = dataset.shuffle(options.shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True).enumerate()
         seed_tensor = tf.constant(base_seed, tf.int64)
-        dataset = dataset.map(lambda index, components: task.train(components, tf.stack([seed_tensor, index])),
+        dataset = dataset.map(lambda index, parsed: task.train(parsed, tf.stack([seed_tensor, index])),
                               num_parallel_calls=AUTOTUNE, deterministic=deterministic)
         return task.batch(dataset, batch, True)
     records = records_of_epoch(0, shuffle=False, ordered=True)
     records = cached(records, cache, pipeline_id)
     dataset = _parsed(records, task, read.parse_batch)
-    dataset = dataset.map(lambda *components: task.eval(components), num_parallel_calls=AUTOTUNE,
-                          deterministic=True)
+    dataset = dataset.map(task.eval, num_parallel_calls=AUTOTUNE, deterministic=True)
     dataset = task.batch(dataset, batch, False)
     if not source.skip_corrupt and options.service is None:
         # Known length: Keras and progress bars see the number of batches, and a short read fails loudly.
@@ -118,7 +117,7 @@ def buffered_batches(source: Source, options: ReadOptions, read: BufferedRead) -
 
 
 def _parsed(records: tf.data.Dataset, task: Task, parse_batch: int) -> tf.data.Dataset:
-    """Serialized records -> the task's components, one element per record, parsed ``parse_batch`` per call."""
+    """Serialized records -> the task's parsed features (a dict), one element per record, ``parse_batch`` per call."""
     if parse_batch <= 0:
         return records.map(lambda record: tf.nest.map_structure(lambda part: part[0], task.parse(record[None])),
                            num_parallel_calls=AUTOTUNE)

@@ -119,6 +119,13 @@ class ObjectTargets:
         default, as VOC's own evaluation ignores them).
       source_size: targets also carry ``"source_size"`` int32 [B, 2], each
         stored image's height and width, for :func:`reader.boxes_to_source`.
+      mask_size: targets also carry ``"masks"`` float32 [B, N, M, M], M =
+        ``mask_size``: each object's instance mask cropped to its box and
+        resized (Model Garden's Mask R-CNN crops to 112; 28 is Mask R-CNN's
+        head). Needs records converted with ``--masks`` (COCO).
+      class_mask: targets also carry ``"class_mask"`` int32 [B, H, W, 1], the
+        image's class ids moved with its pixels, 255 where padded. Needs
+        records with a class mask (Pascal VOC converted with ``--masks``).
     """
 
     bounding_box_format: str = "yxyx"
@@ -126,12 +133,16 @@ class ObjectTargets:
     keep_crowd: bool = False
     keep_difficult: bool = False
     source_size: bool = False
+    mask_size: Optional[int] = None
+    class_mask: bool = False
 
     def __post_init__(self) -> None:
         check_box_format(self.bounding_box_format)
-        if self.max_objects is not None and (as_int(self.max_objects) is None or self.max_objects < 1):
-            raise ValueError(f"max_objects must be None or a positive integer, got {self.max_objects!r}")
-        for name in ("keep_crowd", "keep_difficult", "source_size"):
+        for name in ("max_objects", "mask_size"):
+            value = getattr(self, name)
+            if value is not None and (as_int(value) is None or value < 1):
+                raise ValueError(f"{name} must be None or a positive integer, got {value!r}")
+        for name in ("keep_crowd", "keep_difficult", "source_size", "class_mask"):
             check_flag(getattr(self, name), name)
 
 

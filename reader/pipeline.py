@@ -217,8 +217,8 @@ def _train_batches(records: tf.data.Dataset, task: tasks.Task, seed: int, determ
     """``(record, key)`` -> parse (64 per call) -> the task's example seeded by (seed, key) -> batches."""
     seed_tensor = tf.constant(seed, tf.int64)
 
-    def train_example(components: tuple, key: tf.Tensor) -> tuple:
-        return task.train(components, tf.stack([seed_tensor, key]))
+    def train_example(parsed: dict, key: tf.Tensor) -> tuple:
+        return task.train(parsed, tf.stack([seed_tensor, key]))
 
     if PARSE_BATCH > 0:
         parsed = records.batch(PARSE_BATCH).map(lambda record, key: (task.parse(record), key),
@@ -295,9 +295,16 @@ def _position_mismatch(position: Position, seed, info: DatasetInfo, split_info: 
 
 def _check_targets(targets: ObjectTargets, info: DatasetInfo) -> ObjectTargets:
     """``targets`` set only for a dataset of objects (elsewhere they would be silently ignored)."""
+    where = info.data_dir or "this dataset"
     if targets != ObjectTargets() and info.task != record_schema.TASK_OBJECTS:
-        raise ValueError(f"targets={targets!r} shapes detection targets, and {info.data_dir or 'this dataset'} "
-                         f"holds task {info.task!r}")
+        raise ValueError(f"targets={targets!r} shapes detection targets, and {where} holds task {info.task!r}")
+    features = info.manifest.get("features", {})
+    if targets.mask_size and record_schema.OBJECT_MASK not in features:
+        raise ValueError(f"ObjectTargets(mask_size={targets.mask_size}) needs instance masks, and {where}'s records "
+                         "have none: convert COCO with --masks")
+    if targets.class_mask and record_schema.SEGMENTATION_ENCODED not in features:
+        raise ValueError(f"ObjectTargets(class_mask=True) needs a class mask an image, and {where}'s records have "
+                         "none: convert Pascal VOC with --masks")
     return targets
 
 

@@ -35,9 +35,9 @@ IGNORE_LABEL = 255
 class Task(NamedTuple):
     """The per-task functions a pipeline calls.
 
-    ``parse(records [B]) -> components``: batched tensors, unbatched by the
-    pipeline. ``train(components, seed) -> (image, target)`` and
-    ``eval(components) -> (image, target)``: one example, already finished
+    ``parse(records [B]) -> dict``: batched tensors by feature key, unbatched
+    by the pipeline. ``train(parsed, seed) -> (image, target)`` and
+    ``eval(parsed) -> (image, target)``: one example, already finished
     (dtype, normalisation). ``batch(dataset, size, drop_remainder)``.
     """
 
@@ -66,24 +66,23 @@ def plain_batch(dataset: tf.data.Dataset, size: int, drop_remainder: bool) -> tf
     return dataset.batch(size, drop_remainder=drop_remainder)
 
 
+def _parser(spec: dict) -> Callable[[tf.Tensor], dict]:
+    return lambda records: tf.io.parse_example(records, spec)
+
+
 def classification(keys: FeatureKeys, label_offset: int, images: ImageChoices) -> Task:
     """One class an image (the converter's classification records, or foreign shards by ``keys``)."""
     spec = {keys.image: tf.io.FixedLenFeature([], tf.string), keys.label: tf.io.FixedLenFeature([], tf.int64)}
 
-    def parse(records: tf.Tensor) -> tuple:
-        parsed = tf.io.parse_example(records, spec)
-        return parsed[keys.image], parsed[keys.label] + label_offset
+    def train(parsed: dict, seed: tf.Tensor) -> tuple:
+        image = preprocess.train_image(parsed[keys.image], seed, images.size, images.augment, **images.decode)
+        return images.finish(image), parsed[keys.label] + label_offset
 
-    def train(components: tuple, seed: tf.Tensor) -> tuple:
-        data, label = components
-        return images.finish(preprocess.train_image(data, seed, images.size, images.augment, **images.decode)), label
+    def evaluate(parsed: dict) -> tuple:
+        image = preprocess.eval_image(parsed[keys.image], images.size, images.crop_fraction, **images.decode)
+        return images.finish(image), parsed[keys.label] + label_offset
 
-    def evaluate(components: tuple) -> tuple:
-        data, label = components
-        image = preprocess.eval_image(data, images.size, images.crop_fraction, **images.decode)
-        return images.finish(image), label
-
-    return Task(parse, train, evaluate, plain_batch)
+    return Task(_parser(spec), train, evaluate, plain_batch)
 
 
 def multilabel(num_classes: int, images: ImageChoices) -> Task:
@@ -91,36 +90,36 @@ def multilabel(num_classes: int, images: ImageChoices) -> Task:
     spec = {record_schema.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
             record_schema.LABEL: tf.io.RaggedFeature(tf.int64)}
 
-    def parse(records: tf.Tensor) -> tuple:
-        parsed = tf.io.parse_example(records, spec)
-        return parsed[record_schema.IMAGE_ENCODED], parsed[record_schema.LABEL]
-
     def multi_hot(ids: tf.Tensor) -> tf.Tensor:
         return tf.minimum(tf.reduce_sum(tf.one_hot(ids, num_classes, dtype=tf.float32), axis=0), 1.0)
 
-    def train(components: tuple, seed: tf.Tensor) -> tuple:
-        data, ids = components
-        image = preprocess.train_image(data, seed, images.size, images.augment, **images.decode)
-        return images.finish(image), multi_hot(ids)
+    def train(parsed: dict, seed: tf.Tensor) -> tuple:
+        image = preprocess.train_image(parsed[record_schema.IMAGE_ENCODED], seed, images.size, images.augment,
+                                       **images.decode)
+        return images.finish(image), multi_hot(parsed[record_schema.LABEL])
 
-    def evaluate(components: tuple) -> tuple:
-        data, ids = components
-        image = preprocess.eval_image(data, images.size, images.crop_fraction, **images.decode)
-        return images.finish(image), multi_hot(ids)
+    def evaluate(parsed: dict) -> tuple:
+        image = preprocess.eval_image(parsed[record_schema.IMAGE_ENCODED], images.size, images.crop_fraction,
+                                      **images.decode)
+        return images.finish(image), multi_hot(parsed[record_schema.LABEL])
 
-    return Task(parse, train, evaluate, plain_batch)
+    return Task(_parser(spec), train, evaluate, plain_batch)
 
 
-_OBJECT_SPEC = {
+_IMAGE_SPEC = {
     record_schema.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
     record_schema.HEIGHT: tf.io.FixedLenFeature([], tf.int64),
     record_schema.WIDTH: tf.io.FixedLenFeature([], tf.int64),
+}
+_OBJECT_SPEC = {
+    **_IMAGE_SPEC,
     **{key: tf.io.RaggedFeature(tf.float32) for key in (record_schema.BBOX_YMIN, record_schema.BBOX_XMIN,
                                                          record_schema.BBOX_YMAX, record_schema.BBOX_XMAX)},
     **{key: tf.io.RaggedFeature(tf.int64) for key in (record_schema.OBJECT_LABEL, record_schema.OBJECT_IS_CROWD,
                                                        record_schema.OBJECT_DIFFICULT)},
 }
-_BOX_KEYS = (record_schema.BBOX_YMIN, record_schema.BBOX_XMIN, record_schema.BBOX_YMAX, record_schema.BBOX_XMAX)
+_CLASS_MASK_SPEC = {record_schema.SEGMENTATION_ENCODED: tf.io.FixedLenFeature([], tf.string)}
+_INSTANCE_MASK_SPEC = {record_schema.OBJECT_MASK: tf.io.RaggedFeature(tf.string)}
 
 
 class _Geometry(NamedTuple):
@@ -144,14 +143,49 @@ def _draw(seed: tf.Tensor, augment: BoxAugmentation) -> _Geometry:
     return _Geometry(scale, offset, flip)
 
 
-def _placed_image(data: tf.Tensor, stored_hw: tf.Tensor, geometry: _Geometry, images: ImageChoices):
+def _stored_hw(parsed: dict) -> tf.Tensor:
+    return tf.cast(tf.stack([parsed[record_schema.HEIGHT], parsed[record_schema.WIDTH]]), tf.int32)
+
+
+def _placed_image(parsed: dict, geometry: _Geometry, images: ImageChoices):
     """The image's window decoded, resized, flipped and finished (not yet padded); and its placement."""
-    placement = box_ops.place(stored_hw, images.size, geometry.scale, geometry.offset)
+    placement = box_ops.place(_stored_hw(parsed), images.size, geometry.scale, geometry.offset)
     scale_to = tf.unstack(placement.size) if images.decode["scaled_decode"] else None
-    image = preprocess.crop_and_decode(data, lambda shape: placement.window, images.decode["all_jpeg"], scale_to)
+    image = preprocess.crop_and_decode(parsed[record_schema.IMAGE_ENCODED], lambda shape: placement.window,
+                                       images.decode["all_jpeg"], scale_to)
     image = tf.image.resize(image, placement.size, method="bilinear")
     image = tf.cond(geometry.flip, lambda: tf.reverse(image, [1]), lambda: image)
     return images.finish(image), placement
+
+
+def _placed_class_mask(png: tf.Tensor, placement: box_ops.Placement, geometry: _Geometry,
+                       size: tuple[int, int]) -> tf.Tensor:
+    """A class-id PNG of the stored image, through the image's window, resize (nearest) and flip; 255 padding."""
+    y, x, height, width = tf.unstack(placement.window)
+    mask = tf.io.decode_png(png, channels=1)[y:y + height, x:x + width]
+    mask = tf.image.resize(mask, placement.size, method="nearest")
+    mask = tf.cond(geometry.flip, lambda: tf.reverse(mask, [1]), lambda: mask)
+    return _pad(tf.cast(mask, tf.int32), size, IGNORE_LABEL)
+
+
+def _instance_masks(pngs: tf.Tensor, boxes: tf.Tensor, stored_hw: tf.Tensor, placement: box_ops.Placement,
+                    flip: tf.Tensor, mask_size: int) -> tf.Tensor:
+    """float32 ``[N, M, M]``: each object's mask (a PNG of the stored image) cropped to its box and resized.
+
+    ``boxes`` are the objects' boxes in output pixels before the flip; each is
+    taken back to the stored image (:func:`reader.boxes.to_stored`), where the
+    mask is cropped at full resolution, as Model Garden's Mask R-CNN parser
+    crops its masks to the boxes (``crop_and_resize``).
+    """
+    def crops() -> tf.Tensor:
+        masks = tf.map_fn(lambda png: tf.io.decode_png(png, channels=1), pngs,
+                          fn_output_signature=tf.TensorSpec([None, None, 1], tf.uint8))
+        cropped = tf.image.crop_and_resize(tf.cast(masks, tf.float32), box_ops.to_stored(boxes, stored_hw, placement),
+                                           tf.range(tf.shape(pngs)[0]), [mask_size, mask_size])[..., 0]
+        return tf.cond(flip, lambda: tf.reverse(cropped, [2]), lambda: cropped)
+
+    # map_fn cannot stack no masks of unknown size: an image without objects gets an empty stack itself
+    return tf.cond(tf.size(pngs) > 0, crops, lambda: tf.zeros([0, mask_size, mask_size]))
 
 
 def _pad(image: tf.Tensor, size: tuple[int, int], value=0) -> tf.Tensor:
@@ -162,34 +196,41 @@ def _pad(image: tf.Tensor, size: tuple[int, int], value=0) -> tf.Tensor:
 
 
 def objects(targets: ObjectTargets, images: ImageChoices) -> Task:
-    """Boxes and their classes, moved with the pixels; the batch padded to its largest count (or ``max_objects``)."""
-    spec = dict(_OBJECT_SPEC)
+    """Boxes and their classes, moved with the pixels; the batch padded to its largest count (or ``max_objects``).
 
-    def parse(records: tf.Tensor) -> tuple:
-        parsed = tf.io.parse_example(records, spec)
-        hw = tf.stack([parsed[record_schema.HEIGHT], parsed[record_schema.WIDTH]], axis=1)
-        return (parsed[record_schema.IMAGE_ENCODED], hw, *(parsed[key] for key in _BOX_KEYS),
-                parsed[record_schema.OBJECT_LABEL], parsed[record_schema.OBJECT_IS_CROWD],
-                parsed[record_schema.OBJECT_DIFFICULT])
+    With ``targets.mask_size``, each object's instance mask cropped to its box
+    (``"masks"``); with ``targets.class_mask``, the image's class mask (``"class_mask"``).
+    """
+    spec = {**_OBJECT_SPEC, **(_INSTANCE_MASK_SPEC if targets.mask_size else {}),
+            **(_CLASS_MASK_SPEC if targets.class_mask else {})}
 
-    def example(components: tuple, geometry: _Geometry) -> tuple:
-        data, hw, ymin, xmin, ymax, xmax, labels, crowd, difficult = components
-        hw = tf.cast(hw, tf.int32)
+    def example(parsed: dict, geometry: _Geometry) -> tuple:
+        labels, hw = parsed[record_schema.OBJECT_LABEL], _stored_hw(parsed)
         keep = tf.ones_like(labels, tf.bool)
         if not targets.keep_crowd:
-            keep = tf.logical_and(keep, tf.equal(crowd, 0))
+            keep = tf.logical_and(keep, tf.equal(parsed[record_schema.OBJECT_IS_CROWD], 0))
         if not targets.keep_difficult:
-            keep = tf.logical_and(keep, tf.equal(difficult, 0))
-        image, placement = _placed_image(data, hw, geometry, images)
-        moved, visible = box_ops.move(tf.stack([ymin, xmin, ymax, xmax], axis=1), hw, placement, geometry.flip,
-                                      images.augment.min_visible)
+            keep = tf.logical_and(keep, tf.equal(parsed[record_schema.OBJECT_DIFFICULT], 0))
+        image, placement = _placed_image(parsed, geometry, images)
+        stored = tf.stack([parsed[record_schema.BBOX_YMIN], parsed[record_schema.BBOX_XMIN],
+                           parsed[record_schema.BBOX_YMAX], parsed[record_schema.BBOX_XMAX]], axis=1)
+        moved, visible = box_ops.move(stored, hw, placement, images.augment.min_visible)
         keep = tf.logical_and(keep, visible)
-        found = {"boxes": box_ops.to_format(tf.boolean_mask(moved, keep), targets.bounding_box_format, images.size),
+        moved = tf.boolean_mask(moved, keep)
+        placed = box_ops.mirror(moved, placement, geometry.flip)
+        found = {"boxes": box_ops.to_format(placed, targets.bounding_box_format, images.size),
                  "labels": tf.cast(tf.boolean_mask(labels, keep), tf.int32)}
+        if targets.mask_size:
+            found["masks"] = _instance_masks(tf.boolean_mask(parsed[record_schema.OBJECT_MASK], keep), moved, hw,
+                                             placement, geometry.flip, targets.mask_size)
         if targets.max_objects is not None:
-            found = {name: _fixed_rows(value, targets.max_objects) for name, value in found.items()}
+            found = {name: _fixed_rows(value, targets.max_objects, _padding(name, value.dtype))
+                     for name, value in found.items()}
         if targets.source_size:
             found["source_size"] = hw
+        if targets.class_mask:
+            found["class_mask"] = _placed_class_mask(parsed[record_schema.SEGMENTATION_ENCODED], placement, geometry,
+                                                     images.size)
         return _pad(image, images.size), found
 
     def batch(dataset: tf.data.Dataset, size: int, drop_remainder: bool) -> tf.data.Dataset:
@@ -200,49 +241,43 @@ def objects(targets: ObjectTargets, images: ImageChoices) -> Task:
         return dataset.ragged_batch(size, drop_remainder=drop_remainder).map(_dense_rows,
                                                                              num_parallel_calls=AUTOTUNE)
 
-    return Task(parse, lambda components, seed: example(components, _draw(seed, images.augment)),
-                lambda components: example(components, _eval_geometry()), batch)
+    return Task(_parser(spec), lambda parsed, seed: example(parsed, _draw(seed, images.augment)),
+                lambda parsed: example(parsed, _eval_geometry()), batch)
 
 
 def _dense_rows(images: tf.Tensor, found: dict) -> tuple:
-    """The batch's ragged boxes and labels as dense rows, -1 past each image's objects."""
+    """The batch's ragged rows (boxes, labels, masks) as dense ones: -1 past each image's objects (masks 0)."""
     found = dict(found)
-    found["boxes"] = found["boxes"].to_tensor(float(box_ops.PADDING))
-    found["labels"] = found["labels"].to_tensor(box_ops.PADDING)
+    for name in ("boxes", "labels", "masks"):
+        if name in found:
+            found[name] = found[name].to_tensor(_padding(name, found[name].dtype))
     return images, found
 
 
-def _fixed_rows(value: tf.Tensor, rows: int) -> tf.Tensor:
-    """``value`` cut or padded (-1) to ``rows`` rows: a static shape for XLA and TPUs."""
+def _padding(name: str, dtype: tf.DType) -> tf.Tensor:
+    """What fills a target's rows past an image's objects: -1 (KerasHub's convention), 0 for masks."""
+    return tf.constant(0 if name == "masks" else box_ops.PADDING, dtype)
+
+
+def _fixed_rows(value: tf.Tensor, rows: int, fill: tf.Tensor) -> tf.Tensor:
+    """``value`` cut or padded with ``fill`` to ``rows`` rows: a static shape for XLA and TPUs."""
     value = value[:rows]
     padding = [[0, rows - tf.shape(value)[0]]] + [[0, 0]] * (len(value.shape) - 1)
-    padded = tf.pad(value, padding, constant_values=tf.cast(box_ops.PADDING, value.dtype))
+    padded = tf.pad(value, padding, constant_values=fill)
     return tf.ensure_shape(padded, [rows, *value.shape[1:]])
 
 
 def segmentation(images: ImageChoices) -> Task:
     """A class id a pixel: the mask cropped, resized (nearest) and flipped with the image; padding 255."""
-    spec = {record_schema.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
-            record_schema.HEIGHT: tf.io.FixedLenFeature([], tf.int64),
-            record_schema.WIDTH: tf.io.FixedLenFeature([], tf.int64),
-            record_schema.SEGMENTATION_ENCODED: tf.io.FixedLenFeature([], tf.string)}
+    spec = {**_IMAGE_SPEC, **_CLASS_MASK_SPEC}
 
-    def parse(records: tf.Tensor) -> tuple:
-        parsed = tf.io.parse_example(records, spec)
-        hw = tf.stack([parsed[record_schema.HEIGHT], parsed[record_schema.WIDTH]], axis=1)
-        return parsed[record_schema.IMAGE_ENCODED], hw, parsed[record_schema.SEGMENTATION_ENCODED]
+    def example(parsed: dict, geometry: _Geometry) -> tuple:
+        image, placement = _placed_image(parsed, geometry, images)
+        mask = _placed_class_mask(parsed[record_schema.SEGMENTATION_ENCODED], placement, geometry, images.size)
+        return _pad(image, images.size), mask
 
-    def example(components: tuple, geometry: _Geometry) -> tuple:
-        data, hw, mask_png = components
-        image, placement = _placed_image(data, tf.cast(hw, tf.int32), geometry, images)
-        y, x, height, width = tf.unstack(placement.window)
-        mask = tf.io.decode_png(mask_png, channels=1)[y:y + height, x:x + width]
-        mask = tf.image.resize(mask, placement.size, method="nearest")
-        mask = tf.cond(geometry.flip, lambda: tf.reverse(mask, [1]), lambda: mask)
-        return _pad(image, images.size), _pad(tf.cast(mask, tf.int32), images.size, IGNORE_LABEL)
-
-    return Task(parse, lambda components, seed: example(components, _draw(seed, images.augment)),
-                lambda components: example(components, _eval_geometry()), plain_batch)
+    return Task(_parser(spec), lambda parsed, seed: example(parsed, _draw(seed, images.augment)),
+                lambda parsed: example(parsed, _eval_geometry()), plain_batch)
 
 
 def for_dataset(task: str, num_classes: int, keys: FeatureKeys, label_offset: int, targets: ObjectTargets,

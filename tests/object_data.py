@@ -106,3 +106,27 @@ def object_records(out) -> dict[str, dict]:
                                                                                             "ymax"))))
             rows[values["image/filename"][0].decode()] = values
     return rows
+
+
+def voc_xml(width, height, objects) -> str:
+    """A VOC annotation XML of ``(name, (xmin, ymin, xmax, ymax) as VOC writes them, difficult)`` objects."""
+    parts = [f"<annotation><filename>x.jpg</filename><size><width>{width}</width><height>{height}</height>"
+             "<depth>3</depth></size>"]
+    for name, (x0, y0, x1, y1), difficult in objects:
+        parts.append(f"<object><name>{name}</name><pose>Left</pose><truncated>0</truncated>"
+                     f"<difficult>{difficult}</difficult><bndbox><xmin>{x0}</xmin><ymin>{y0}</ymin>"
+                     f"<xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>")
+    return "".join(parts) + "</annotation>"
+
+
+def voc_palette_png(width, height, regions) -> bytes:
+    """VOC's SegmentationClass PNG: a palette image whose index is the class (255 for the void outline)."""
+    ids = np.zeros((height, width), np.uint8)
+    for (x0, y0, x1, y1), class_id in regions:
+        ids[y0:y1, x0:x1] = 255
+        ids[y0 + 1:y1 - 1, x0 + 1:x1 - 1] = class_id
+    image = Image.fromarray(ids, mode="P")
+    image.putpalette([v for i in range(256) for v in (i, 255 - i, (i * 7) % 256)])
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()

@@ -196,17 +196,26 @@ def test_box_formats_are_kerashubs(objects_dataset):
     assert (boxes >= 0).all() and (boxes <= 1).all() and (boxes[:, 2] > boxes[:, 0]).all()
 
 
-def test_training_resumes_exactly_from_a_step(objects_dataset):
-    def batches(start, count):
-        dataset = reader.build_dataset(objects_dataset, "train", batch_size=2, image_size=48, seed=11, start=start)
-        return [(images.numpy(), targets["boxes"].numpy(), targets["labels"].numpy())
-                for images, targets in dataset.take(count)]
+def test_training_resumes_exactly_from_a_step_and_gives_the_same_global_batches_on_two_pipelines(objects_dataset):
+    def examples(start, count, pipelines=1):
+        """Per global batch, each image with its objects (padding stripped: N is each pipeline's own)."""
+        parts = []
+        for index in range(pipelines):
+            context = None if pipelines == 1 else tf.distribute.InputContext(pipelines, index, pipelines)
+            dataset = reader.build_dataset(objects_dataset, "train", batch_size=4, image_size=48, seed=11,
+                                           start=start, input_context=context)
+            parts.append([[(image, _objects(boxes, labels), [label for label in labels if label >= 0])
+                           for image, boxes, labels in zip(images.numpy(), t["boxes"].numpy(), t["labels"].numpy())]
+                          for images, t in dataset.take(count)])
+        return [sum((part[step] for part in parts), []) for step in range(count)]
 
-    whole, resumed = batches(0, 7), batches(3, 4)
-    for (image_a, boxes_a, labels_a), (image_b, boxes_b, labels_b) in zip(whole[3:], resumed):
-        np.testing.assert_array_equal(image_a, image_b)
-        np.testing.assert_array_equal(boxes_a, boxes_b)
-        np.testing.assert_array_equal(labels_a, labels_b)
+    def same(a, b):
+        return all(np.array_equal(x[0], y[0]) and x[1:] == y[1:] for batch_a, batch_b in zip(a, b)
+                   for x, y in zip(batch_a, batch_b))
+
+    whole = examples(0, 6)
+    assert same(examples(3, 3), whole[3:]), "resumed at step 3"
+    assert same(examples(0, 6, pipelines=2), whole), "two input pipelines"
 
 
 def test_targets_and_augment_name_the_task_they_do_not_fit(objects_dataset, demo_dataset):
@@ -236,3 +245,91 @@ def test_the_example_fits_kerashubs_retinanet_on_the_pipeline_and_scores_it_with
     assert np.isfinite(found["loss"]) and found["images"] == len(PICTURES)
     assert found["objects"] == sum(len(boxes) for _, _, boxes in PICTURES)  # crowd regions left out
     assert 0 <= found["AP"] <= 1 and 0 <= found["AR100"] <= 1
+
+
+@pytest.fixture(scope="module")
+def triangles_dataset(tmp_path_factory) -> str:
+    """COCO with --masks: red right triangles (one corner each way) whose polygons are their segmentations."""
+    from PIL import ImageDraw
+
+    root = tmp_path_factory.mktemp("triangles-src")
+    images, annotations, files = [], [], {}
+    corners = [(120, 90, [(10, 10, 70, 70)]), (100, 140, [(20, 30, 90, 120), (5, 5, 40, 40)]),
+               (150, 100, [(60, 20, 140, 90)]), (90, 90, [(0, 0, 60, 60)])]
+    for index, (width, height, boxes) in enumerate(corners):
+        image = picture(width, height, [], seed=index)
+        draw = ImageDraw.Draw(image)
+        for number, (x0, y0, x1, y1) in enumerate(boxes):
+            # lower-left half of the box, or upper-right for odd objects: a flip or a shift shows in the mask
+            polygon = [(x0, y0), (x0, y1), (x1, y1)] if number % 2 == 0 else [(x0, y0), (x1, y0), (x1, y1)]
+            draw.polygon(polygon, fill=(255, 0, 0))
+            annotations.append({"id": 100 * index + number, "image_id": index + 1, "category_id": 1,
+                                "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0) / 2, "iscrowd": 0,
+                                "segmentation": [[float(v) for point in polygon for v in point]]})
+        images.append({"id": index + 1, "file_name": f"{index}.jpg", "width": width, "height": height})
+        files[f"{index}.jpg"] = jpeg(image)
+    write_coco(str(root), "train2017", images, annotations, [{"id": 1, "name": "triangle"}], files)
+    out = str(tmp_path_factory.mktemp("triangles-out") / "ds")
+    run(ConvertOptions(src=str(root), out=out, shards=1, masks=True), FAST, show_progress=False)
+    return out
+
+
+def test_instance_masks_are_cropped_to_their_boxes_and_flipped_with_the_pixels(triangles_dataset):
+    """Each object's M x M mask is the red of the output image inside its box, resampled to M x M."""
+    augment = reader.BoxAugmentation(scale_range=(0.7, 1.5), min_visible=0.5)
+    dataset = reader.build_dataset(triangles_dataset, "train", batch_size=2, image_size=(96, 112), seed=2,
+                                   augment=augment, num_epochs=4, targets=reader.ObjectTargets(mask_size=16))
+    agreement = []
+    for images, targets in dataset:
+        assert targets["masks"].shape[2:] == (16, 16) and targets["masks"].shape[1] == targets["boxes"].shape[1]
+        red = _is_red(images.numpy()).astype(np.float32)[..., None]
+        for row in range(2):
+            for box, label, mask in zip(targets["boxes"].numpy()[row], targets["labels"].numpy()[row],
+                                        targets["masks"].numpy()[row]):
+                if label < 0:
+                    assert not mask.any()
+                    continue
+                if min(box[2] - box[0], box[3] - box[1]) < 12:
+                    continue
+                normalized = box / [96, 112, 96, 112]
+                seen = tf.image.crop_and_resize(red[row:row + 1], [normalized], [0], [16, 16])[0, ..., 0].numpy()
+                # a mirrored or shifted triangle agrees on about half the cells; edges blur on small boxes
+                agreement.append(((seen > 0.5) == (mask > 0.5)).mean())
+                assert agreement[-1] > 0.75, (box, mask.round(1), seen.round(1))
+    assert len(agreement) >= 10 and np.mean(agreement) > 0.9
+    fixed = reader.build_dataset(triangles_dataset, "train", batch_size=2, image_size=64, training=False,
+                                 targets=reader.ObjectTargets(mask_size=8, max_objects=3))
+    assert fixed.element_spec[1]["masks"].shape.as_list() == [None, 3, 8, 8]
+
+
+def test_a_class_mask_beside_boxes_moves_with_them_and_difficult_objects_are_out_unless_kept(tmp_path, objects_dataset):
+    from tests.object_data import voc_palette_png, voc_xml, write_file
+
+    root = tmp_path / "VOC2012"
+    for name, (width, height, box) in {"a": (120, 80, (20, 10, 80, 60)), "b": (90, 130, (10, 40, 70, 120))}.items():
+        write_file(str(root / f"JPEGImages/{name}.jpg"), jpeg(picture(width, height, [box], seed=len(name))))
+        x0, y0, x1, y1 = box
+        write_file(str(root / f"Annotations/{name}.xml"),
+                   voc_xml(width, height, [("dog", (x0 + 1, y0 + 1, x1, y1), 0), ("cat", (1, 1, 10, 10), 1)]))
+        write_file(str(root / f"SegmentationClass/{name}.png"), voc_palette_png(width, height, [(box, 12)]))
+    write_file(str(root / "ImageSets/Segmentation/train.txt"), "a\nb\n")
+    out = str(tmp_path / "ds")
+    run(ConvertOptions(src=str(root), out=out, shards=1, masks=True), FAST, show_progress=False)
+    augment = reader.BoxAugmentation(scale_range=(0.6, 1.6))
+    dataset = reader.build_dataset(out, "train", batch_size=2, image_size=64, seed=1, augment=augment, num_epochs=4,
+                                   targets=reader.ObjectTargets(class_mask=True))
+    for images, targets in dataset:
+        assert targets["class_mask"].shape == (2, 64, 64, 1)
+        for image, mask, labels in zip(images.numpy(), targets["class_mask"].numpy(), targets["labels"].numpy()):
+            red, dog = _is_red(image), mask[..., 0] == 12
+            if dog.sum() > 30:
+                assert red[dog].mean() > 0.85
+            assert set(labels[labels >= 0]) <= {12}  # the OD API's VOC ids: dog 12; the difficult cat (8) is out
+    difficult = reader.build_dataset(out, "train", batch_size=2, image_size=64, training=False)
+    kept = reader.build_dataset(out, "train", batch_size=2, image_size=64, training=False,
+                                targets={"keep_difficult": True})
+    count = {name: int((next(iter(d))[1]["labels"] >= 0).numpy().sum()) for name, d in (("out", difficult),
+                                                                                         ("kept", kept))}
+    assert count == {"out": 2, "kept": 4}
+    with pytest.raises(ValueError, match="convert COCO with --masks"):
+        reader.build_dataset(objects_dataset, "train", targets=reader.ObjectTargets(mask_size=28))

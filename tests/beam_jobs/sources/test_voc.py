@@ -8,19 +8,9 @@ import numpy as np
 
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.pipeline import run
-from tests.object_data import object_records, jpeg, picture, red_fraction, write_file
+from tests.object_data import jpeg, object_records, picture, red_fraction, voc_palette_png, voc_xml, write_file
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-
-
-def _xml(width, height, objects) -> str:
-    parts = [f"<annotation><filename>x.jpg</filename><size><width>{width}</width><height>{height}</height>"
-             "<depth>3</depth></size>"]
-    for name, (x0, y0, x1, y1), difficult in objects:
-        parts.append(f"<object><name>{name}</name><pose>Left</pose><truncated>0</truncated>"
-                     f"<difficult>{difficult}</difficult><bndbox><xmin>{x0}</xmin><ymin>{y0}</ymin>"
-                     f"<xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>")
-    return "".join(parts) + "</annotation>"
 
 
 def test_voc_converts_with_its_split_lists_and_the_od_apis_ids(tmp_path, caplog):
@@ -28,9 +18,9 @@ def test_voc_converts_with_its_split_lists_and_the_od_apis_ids(tmp_path, caplog)
     # Pixels 10..29 and 50..69 (0-based) are red: VOC writes them 1-based, inclusive: 11..30 and 51..70.
     write_file(str(root / "JPEGImages/2008_000001.jpg"), jpeg(picture(80, 48, [(10, 5, 30, 20), (50, 30, 70, 44)])))
     write_file(str(root / "Annotations/2008_000001.xml"),
-               _xml(80, 48, [("dog", (11, 6, 30, 20), 0), ("person", (51, 31, 70, 44), 1), ("cat", (9, 1, 5, 5), 0)]))
+               voc_xml(80, 48, [("dog", (11, 6, 30, 20), 0), ("person", (51, 31, 70, 44), 1), ("cat", (9, 1, 5, 5), 0)]))
     write_file(str(root / "JPEGImages/2008_000002.jpg"), jpeg(picture(40, 40, [(0, 0, 40, 40)], seed=2)))
-    write_file(str(root / "Annotations/2008_000002.xml"), _xml(40, 40, [("cat", (1, 1, 40, 40), 0)]))
+    write_file(str(root / "Annotations/2008_000002.xml"), voc_xml(40, 40, [("cat", (1, 1, 40, 40), 0)]))
     write_file(str(root / "JPEGImages/2008_000003.jpg"), jpeg(picture(40, 40, [], seed=3)))
     write_file(str(root / "Annotations/2008_000003.xml"), "<annotation><object>")  # cut short
     write_file(str(root / "JPEGImages/2008_000009.jpg"), jpeg(picture(40, 40, [], seed=9)))  # in no list
@@ -59,23 +49,6 @@ def test_voc_converts_with_its_split_lists_and_the_od_apis_ids(tmp_path, caplog)
     assert manifest["skipped_by_reason"]["not-in-split-lists"] == 1
 
 
-def _palette_png(width, height, regions) -> bytes:
-    """VOC's SegmentationClass PNG: a palette image whose index is the class (255 for the void outline)."""
-    import io
-
-    from PIL import Image
-
-    ids = np.zeros((height, width), np.uint8)
-    for (x0, y0, x1, y1), class_id in regions:
-        ids[y0:y1, x0:x1] = 255
-        ids[y0 + 1:y1 - 1, x0 + 1:x1 - 1] = class_id
-    image = Image.fromarray(ids, mode="P")
-    image.putpalette([v for i in range(256) for v in (i, 255 - i, (i * 7) % 256)])
-    out = io.BytesIO()
-    image.save(out, format="PNG")
-    return out.getvalue()
-
-
 def test_masks_write_each_images_class_mask_on_its_pixels_and_a_mask_of_another_size_rejects_its_image(tmp_path):
     import io
 
@@ -83,11 +56,11 @@ def test_masks_write_each_images_class_mask_on_its_pixels_and_a_mask_of_another_
 
     root = tmp_path / "VOC2012"
     write_file(str(root / "JPEGImages/a.jpg"), jpeg(picture(80, 48, [(10, 5, 30, 20)])))
-    write_file(str(root / "Annotations/a.xml"), _xml(80, 48, [("dog", (11, 6, 30, 20), 0)]))
-    write_file(str(root / "SegmentationClass/a.png"), _palette_png(80, 48, [((10, 5, 30, 20), 12)]))
+    write_file(str(root / "Annotations/a.xml"), voc_xml(80, 48, [("dog", (11, 6, 30, 20), 0)]))
+    write_file(str(root / "SegmentationClass/a.png"), voc_palette_png(80, 48, [((10, 5, 30, 20), 12)]))
     write_file(str(root / "JPEGImages/b.jpg"), jpeg(picture(40, 40, [], seed=2)))
-    write_file(str(root / "Annotations/b.xml"), _xml(40, 40, []))
-    write_file(str(root / "SegmentationClass/b.png"), _palette_png(20, 20, []))  # not its image's size
+    write_file(str(root / "Annotations/b.xml"), voc_xml(40, 40, []))
+    write_file(str(root / "SegmentationClass/b.png"), voc_palette_png(20, 20, []))  # not its image's size
     write_file(str(root / "ImageSets/Segmentation/train.txt"), "a\nb\n")
     write_file(str(root / "ImageSets/Main/train.txt"), "a\n")
     out = tmp_path / "ds"
