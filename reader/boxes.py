@@ -55,9 +55,21 @@ def place(stored_hw: tf.Tensor, output_hw: tuple[int, int], scale: tf.Tensor, of
     return Placement(window, tf.cast(crop, tf.int32))
 
 
+def _per_box(params: tf.Tensor) -> tf.Tensor:
+    """Per-image ``params`` [..., k] as [..., 1, k]: broadcast over an image's boxes [..., N, 4]."""
+    return tf.expand_dims(tf.cast(params, tf.float32), -2)
+
+
+def _factor(placement: Placement) -> tf.Tensor:
+    """[..., 1, 4]: output pixels per stored pixel, per box coordinate (resized size / window size)."""
+    window, size = _per_box(placement.window), _per_box(placement.size)
+    return tf.tile(size / window[..., 2:], [1] * (len(window.shape) - 1) + [2])
+
+
 def move(boxes: tf.Tensor, stored_hw: tf.Tensor, placement: Placement,
          min_visible: float) -> tuple[tf.Tensor, tf.Tensor]:
-    """``(boxes in output pixels [N, 4] yxyx, keep [N] bool)`` for normalized ``boxes`` of the stored image.
+    """``(boxes in output pixels [..., N, 4] yxyx, keep [..., N] bool)`` for normalized ``boxes`` of the stored
+    image; one image (``stored_hw`` [2], the placement's [4] and [2]) or a batch of them ([B, 2], ...).
 
     Boxes are moved as the window's pixels are: shifted by its corner, scaled
     by resized size / window size per axis, and clipped to the resized part
@@ -65,34 +77,33 @@ def move(boxes: tf.Tensor, stored_hw: tf.Tensor, placement: Placement,
     area is under ``min_visible`` of its whole area after scaling (mostly
     cropped away), or empty.
     """
-    stored = tf.cast(tf.tile(stored_hw, [2]), tf.float32)
-    window = tf.cast(placement.window, tf.float32)
-    factor = tf.tile(tf.cast(placement.size, tf.float32) / window[2:], [2])
-    moved = (boxes * stored - tf.tile(window[:2], [2])) * factor
-    clipped = tf.clip_by_value(moved, 0.0, tf.tile(tf.cast(placement.size, tf.float32), [2]))
+    twice = [1] * (len(_per_box(stored_hw).shape) - 1) + [2]
+    stored, corner = tf.tile(_per_box(stored_hw), twice), tf.tile(_per_box(placement.window)[..., :2], twice)
+    moved = (boxes * stored - corner) * _factor(placement)
+    clipped = tf.clip_by_value(moved, 0.0, tf.tile(_per_box(placement.size), twice))
     visible = _area(clipped)
     keep = tf.logical_and(visible > 0.0, visible >= min_visible * _area(moved))
     return clipped, keep
 
 
 def mirror(boxes: tf.Tensor, placement: Placement, flip: tf.Tensor) -> tf.Tensor:
-    """``boxes`` (output pixels, yxyx) mirrored within the resized image when ``flip``, as its pixels are."""
-    width = tf.cast(placement.size[1], tf.float32)
-    mirrored = tf.stack([boxes[:, 0], width - boxes[:, 3], boxes[:, 2], width - boxes[:, 1]], axis=1)
-    return tf.where(flip, mirrored, boxes)
+    """``boxes`` (output pixels, yxyx) mirrored within the resized image where ``flip``, as its pixels are."""
+    width = _per_box(placement.size)[..., 1]
+    ymin, xmin, ymax, xmax = tf.unstack(boxes, axis=-1)
+    mirrored = tf.stack([ymin, width - xmax, ymax, width - xmin], axis=-1)
+    return tf.where(tf.reshape(flip, tf.concat([tf.shape(flip), [1, 1]], 0)), mirrored, boxes)
 
 
 def to_stored(boxes: tf.Tensor, stored_hw: tf.Tensor, placement: Placement) -> tf.Tensor:
     """``boxes`` in output pixels (yxyx, before any flip) as normalized boxes of the stored image: the inverse
     of :func:`move` (without its clipping)."""
-    stored = tf.cast(tf.tile(stored_hw, [2]), tf.float32)
-    window = tf.cast(placement.window, tf.float32)
-    factor = tf.tile(tf.cast(placement.size, tf.float32) / window[2:], [2])
-    return (boxes / factor + tf.tile(window[:2], [2])) / stored
+    twice = [1] * (len(_per_box(stored_hw).shape) - 1) + [2]
+    stored, corner = tf.tile(_per_box(stored_hw), twice), tf.tile(_per_box(placement.window)[..., :2], twice)
+    return (boxes / _factor(placement) + corner) / stored
 
 
 def _area(boxes: tf.Tensor) -> tf.Tensor:
-    return tf.maximum(boxes[:, 2] - boxes[:, 0], 0.0) * tf.maximum(boxes[:, 3] - boxes[:, 1], 0.0)
+    return tf.maximum(boxes[..., 2] - boxes[..., 0], 0.0) * tf.maximum(boxes[..., 3] - boxes[..., 1], 0.0)
 
 
 def to_format(boxes: tf.Tensor, bounding_box_format: str, output_hw: tuple[int, int]) -> tf.Tensor:

@@ -120,3 +120,17 @@ def test_the_objects_benchmark_runs_against_model_gardens_script(tmp_path):
     results = json.loads(out.read_text())
     assert [row["objects"] for row in results["memory"]["sizes"]] == [800, 1600]
     assert results["speed"]["ratio"] > 0 and set(results["speed"]["seconds"]) == {"ours", "model_garden"}
+
+
+def test_the_detection_reading_benchmark_compares_with_the_bound_and_classification(tmp_path):
+    """bench.read_objects at a tiny size: the same photos converted both ways, three pipelines measured."""
+    out = tmp_path / "read_objects.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.read_objects", "--images", "32", "--rounds", "1",
+                           "--batches", "1", "--json", str(out)],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert set(results["images_per_s"]) == {"detection_train", "classification_train", "detection_images_only",
+                                            "decode_bound_in_memory"}
+    assert results["detection_over_decode_bound"] > 0 and results["objects"] >= 32
