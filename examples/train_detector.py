@@ -125,7 +125,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     train = reader.build_dataset(args.data, "train", args.batch_size, args.image_size, seed=args.seed,
                                  normalization="mobilenet", num_epochs=args.epochs, info=info)
     steps = reader.steps_per_epoch(args.data, "train", args.batch_size)
-    history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, verbose=2)
+    # shuffle=False: the reader shuffles; Keras's default True only warns that it ignores itself.
+    history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, shuffle=False, verbose=2)
     metrics = evaluate(model, args.data, args.image_size, args.batch_size, info.classes)
     metrics["loss"] = round(float(history.history["loss"][-1]), 4)
     print(json.dumps(metrics))

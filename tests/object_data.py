@@ -130,3 +130,14 @@ def voc_palette_png(width, height, regions) -> bytes:
     out = io.BytesIO()
     image.save(out, format="PNG")
     return out.getvalue()
+
+
+def class_mask_png(width: int, height: int, box: Sequence[int], class_id: int) -> bytes:
+    """A grayscale PNG of class ids: ``class_id`` inside the ``(x0, y0, x1, y1)`` pixel box, 0 elsewhere."""
+    ids = np.zeros((height, width), np.uint8)
+    x0, y0, x1, y1 = box
+    ids[y0:y1, x0:x1] = class_id
+    out = io.BytesIO()
+    Image.fromarray(ids, mode="L").save(out, format="PNG")
+    return out.getvalue()
+

@@ -6,30 +6,18 @@ trees (``tests/object_data.py``): red rectangles on gray noise, the mask's class
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
-from PIL import Image
 
 import reader
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
-from tests.object_data import jpeg, picture, write_file
+from tests.object_data import class_mask_png, jpeg, picture, write_file
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 SEGMENTS = [(120, 90, (10, 10, 60, 50), 1), (90, 140, (30, 60, 90, 140), 2), (160, 100, (0, 40, 70, 100), 1),
             (100, 100, (20, 20, 80, 80), 2)]
 TAGS = {"a": "clear primary", "b": "water", "c": "", "d": "clear water haze", "e": "primary", "f": "haze"}
-
-
-def _mask(width: int, height: int, box, class_id: int) -> bytes:
-    ids = np.zeros((height, width), np.uint8)
-    x0, y0, x1, y1 = box
-    ids[y0:y1, x0:x1] = class_id
-    out = io.BytesIO()
-    Image.fromarray(ids, mode="L").save(out, format="PNG")
-    return out.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +26,7 @@ def segmentation_dataset(tmp_path_factory) -> str:
     for index, (width, height, box, class_id) in enumerate(SEGMENTS):
         for split in ("training", "validation"):
             write_file(str(root / f"src/images/{split}/{index}.jpg"), jpeg(picture(width, height, [box], seed=index)))
-            write_file(str(root / f"src/annotations/{split}/{index}.png"), _mask(width, height, box, class_id))
+            write_file(str(root / f"src/annotations/{split}/{index}.png"), class_mask_png(width, height, box, class_id))
     write_file(str(root / "labels.txt"), "background\nroad\ncar\n")
     out = str(root / "ds")
     run(ConvertOptions(src=str(root / "src"), out=out, shards=1, labels_file=str(root / "labels.txt")), FAST,

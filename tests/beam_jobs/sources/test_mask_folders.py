@@ -13,28 +13,19 @@ from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
 from beam_jobs.planning.discover import InputError
 from reader.verify import verify
-from tests.object_data import jpeg, jpeg_as_stored, object_records, picture, write_file
+from tests.object_data import class_mask_png, jpeg, jpeg_as_stored, object_records, picture, write_file
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-
-
-def _mask(width, height, box, class_id) -> bytes:
-    ids = np.zeros((height, width), np.uint8)
-    x0, y0, x1, y1 = box
-    ids[y0:y1, x0:x1] = class_id
-    out = io.BytesIO()
-    Image.fromarray(ids, mode="L").save(out, format="PNG")
-    return out.getvalue()
 
 
 def test_masks_beside_images_convert_with_their_class_ids_on_the_pixels_exif_turned_too(tmp_path):
     src = tmp_path / "seg"
     box = (8, 8, 40, 24)
     write_file(str(src / "images/training/a.jpg"), jpeg(picture(80, 48, [box], seed=1)))
-    write_file(str(src / "annotations/training/a.png"), _mask(80, 48, box, 2))
+    write_file(str(src / "annotations/training/a.png"), class_mask_png(80, 48, box, 2))
     # Stored turned (EXIF 6): its mask is drawn on the stored pixels, as the file's pixels are.
     write_file(str(src / "images/validation/b.jpg"), jpeg_as_stored(picture(80, 48, [box], seed=2), 6))
-    write_file(str(src / "annotations/validation/b.png"), _mask(80, 48, box, 1))
+    write_file(str(src / "annotations/validation/b.png"), class_mask_png(80, 48, box, 1))
     write_file(str(src / "images/training/c.jpg"), jpeg(picture(16, 16, [], seed=3)))  # no mask: skipped
     write_file(str(tmp_path / "labels.txt"), "background\nroad\ncar\n")
     out = tmp_path / "ds"
@@ -56,6 +47,6 @@ def test_masks_beside_images_convert_with_their_class_ids_on_the_pixels_exif_tur
 
 def test_masks_without_labels_is_an_error_naming_the_flag(tmp_path):
     write_file(str(tmp_path / "seg/images/a.jpg"), jpeg(picture(8, 8, [])))
-    write_file(str(tmp_path / "seg/masks/a.png"), _mask(8, 8, (0, 0, 2, 2), 1))
+    write_file(str(tmp_path / "seg/masks/a.png"), class_mask_png(8, 8, (0, 0, 2, 2), 1))
     with pytest.raises(InputError, match="--labels"):
         run(ConvertOptions(src=str(tmp_path / "seg"), out=str(tmp_path / "ds")), FAST, show_progress=False)
