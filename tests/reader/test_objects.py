@@ -196,7 +196,7 @@ def test_box_formats_are_kerashubs(objects_dataset):
     assert (boxes >= 0).all() and (boxes <= 1).all() and (boxes[:, 2] > boxes[:, 0]).all()
 
 
-def test_training_resumes_exactly_from_a_step_and_gives_the_same_global_batches_on_two_pipelines(objects_dataset):
+def test_training_resumes_exactly_from_a_step_and_gives_the_same_global_batches_on_2_and_4_pipelines(objects_dataset):
     def examples(start, count, pipelines=1):
         """Per global batch, each image with its objects (padding stripped: N is each pipeline's own)."""
         parts = []
@@ -210,12 +210,15 @@ def test_training_resumes_exactly_from_a_step_and_gives_the_same_global_batches_
         return [sum((part[step] for part in parts), []) for step in range(count)]
 
     def same(a, b):
+        if len(a) != len(b) or any(len(x) != len(y) for x, y in zip(a, b)):
+            return False
         return all(np.array_equal(x[0], y[0]) and x[1:] == y[1:] for batch_a, batch_b in zip(a, b)
                    for x, y in zip(batch_a, batch_b))
 
     whole = examples(0, 6)
     assert same(examples(3, 3), whole[3:]), "resumed at step 3"
     assert same(examples(0, 6, pipelines=2), whole), "two input pipelines"
+    assert same(examples(2, 4, pipelines=4), whole[2:]), "four input pipelines, resumed at step 2"
 
 
 def test_targets_and_augment_name_the_task_they_do_not_fit(objects_dataset, demo_dataset):
