@@ -103,6 +103,15 @@ def test_under_scale_jitter_crop_and_flip_every_box_holds_its_object_and_every_o
     assert seen == 6 * len(PICTURES)
 
 
+@pytest.mark.parametrize("options", [{"order": "buffer"}, {"cache": "memory"}])
+def test_the_buffer_order_and_the_cache_give_boxes_on_their_objects_too(objects_dataset, options):
+    dataset = reader.build_dataset(objects_dataset, "train", batch_size=4, image_size=(64, 80), seed=2,
+                                   options=options)
+    for images, targets in dataset.take(2):
+        for image, boxes, labels in zip(images.numpy(), targets["boxes"].numpy(), targets["labels"].numpy()):
+            _check_boxes_hold_their_objects(image, _objects(boxes, labels))
+
+
 def test_a_box_mostly_cropped_away_is_dropped_and_the_rest_are_clipped(objects_dataset):
     strict = reader.BoxAugmentation(scale_range=(1.5, 2.0), min_visible=0.6)
     loose = reader.BoxAugmentation(scale_range=(1.5, 2.0), min_visible=0.0)
