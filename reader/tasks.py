@@ -1,11 +1,14 @@
 """What a record becomes in a batch, for each task a dataset's manifest names.
 
 Data in: serialized records (parsed 64 at a time) and each example's seed.
-Data out: ``(image, target)`` examples and the batching that stacks them:
+Data out: ``(image, target)`` examples and the batching that stacks them (an
+object example's target is its objects as the records hold them, with where
+its image came from; its batch turns them into the targets below):
 
 - classification: ``(images, labels)``, labels int64 ``[B]``;
 - objects: ``(images, {"boxes": float32 [B, N, 4], "labels": int32 [B, N]})``,
-  the dict KerasHub's detectors take, rows past an image's objects -1;
+  the dict KerasHub's detectors take, rows past an image's objects -1 (and on
+  request ``"masks"``, ``"class_mask"``, ``"source_size"``: :class:`ObjectTargets`);
 - multilabel: ``(images, float32 [B, num_classes])`` multi-hot, for a sigmoid head;
 - segmentation: ``(images, int32 [B, H, W, 1])`` class ids, 255 where padded.
 
