@@ -28,7 +28,7 @@ import tensorflow as tf
 import record_schema
 from reader import boxes as box_ops
 from reader import preprocess
-from reader.records import AUTOTUNE
+from reader.records import AUTOTUNE, feature_spec
 from reader.options import Augmentation, BoxAugmentation, FeatureKeys, ObjectTargets, as_options
 
 # Class id of padded and void mask pixels (VOC's void outline is 255 in its own PNGs).
@@ -75,7 +75,7 @@ def _parser(spec: dict) -> Callable[[tf.Tensor], dict]:
 
 def classification(keys: FeatureKeys, label_offset: int, images: ImageChoices) -> Task:
     """One class an image (the converter's classification records, or foreign shards by ``keys``)."""
-    spec = {keys.image: tf.io.FixedLenFeature([], tf.string), keys.label: tf.io.FixedLenFeature([], tf.int64)}
+    spec = feature_spec(keys)  # the public parse_records' spec: one definition of what a classification record holds
 
     def train(parsed: dict, seed: tf.Tensor) -> tuple:
         image = preprocess.train_image(parsed[keys.image], seed, images.size, images.augment, **images.decode)
