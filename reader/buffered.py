@@ -30,7 +30,7 @@ import tensorflow as tf
 from reader.cache import cache_prefix, cached, check_memory_cache
 from reader.options import ReadOptions
 from reader.records import AUTOTUNE, Source, file_order, interleave_records
-from reader.tasks import Task
+from reader.tasks import Task, parsed
 
 logger = logging.getLogger(__name__)
 
@@ -98,15 +98,15 @@ def buffered_batches(source: Source, options: ReadOptions, read: BufferedRead) -
 
     if training:
         records = _training_records(records_of_epoch, cache, pipeline_id, num_epochs)
-        dataset = _parsed(records, task, read.parse_batch)
+        dataset = parsed(records, task, read.parse_batch)
         dataset = dataset.shuffle(options.shuffle_buffer, seed=base_seed, reshuffle_each_iteration=True).enumerate()
         seed_tensor = tf.constant(base_seed, tf.int64)
-        dataset = dataset.map(lambda index, parsed: task.train(parsed, tf.stack([seed_tensor, index])),
+        dataset = dataset.map(lambda index, features: task.train(features, tf.stack([seed_tensor, index])),
                               num_parallel_calls=AUTOTUNE, deterministic=deterministic)
         return task.batch(dataset, batch, True)
     records = records_of_epoch(0, shuffle=False, ordered=True)
     records = cached(records, cache, pipeline_id)
-    dataset = _parsed(records, task, read.parse_batch)
+    dataset = parsed(records, task, read.parse_batch)
     dataset = dataset.map(task.eval, num_parallel_calls=AUTOTUNE, deterministic=True)
     dataset = task.batch(dataset, batch, False)
     if not source.skip_corrupt and options.service is None:
@@ -114,14 +114,6 @@ def buffered_batches(source: Source, options: ReadOptions, read: BufferedRead) -
         records = _eval_records(counts, pipelines, pipeline_id, by_file)
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-records // batch)))
     return dataset
-
-
-def _parsed(records: tf.data.Dataset, task: Task, parse_batch: int) -> tf.data.Dataset:
-    """Serialized records -> the task's parsed features (a dict), one element per record, ``parse_batch`` per call."""
-    if parse_batch <= 0:
-        return records.map(lambda record: tf.nest.map_structure(lambda part: part[0], task.parse(record[None])),
-                           num_parallel_calls=AUTOTUNE)
-    return records.batch(parse_batch).map(task.parse, num_parallel_calls=AUTOTUNE).unbatch()
 
 
 def _training_records(records_of_epoch, cache, pipeline_id, num_epochs) -> tf.data.Dataset:

@@ -220,12 +220,7 @@ def _train_batches(records: tf.data.Dataset, task: tasks.Task, seed: int, determ
     def train_example(parsed: dict, key: tf.Tensor) -> tuple:
         return task.train(parsed, tf.stack([seed_tensor, key]))
 
-    if PARSE_BATCH > 0:
-        parsed = records.batch(PARSE_BATCH).map(lambda record, key: (task.parse(record), key),
-                                                num_parallel_calls=AUTOTUNE).unbatch()
-    else:  # one call per record (bench/reader_stages.py measures what batching saves)
-        parsed = records.map(lambda record, key: (tf.nest.map_structure(lambda part: part[0], task.parse(record[None])),
-                                                  key), num_parallel_calls=AUTOTUNE)
+    parsed = tasks.parsed(records, task, PARSE_BATCH)
     dataset = parsed.map(train_example, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     return task.batch(dataset, batch, True)
 

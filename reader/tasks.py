@@ -69,6 +69,21 @@ def plain_batch(dataset: tf.data.Dataset, size: int, drop_remainder: bool) -> tf
     return dataset.batch(size, drop_remainder=drop_remainder)
 
 
+def parsed(dataset: tf.data.Dataset, task: Task, per_call: int) -> tf.data.Dataset:
+    """Elements ``record`` or ``(record, key)`` -> ``parsed`` or ``(parsed, key)``, the task's features by key.
+
+    ``per_call`` records are parsed by one ``parse_example`` call and unbatched
+    again (0: one call per record, which ``bench/reader_stages.py`` compares).
+    """
+    def parse(*element) -> object:
+        return (task.parse(element[0]), *element[1:]) if len(element) > 1 else task.parse(element[0])
+
+    if per_call > 0:
+        return dataset.batch(per_call).map(parse, num_parallel_calls=AUTOTUNE).unbatch()
+    return dataset.map(lambda *element: tf.nest.map_structure(lambda part: part[0], parse(*(e[None] for e in element))),
+                       num_parallel_calls=AUTOTUNE)
+
+
 def _parser(spec: dict) -> Callable[[tf.Tensor], dict]:
     return lambda records: tf.io.parse_example(records, spec)
 
