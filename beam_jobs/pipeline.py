@@ -32,7 +32,6 @@ from beam_jobs.planning import discover, resume
 from beam_jobs.planning.shard import plan_shard_counts, shard_size_warning
 from beam_jobs.runtime import interrupt, runners
 from beam_jobs.runtime.progress import PHASES, ProgressBars, choose_mode, read_progress
-from beam_jobs.runtime import worker_fork
 from beam_jobs.sources import archive_scan, archives, compressed, member_reads
 from beam_jobs.stages import list_parts
 from beam_jobs.stages.count import PartCounts
@@ -110,8 +109,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
                 leftovers = publish.leftover_stagings(out)
                 staging = publish.new_staging(out)  # before the plan: the workers may read the tars' headers into it
                 plan = _plan(options, scratch, _archive_scanner(options, staging, choice))
-                choice = runners.sized_for(choice, _work_of(options, plan),
-                                           forked=worker_fork.worker_command() is not None)
+                choice = runners.sized_for(choice, _work_of(options, plan))
                 part_size = list_parts.choose_part_size(len(plan.refs), options.part_size, plan.read_unit)
                 layout = list_parts.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size)
                 record = resume.record_for(options, plan, part_size,

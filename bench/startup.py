@@ -10,10 +10,8 @@ measured beside its reference, alternating, and compared by their medians
 (absolute times on a shared 2-core machine swing 10x; their ratios do not).
 And the other end of the rule that runs small runs in one process (issue #42): 900 photos of
 1200-1600 px downsized (``--max-side 256``) with the default rule, forced into one process, and on two
-forked workers (``--photos 0`` skips it).
-Also measured (no target): the same conversion on two worker processes forked
-from the launcher, as ``python -m converter`` starts them, against two that
-each import Beam first (``IMGSHARDS_FORK_WORKERS=0``, as a library caller's do).
+worker processes (``--photos 0`` skips it). At the small end (no target): the 600 images on two worker
+processes against the default rule's one process, what the rule saves there.
 """
 
 from __future__ import annotations
@@ -34,8 +32,8 @@ RESULTS = os.path.join(REPO, "bench", "results", "startup.json")
 TARGETS = {"convert": 1.5, "verify": 1.5, "inspect": 1.5}
 
 
-def _timed(argv: Sequence[str], base_env: Optional[dict] = None) -> float:
-    env = {**(base_env or os.environ), "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"}
+def _timed(argv: Sequence[str]) -> float:
+    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"}
     started = time.perf_counter()
     subprocess.run(argv, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - started
@@ -55,20 +53,17 @@ def measure(images: int, rounds: int, work: str) -> dict:
         "import tensorflow": [python, "-c", "import tensorflow"],
         "verify": [python, "-m", "converter", "verify", out],
         "inspect": [python, "-m", "converter", "inspect", out],
-        "convert, 2 forked workers": [python, "-m", "converter", "--src", src, "--out", out, "--shards", "8",
-                                      "--overwrite", "--no-progress", "--direct_num_workers=2"],
-        "convert, 2 workers importing Beam": [python, "-m", "converter", "--src", src, "--out", out, "--shards",
-                                              "8", "--overwrite", "--no-progress", "--direct_num_workers=2"],
+        "convert, 2 workers": [python, "-m", "converter", "--src", src, "--out", out, "--shards", "8",
+                               "--overwrite", "--no-progress", "--direct_num_workers=2"],
     }
-    apart = {**os.environ, "IMGSHARDS_FORK_WORKERS": "0"}
     times: dict[str, list[float]] = {name: [] for name in commands}
     _timed(commands["convert"])  # warm the page cache and make the dataset verify reads
     for _ in range(rounds):
         for name, argv in commands.items():
-            times[name].append(_timed(argv, apart if name == "convert, 2 workers importing Beam" else None))
+            times[name].append(_timed(argv))
     medians = {name: statistics.median(values) for name, values in times.items()}
     reference = {"convert": "import apache_beam", "verify": "import tensorflow", "inspect": "import tensorflow",
-                 "convert, 2 forked workers": "convert, 2 workers importing Beam"}
+                 "convert, 2 workers": "convert"}
     ratios = {name: medians[name] / medians[ref] for name, ref in reference.items()}
     return {"images": 3 * max(images // 3, 1), "rounds": rounds, "median_s": medians, "ratio": ratios,
             "reference": reference, "target": TARGETS,
@@ -77,7 +72,7 @@ def measure(images: int, rounds: int, work: str) -> dict:
 
 def measure_large(photos: int, rounds: int, work: str) -> dict:
     """The other end of the small-run rule (issue #42): ``photos`` photos of 1200-1600 px, ``--max-side 256``,
-    converted with the default rule, forced into one process, and forced onto two forked workers."""
+    converted with the default rule, forced into one process, and forced onto two worker processes."""
     from bench.data import make_photo_dataset
 
     src, out = os.path.join(work, "photos"), os.path.join(work, "photos-tfrecords")
@@ -86,7 +81,7 @@ def measure_large(photos: int, rounds: int, work: str) -> dict:
               "--no-progress", "--max-side", "256"]
     commands = {"default rule": common,
                 "one process": [*common, "--direct_running_mode=in_memory", "--direct_num_workers=1"],
-                "2 forked workers": [*common, "--direct_num_workers=2"]}
+                "2 workers": [*common, "--direct_num_workers=2"]}
     times: dict[str, list[float]] = {name: [] for name in commands}
     if rounds > 1:
         _timed(commands["default rule"])  # warm the page cache (a one-round smoke run skips it)
@@ -96,7 +91,7 @@ def measure_large(photos: int, rounds: int, work: str) -> dict:
     medians = {name: statistics.median(values) for name, values in times.items()}
     return {"photos": photos, "rounds": rounds, "median_s": medians,
             "default_over_one_process": medians["default rule"] / medians["one process"],
-            "default_over_two_workers": medians["default rule"] / medians["2 forked workers"]}
+            "default_over_two_workers": medians["default rule"] / medians["2 workers"]}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

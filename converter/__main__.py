@@ -6,7 +6,7 @@ import sys
 from converter.cli import main
 
 if __name__ == "__main__":
-    status = main(own_process=True)
+    status = main()
     if status in (129, 130, 143):
         # Stopped by a signal, cleanup done: exit now rather than wait on threads a stopped runner left.
         for stream in (sys.stdout, sys.stderr):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
-import functools
 import logging
 import signal
 import sys
@@ -19,7 +18,7 @@ import traceback
 from typing import Callable, Optional, Sequence
 
 from beam_jobs import options as opts
-from beam_jobs.runtime import interrupt, worker_fork
+from beam_jobs.runtime import interrupt
 from beam_jobs.runtime.local_worker import not_beam_noise
 from converter.quiet import quiet_tensorflow
 
@@ -154,9 +153,8 @@ def _reject_near_misses(parser: argparse.ArgumentParser, unknown: Sequence[str])
             parser.error(f"unknown option {name}; did you mean {close[0]}?")
 
 
-def convert(argv: Sequence[str], own_process: bool = False) -> int:
-    """``python -m converter [convert] --src ...``; ``own_process``: this process is the command's alone
-    (``python -m converter``), so local workers may be forked from it (beam_jobs.runtime.worker_fork)."""
+def convert(argv: Sequence[str]) -> int:
+    """``python -m converter [convert] --src ...``."""
     parser = build_convert_parser()
     args, pipeline_args = parser.parse_known_args(argv)
     _reject_near_misses(parser, pipeline_args)
@@ -200,9 +198,6 @@ def convert(argv: Sequence[str], own_process: bool = False) -> int:
     from beam_jobs.runtime import runners
 
     interrupt.raise_if_received()  # a signal while Beam loaded whose exception Python lost in an import callback
-    if own_process:
-        worker_fork.start_zygote()  # now: Beam is loaded, and no thread or gRPC channel of ours is open yet
-
     try:
         summary = pipeline.run(options, pipeline_args, show_progress="auto" if args.progress else False)
     except interrupt.Interrupted as err:
@@ -226,8 +221,6 @@ def convert(argv: Sequence[str], own_process: bool = False) -> int:
             traceback.print_exception(err.__cause__ or err, file=sys.stderr)
         print(f"error: {err}" + ("" if args.verbose else "\n(run with -v for the full trace)"), file=sys.stderr)
         return 1
-    finally:
-        worker_fork.stop_zygote()
     print(summary.format())
     return 0
 
@@ -399,13 +392,11 @@ def tfds_metadata(argv: Sequence[str]) -> int:
     return _on_dataset(parser.parse_args(argv), write, also=(ImportError,))
 
 
-def main(argv: Optional[Sequence[str]] = None, own_process: bool = False) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the process exit status.
 
     ``python -m converter --src ...`` (or ``convert --src ...``) converts;
     ``verify OUT`` and ``inspect OUT`` check and describe a dataset.
-    ``own_process``: the process runs this command alone (``python -m converter``),
-    not inside a caller's process that may hold threads of its own.
     """
     # First, before Beam or TensorFlow load (seconds): a signal at any moment is one line and an exit status.
     interrupt.install(exit_message="{verb}")
@@ -413,7 +404,7 @@ def main(argv: Optional[Sequence[str]] = None, own_process: bool = False) -> int
     command = argv[0] if argv and argv[0] in SUBCOMMANDS else "convert"
     rest = argv[1:] if argv and argv[0] in SUBCOMMANDS else argv
     try:
-        return {"convert": functools.partial(convert, own_process=own_process), "verify": verify, "inspect": inspect, "reindex": reindex,
+        return {"convert": convert, "verify": verify, "inspect": inspect, "reindex": reindex,
                 "tfds-metadata": tfds_metadata}[command](rest)
     except KeyboardInterrupt as err:  # before or after the run itself (while loading, verifying...)
         stop = err if isinstance(err, interrupt.Interrupted) else interrupt.Interrupted(signal.SIGINT)

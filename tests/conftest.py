@@ -265,7 +265,7 @@ def checkout_copy(folder) -> str:
 
 def processes_marked(marker: str) -> list[int]:
     """Processes whose environment (as they were started) holds ``marker``: a run's launcher and every
-    process it started, forked or not. Linux only (/proc)."""
+    process it started. Linux only (/proc)."""
     found = []
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:

@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import sys
-from typing import Optional
 
 
 def _pipeline_option(name: str) -> object:
@@ -55,10 +54,10 @@ def not_beam_noise(record: logging.LogRecord) -> bool:
     return not any(noise in message for noise in BEAM_NOISE)
 
 
-def die_with_parent(launcher: Optional[int] = None) -> None:
-    """Linux: the kernel kills this process when its parent, ``launcher`` (by default the parent it has
-    now), dies, even by SIGKILL or the OOM killer; it exits at once if that parent is gone already."""
-    launcher = os.getppid() if launcher is None else launcher
+def die_with_parent() -> None:
+    """Linux: the kernel kills this process when its parent (the launcher) dies, even by SIGKILL or the OOM
+    killer; it exits at once if that parent is gone already."""
+    launcher = os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

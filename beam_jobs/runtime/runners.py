@@ -24,8 +24,6 @@ from typing import Optional, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from beam_jobs.runtime import worker_fork
-
 # The runner names that mean "the local runner we test".
 _LOCAL_NAMES = ("directrunner", "fnapirunner")
 # Running mode the FnApiRunner does not know, so it keeps the worker environment we give it.
@@ -139,19 +137,16 @@ class Work:
 PER_IMAGE_S = 0.002
 CHECK_BYTES_PER_S = 35e6
 DOWNSIZE_BYTES_PER_S = 15e6
-# Local workers pay off once the work outlasts what starting them costs: workers forked from the launcher
-# (python -m converter) start in milliseconds, so 2 s of work is enough; workers that import Beam first
-# (a library caller's) take 2-3 s each before reading an image.
-FORKED_WORKERS_FROM_S = 2.0
-IMPORTING_WORKERS_FROM_S = 6.0
+# Local workers pay off once the work outlasts what starting them costs: each imports Beam first, 2-3 s of
+# CPU before it reads an image (docs/design.md, "Who converts a small run").
+WORKERS_FROM_S = 6.0
 
 
-def sized_for(choice: RunnerChoice, work: Work, forked: bool = False) -> RunnerChoice:
+def sized_for(choice: RunnerChoice, work: Work) -> RunnerChoice:
     """``choice``, or, for a local run whose mode the user left to us and whose work is too small to pay for
     starting worker processes, the in-process runner. Never changes the output (every runner writes the same
-    bytes); ``forked``: workers would be forked from this process (:mod:`beam_jobs.runtime.worker_fork`)."""
-    threshold = FORKED_WORKERS_FROM_S if forked else IMPORTING_WORKERS_FROM_S
-    if choice.sizable_args is None or work.seconds() > threshold:
+    bytes)."""
+    if choice.sizable_args is None or work.seconds() > WORKERS_FROM_S:
         return choice
     options = PipelineOptions([*choice.sizable_args, "--direct_num_workers=1", "--direct_running_mode=in_memory"])
     runner, description = _local_runner(options)
@@ -204,9 +199,7 @@ def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner
         # stays ignored across exec, and CPython keeps it so): a worker spawned just as Ctrl-C reaches the
         # process group would otherwise die in its start-up with a "Fatal Python error" on the terminal.
         # The launcher stops its workers itself (beam_jobs.runtime.interrupt).
-        # A worker forked from the launcher's zygote starts without importing Beam again (worker_fork).
-        start = worker_fork.worker_command() or f"exec {shlex.quote(sys.executable)} -m beam_jobs.runtime.local_worker"
-        command = f"trap '' INT TERM HUP; {start}"
+        command = f"trap '' INT TERM HUP; exec {shlex.quote(sys.executable)} -m beam_jobs.runtime.local_worker"
         environment = environments.SubprocessSDKEnvironment.from_command_string(command_string=command)
         # FnApiRunner.run_pipeline replaces its environment with Beam's own worker command when it
         # sees this mode; the workers already have the options (above), so the runner sees our name.

@@ -89,11 +89,11 @@ def test_the_startup_benchmark_reports_each_ratio_against_its_reference(tmp_path
                           cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     measured = json.loads(out.read_text())
-    assert set(measured["ratio"]) == {"convert", "verify", "inspect", "convert, 2 forked workers"}
+    assert set(measured["ratio"]) == {"convert", "verify", "inspect", "convert, 2 workers"}
     assert measured["images"] == 30
     assert all(ratio > 0 for ratio in measured["ratio"].values())
     assert "x import apache_beam (target 1.5x" in proc.stdout
-    assert set(measured["large_photos"]["median_s"]) == {"default rule", "one process", "2 forked workers"}
+    assert set(measured["large_photos"]["median_s"]) == {"default rule", "one process", "2 workers"}
 
 
 @pytest.mark.slow

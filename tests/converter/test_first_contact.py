@@ -56,12 +56,10 @@ def test_a_run_with_more_work_than_starting_workers_costs_gets_a_worker_process_
     assert choice.description == default
     small_jpegs = Work(600, 600 * 8_000)  # the demo's shapes: about 1.3 s of work
     large_photos = Work(900, 900 * 350_000, downsizing=True)  # 1200-1600 px photos, --max-side 256: ~23 s
-    for forked in (True, False):
-        assert runners.sized_for(choice, small_jpegs, forked).description == in_process
-        assert runners.sized_for(choice, large_photos, forked).description == default
-    few_large = Work(150, 150 * 350_000, downsizing=True)  # ~3.8 s: worth forked workers, not importing ones
-    assert runners.sized_for(choice, few_large, forked=True).description == default
-    assert runners.sized_for(choice, few_large, forked=False).description == in_process
+    assert runners.sized_for(choice, small_jpegs).description == in_process
+    assert runners.sized_for(choice, large_photos).description == default
+    few_large = Work(150, 150 * 350_000, downsizing=True)  # ~3.8 s: less than starting workers costs
+    assert runners.sized_for(choice, few_large).description == in_process
     chosen = runners.choose_runner(["--direct_running_mode=multi_processing"])
     assert runners.sized_for(chosen, Work(10, 100)).description == default  # the user's mode is kept
 

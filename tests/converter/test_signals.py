@@ -9,10 +9,10 @@ and to the launcher alone, as Kubernetes does; SIGHUP to the group, as a
 dropped ssh session does. Two runs go side by side at each delay (each over its
 own dataset), in two schedules whose delays are a quarter second apart, which
 moves the moments around: every signal at every half second. The first
-schedule's workers are forked from the launcher, as ``python -m converter``
-starts them; the second's import Beam for seconds first
-(``IMGSHARDS_FORK_WORKERS=0``, as a library caller's do), the window where
-the join of a worker still starting once hung.
+schedule's runs convert in the launcher's process, as the default rule runs
+this small a run; the second's start two worker processes
+(``--direct_num_workers=2``), which import Beam for seconds first: the window
+where the join of a worker still starting once hung.
 
 The run converts 1,200 small PNGs, and its workers pause a second and a half
 after each part they validate (``IMGSHARDS_FAULT=sleep:1.5@part-validated``),
@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import pytest
@@ -55,7 +55,7 @@ LIMIT_S = 10.0
 STOPS = {"at-odd-half-seconds": ((signal.SIGINT, True), (signal.SIGTERM, False)),
          "at-whole-seconds": ((signal.SIGTERM, True), (signal.SIGHUP, True))}
 SHIFT_S = {"at-odd-half-seconds": 0.0, "at-whole-seconds": 0.5}
-WORKERS_ENV = {"at-odd-half-seconds": {}, "at-whole-seconds": {"IMGSHARDS_FORK_WORKERS": "0"}}
+WORKERS_ARGS = {"at-odd-half-seconds": (), "at-whole-seconds": ("--direct_num_workers=2",)}
 VERBS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
 
@@ -77,9 +77,8 @@ def _linked_pngs(root, per_class: int, side: int = 256) -> str:
 
 @pytest.fixture(scope="module")
 def slow_source(tmp_path_factory) -> str:
-    """1,200 small PNGs in 10 parts: enough work for forked workers (python -m converter starts them), not for
-    workers that import Beam; with the workers' pause after each part (SLOW), a run lasts past 10 s, so a
-    signal at 8 s still lands inside it."""
+    """1,200 small PNGs in 10 parts: too little work to start worker processes for, unless asked; with the
+    pause after each part (SLOW), a run lasts past 10 s, so a signal at 8 s still lands inside it."""
     return _linked_pngs(tmp_path_factory.mktemp("signals"), 600, side=64)
 
 
@@ -126,15 +125,17 @@ def _fingerprint(folder: str) -> dict:
             for name in sorted(os.listdir(folder))}
 
 
-def _command(source: str, out: str) -> list[str]:
-    return [sys.executable, "-m", "converter", "--src", source, "--out", out, "--shards", "4", "--overwrite"]
+def _command(source: str, out: str, extra_args: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "converter", "--src", source, "--out", out, "--shards", "4", "--overwrite",
+            *extra_args]
 
 
-def _start(source: str, out: str, extra_env: Optional[dict] = None) -> tuple[subprocess.Popen, str]:
+def _start(source: str, out: str, extra_env: Optional[dict] = None,
+           extra_args: Sequence[str] = ()) -> tuple[subprocess.Popen, str]:
     """A conversion replacing ``out``, in its own process group, its processes marked in their environment."""
     marker = uuid.uuid4().hex
     env = {**os.environ, "PYTHONPATH": REPO, "IMGSHARDS_SIGNAL_TEST": marker, **(extra_env or {})}
-    proc = subprocess.Popen(_command(source, out), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(_command(source, out, extra_args), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     return proc, f"IMGSHARDS_SIGNAL_TEST={marker}"
 
@@ -196,7 +197,7 @@ def test_a_signal_at_any_moment_ends_the_run_within_10_s_in_one_line_keeping_onl
             shutil.rmtree(os.path.dirname(out), ignore_errors=True)
             shutil.copytree(demo_dataset, out)
         before = {stop: (_fingerprint(out), sorted(os.listdir(os.path.dirname(out)))) for stop, out in outs.items()}
-        runs = {stop: _start(slow_source, out, {**SLOW, **WORKERS_ENV[schedule]}) for stop, out in outs.items()}
+        runs = {stop: _start(slow_source, out, SLOW, WORKERS_ARGS[schedule]) for stop, out in outs.items()}
         time.sleep(delay)
         sent = {}
         for (signum, group), (proc, _) in runs.items():
@@ -215,7 +216,7 @@ def test_a_signal_at_any_moment_ends_the_run_within_10_s_in_one_line_keeping_onl
             failures += [f"{name} at {delay} s: {problem}" for problem in problems]
             outcomes["kept" if kept else "nothing kept"] += not problems
             if kept and not problems:  # the same command resumes from what was kept
-                resumes[name] = subprocess.Popen(_command(slow_source, out), cwd=REPO,
+                resumes[name] = subprocess.Popen(_command(slow_source, out, WORKERS_ARGS[schedule]), cwd=REPO,
                                                  env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
                                                  stderr=subprocess.PIPE, text=True), out, before[stop][1]
         for name, (proc, out, beside) in resumes.items():
