@@ -65,11 +65,13 @@ class ExactResume(keras.callbacks.Callback):
                 saved = Position.from_json(handle.read())
             if saved.fingerprint != now.fingerprint and not dataset_info(self._args[0]).is_version(saved.fingerprint):
                 raise ValueError(
-                    f"{self.path}: this run was trained on version {saved.fingerprint} of {self._args[0]}, which is "
-                    f"now version {now.fingerprint} (reconverted or changed since); its position cannot resume "
-                    "there. Restore that version, or start a new run in a new backup folder")
-            layout = {k: v for k, v in json.loads(saved.to_json()).items() if k not in ("epoch", "step", "fingerprint")}
-            current = {k: v for k, v in json.loads(now.to_json()).items() if k not in ("epoch", "step", "fingerprint")}
+                    f"{self.path}: this run was trained on {saved.dataset()}, and {self._args[0]} is version "
+                    f"{now.fingerprint} (another dataset, or reconverted or changed since); its position cannot "
+                    "resume there. Point data_dir at the version it was trained on, or start a new run in a new "
+                    "backup folder")
+            ignored = ("epoch", "step", "fingerprint", "data_dir")  # a copy of the same version elsewhere resumes
+            layout = {k: v for k, v in json.loads(saved.to_json()).items() if k not in ignored}
+            current = {k: v for k, v in json.loads(now.to_json()).items() if k not in ignored}
             if layout != current:
                 changed = sorted(k for k in layout if layout[k] != current[k])
                 raise ValueError(f"{self.path}: this run was trained with {', '.join(f'{k}={layout[k]!r}' for k in changed)}"

@@ -135,7 +135,8 @@ class Position:
     ``step`` counts global batches since the start of ``epoch``. Building the
     pipeline with ``start=position`` yields, bit for bit, the batches the
     uninterrupted run yields from there, with any number of input pipelines
-    that divides ``streams``.
+    that divides ``streams``. ``data_dir`` is where it was taken, for messages
+    only: a copy of the same version elsewhere resumes it.
     """
 
     fingerprint: str
@@ -148,6 +149,11 @@ class Position:
     step: int
     steps_per_epoch: int
     version: int = POSITION_VERSION
+    data_dir: str = ""
+
+    def dataset(self) -> str:
+        """The dataset it was taken on, as a message names it: its folder and version, or the version."""
+        return f"{self.data_dir} (version {self.fingerprint})" if self.data_dir else f"version {self.fingerprint}"
 
     @property
     def global_step(self) -> int:

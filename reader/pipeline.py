@@ -245,7 +245,7 @@ def position(data_dir: Union[str, DatasetInfo], split: str, batch_size: int, see
         raise ValueError(f"step must be a global step >= 0, got {step!r}")
     epoch, within = divmod(step, layout.steps_per_epoch)
     return Position(info.fingerprint, split_info.name, seed, batch_size, layout.streams, layout.window, epoch, within,
-                    layout.steps_per_epoch)
+                    layout.steps_per_epoch, data_dir=info.data_dir or "")
 
 
 def _start(start, seed: Optional[int], info: DatasetInfo, split_info: SplitInfo, layout: StreamLayout):
@@ -276,9 +276,9 @@ def _position_mismatch(position: Position, seed, info: DatasetInfo, split_info: 
                        layout: StreamLayout) -> str:
     """Why ``position`` does not belong to this pipeline, or ""."""
     if not info.is_version(position.fingerprint):
-        return (f"it was saved on version {position.fingerprint} of the dataset and {info.data_dir or 'this'} is "
-                f"version {info.fingerprint} (reconverted or changed since); restart the epoch, or read the "
-                "version it was saved on")
+        return (f"it was saved on {position.dataset()} and {info.data_dir or 'this dataset'} is version "
+                f"{info.fingerprint} (another dataset, or reconverted or changed since); restart the epoch, or read "
+                "the version it was saved on")
     pairs = [("split", position.split, split_info.name), ("seed", position.seed, position.seed if seed is None else seed),
              ("batch_size", position.batch_size, layout.batch_size), ("streams", position.streams, layout.streams),
              ("window", position.window, layout.window)]

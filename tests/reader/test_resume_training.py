@@ -9,6 +9,7 @@ again). The restart must begin from the backup, not from step 0.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -68,7 +69,7 @@ def test_a_killed_run_restarts_on_exactly_the_uninterrupted_batches(demo_dataset
     assert [step for step, _ in after] == list(range(after[0][0], 18))
 
 
-def test_exact_resume_refuses_a_restart_on_another_version_of_the_dataset(demo_dataset, tmp_path):
+def test_exact_resume_refuses_a_restart_on_another_version_naming_the_dataset_it_trained_on(demo_dataset, tmp_path):
     import json
 
     import keras
@@ -79,14 +80,22 @@ def test_exact_resume_refuses_a_restart_on_another_version_of_the_dataset(demo_d
     model.compile(optimizer="sgd", loss="mse")
     path = tmp_path / "position.json"
     saved = json.loads(reader.position(demo_dataset, "train", 8, 3, 5).to_json())
-    saved["fingerprint"] = "0123456789ab"
+    assert saved["data_dir"] == demo_dataset
+    saved.update(fingerprint="0123456789ab", data_dir="/data/v1")  # taken on v1; restarted on the demo dataset
     path.write_text(json.dumps(saved))
     callback = reader.ExactResume(str(path), demo_dataset, "train", 8, 3, epochs=2)
     callback.set_model(model)
     now = reader.dataset_info(demo_dataset).fingerprint
-    with pytest.raises(ValueError, match=f"trained on version 0123456789ab of {demo_dataset}, which is now version "
-                                         f"{now}"):
+    with pytest.raises(ValueError, match=re.escape(f"trained on /data/v1 (version 0123456789ab), and {demo_dataset} "
+                                                   f"is version {now}")):
         callback.on_train_begin()
+    with pytest.raises(ValueError, match=re.escape(f"saved on /data/v1 (version 0123456789ab) and {demo_dataset} is "
+                                                   f"version {now}")):
+        reader.build_dataset(demo_dataset, "train", 8, seed=3, start=reader.Position(**saved))
+    # A copy of the same version elsewhere resumes it (the folder is for messages).
+    saved.update(fingerprint=now, data_dir="/elsewhere/copy")
+    path.write_text(json.dumps(saved))
+    callback.on_train_begin()
     path.write_text(reader.position(demo_dataset, "train", 8, 4, 5).to_json())
     with pytest.raises(ValueError, match="trained with seed=4 and is restarted with seed=3"):
         callback.on_train_begin()
