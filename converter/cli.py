@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import difflib
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -20,7 +21,6 @@ from typing import Callable, Optional, Sequence
 from beam_jobs import options as opts
 from beam_jobs.runtime import interrupt
 from beam_jobs.runtime.local_worker import not_beam_noise
-from converter.quiet import quiet_tensorflow
 
 logger = logging.getLogger("converter")
 
@@ -314,11 +314,18 @@ def verify(argv: Sequence[str]) -> int:
     return _on_dataset(args, check)
 
 
+def _quiet_tensorflow() -> None:
+    """TensorFlow loaded through ``reader`` (without its start-up lines: reader.quiet_start), its warnings hidden
+    too unless the environment sets a level: a dataset command's output is its report."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import reader  # noqa: F401
+
+
 def _on_dataset(args: argparse.Namespace, act: Callable[[argparse.Namespace], int],
                 also: tuple[type[Exception], ...] = ()) -> int:
     """Run a dataset command's ``act`` with TensorFlow quiet and the ``--s3_*`` flags applied; a missing or
     malformed dataset (or one of ``also``) is one ``error:`` line and exit 1."""
-    quiet_tensorflow()
+    _quiet_tensorflow()
     _configure_s3(args)
     from reader.info import DatasetNotFoundError
 
@@ -338,7 +345,7 @@ def inspect(argv: Sequence[str]) -> int:
     parser.add_argument("--per-class", type=int, default=8, help="images per class on the sheet (default: %(default)s)")
     args = parser.parse_args(argv)
     _configure_logging(verbose=False)
-    quiet_tensorflow()
+    _quiet_tensorflow()
     _configure_s3(args)
     from reader.info import DatasetNotFoundError, dataset_info
     from reader.inspect import check_sheet_path, contact_sheet, summarize

@@ -26,12 +26,8 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from converter.quiet import quiet_tensorflow
-
-quiet_tensorflow(logical_devices=False)  # TensorFlow's native start-up lines ("failed call to cuInit" on a CPU machine) are not errors
-import tensorflow as tf  # noqa: E402
-
-import reader
+import reader  # first: TensorFlow then loads without its start-up lines (reader.quiet_start)  # isort: skip
+import tensorflow as tf
 
 
 class StopAtAccuracy(tf.keras.callbacks.Callback):

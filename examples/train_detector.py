@@ -26,14 +26,11 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from converter.quiet import quiet_tensorflow
+import reader  # first: TensorFlow then loads without its start-up lines (reader.quiet_start)  # isort: skip
+import numpy as np
+import tensorflow as tf
 
-quiet_tensorflow(logical_devices=False)  # TensorFlow's native start-up lines are not errors
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import reader  # noqa: E402
-import record_schema  # noqa: E402
+import record_schema
 
 
 def build_detector(num_classes: int):

@@ -16,19 +16,15 @@ their own pipeline: :func:`file_order` (shard files per epoch and worker),
 
 This package never imports Apache Beam.
 
-TensorFlow's C++ code logs an INFO line for every TFRecord file it opens
-("tf_record_dataset_op.cc ... buffer_size"), once per pipeline and shard. Its
-level is read once, when TensorFlow loads, so when ``reader`` loads
-TensorFlow itself it hides C++ INFO lines (``TF_CPP_MIN_LOG_LEVEL=1``; warnings
-and errors still show) unless the environment sets a level. Imported after
-TensorFlow, it cannot: set ``TF_CPP_MIN_LOG_LEVEL=1`` in the environment.
+Imported before TensorFlow, ``reader`` loads it without its C++ start-up and
+INFO lines (``TF_CPP_MIN_LOG_LEVEL=1`` unless the environment sets a level;
+warnings and errors still show): see :mod:`reader.quiet_start`. Imported
+after TensorFlow, it cannot: set ``TF_CPP_MIN_LOG_LEVEL=1`` in the environment.
 """
 
-import os as _os
-import sys as _sys
+from reader.quiet_start import load_tensorflow as _load_tensorflow
 
-if "tensorflow" not in _sys.modules:
-    _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+_load_tensorflow()
 
 from reader.cache import CacheTooLargeError
 from reader.foreign import foreign_dataset_info

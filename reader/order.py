@@ -272,7 +272,9 @@ def _segments(sizes: tf.Tensor, layout: StreamLayout, seed: int, epoch: tf.Tenso
 def _round_robin(values: tf.Tensor, streams: int, block: int) -> tf.Tensor:
     """A row of windows, one per stream (``[streams, n]``), in batch order: ``block`` values of each in turn."""
     blocks = tf.reshape(values, [streams, -1, block])
-    return tf.reshape(tf.transpose(blocks, [1, 0, 2]), [-1])
+    # Stacked, not transposed: a transpose of the int64 keys logs oneDNN's "supports DT_INT64 only on platforms
+    # with AVX-512" as an error line that no log level hides (TensorFlow 2.21); the order is the same.
+    return tf.reshape(tf.stack(tf.unstack(blocks, num=streams), axis=1), [-1])
 
 
 def shard_order(num_shards: int, seed: int, epoch: tf.Tensor) -> tf.Tensor:

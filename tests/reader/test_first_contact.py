@@ -270,20 +270,44 @@ def test_foreign_shards_by_glob_pattern_and_their_steps_per_epoch(tmp_path):
         reader.build_dataset(str(tmp_path / "train-*.tfrecord"))
 
 
-def test_a_pipeline_logs_no_tensorflow_info_lines_unless_the_environment_asks(demo_dataset):
+def test_import_reader_then_keras_and_a_pipeline_print_nothing_unless_the_environment_asks(demo_dataset):
+    """TensorFlow 2.21 logs while it loads, before absl's logging starts, whatever TF_CPP_MIN_LOG_LEVEL says
+    (six lines, and "failed call to cuInit" at the first operation on a machine without CUDA)."""
     import subprocess
     import sys
 
     from tests.conftest import REPO
 
     code = ("import reader\n"
+            "import keras\n"
             f"ds = reader.build_dataset({demo_dataset!r}, batch_size=4, image_size=16, seed=0)\n"
-            "next(iter(ds))\n")
+            "next(iter(ds))\n"
+            "import sys; print('python still writes to stderr', file=sys.stderr)\n")
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     env["PYTHONPATH"] = REPO
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "tf_record_dataset_op" not in proc.stderr  # "TFRecordDataset `buffer_size` is unspecified..."
+    assert proc.stderr == "python still writes to stderr\n"
     asked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                            env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"})
-    assert "tf_record_dataset_op" in asked.stderr  # the user's own setting wins
+    assert "tf_record_dataset_op" in asked.stderr  # the user's own setting wins, start-up lines included
+    assert "All log messages before absl::InitializeLog()" in asked.stderr and "port.cc" in asked.stderr
+
+
+def test_the_start_up_filter_keeps_what_the_level_lets_through_and_every_line_not_tensorflows():
+    from reader.quiet_start import PREAMBLE, filtered
+
+    text = ("libfoo: a C library's own line\n"
+            f"{PREAMBLE}\n"
+            "I0000 00:00:1795726445.034948    1787 port.cc:153] oneDNN custom operations are on.\n"
+            "I0000 00:00:1795726445.1    1787 cpu_feature_guard.cc:227] This TensorFlow binary is optimized\n"
+            "To enable the following instructions: AVX2 AVX512F, in other operations, rebuild TensorFlow.\n"
+            f"{PREAMBLE}\n"
+            "W0000 00:00:1795726449.8    1787 gpu_device.cc:2] Cannot dlopen some GPU libraries.\n"
+            "I0000 00:00:1795726449.9    1787 cudart_stub.cc:31] Could not find cuda drivers on your machine\n"
+            "E0000 00:00:1795726452.9    1787 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR (303)\n")
+    assert filtered(text, 1) == ("libfoo: a C library's own line\n"
+                                 f"{PREAMBLE}\n"
+                                 "W0000 00:00:1795726449.8    1787 gpu_device.cc:2] Cannot dlopen some GPU libraries.\n")
+    assert filtered(text, 0) == text  # INFO asked for: all of it
+    assert filtered(text.replace("Could not find cuda drivers", "Found a driver"), 2).endswith("(303)\n")
