@@ -251,8 +251,13 @@ def plan_inputs(
         if (split, parts[-1]) not in members.counts:
             folder = "/".join(parts)
             if folder in listing.archive_folders:
-                raise InputError(f"class archive {src}/{listing.archive_folders[folder]} holds no images; remove it "
-                                 "or add images")
+                archive = listing.archive_folders[folder]
+                # Refused whole (a refusal's locator is "!reason<TAB>detail"): its class would vanish, shifting ids.
+                why = next((source[1:].split("\t", 1)[-1] for path, source in listing.refused if path == archive), "")
+                if why:
+                    raise InputError(f"class archive {src}/{archive} could not be read ({why}), so class "
+                                     f"{parts[-1]!r} would have no images; replace it or remove it")
+                raise InputError(f"class archive {src}/{archive} holds no images; remove it or add images")
             raise InputError(f"class folder {src}/{folder} holds no images; remove it or add images")
     if not members.counts:
         raise InputError(_no_images_message(src, stray, depth))

@@ -57,9 +57,12 @@ class Request:
         return self._found
 
     def with_archives(self, plan: discover.InputPlan) -> discover.InputPlan:
-        """``plan`` with the archives the listing inflated and found (their identities make the run's)."""
+        """``plan`` with the archives the listing inflated and found (their identities make the run's), and the
+        images that damaged archives lost: counted against the error budget where they can be, each named."""
         found = self.found()
-        return dataclasses.replace(plan, inflated=found.inflated, archives=found.identities)
+        lost, warnings = found.losses()
+        return dataclasses.replace(plan, inflated=found.inflated, archives=found.identities,
+                                   lost_inputs=plan.lost_inputs + lost, warnings=plan.warnings + tuple(warnings))
 
 
 @dataclasses.dataclass(frozen=True)

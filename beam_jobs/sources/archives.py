@@ -47,6 +47,7 @@ import posixpath
 import tempfile
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Protocol
 
+import record_schema
 from beam_jobs.files.filesystems import FileSystems, open_for_scanning
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, Listing
@@ -98,12 +99,50 @@ def is_archive_file(src: str) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
+class Damage:
+    """An archive inside SRC that lost images: refused whole (an inner archive that is not one, or nested too
+    deep: ``size`` bytes of it read as nothing), or ``cut`` short (the members before the cut were read)."""
+
+    archive: str  # as messages name it
+    cut: bool
+    size: int
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ArchiveListing:
-    """What :func:`list_tree` found: the listing, the archives it inflated, and each top-level archive's identity."""
+    """What :func:`list_tree` found: the listing, the archives it inflated, each top-level archive's identity,
+    and the archives that lost images, with the members read and their bytes to estimate how many."""
 
     listing: Listing
     inflated: tuple[Inflated, ...]
     identities: dict[str, str]
+    damaged: tuple[Damage, ...] = ()
+    members: int = 0
+    member_bytes: int = 0
+
+    def losses(self) -> tuple[int, list[str]]:
+        """The images lost in archives refused whole, beyond the one rejection each counts, and a warning
+        naming each damaged archive.
+
+        An archive refused whole held about its bytes' share of images (its size over the mean stored size
+        of the members read), so a lost class archive fails the error budget instead of passing as one bad
+        input. What a cut took cannot be told from the file: it is named, not counted.
+        """
+        mean = self.member_bytes / self.members if self.members else 0.0
+        extra, warnings = 0, []
+        for damage in self.damaged:
+            if damage.cut:
+                warnings.append(f"{damage.archive} is cut short ({damage.detail}): its members before the cut are "
+                                "converted, and what came after is lost, how much cannot be told from the file (a "
+                                "partial download or copy? compare its size with the original's)")
+                continue
+            count = max(1, round(damage.size / mean)) if mean else 1
+            extra += count - 1
+            warnings.append(f"{damage.archive} could not be read ({damage.detail}): about {count} images are lost "
+                            f"(its {damage.size:,} bytes at the {mean:,.0f} bytes of an image read from the "
+                            f"archives); they count against --max-bad-fraction (see {record_schema.REJECTED_FILE})")
+        return extra, warnings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +207,8 @@ def list_tree(src: str, scratch: Optional[str] = None, limit: int = 1 << 62,
         if lister.tables is not None:
             lister.tables.remove()
     lister.report()
-    return ArchiveListing(listing, tuple(lister.inflated), dict(sorted(lister.identities.items())))
+    return ArchiveListing(listing, tuple(lister.inflated), dict(sorted(lister.identities.items())),
+                          tuple(lister.damaged.values()), lister.members, lister.member_bytes)
 
 
 def _walked(paths: Iterable[str], scratch: Optional[str]) -> tuple[Iterator[str], list[str]]:
@@ -215,6 +255,8 @@ class _ArchiveLister:
         self.refused: list[tuple[str, str]] = []
         self.inflated: list[Inflated] = []
         self.archives, self.members, self.stripped = 0, 0, []
+        self.member_bytes = 0  # of the image members listed: the mean estimates what a lost archive held
+        self.damaged: dict[str, Damage] = {}  # archive -> how it lost images (the first cause told)
         self.identities: dict[str, str] = {}  # top-level archive -> "size bytes, modified T": what resume checks
         self.archive_folders: dict[str, str] = {}  # extraction folder -> the archive it comes from (for messages)
         self.tables: Optional[MemberTables] = None  # tars whose headers were read before the listing
@@ -287,6 +329,8 @@ class _ArchiveLister:
         for member in entries:
             if isinstance(member, Refused):
                 self._refusal(member, display)
+                if kind == "tar" and member.reason == "truncated-archive":  # (a zip's is a member's, counted)
+                    self._damaged(Damage(display, True, 0, member.detail))
                 continue
             path = posixpath.join(folder, member.path) if folder else member.path
             parent = posixpath.dirname(path)
@@ -294,11 +338,13 @@ class _ArchiveLister:
                 self._dirs.append(parent)  # one entry per run, not one per member (a million in a big tar)
             inner = archive_kind(posixpath.basename(member.path))
             if inner is None:
+                self.member_bytes += member.size
                 yield path, archive_members.locator(where.file, member, where.in_work)
             elif depth + 1 >= MAX_DEPTH:
                 stored = f"{top}/{member.path}" if top else member.path
-                self._refusal(Refused(stored, "nested-too-deep", f"an archive nested {MAX_DEPTH} deep (at most "
-                                      f"{MAX_DEPTH - 1} levels are read)"), display)
+                detail = f"an archive nested {MAX_DEPTH} deep (at most {MAX_DEPTH - 1} levels are read)"
+                self._refusal(Refused(stored, "nested-too-deep", detail), display)
+                self._damaged(Damage(f"{display}/{member.path}", False, member.size, detail))
             else:
                 yield from self._inner(where, member, inner[0], posixpath.join(parent, folder_name(inner[1])),
                                        f"{display}/{member.path}", depth + 1)
@@ -322,6 +368,10 @@ class _ArchiveLister:
                                          display, depth)
         except ArchiveError as err:  # an inner archive that is not one costs only itself
             self.refused.append((display, archive_members.refusal("corrupt-archive", f"not a readable archive: {err}")))
+            self._damaged(Damage(display, False, member.size, f"not a readable archive: {err}"))
+
+    def _damaged(self, damage: Damage) -> None:
+        self.damaged.setdefault(damage.archive, damage)
 
     def _refusal(self, entry: Refused, display: str) -> None:
         """A member refused by its archive, named ``ARCHIVE:MEMBER`` with the member's name as the archive stores
@@ -352,6 +402,7 @@ class _ArchiveLister:
         written, problem = compressed.inflate(RangeFile(where.handle, where.base, where.size), kind, copy.local)
         if problem:
             self.refused.append((display, archive_members.refusal(problem[0], f"{display}: {problem[1]}")))
+            self._damaged(Damage(display, True, 0, problem[1]))
         logger.info("%s is compressed: read once, front to back, and inflated into the run's work folder "
                     "(%.1f MB of temporary disk)", display, written / 1e6)
         return copy, written

@@ -160,11 +160,11 @@ def _unless_ended(handle: BinaryIO, offset: int, size: int) -> Iterator[Refused]
 
 
 def _entry(header: _Header, size: int, base: int) -> Union[Entry, None]:
+    if header.kind == "folder":  # nothing to place (folders come from files' paths): "./" of tar -C DIR . too
+        return None
     path = normalise(header.name)
     if isinstance(path, Refused):
         return path
-    if header.kind == "folder":
-        return None
     if header.kind in ("symlink", "hardlink"):
         which = "symbolic" if header.kind == "symlink" else "hard"
         return Refused(path, "link", f"a {which} link to {header.linkname!r}")

@@ -50,11 +50,11 @@ def scan_zip(handle: BinaryIO, base: int = 0, limit: int = 1 << 62) -> Iterator[
 
 
 def _zip_entry(handle: BinaryIO, info: zipfile.ZipInfo, base: int, limit: int) -> Union[Entry, None]:
+    if info.is_dir():  # nothing to place (folders come from files' paths): "./" too
+        return None
     path = normalise(info.filename)
     if isinstance(path, Refused):
         return path
-    if info.is_dir():
-        return None
     mode = info.external_attr >> 16
     if stat.S_ISLNK(mode):
         return Refused(path, "link", "a symbolic link")

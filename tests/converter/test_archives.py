@@ -82,11 +82,19 @@ ARCHIVES = {
     "pets.tar": lambda pets, out: tar_folder(pets, out),
     "pets.tar.gz": lambda pets, out: tar_folder(pets, out, "w:gz"),
     "pets.tar.xz": lambda pets, out: tar_folder(pets, out, "w:xz"),
+    "pets-dot.tar": lambda pets, out: _tar_dot(pets, out),  # tar -cf pets-dot.tar -C pets .
     "pets.zip": lambda pets, out: zip_folder(pets, out, top="pets"),  # zip -r pets.zip pets/
     "pets-stored.zip": lambda pets, out: zip_folder(pets, out, method=zipfile.ZIP_STORED),
     "classes.tar": lambda pets, out: tar_of_tars(pets, out),  # ImageNet's shape: a tar of class tars
     "classes-gz.tar": lambda pets, out: tar_of_tars(pets, out, "w:gz"),
 }
+
+
+def _tar_dot(folder, out) -> str:
+    """What ``tar -cf OUT -C FOLDER .`` writes: a "./" folder entry, then members named "./cat/...". """
+    with tarfile.open(out, "w") as archive:
+        archive.add(folder, arcname=".")
+    return str(out)
 
 
 @pytest.mark.parametrize("name,scan", [(name, "auto") for name in sorted(ARCHIVES)] + [("classes.tar", "workers")])
@@ -203,11 +211,50 @@ def test_a_truncated_class_tar_converts_its_whole_members_and_the_cut_is_one_rej
     (src / "cat.tar").write_bytes(data[: last.offset_data + 10])
     tar_folder(pets / "dog", src / "dog.tar")
     out = tmp_path / "out"
-    run_converter("--src", str(src), "--out", str(out), "--max-bad-fraction", "0.9", *FAST, check=True)
+    proc = run_converter("--src", str(src), "--out", str(out), "--max-bad-fraction", "0.9", *FAST, check=True)
     rows = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
     cuts = [row for row in rows if row["reason"] == "truncated-archive"]
     assert len(cuts) == 1 and cuts[0]["path"] == f"cat.tar:{last.name}", rows
     assert f"byte {len(data[: last.offset_data + 10])}" in cuts[0]["detail"]
+    # What came after a cut cannot be counted: the archive is named in a warning, never lost without a word.
+    assert re.search(r"^warning: cat\.tar is cut short \(.*\): its members before the cut are converted, and what "
+                     r"came after is lost", proc.stderr, flags=re.M), proc.stderr
+
+
+def test_an_archive_refused_whole_counts_as_the_images_it_held_and_fails_the_budget(tmp_path, demo_src):
+    """A tar of class zips, one cut in half (its central directory gone), counted as one bad input. As a class
+    archive it is an error naming it (its class would vanish); inside a class folder, its images' share of the
+    bytes counts against --max-bad-fraction, and a warning names it."""
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    for name in ("circle", "square", "triangle"):
+        zip_folder(pathlib.Path(demo_src) / name, inner / f"{name}.zip")
+    whole = (inner / "triangle.zip").read_bytes()
+    (inner / "triangle.zip").write_bytes(whole[: len(whole) // 2])
+    src = tmp_path / "src"
+    src.mkdir()
+    with tarfile.open(src / "shapes.tar", "w") as archive:
+        for name in ("circle", "square", "triangle"):
+            archive.add(inner / f"{name}.zip", arcname=f"{name}.zip")
+    out = tmp_path / "out"
+    proc = run_converter("--src", str(src / "shapes.tar"), "--out", str(out), *FAST)
+    assert proc.returncode == 1 and not out.exists(), proc.stderr
+    assert re.search(r"error: class archive \S+shapes\.tar/triangle\.zip could not be read \(not a readable archive: "
+                     r".*\), so class 'triangle' would have no images", proc.stderr), proc.stderr
+    # The same archives as the images of one class folder (a class of class archives: one label, "shapes").
+    (src / "shapes").mkdir()
+    (src / "shapes.tar").rename(src / "shapes" / "shapes.tar")
+    (src / "other").mkdir()
+    shutil.copytree(pathlib.Path(demo_src) / "circle", src / "other", dirs_exist_ok=True)
+    proc = run_converter("--src", str(src), "--out", str(out), *FAST)
+    assert proc.returncode == 1 and not out.exists(), proc.stderr
+    warning = re.search(r"^warning: shapes/shapes\.tar/triangle\.zip could not be read \(not a readable archive: .*\): "
+                        r"about (\d+) images are lost", proc.stderr, flags=re.M)
+    assert warning, proc.stderr
+    per_class = len(os.listdir(pathlib.Path(demo_src) / "triangle"))
+    assert per_class / 4 <= int(warning.group(1)) <= per_class  # its bytes' share: half a class archive
+    assert re.search(r"error: \d+ of \d+ files \(.*\) were rejected \(corrupt-archive 1; and about \d+ more inputs "
+                     r"in files refused whole", proc.stderr), proc.stderr
 
 
 def test_webdataset_shards_convert_by_their_label_members_as_their_extraction_does(tmp_path, demo_src):
