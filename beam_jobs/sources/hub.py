@@ -6,9 +6,11 @@ Out: the :class:`beam_jobs.planning.discover.InputPlan`: one ``ImageRef`` per ro
      ClassLabel ids, each row's bytes located by :func:`hub_cells.cell_locator` (file, row group, row, column);
      workers read them by :class:`hub_cells.CellReader`, a row group at a time.
 
-The launcher reads each file's footer and two small columns (the label and
-the image's ``path``), never an image: a row group is read whole only by the
-worker validating it. The source in parts, each readable alone:
+The launcher opens each file once and reads its footer and its small columns
+(the label, the image's ``path``, an object column's frame and id), never an
+image; the values wait in a scratch file until the rows are listed. A row group
+is read whole only by the worker validating it, which keeps the file open for
+its chunk. The source in parts, each readable alone:
 
 - :mod:`hub_files`: the files and their splits and configs, as the Hub names them;
 - :mod:`hub_columns`: the image column and the label column (a ClassLabel: label ids
@@ -26,11 +28,14 @@ same data downloaded again, or cut into other files, gives the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import pickle
 import posixpath
+import tempfile
 from array import array
-from typing import Iterator, Optional, Sequence
+from typing import BinaryIO, Callable, Iterator, Optional, Sequence
 
 import record_schema
 from beam_jobs import annotations
@@ -43,12 +48,26 @@ from beam_jobs.stage_records import ImageRef
 
 @dataclasses.dataclass(frozen=True)
 class _Rows:
-    """What the launcher reads of one file: its footer, then per row group the label and path columns."""
+    """What the launcher read of one file, opening it once: its footer, then per row group its small columns
+    (the image's path, the label, and an object column's frame and id), spilled to ``spill`` for the plan."""
 
     file: hub_files.ParquetFile
     columns: hub_columns.Columns
-    largest_group: int = 0  # rows of its largest row group (record batch)
-    num_rows: int = 0  # rows of the file, from its footer
+    largest_group: int  # rows of its largest row group (record batch)
+    num_rows: int  # rows of the file, from its footer
+    spill: BinaryIO  # (group, [values of each column of small_columns()]) pickled a group at a time
+
+    def small_columns(self) -> list[str]:
+        return [f"{self.columns.image}.path", self.columns.label, *self.columns.extra]
+
+    def groups(self) -> Iterator[tuple[int, list[list]]]:
+        """The spilled groups, in order (read once more from the scratch file, not from the dataset)."""
+        self.spill.seek(0)
+        while True:
+            try:
+                yield pickle.load(self.spill)
+            except EOFError:
+                return
 
 
 def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fraction: float, seed: int,
@@ -70,20 +89,18 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
                              "writes train, validation and test")
     readme = hub_columns.readme_class_names(src)
     refused: list[ImageRef] = []
-    opened: list[_Rows] = []
-    for file in files:
-        try:
-            with hub_tables.open_table(src, file.path) as table:
-                schema, groups = table.schema, table.group_rows()
-        except hub_tables.ArrowNotLocalError:
-            raise
-        except hub_tables.read_errors() as err:
-            refused.append(_refused_file(src, file, err))
-            continue
-        opened.append(_Rows(file, hub_columns.find_columns(schema, file.path, image_column, label_column, readme),
-                            max(groups, default=0), sum(groups)))
-    footers = {rows.file.path: rows.num_rows for rows in opened}  # files whose footer could be read
-    opened, unique = _read_small_columns(src, opened, refused)
+    with contextlib.ExitStack() as spills:
+        opened, footers, unique = _read_small_columns(src, files, refused, spills, scratch,
+                                                      lambda schema, path: hub_columns.find_columns(
+                                                          schema, path, image_column, label_column, readme))
+        return _plan_rows(src, files, opened, footers, unique, refused, labels, val_fraction, seed, skipped,
+                          scratch, bbox_format)
+
+
+def _plan_rows(src: str, files: Sequence[hub_files.ParquetFile], opened: list[_Rows], footers: dict[str, int],
+               unique: dict[str, bool], refused: list[ImageRef], labels: Optional[Sequence[str]], val_fraction: float,
+               seed: int, skipped: dict, scratch: Optional[str], bbox_format: Optional[str]) -> InputPlan:
+    """The plan of the rows read (see :func:`plan`); what the refused files lose is counted and named."""
     if not opened:
         raise InputError(f"{src} holds no readable Parquet file ({len(files)} found)")
     lost, warnings = lost_rows(src, files, opened, footers)
@@ -118,28 +135,44 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
                                lost_inputs=lost, warnings=tuple(warnings) + plan.warnings)
 
 
-def _read_small_columns(src: str, opened: list[_Rows], refused: list[ImageRef]) -> tuple[list[_Rows], dict[str, bool]]:
-    """Read every file's label and path columns once, before any row is listed.
+def _read_small_columns(src: str, files: Sequence[hub_files.ParquetFile], refused: list[ImageRef],
+                        spills: contextlib.ExitStack, scratch: Optional[str],
+                        find_columns: Callable[..., hub_columns.Columns]
+                        ) -> tuple[list[_Rows], dict[str, int], dict[str, bool]]:
+    """Open each file once and read its footer and small columns, before any row is listed.
 
-    A file damaged past its footer is refused whole (never listed in part).
-    Returns the readable files and, per split, whether every row has a
-    distinct path (the records' identity, see the module).
+    A file damaged before its footer, or past it, is refused whole (never listed in part); a usage error
+    (an Arrow file in an object store, no image column) is raised, never taken for damage. Returns the
+    readable files, the row counts of the files whose footer could be read (what a refused one held), and
+    per split whether every row has a distinct path (the records' identity, see the module).
     """
     every_path: dict[str, bool] = {}
     digests: dict[str, array] = {}
+    footers: dict[str, int] = {}
     readable = []
-    for rows in opened:
-        split = hub_files.SPLITS[rows.file.split.lower()]
-        try:
-            every = _path_digests(src, rows, digests.setdefault(split, array("Q")))
-        except hub_tables.ArrowNotLocalError:
-            raise
-        except hub_tables.read_errors() as err:
-            refused.append(_refused_file(src, rows.file, err))
-            continue
+    for file in files:
+        split = hub_files.SPLITS[file.split.lower()]
+        with contextlib.ExitStack() as opening:
+            try:
+                table = opening.enter_context(hub_tables.open_table(src, file.path))
+                groups = table.group_rows()
+            except hub_tables.ArrowNotLocalError:
+                raise
+            except hub_tables.read_errors() as err:
+                refused.append(_refused_file(src, file, err))
+                continue
+            footers[file.path] = sum(groups)
+            columns = find_columns(table.schema, file.path)
+            rows = _Rows(file, columns, max(groups, default=0), sum(groups),
+                         spills.enter_context(tempfile.TemporaryFile(dir=scratch)))
+            try:
+                every = _spill_groups(table, rows, digests.setdefault(split, array("Q")))
+            except hub_tables.read_errors() as err:
+                refused.append(_refused_file(src, file, err))
+                continue
         every_path[split] = every_path.get(split, True) and every
         readable.append(rows)
-    return readable, {split: every and _distinct(digests[split]) for split, every in every_path.items()}
+    return readable, footers, {split: every and _distinct(digests[split]) for split, every in every_path.items()}
 
 
 def _label_names(opened: Sequence[_Rows], labels: Optional[Sequence[str]], src: str) -> Optional[list[str]]:
@@ -159,22 +192,19 @@ def _label_names(opened: Sequence[_Rows], labels: Optional[Sequence[str]], src: 
     return list(labels) if labels is not None else None
 
 
-def _row_groups(src: str, rows: _Rows, columns: Sequence[str]) -> Iterator[tuple[int, list[list]]]:
-    """``(group, [values of each column])`` of a file, a group at a time (``image.path``: a struct's field)."""
-    with hub_tables.open_table(src, rows.file.path) as table:
-        for group in range(table.num_groups):
-            yield group, table.group(group, columns)
+def _spill_groups(table, rows: _Rows, digests: array) -> bool:
+    """Read the file's small columns a group at a time into ``rows.spill``, and append an 8-byte digest of each
+    row's image path to ``digests``; False when a row has no path.
 
-
-def _path_digests(src: str, rows: _Rows, digests: array) -> bool:
-    """Append an 8-byte digest of each row's image path to ``digests``; False when a row has no path.
-
-    Reads the file's path and label columns whole (raising what pyarrow raises
-    for a damaged file). 8 bytes a row in an array: a million rows cost 8 MB.
+    Raises what pyarrow raises for a damaged file. Memory: a group's columns, and 8 bytes a row in the array (a
+    million rows cost 8 MB); the values wait on the scratch disk until the plan lists the rows.
     """
     every = True
-    for _, (paths, _labels) in _row_groups(src, rows, [f"{rows.columns.image}.path", rows.columns.label]):
-        for path in paths:
+    columns = rows.small_columns()
+    for group in range(table.num_groups):
+        values = table.group(group, columns)
+        pickle.dump((group, values), rows.spill, protocol=pickle.HIGHEST_PROTOCOL)
+        for path in values[0]:
             if not path:
                 every = False
                 continue
@@ -197,7 +227,7 @@ def _members(src: str, opened: Sequence[_Rows], names: Optional[Sequence[str]], 
     for rows in opened:
         split = hub_files.SPLITS[rows.file.split.lower()]
         image = rows.columns.image
-        for group, (paths, values) in _row_groups(src, rows, [f"{image}.path", rows.columns.label]):
+        for group, (paths, values, *_) in rows.groups():
             for row, (path, value) in enumerate(zip(paths, values)):
                 number = numbers.get(split, 0)
                 numbers[split] = number + 1
@@ -220,8 +250,7 @@ def _annotated(src: str, opened: Sequence[_Rows], unique: dict[str, bool], refus
     for rows in opened:
         split = hub_files.SPLITS[rows.file.split.lower()]
         image, column = rows.columns.image, rows.columns.annotation
-        for group, (paths, values, *extra) in _row_groups(src, rows, [f"{image}.path", rows.columns.label,
-                                                                      *rows.columns.extra]):
+        for group, (paths, values, *extra) in rows.groups():
             extras = [dict(zip(rows.columns.extra, row)) for row in zip(*extra)] if extra else [{}] * len(paths)
             for row, (path, value, more) in enumerate(zip(paths, values, extras)):
                 number = numbers.get(split, 0)

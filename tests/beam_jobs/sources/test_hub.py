@@ -363,3 +363,31 @@ def test_a_workers_reader_opens_each_file_once_for_all_its_row_groups(tmp_path, 
         reader.close()
     assert images == [hub_data.photo(i) for i in range(6)]
     assert opened == ["train-00000-of-00001.parquet"]
+
+
+def test_the_launcher_opens_each_file_once_and_reads_its_small_columns_once(tmp_path, monkeypatch):
+    """The plan opened each file three times (footer, path digests, rows) and read its path and label columns
+    twice: now once, the values waiting in a scratch file until the rows are listed."""
+    from beam_jobs.planning import listing
+    from beam_jobs.sources import hub, hub_tables
+
+    table = pa.Table.from_pydict(hub_data.rows(6, 0), schema=hub_data.features().arrow_schema)
+    pq.write_table(table, tmp_path / "train-00000-of-00001.parquet", row_group_size=2)
+    opened, groups_read = [], []
+    real_open, real_group = hub_tables.open_table, hub_tables._ParquetTable.group
+
+    def counted_open(src, path):
+        opened.append(path)
+        return real_open(src, path)
+
+    def counted_group(self, index, columns):
+        groups_read.append((index, tuple(columns)))
+        return real_group(self, index, columns)
+
+    monkeypatch.setattr(hub_tables, "open_table", counted_open)
+    monkeypatch.setattr(hub_tables._ParquetTable, "group", counted_group)
+    plan = hub.plan(str(tmp_path), listing.list_tree(str(tmp_path)), None, 0.0, 0, None, None, None,
+                    scratch=str(tmp_path))
+    assert len(list(plan.refs)) == 6
+    assert opened == ["train-00000-of-00001.parquet"]
+    assert groups_read == [(group, ("image.path", "labels")) for group in range(3)]
