@@ -54,8 +54,21 @@ RATIO_FLOOR = 1 << 20
 STORED, DEFLATED = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
 
 
-class ArchiveError(ValueError):
-    """An archive that cannot be read at all (a ``.zip`` that is not one, a corrupt central directory)."""
+class UnreadableItem(ValueError):
+    """An item whose bytes cannot be had from its locator (an archive member, a Parquet cell): ``reason`` is the
+    rejection's. Validation rejects the one item; every source's read error is one of these."""
+
+    def __init__(self, detail: str, reason: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class ArchiveError(UnreadableItem):
+    """An archive, or a member of one, that cannot be read (a ``.zip`` that is not one, a corrupt central
+    directory, bytes that do not inflate to what the archive declares)."""
+
+    def __init__(self, detail: str, reason: str = "corrupt-member") -> None:
+        super().__init__(detail, reason)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,12 +22,11 @@ from beam_jobs.sources.hub_tables import ArrowNotLocalError, first_line, open_ta
 _LOCATOR = "q"  # a cell's locator kind, beside archive_members' "a", "w" and "!"
 
 
-class CellError(archive_members.ArchiveError):
+class CellError(archive_members.UnreadableItem):
     """A row whose image cannot be had: ``reason`` is the rejection's (``missing-image``...)."""
 
     def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
+        super().__init__(detail, reason)
 
 
 def cell_locator(file: str, row_group: int, row: int, column: str) -> str:

@@ -51,8 +51,8 @@ def read_source(src: str, relpath: str, source: str = "", work: str = "",
     ``members``: the chunk's reader of archive members (consecutive members
     by one ranged read); without one, a member is read alone.
 
-    Raises OSError when it cannot be read, ArchiveError (a ValueError) when an
-    archive member's bytes are not what its archive declared. Read as stored:
+    Raises OSError when it cannot be read, UnreadableItem (a ValueError) when an
+    archive member's bytes are not what its archive declared or a Parquet row has no image. Read as stored:
     an image is never decompressed because its name ends in ``.gz``.
     """
     if source:
@@ -79,9 +79,8 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
         return RejectedInput(display_path(ref.relpath), refused.reason, refused.detail)
     try:
         data = read_source(src, ref.relpath, ref.source, work, members)
-    except archive_members.ArchiveError as err:  # a Parquet row's error carries its own reason
-        return RejectedInput(display_path(ref.relpath), getattr(err, "reason", "corrupt-member"),
-                             display_path(str(err)))
+    except archive_members.UnreadableItem as err:
+        return RejectedInput(display_path(ref.relpath), err.reason, display_path(str(err)))
     except OSError as err:  # Beam's BeamIOError is an OSError too
         if not ref.source and not FileSystems.exists(source_path(src, ref.relpath)):  # gone, or a label file's typo
             return RejectedInput(display_path(ref.relpath), "missing-file", missing_detail(ref.relpath))
@@ -113,7 +112,7 @@ def _class_mask_problem(src: str, class_mask: Sequence[str], size: tuple[int, in
         masks.read_class_mask(read_source(src, relpath, source, work, members), size, display_path(relpath))
     except masks.MaskError as err:
         return str(err)
-    except (OSError, archive_members.ArchiveError) as err:
+    except (OSError, archive_members.UnreadableItem) as err:
         return f"its mask {display_path(relpath)} could not be read: {display_path(str(err))}"
     return None
 

@@ -391,3 +391,13 @@ def test_the_launcher_opens_each_file_once_and_reads_its_small_columns_once(tmp_
     assert len(list(plan.refs)) == 6
     assert opened == ["train-00000-of-00001.parquet"]
     assert groups_read == [(group, ("image.path", "labels")) for group in range(3)]
+
+
+def test_a_parquet_rows_read_error_is_an_unreadable_item_not_an_archives():
+    """CellError subclassed ArchiveError: code catching an archive's errors caught a Parquet row's too."""
+    from beam_jobs.sources import archive_members, hub_cells
+
+    error = hub_cells.CellError("missing-image", "train.parquet row group 0 row 2: no image bytes")
+    assert isinstance(error, archive_members.UnreadableItem) and error.reason == "missing-image"
+    assert not isinstance(error, archive_members.ArchiveError)
+    assert archive_members.ArchiveError("cut").reason == "corrupt-member"
