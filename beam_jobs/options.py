@@ -159,10 +159,6 @@ class ConvertOptions:
         (ImageNet's ``LOC_val_solution.csv`` or one class per line).
       synsets: ``ID text`` per line: each class's text in the records (ImageNet's
         ``LOC_synset_mapping.txt``).
-      dali_index: write each shard's record index (``<shard>.idx``: every
-        record's offset and size, the format of DALI's ``tfrecord2idx``). On by
-        default: the reader seeks with it to resume mid-shard, and DALI's
-        TFRecord reader needs it, so users skip a pass over every byte.
       label_member: WebDataset samples: each image's label is its sibling member
         of this extension (``cls``), or a field of its JSON member (``json:FIELD``);
         folder and archive names are then not classes.
@@ -190,7 +186,6 @@ class ConvertOptions:
     label_separator: Optional[str] = None
     val_labels: Optional[str] = None
     synsets: Optional[str] = None
-    dali_index: bool = True
     part_size: Optional[int] = None
     label_member: Optional[str] = None
     archive_scan: str = "auto"

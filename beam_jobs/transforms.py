@@ -106,10 +106,10 @@ def write_duplicates(summary: merge_reports.DuplicateSummary, layout: WorkLayout
 class WriteShardFn(beam.DoFn):
     """``((split, shard, n), [(bucket, records)])`` -> ShardResult JSON; writes the shard file."""
 
-    def __init__(self, src: str, staging: str, layout: WorkLayout, classes: Sequence[str], encode: EncodeOptions,
-                 dali_index: bool = False) -> None:
+    def __init__(self, src: str, staging: str, layout: WorkLayout, classes: Sequence[str],
+                 encode: EncodeOptions) -> None:
         self._src, self._staging, self._classes, self._encode = src, staging, tuple(classes), encode
-        self._layout, self._dali_index = layout, dali_index
+        self._layout = layout
 
     def setup(self) -> None:
         self._written = Metrics.counter(NAMESPACE, "images_written")
@@ -137,7 +137,7 @@ class WriteShardFn(beam.DoFn):
         )
         result = write_shard(
             self._src, self._staging, split, index, num_shards, items, self._classes, self._encode,
-            on_record=self._progress.add, work=self._layout.work, dali_index=self._dali_index,
+            on_record=self._progress.add, work=self._layout.work,
         )
         expected = sum(count for _, count in slices)
         if result.num_examples != expected:
@@ -185,8 +185,7 @@ class ConvertImages(beam.PTransform):
             | "SpreadBuckets" >> beam.Reshuffle()
             | "OrderBuckets" >> beam.FlatMap(order, layout)
             | "GroupSlices" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, staging, layout, self._class_text, opts.encode,
-                                                       opts.dali_index))
+            | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, staging, layout, self._class_text, opts.encode))
         )
         rejections_written = totals | "MergeRejections" >> beam.Map(
             lambda _, path: merge_reports.merge_rejections(layout, path),

@@ -189,14 +189,13 @@ def write_shard(
     options: EncodeOptions,
     on_record: Optional[Callable[[], None]] = None,
     work: str = "",
-    dali_index: bool = False,
 ) -> ShardResult:
     """Write ``items`` (in order) as shard ``index`` of ``split`` into ``folder``.
 
     ``on_record`` is called after each record (progress reporting); ``work``
-    holds the spill files of re-encoded images. ``dali_index`` also writes
-    ``<shard>.idx``: each record's offset and framed size, as DALI's
-    ``tfrecord2idx`` would by reading the shard again.
+    holds the spill files of re-encoded images. Also writes ``<shard>.idx``:
+    each record's offset and framed size, as DALI's ``tfrecord2idx`` would by
+    reading the shard again (the reader seeks with it, DALI reads it).
     """
     name = record_schema.shard_filename(split, index, num_shards)
     digest = hashlib.sha256()
@@ -237,10 +236,8 @@ def write_shard(
                 reencoded[encoded.reencoded_because] += 1
             if on_record is not None:
                 on_record()
-    index_file, index_text = "", "".join(index_lines)
-    if dali_index:
-        index_file = idx.index_filename(name)
-        filesystems.write_text(FileSystems.join(folder, index_file), index_text)
+    index_file, index_text = idx.index_filename(name), "".join(index_lines)
+    filesystems.write_text(FileSystems.join(folder, index_file), index_text)
     return ShardResult(
         split=split,
         index=index,
@@ -255,5 +252,5 @@ def write_shard(
         grayscale=grayscale,
         small=small,
         dali_index=index_file,
-        index_bytes=len(index_text) if index_file else 0,
+        index_bytes=len(index_text),
     )
