@@ -6,11 +6,9 @@ downloaded. Session-scoped fixtures convert once and are shared read-only.
 
 from __future__ import annotations
 
-import inspect
 import io
 import os
 import pathlib
-import re
 import struct
 import subprocess
 import sys
@@ -31,58 +29,50 @@ LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_block", "tests/bench/t
 
 
 def pytest_collection_modifyitems(items: list) -> None:
-    for item in items:
-        if _starts_processes(item):
-            item.add_marker(pytest.mark.e2e)
     items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable: the rest keep their order
 
 
-# What runs the command line, starts a process or a server: the fast tier (-m "not e2e") leaves out every
-# test that does.
-_SPAWNS = re.compile(r"\b(run_converter|run_converter_process|converter|subprocess\.\w+|Popen|s3_server|"
-                     r"gcs_emulator|dask_cluster|start_gcs|object_stores\.start|measured_run|timed_run)\(")
+# The fast tier (-m "not e2e and not slow") leaves out every test marked e2e: one that runs the converter's
+# command line (in or out of this process), starts a process or a server. The mark is explicit; a test that
+# starts a process without it fails (below), and so does one that asks for a fixture serving a process.
 _SPAWNING_FIXTURES = {"converter", "s3_server", "gcs_emulator", "dask_cluster"}
+_PROCESS_EVENTS = {"subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.system", "os.exec",
+                   "os.spawn"}
 
 
-def _starts_processes(item) -> bool:
-    """The test, a fixture it uses or a helper of its module it calls (at any depth) starts a process or a server."""
-    module = getattr(item, "module", None)
-    function = getattr(item, "function", None)
-    if module is None or function is None:
-        return False
-    spawning = _spawning_names(module)
-    if set(item.fixturenames) & (_SPAWNING_FIXTURES | spawning):
-        return True
-    return _calls_any(_source(function), spawning)
+class _ProcessWatch:
+    """Processes started while an unmarked test runs (sys.addaudithook: hooks cannot be removed, so one
+    hook for the session, switched on per test)."""
+
+    watching = False
+    started: list = []
+
+    @classmethod
+    def audit(cls, event: str, args: tuple) -> None:
+        if cls.watching and event in _PROCESS_EVENTS:
+            cls.started.append(f"{event} {str(args[1] if event == 'subprocess.Popen' else args[:1])[:120]}")
 
 
-def _spawning_names(module) -> set:
-    """Functions and fixtures of ``module`` that start processes, directly or through one another."""
-    cached = getattr(module, "_spawning_names", None)
-    if cached is not None:
-        return cached
-    sources = {name: _source(value) for name, value in vars(module).items()
-               if inspect.isfunction(getattr(value, "__wrapped__", value)) and not name.startswith("test_")
-               and getattr(getattr(value, "__wrapped__", value), "__module__", None) == module.__name__}
-    spawning = {name for name, text in sources.items() if _SPAWNS.search(text)}
-    while True:
-        more = {name for name, text in sources.items() if name not in spawning and _calls_any(text, spawning)}
-        if not more:
-            break
-        spawning |= more
-    module._spawning_names = spawning
-    return spawning
+sys.addaudithook(_ProcessWatch.audit)
 
 
-def _calls_any(text: str, names: set) -> bool:
-    return bool(_SPAWNS.search(text)) or any(re.search(rf"\b{re.escape(name)}\b", text) for name in names)
-
-
-def _source(value) -> str:
+@pytest.fixture(autouse=True)
+def _processes_need_the_e2e_mark(request):
+    if request.node.get_closest_marker("e2e") is not None:
+        yield
+        return
+    spawning = _SPAWNING_FIXTURES & set(request.fixturenames)
+    if spawning:
+        pytest.fail(f"{request.node.nodeid} uses {sorted(spawning)}, which run processes or servers: mark it "
+                    "@pytest.mark.e2e")
+    _ProcessWatch.watching, _ProcessWatch.started = True, []
     try:
-        return inspect.getsource(getattr(value, "__wrapped__", value))
-    except (OSError, TypeError):
-        return ""
+        yield
+    finally:
+        _ProcessWatch.watching = False
+    if _ProcessWatch.started:
+        pytest.fail(f"{request.node.nodeid} started processes but is not marked e2e (the fast tier runs it): "
+                    f"{_ProcessWatch.started[:3]}; mark it @pytest.mark.e2e")
 
 
 def _photo(seed: int, height: int = 120, width: int = 160) -> np.ndarray:

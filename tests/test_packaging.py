@@ -24,6 +24,8 @@ import pytest
 
 from tests.conftest import REPO, checkout_copy
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 PACKAGES = ("converter", "beam_jobs", "reader", "record_files", "bench")
 
 
@@ -90,7 +92,6 @@ def _run(python: str, args: list[str], cwd) -> subprocess.CompletedProcess:
     return proc
 
 
-@pytest.mark.slow
 def test_the_installed_wheel_converts_verifies_and_reads_outside_the_checkout(installed, tmp_path):
     # Every module imports, and from the wheel's copy: none from the checkout.
     modules = sorted(name[:-3].replace("/", ".").removesuffix(".__init__") for name in _source_modules())

@@ -165,7 +165,7 @@ def _shards(folder):
             for name in sorted(os.listdir(folder)) if name.endswith(".tfrecord")}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_every_readme_block_runs_as_written_after_the_setup_commands(tmp_path, sample_images, s3_server):
     checkout = checkout_copy(tmp_path / "checkout")
     readme = _read("README.md")

@@ -121,7 +121,7 @@ def test_deeply_nested_and_looping_folders_list_in_bounded_time(tmp_path):
     assert listing.skipped == {"repeated-folder-link": 20}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_tree_of_hostile_files_converts_and_the_accounting_adds_up(tmp_path):
     import random
 

@@ -17,7 +17,7 @@ def _raise(_, error: BaseException):
     raise error
 
 
-@pytest.mark.parametrize("mode", ["in_memory", "multi_processing"])
+@pytest.mark.parametrize("mode", ["in_memory", pytest.param("multi_processing", marks=pytest.mark.e2e)])
 def test_a_worker_error_saying_the_work_is_stale_is_told_from_one_that_leaves_it_sound(mode, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", REPO)  # worker processes import this module for _raise
     choice = runners.choose_runner([f"--direct_running_mode={mode}", "--direct_num_workers=1"])

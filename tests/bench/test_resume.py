@@ -13,7 +13,7 @@ from bench import resume
 from tests.conftest import REPO
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_resume_benchmark_measures_speed_memory_latency_state_and_quality(tmp_path):
     out = tmp_path / "resume.json"
     proc = subprocess.run(

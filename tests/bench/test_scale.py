@@ -13,7 +13,7 @@ from bench import scale
 from tests.conftest import REPO
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_scale_benchmark_measures_each_process_at_two_sizes_and_the_stages(tmp_path):
     out = tmp_path / "scale.json"
     proc = subprocess.run(

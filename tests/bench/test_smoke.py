@@ -12,8 +12,9 @@ import pytest
 from bench import reader_stages
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
 
-@pytest.mark.slow
+
 def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_path):
     out = tmp_path / "results"
     proc = subprocess.run(
@@ -48,7 +49,6 @@ def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_
     assert "Downsizing workflow" in markdown and "--max-side 256 on 1200-1600 px JPEGs, vs plain loop" in markdown
 
 
-@pytest.mark.slow
 def test_the_reader_stage_profile_runs_and_reports_every_variant_against_the_bound(tmp_path):
     out = tmp_path / "stages.json"
     proc = subprocess.run(
@@ -66,7 +66,6 @@ def test_the_reader_stage_profile_runs_and_reports_every_variant_against_the_bou
     assert "over bound" in proc.stdout
 
 
-@pytest.mark.slow
 def test_the_archive_benchmark_runs_end_to_end(tmp_path):
     """``python -m bench.archives`` at a tiny size: every form converts and the table names each target."""
     proc = subprocess.run(
@@ -81,7 +80,6 @@ def test_the_archive_benchmark_runs_end_to_end(tmp_path):
         assert row in proc.stdout, proc.stdout
 
 
-@pytest.mark.slow
 def test_the_startup_benchmark_reports_each_ratio_against_its_reference(tmp_path):
     out = tmp_path / "startup.json"
     proc = subprocess.run([sys.executable, "-m", "bench.startup", "--images", "30", "--rounds", "1", "--photos", "2",
@@ -96,7 +94,6 @@ def test_the_startup_benchmark_reports_each_ratio_against_its_reference(tmp_path
     assert set(measured["large_photos"]["median_s"]) == {"default rule", "one process", "2 workers"}
 
 
-@pytest.mark.slow
 def test_the_hub_benchmark_compares_parquet_with_class_folders(tmp_path):
     out = tmp_path / "hub.json"
     proc = subprocess.run([sys.executable, "-m", "bench.hub", "--photos", "30", "--tiny", "300,600", "--rounds", "1",

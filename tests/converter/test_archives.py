@@ -113,6 +113,7 @@ def test_a_folder_mixing_class_folders_and_class_archives_converts_as_its_extrac
     assert _convert(src, tmp_path / "out") == extracted
 
 
+@pytest.mark.e2e
 def test_imagenet_as_it_ships_converts_as_its_extraction(tmp_path, sample_images):
     """``ILSVRC2012_img_train.tar`` (a tar of class tars) and ``ILSVRC2012_img_val.tar`` beside each other, with
     ``--val-labels`` and ``--synsets``: the records of the extracted CLS-LOC tree; and the train tar alone."""
@@ -152,6 +153,7 @@ def _hostile_zip(path, sample_images) -> None:
         archive.writestr(link, "/etc/passwd")
 
 
+@pytest.mark.e2e
 def test_a_hostile_archive_costs_only_its_bad_members_each_rejected_with_its_reason(tmp_path, sample_images):
     src = tmp_path / "src"
     src.mkdir()
@@ -169,6 +171,7 @@ def test_a_hostile_archive_costs_only_its_bad_members_each_rejected_with_its_rea
     assert not (tmp_path / "escape.jpg").exists() and sorted(os.listdir(tmp_path)) == ["out", "src"]
 
 
+@pytest.mark.e2e
 def test_a_zip_that_is_not_one_is_an_error_naming_it(tmp_path):
     (tmp_path / "train.zip").write_bytes(b"<html>404 Not Found</html>")
     proc = run_converter("--src", str(tmp_path / "train.zip"), "--out", str(tmp_path / "out"), *FAST)
@@ -177,7 +180,7 @@ def test_a_zip_that_is_not_one_is_an_error_naming_it(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_killed_archive_conversion_resumes_to_the_same_bytes(tmp_path, pets, extracted):
     """Killed once a shard is written: the compressed archive's inflated copy is kept with the work, and the same
     command resumes from it to the bytes of the extraction."""
@@ -201,6 +204,7 @@ def test_a_killed_archive_conversion_resumes_to_the_same_bytes(tmp_path, pets, e
     assert "an archive of --src changed: pets.tar.gz" in rerun.stderr, rerun.stderr
 
 
+@pytest.mark.e2e
 def test_a_truncated_class_tar_converts_its_whole_members_and_the_cut_is_one_rejection(tmp_path, pets):
     src = tmp_path / "src"
     src.mkdir()
@@ -221,6 +225,7 @@ def test_a_truncated_class_tar_converts_its_whole_members_and_the_cut_is_one_rej
                      r"came after is lost", proc.stderr, flags=re.M), proc.stderr
 
 
+@pytest.mark.e2e
 def test_an_archive_refused_whole_counts_as_the_images_it_held_and_fails_the_budget(tmp_path, demo_src):
     """A tar of class zips, one cut in half (its central directory gone), counted as one bad input. As a class
     archive it is an error naming it (its class would vanish); inside a class folder, its images' share of the
@@ -280,6 +285,7 @@ def test_webdataset_shards_convert_by_their_label_members_as_their_extraction_do
     assert got == expected
 
 
+@pytest.mark.e2e
 def test_webdataset_samples_without_a_label_or_an_image_are_rejected_with_a_reason(tmp_path, sample_images):
     src = tmp_path / "shard.tar"
     with tarfile.open(src, "w") as archive:
@@ -300,6 +306,7 @@ def test_webdataset_samples_without_a_label_or_an_image_are_rejected_with_a_reas
     assert bad.returncode != 0 and "--label-member" in bad.stderr
 
 
+@pytest.mark.e2e
 def test_a_kaggle_zip_with_a_csv_of_ids_converts_as_its_extraction_and_a_miss_says_what_the_root_holds(
         tmp_path, pets):
     """Kaggle's dog-breed shape: ``train.zip`` holding ``train/<id>.jpg``, ``labels.csv`` of ``id,breed``:

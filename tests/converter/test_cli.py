@@ -30,6 +30,7 @@ def _manifest(folder):
         return json.load(handle)
 
 
+@pytest.mark.e2e
 def test_design_card_command_converts_into_the_default_out(tmp_path, demo_src, converter):
     shutil.copytree(demo_src, tmp_path / "imgs")
     proc = converter("--src", str(tmp_path / "imgs"), "--shards", "64", check=True)
@@ -74,6 +75,7 @@ def test_records_match_the_manifest_and_decode_to_their_declared_size(demo_datas
     assert len(seen) == 90 and manifest["splits"]["validation"]["label_counts"] == [6, 6, 6]
 
 
+@pytest.mark.e2e
 def test_every_input_kind_is_stored_reencoded_or_rejected_with_a_reason(tmp_path, sample_images, converter):
     src = tmp_path / "mixed"
     for index, (kind, data) in enumerate(sorted(sample_images.items())):
@@ -109,6 +111,7 @@ def test_every_input_kind_is_stored_reencoded_or_rejected_with_a_reason(tmp_path
     assert converter("verify", str(out)).returncode == 0
 
 
+@pytest.mark.e2e
 def test_output_is_byte_identical_across_runs_and_worker_counts(tmp_path, demo_src, demo_dataset, converter):
     outs = []
     for workers in ("1", "2"):
@@ -123,12 +126,14 @@ def test_output_is_byte_identical_across_runs_and_worker_counts(tmp_path, demo_s
     assert first == _shard_bytes(outs[1]) == _shard_bytes(demo_dataset)  # the fixture ran in-process
 
 
+@pytest.mark.e2e
 def test_a_different_seed_gives_a_different_order(tmp_path, demo_src, demo_dataset, converter):
     out = tmp_path / "seed2"
     converter("--src", demo_src, "--out", str(out), "--shards", "4", "--val-fraction", "0.2", "--seed", "2", *FAST, check=True)
     assert _shard_bytes(out) != _shard_bytes(demo_dataset)
 
 
+@pytest.mark.e2e
 def test_existing_dataset_is_refused_without_overwrite_and_replaced_with_it(tmp_path, demo_src, converter):
     out = tmp_path / "out"
     converter("--src", demo_src, "--out", str(out), "--shards", "2", *FAST, check=True)
@@ -143,6 +148,7 @@ def test_existing_dataset_is_refused_without_overwrite_and_replaced_with_it(tmp_
     assert sorted(os.listdir(tmp_path)) == ["out"]  # no staging, lock or old copy left beside OUT
 
 
+@pytest.mark.e2e
 def test_a_folder_that_is_not_a_dataset_is_never_replaced(tmp_path, demo_src, converter):
     out = tmp_path / "precious"
     out.mkdir()
@@ -152,6 +158,7 @@ def test_a_folder_that_is_not_a_dataset_is_never_replaced(tmp_path, demo_src, co
     assert _files(out) == ["thesis.tex"]
 
 
+@pytest.mark.e2e
 def test_error_budget_fails_publishes_nothing_and_points_to_the_report(tmp_path, demo_src, sample_images, converter):
     src = tmp_path / "src"
     shutil.copytree(demo_src, src)
@@ -183,6 +190,7 @@ def test_error_budget_fails_publishes_nothing_and_points_to_the_report(tmp_path,
     assert _manifest(out)["classes"][-1] == "zebra"
 
 
+@pytest.mark.e2e
 def test_split_folders_and_pinned_labels(tmp_path, demo_src, converter):
     src = tmp_path / "src"
     for split, shapes in (("train", ("circle", "square", "triangle")), ("val", ("square",)), ("test", ("circle", "triangle"))):
@@ -200,6 +208,7 @@ def test_split_folders_and_pinned_labels(tmp_path, demo_src, converter):
     assert {(r[record_schema.LABEL_TEXT], r[record_schema.LABEL]) for r in rows} <= {(b"triangle", 0), (b"circle", 2)}
 
 
+@pytest.mark.e2e
 def test_help_explains_every_option_with_its_default(converter):
     proc = converter("--help", check=True)
     for flag in ("--src", "--out", "--shards", "--val-fraction", "--seed", "--labels", "--max-side",
@@ -219,12 +228,14 @@ def test_help_explains_every_option_with_its_default(converter):
         (["--direct_num_workers", "two"], "--direct_num_workers must be a whole number"),
     ],
 )
+@pytest.mark.e2e
 def test_bad_flags_exit_2_naming_the_flag(demo_src, converter, args, message, tmp_path):
     proc = converter("--src", demo_src, "--out", str(tmp_path / "out"), *args)
     assert proc.returncode == 2 and message in proc.stderr
     assert os.listdir(tmp_path) == []  # nothing kept: no dataset, no staging folder
 
 
+@pytest.mark.e2e
 def test_missing_src_and_empty_class_are_clear_errors(tmp_path, converter):
     proc = converter("--src", str(tmp_path / "nope"), *FAST)
     assert proc.returncode == 1 and "does not exist" in proc.stderr
@@ -235,6 +246,7 @@ def test_missing_src_and_empty_class_are_clear_errors(tmp_path, converter):
     assert proc.returncode == 1 and "src/dog holds no images" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_reencoded_and_downsized_images_are_byte_identical_across_runs_and_worker_counts(tmp_path, sample_images,
                                                                                            converter):
     """Re-encoded images are spilled once at validation and copied by the writer; the bytes never depend on who."""
@@ -256,7 +268,7 @@ def test_reencoded_and_downsized_images_are_byte_identical_across_runs_and_worke
     assert _shard_bytes(outs[0]) == _shard_bytes(outs[1]) == _shard_bytes(outs[2])
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_shards_auto_sizes_shards_from_the_bytes_and_an_explicit_count_of_tiny_shards_is_warned_about(
         tmp_path, converter):
     import numpy as np

@@ -21,6 +21,8 @@ from beam_jobs import faults
 from beam_jobs.files.publish import ConcurrentRunError, output_lock
 from tests.conftest import REPO, run_converter
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
 
 
@@ -64,7 +66,6 @@ def reference(demo_src, tmp_path_factory):
 KILL_CASES = [(p, prev) for p in faults.POINTS for prev in (False, True) if prev or p != "displaced"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("point,previous", KILL_CASES,
                          ids=[f"{p}-{'over-a-dataset' if prev else 'into-nothing'}" for p, prev in KILL_CASES])
 def test_sigkill_at_each_point_leaves_out_old_or_complete_and_a_rerun_recovers(
@@ -90,7 +91,6 @@ def test_sigkill_at_each_point_leaves_out_old_or_complete_and_a_rerun_recovers(
     assert sorted(os.listdir(tmp_path)) == ["out"]  # no staging, lock or displaced copy left
 
 
-@pytest.mark.slow
 def test_sigkill_at_arbitrary_moments_of_a_multiprocess_run(tmp_path, demo_src, reference):
     out = tmp_path / "out"
     args = ["--src", demo_src, "--out", str(out), "--shards", "3", "--overwrite", "--no-progress"]

@@ -18,6 +18,8 @@ import pytest
 import record_schema
 from tests.conftest import read_records
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 dali = pytest.importorskip("nvidia.dali", reason="the dali extra is not installed: pip install '.[dali]'")
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]

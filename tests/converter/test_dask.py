@@ -13,6 +13,8 @@ import pytest
 
 from tests.conftest import REPO, run_converter
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed: pip install '.[dask]'")
 
 
@@ -61,7 +63,6 @@ def dask_cluster(tmp_path):
                 proc.wait(timeout=30)
 
 
-@pytest.mark.slow
 def test_conversion_on_a_dask_cluster_matches_the_direct_runner_byte_for_byte(tmp_path, demo_src, dask_cluster):
     address, client = dask_cluster
     common = ["--src", demo_src, "--shards", "4", "--val-fraction", "0.2", "--no-progress"]
@@ -93,7 +94,6 @@ def test_conversion_on_a_dask_cluster_matches_the_direct_runner_byte_for_byte(tm
     assert manifests[0] == manifests[1]
 
 
-@pytest.mark.slow
 def test_archives_hub_parquet_and_coco_convert_on_a_dask_cluster_to_the_bytes_of_a_local_run(tmp_path, demo_src,
                                                                                               dask_cluster):
     """A tar holding class tars (their headers and members read by offset in the workers) and a .tar.gz class

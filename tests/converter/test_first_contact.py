@@ -29,6 +29,7 @@ def _manifest(folder):
         return json.load(handle)
 
 
+@pytest.mark.e2e
 def test_default_run_is_the_fnapi_runner_in_process_when_small_else_a_worker_per_core_and_never_prism(
         tmp_path, demo_src, converter):
     import apache_beam
@@ -64,18 +65,21 @@ def test_a_run_with_more_work_than_starting_workers_costs_gets_a_worker_process_
     assert runners.sized_for(chosen, Work(10, 100)).description == default  # the user's mode is kept
 
 
+@pytest.mark.e2e
 def test_explicit_direct_runner_is_pinned_too_and_prism_runs_only_when_named(tmp_path, demo_src, converter):
     out = tmp_path / "out"
     converter("--src", demo_src, "--out", str(out), "--runner=DirectRunner", *FAST, check=True)
     assert _manifest(out)["written_by"]["runner"] == "FnApiRunner (in_memory, 1 worker)"
 
 
+@pytest.mark.e2e
 def test_default_run_prints_only_the_summary_and_no_beam_or_worker_chatter(tmp_path, demo_src):
     proc = run_converter_process("--src", demo_src, "--out", str(tmp_path / "out"), "--shards", "2", "--no-progress", check=True)
     assert proc.stderr == ""
     assert proc.stdout.startswith("published ")
 
 
+@pytest.mark.e2e
 def test_into_a_log_file_progress_comes_as_lines_and_v_shows_no_beam_chatter(tmp_path, demo_src):
     """``nohup python -m converter ... > log``: the log shows each phase's end; ``-v`` adds our messages and
     Beam's warnings, never its INFO lines (type hints, worker start-up) or the flags the runner passes itself."""
@@ -99,6 +103,7 @@ def test_into_a_log_file_progress_comes_as_lines_and_v_shows_no_beam_chatter(tmp
         (["--runner=DirectRuner"], "--runner=DirectRuner", "--runner=DirectRunner"),
     ],
 )
+@pytest.mark.e2e
 def test_unknown_flags_are_usage_errors_naming_them(tmp_path, demo_src, converter, args, named, hint):
     out = tmp_path / "out"
     proc = converter("--src", demo_src, "--out", str(out), *FAST, *args)
@@ -110,6 +115,7 @@ def test_unknown_flags_are_usage_errors_naming_them(tmp_path, demo_src, converte
     assert not out.exists() and "Traceback" not in proc.stderr
 
 
+@pytest.mark.e2e
 def test_the_python_api_is_as_quiet_as_the_cli_unless_the_callers_logging_asks(tmp_path, demo_src):
     code = ("import logging, sys\n"
             "from beam_jobs.options import ConvertOptions\n"
@@ -124,6 +130,7 @@ def test_the_python_api_is_as_quiet_as_the_cli_unless_the_callers_logging_asks(t
     assert chatty.returncode == 0 and "INFO:apache_beam" in chatty.stderr  # Beam's own lines, as asked
 
 
+@pytest.mark.e2e
 def test_verbose_logs_each_rejection_once_and_the_summary_counts_shards_in_words(tmp_path, demo_src):
     src = tmp_path / "src"
     shutil.copytree(demo_src, src)
@@ -135,6 +142,7 @@ def test_verbose_logs_each_rejection_once_and_the_summary_counts_shards_in_words
     assert "train 90 (1 shard)" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_beam_flags_still_pass_through(tmp_path, demo_src, converter):
     converter("--src", demo_src, "--out", str(tmp_path / "out"), *FAST, "--job_name=first-contact",
               "--experiments=use_fake_flag_for_test", check=True)
@@ -155,10 +163,10 @@ def _wait_for(pattern, timeout=60):
     raise AssertionError(f"{pattern} never appeared")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "to_group", "code", "word"),
                          [(signal.SIGINT, True, 130, "interrupted"), (signal.SIGTERM, False, 143, "terminated"),
                           (signal.SIGHUP, True, 129, "hung up")])
+@pytest.mark.e2e
 def test_a_stop_prints_one_line_naming_the_finished_work_it_keeps_beside_out(tmp_path, demo_src, signum, to_group,
                                                                               code, word):
     """Ctrl-C reaches the terminal's whole process group; Kubernetes sends SIGTERM to the launcher; a dropped
@@ -200,6 +208,7 @@ def _tree(root, files):
             handle.write(data)
 
 
+@pytest.mark.e2e
 def test_a_file_whose_name_is_not_utf8_is_converted_with_its_name_escaped(tmp_path, sample_images, converter):
     from tests.conftest import read_records
 
@@ -214,6 +223,7 @@ def test_a_file_whose_name_is_not_utf8_is_converted_with_its_name_escaped(tmp_pa
     assert [(r["path"], r["reason"]) for r in rejected] == [("dog/\\xff.png", "not-an-image")]
 
 
+@pytest.mark.e2e
 def test_a_class_folder_whose_name_is_not_utf8_is_an_input_error_naming_it(tmp_path, sample_images, converter):
     _tree(tmp_path / "src", {"cat/a.jpg": sample_images["jpeg_rgb"], b"b\xe4r/b.jpg": sample_images["jpeg_rgb"]})
     proc = converter("--src", str(tmp_path / "src"), "--out", str(tmp_path / "out"), *FAST)
@@ -223,6 +233,7 @@ def test_a_class_folder_whose_name_is_not_utf8_is_an_input_error_naming_it(tmp_p
                                    "record); rename it")
 
 
+@pytest.mark.e2e
 def test_out_inside_src_is_refused_and_the_default_out_sits_beside_a_dot_src(tmp_path, demo_src, converter):
     src = tmp_path / "imgs"
     shutil.copytree(demo_src, src)
@@ -238,6 +249,7 @@ def test_out_inside_src_is_refused_and_the_default_out_sits_beside_a_dot_src(tmp
     assert sorted(os.listdir(src)) == ["circle", "square", "triangle"]
 
 
+@pytest.mark.e2e
 def test_images_at_the_top_of_src_get_the_layout_expected(tmp_path, sample_images, converter):
     _tree(tmp_path / "src", {"a.jpg": sample_images["jpeg_rgb"], "b.jpg": sample_images["jpeg_rgb"]})
     proc = converter("--src", str(tmp_path / "src"), *FAST)
@@ -245,6 +257,7 @@ def test_images_at_the_top_of_src_get_the_layout_expected(tmp_path, sample_image
     assert "2 files sit at its top level (a.jpg, b.jpg); expected" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_oddities_are_warned_about_on_stderr(tmp_path, demo_src, converter):
     labels = tmp_path / "labels.txt"
     labels.write_text("circle\nsquare\ntriangle\nhexagon\n")
@@ -255,6 +268,7 @@ def test_oddities_are_warned_about_on_stderr(tmp_path, demo_src, converter):
     assert proc.returncode == 0 and "has a single class (circle)" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_a_dataset_folder_holding_a_user_file_is_named_as_such(tmp_path, demo_src, converter):
     out = tmp_path / "out"
     converter("--src", demo_src, "--out", str(out), *FAST, check=True)
@@ -265,6 +279,7 @@ def test_a_dataset_folder_holding_a_user_file_is_named_as_such(tmp_path, demo_sr
     assert (out / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.e2e
 def test_an_unwritable_parent_of_out_is_named_as_the_parent(tmp_path, demo_src, converter):
     mount = tmp_path / "ro"
     mount.mkdir()
@@ -279,6 +294,7 @@ def test_an_unwritable_parent_of_out_is_named_as_the_parent(tmp_path, demo_src, 
     assert f"the folder that holds it, '{mount}', is not writable" in result.stderr
 
 
+@pytest.mark.e2e
 def test_verify_and_inspect_print_no_tensorflow_noise_and_grid_paths_are_checked(demo_dataset, tmp_path, converter):
     proc = run_converter_process("verify", demo_dataset, check=True)
     assert proc.stderr == ""  # what reaches the process's stderr: TensorFlow's C++ start-up lines would

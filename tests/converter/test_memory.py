@@ -17,6 +17,8 @@ from PIL import Image
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 
 def _noisy_tree(root: str, count: int) -> int:
     """``count`` incompressible JPEGs (~0.27 MB each); returns their total bytes."""
@@ -44,7 +46,6 @@ def _peak_rss_mb(src: str, out: str) -> float:
     return measured_run(command, {**os.environ, "PYTHONPATH": REPO}, REPO)["launcher_mb"]
 
 
-@pytest.mark.slow
 def test_peak_memory_does_not_grow_with_dataset_bytes(tmp_path):
     small_bytes = _noisy_tree(str(tmp_path / "small"), 60)
     large_bytes = _noisy_tree(str(tmp_path / "large"), 400)

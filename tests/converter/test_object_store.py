@@ -22,6 +22,8 @@ import record_schema
 from beam_jobs import faults
 from tests.conftest import REPO, run_converter
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
 
 
@@ -62,7 +64,6 @@ def local_run(images, tmp_path_factory):
     return _local_snapshot(out)
 
 
-@pytest.mark.slow
 def test_src_and_out_in_s3_alone_or_mixed_with_local_give_a_local_runs_bytes(images, local_run, s3_server, tmp_path):
     bucket = s3_server.new_bucket()
     src = s3_server.upload(images, bucket, "images")
@@ -114,7 +115,6 @@ def _observe(s3_server, bucket: str, prefix: str):
     return body if complete else "inconsistent"
 
 
-@pytest.mark.slow
 def test_overwriting_in_s3_shows_a_polling_reader_old_then_nothing_then_new_never_a_mix(images, s3_server):
     bucket = s3_server.new_bucket()
     out = f"s3://{bucket}/data"
@@ -141,7 +141,6 @@ def test_overwriting_in_s3_shows_a_polling_reader_old_then_nothing_then_new_neve
     assert not any(name.startswith(".staging-") for name in s3_server.snapshot(bucket, "data"))
 
 
-@pytest.mark.slow
 def test_runs_killed_during_the_s3_publish_are_finished_by_the_next_run(images, local_run, s3_server):
     """Killed after retracting the old manifest; the next run finishes that publish, then is itself
     killed while moving its own files; the run after that finishes it and publishes: a local run's bytes."""
@@ -164,7 +163,6 @@ def test_runs_killed_during_the_s3_publish_are_finished_by_the_next_run(images, 
     assert _comparable(files) == _comparable(local_run)
 
 
-@pytest.mark.slow
 def test_a_stopped_run_keeps_its_work_in_s3_and_inspect_and_the_same_command_find_it(images, local_run, s3_server):
     """SIGTERM (a preempted VM) once every part is validated: the work stays in OUT/.staging-<run>/, inspect
     names it, and the same command resumes from it to a local run's bytes."""
@@ -194,7 +192,6 @@ def test_a_stopped_run_keeps_its_work_in_s3_and_inspect_and_the_same_command_fin
     assert _comparable(files) == _comparable(local_run)
 
 
-@pytest.mark.slow
 def test_src_and_out_in_gcs_give_a_local_runs_bytes(images, local_run, gcs_emulator):
     """GCS through Beam's own GCS file system, pointed at the emulator by STORAGE_EMULATOR_HOST.
 
@@ -231,7 +228,6 @@ def _archived(images, folder) -> str:
     return os.path.join(folder, "upload")
 
 
-@pytest.mark.slow
 def test_archives_in_s3_and_gcs_convert_to_the_local_runs_bytes(images, local_run, s3_server, gcs_emulator, tmp_path):
     """A folder of class archives (tar, zip, tar.gz) and a tar of class tars in a bucket, read by ranges through
     Beam's S3 and GCS file systems: the bytes of the local run of the extracted folder."""
@@ -262,7 +258,6 @@ def test_archives_in_s3_and_gcs_convert_to_the_local_runs_bytes(images, local_ru
         assert _comparable(_local_snapshot(out)) == _comparable(local_run)
 
 
-@pytest.mark.slow
 def test_an_archive_in_s3_is_read_by_runs_of_members_not_by_requests_per_member(images, local_run, s3_server,
                                                                                     tmp_path):
     """The requests moto answers for a tar of the images, against those for the same images as a folder.
@@ -301,7 +296,6 @@ def test_an_archive_in_s3_is_read_by_runs_of_members_not_by_requests_per_member(
     assert len(reads["images"]) >= 3.5 * files  # a folder: a HEAD and a GET per file, at validation and writing
 
 
-@pytest.mark.slow
 def test_webdataset_shards_in_s3_convert_as_locally_and_labels_cost_no_request_per_sample(demo_src, s3_server,
                                                                                          tmp_path):
     """img2dataset's shards in a bucket, labelled by their ``.cls`` members: the local run's bytes. The launcher

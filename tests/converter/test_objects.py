@@ -9,6 +9,8 @@ from tests.archive_data import zip_folder
 from tests.conftest import run_converter
 from tests.converter.test_archives import dataset_contents
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
 
 

@@ -23,6 +23,8 @@ import pytest
 
 import record_schema
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 PILLOW = "12.3.0"
 # Mutated copies of Pillow test images that libtiff decodes to different pixels every time (see its README).
 UNSTABLE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "unstable-decode")
@@ -80,7 +82,6 @@ def _files(folder):
             if name != record_schema.MANIFEST_FILE}
 
 
-@pytest.mark.slow
 def test_pillows_corpus_converts_with_everything_accounted_for_and_the_same_bytes_every_run(
         tmp_path, pillow_images, converter):
     src = tmp_path / "src"
@@ -119,7 +120,6 @@ def _original(name: str) -> str:
     return name.rsplit("-", 3)[0] + ".tif"
 
 
-@pytest.mark.slow
 def test_files_that_decode_differently_every_time_are_rejected_so_every_run_writes_the_same_bytes(
         tmp_path, pillow_images, converter):
     """Mutated TIFFs that make libtiff read memory they never wrote, beside the Pillow test images they came from.

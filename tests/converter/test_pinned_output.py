@@ -25,6 +25,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 SRC = os.path.join(REPO, "tests", "data", "pinned", "src")
 ARGS = ["--shards", "3", "--val-fraction", "0.25", "--seed", "7", "--max-bad-fraction", "0.1", "--no-progress"]
 

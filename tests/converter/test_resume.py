@@ -18,6 +18,8 @@ import pytest
 from beam_jobs import faults
 from tests.conftest import run_converter
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
 ARGS = ["--shards", "5", "--val-fraction", "0.2", "--part-size", "8", *FAST]
 
@@ -37,7 +39,6 @@ def reference(demo_src, tmp_path_factory):
 PHASES = ["listed", "part-validated", "bucket-ordered", "shard-written", "duplicates-found", "pipeline-done"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("phase", PHASES)
 def test_a_run_killed_in_any_phase_resumes_from_its_finished_work_to_the_same_bytes(tmp_path, demo_src, reference,
                                                                                       phase):
@@ -66,7 +67,6 @@ def test_a_run_killed_in_any_phase_resumes_from_its_finished_work_to_the_same_by
         assert processed.groups() == ("0", "90")
 
 
-@pytest.mark.slow
 def test_a_failed_run_keeps_its_finished_work_and_the_same_command_resumes_from_it(tmp_path, demo_src, reference):
     """A worker's error (here injected; a full disk or a lost connection in the field) costs only the rerun's
     remaining work: the failed run says where it kept its work, and the same command continues from it."""
@@ -85,7 +85,6 @@ def test_a_failed_run_keeps_its_finished_work_and_the_same_command_resumes_from_
     assert sorted(os.listdir(tmp_path)) == ["out"]
 
 
-@pytest.mark.slow
 def test_a_rerun_with_other_options_or_inputs_starts_afresh_and_says_why(tmp_path, demo_src):
     src = tmp_path / "src"
     shutil.copytree(demo_src, src)
@@ -105,7 +104,6 @@ def test_a_rerun_with_other_options_or_inputs_starts_afresh_and_says_why(tmp_pat
     assert sorted(name for name in os.listdir(tmp_path)) == ["out", "src"]
 
 
-@pytest.mark.slow
 def test_a_preempted_overwrite_keeps_its_work_beside_the_old_dataset_and_every_command_names_it(
         tmp_path, demo_src, demo_dataset, reference):
     """SIGTERM once a shard is written: the old dataset stays, the work stays beside it; the refusal without

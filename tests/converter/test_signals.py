@@ -1,18 +1,20 @@
 """A stop signal at any moment ends a conversion within 10 s, in one line, and keeps only finished work.
 
 A real ``python -m converter`` replaces a real dataset (``--overwrite``) while
-the test sends a signal at every half second from 0.5 to 8 s: while Python
+the test sends a signal at every second from 0.5 to 7.5 s: while Python
 and Beam import, while the local runner starts its workers, and while images
 are validated. Each signal as the field sends it: Ctrl-C to the whole process
 group, as a terminal does; SIGTERM to the group, as Slurm and ``timeout`` do,
 and to the launcher alone, as Kubernetes does; SIGHUP to the group, as a
 dropped ssh session does. Two runs go side by side at each delay (each over its
-own dataset), in two schedules whose delays are a quarter second apart, which
-moves the moments around: every signal at every half second. The first
-schedule's runs convert in the launcher's process, as the default rule runs
-this small a run; the second's start two worker processes
+own dataset), in two schedules a second apart, each stopping runs every two
+seconds. The first schedule's runs convert in the launcher's process, as the
+default rule runs this small a run; the second's start two worker processes
 (``--direct_num_workers=2``), which import Beam for seconds first: the window
-where the join of a worker still starting once hung.
+where the join of a worker still starting once hung. The fault points stop
+runs at every named moment deterministically (test_crash_safety.py,
+test_resume.py, the every-stop test below): this timed sweep is for the
+moments no point names.
 
 The run converts 1,200 small PNGs, and its workers pause a second and a half
 after each part they validate (``IMGSHARDS_FAULT=sleep:1.5@part-validated``),
@@ -45,17 +47,19 @@ from PIL import Image
 
 from tests.conftest import REPO, processes_marked
 
-# The two schedules together stop runs at every half second from 0.5 to 8 s, each at every other one (the
-# every-stop test below and the fault points cover the rest deterministically; the sweep is for moments no
-# point names).
-DELAYS = [0.5 + step for step in range(8)]  # 0.5, 1.5 .. 7.5 s
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
+# The two schedules together stop runs at every second from 0.5 to 7.5 s, each at every other one (the
+# every-stop test below and the fault points cover the named moments deterministically; the sweep is for
+# moments no point names).
+DELAYS = [0.5 + step for step in range(0, 8, 2)]  # 0.5, 2.5, 4.5, 6.5 s
 LIMIT_S = 10.0
 # (signal, sent to the whole process group?): two side by side at each delay, per schedule; and each
 # schedule's shift of the delays.
-STOPS = {"at-odd-half-seconds": ((signal.SIGINT, True), (signal.SIGTERM, False)),
-         "at-whole-seconds": ((signal.SIGTERM, True), (signal.SIGHUP, True))}
-SHIFT_S = {"at-odd-half-seconds": 0.0, "at-whole-seconds": 0.5}
-WORKERS_ARGS = {"at-odd-half-seconds": (), "at-whole-seconds": ("--direct_num_workers=2",)}
+STOPS = {"in-process": ((signal.SIGINT, True), (signal.SIGTERM, False)),
+         "two-workers": ((signal.SIGTERM, True), (signal.SIGHUP, True))}
+SHIFT_S = {"in-process": 0.0, "two-workers": 1.0}  # 0.5, 2.5 .. and 1.5, 3.5 .. 7.5 s
+WORKERS_ARGS = {"in-process": (), "two-workers": ("--direct_num_workers=2",)}
 VERBS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
 
@@ -184,7 +188,6 @@ def _left_beside(out: str, kept: str, before: list[str]) -> list[str]:
     return []
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("schedule", list(STOPS))
 def test_a_signal_at_any_moment_ends_the_run_within_10_s_in_one_line_keeping_only_finished_work(
         slow_source, clean_run, demo_dataset, tmp_path, schedule):
@@ -232,7 +235,6 @@ def test_a_signal_at_any_moment_ends_the_run_within_10_s_in_one_line_keeping_onl
     print(f"{schedule}: {outcomes}")
 
 
-@pytest.mark.slow
 def test_every_stop_signal_keeps_finished_work_that_the_same_command_resumes_to_the_same_bytes(
         medium_source, clean_medium_run, tmp_path):
     """Sent once a part is validated (whatever the machine's load), each stop keeps the work, and says so."""
@@ -268,6 +270,7 @@ from beam_jobs.runtime.interrupt import Interrupted
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
 
+
 src, out, small = sys.argv[1:4]
 mine = subprocess.Popen(["sleep", "120"])  # the caller's own process, started before the run
 threading.Timer(float(sys.argv[4]), os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -285,7 +288,6 @@ mine.kill()
 """
 
 
-@pytest.mark.slow
 def test_ctrl_c_in_a_notebook_stops_the_run_and_leaves_the_process_its_children_and_the_next_run_alone(
         slow_source, demo_src, tmp_path):
     proc = subprocess.run([sys.executable, "-c", LIBRARY_RUN, slow_source, str(tmp_path / "out"), demo_src, "4"],

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 import record_schema
 from tests.conftest import read_records, write_imagenet_tree
+
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
 

@@ -270,6 +270,7 @@ def test_foreign_shards_by_glob_pattern_and_their_steps_per_epoch(tmp_path):
         reader.build_dataset(str(tmp_path / "train-*.tfrecord"))
 
 
+@pytest.mark.e2e
 def test_import_reader_then_keras_and_a_pipeline_print_nothing_unless_the_environment_asks(demo_dataset):
     """TensorFlow 2.21 logs while it loads, before absl's logging starts, whatever TF_CPP_MIN_LOG_LEVEL says
     (six lines, and "failed call to cuInit" at the first operation on a machine without CUDA)."""

@@ -56,7 +56,7 @@ def test_a_small_cnn_learns_the_shapes_far_above_chance(shapes):
     assert max(history.history["val_accuracy"]) > 0.8  # chance is 1/3
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_mobilenet_example_trains_under_mirrored_strategy_on_two_logical_cpus(shapes, tmp_path):
     metrics = tmp_path / "metrics.json"
     proc = subprocess.run(
@@ -80,7 +80,7 @@ def _example(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": REPO})
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_example_validates_under_mirrored_strategy_when_the_last_batch_would_leave_a_replica_empty(
         demo_dataset):
     # 18 validation images in one batch of 64: split over two replicas of 32 as 18 and 0, which failed in Keras.
@@ -89,7 +89,7 @@ def test_the_example_validates_under_mirrored_strategy_when_the_last_batch_would
     assert '"val_accuracy"' in proc.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_example_trains_without_a_validation_split_and_says_how_to_carve_one(tmp_path, demo_src):
     from beam_jobs.options import ConvertOptions
     from beam_jobs.pipeline import run
@@ -103,7 +103,7 @@ def test_the_example_trains_without_a_validation_split_and_says_how_to_carve_one
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_distributed_dataset_gives_each_replica_its_share_of_the_global_batch(shapes):
     code = f"""
 import tensorflow as tf, reader

@@ -112,6 +112,7 @@ def test_the_buffer_order_and_the_cache_give_boxes_on_their_objects_too(objects_
             _check_boxes_hold_their_objects(image, _objects(boxes, labels))
 
 
+@pytest.mark.slow
 def test_a_box_mostly_cropped_away_is_dropped_and_the_rest_are_clipped(objects_dataset):
     strict = reader.BoxAugmentation(scale_range=(1.5, 2.0), min_visible=0.6)
     loose = reader.BoxAugmentation(scale_range=(1.5, 2.0), min_visible=0.0)
@@ -205,6 +206,7 @@ def test_box_formats_are_kerashubs(objects_dataset):
     assert (boxes >= 0).all() and (boxes <= 1).all() and (boxes[:, 2] > boxes[:, 0]).all()
 
 
+@pytest.mark.slow
 def test_training_resumes_exactly_from_a_step_and_gives_the_same_global_batches_on_2_and_4_pipelines(objects_dataset):
     def examples(start, count, pipelines=1):
         """Per global batch, each image with its objects (padding stripped: N is each pipeline's own)."""
@@ -239,6 +241,7 @@ def test_targets_and_augment_name_the_task_they_do_not_fit(objects_dataset, demo
         reader.ObjectTargets(bounding_box_format="ltrb")
 
 
+@pytest.mark.slow
 def test_the_example_fits_kerashubs_retinanet_on_the_pipeline_and_scores_it_with_cocoeval(objects_dataset, tmp_path):
     """examples/train_detector.py, in this process: KerasHub's RetinaNet (random init) fits on the training
     batches, then its detections, mapped back to the stored images, are scored by pycocotools' COCOeval."""
@@ -286,6 +289,7 @@ def triangles_dataset(tmp_path_factory) -> str:
     return out
 
 
+@pytest.mark.slow
 def test_instance_masks_are_cropped_to_their_boxes_and_flipped_with_the_pixels(triangles_dataset):
     """Each object's M x M mask is the red of the output image inside its box, resampled to M x M."""
     augment = reader.BoxAugmentation(scale_range=(0.7, 1.5), min_visible=0.5)
@@ -314,6 +318,7 @@ def test_instance_masks_are_cropped_to_their_boxes_and_flipped_with_the_pixels(t
     assert fixed.element_spec[1]["masks"].shape.as_list() == [None, 3, 8, 8]
 
 
+@pytest.mark.slow
 def test_a_class_mask_beside_boxes_moves_with_them_and_difficult_objects_are_out_unless_kept(tmp_path, objects_dataset):
     from tests.object_data import voc_palette_png, voc_xml, write_file
 

@@ -252,6 +252,7 @@ def test_errors_name_what_is_wrong(demo_dataset, tmp_path):
         reader.Augmentation(area_range=(0.5, 0.1))
 
 
+@pytest.mark.e2e
 def test_reader_never_imports_apache_beam():
     import subprocess
     import sys

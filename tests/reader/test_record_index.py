@@ -50,6 +50,7 @@ def intact(demo_dataset):
             "mid-epoch": _global_batches(demo_dataset, 3, 2, options=WINDOWED, start=5)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["all missing", "one missing", "one truncated", "garbage"])
 def test_a_copy_with_lost_or_damaged_indexes_trains_on_the_same_batches_and_warns_once(
         demo_dataset, intact, tmp_path, caplog, how):
@@ -84,7 +85,7 @@ def test_a_consistent_looking_but_wrong_index_is_read_through_when_read(demo_dat
     assert _same(_global_batches(str(copy), STEPS, options=WINDOWED), intact["start"])
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_reindex_rebuilds_missing_and_damaged_indexes_from_the_shards_and_verify_then_passes(demo_dataset, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(demo_dataset, copy)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -52,12 +53,14 @@ def uninterrupted(demo_dataset):
     return _global_batches(demo_dataset, 27, options=WINDOWED)
 
 
-@pytest.mark.parametrize("pipelines", [2, 4, 8])
+@pytest.mark.parametrize("pipelines", [2, *(pytest.param(n, marks=pytest.mark.slow) for n in (4, 8))])  # 6-20 s
 def test_the_global_batches_are_the_same_at_any_pipeline_count(demo_dataset, uninterrupted, pipelines):
     assert _same(_global_batches(demo_dataset, 27, pipelines, options=WINDOWED), uninterrupted)
 
 
-@pytest.mark.parametrize(("step", "pipelines"), [(1, 1), (3, 2), (4, 4), (5, 8), (8, 1), (9, 2), (10, 4), (17, 8)])
+@pytest.mark.parametrize(("step", "pipelines"), [(1, 1), (3, 2), (8, 1), *(
+    pytest.param(step, pipelines, marks=pytest.mark.slow) for step, pipelines in ((9, 2), (4, 4), (5, 8), (10, 4),
+                                                                                  (17, 8)))])
 def test_a_run_started_at_a_step_yields_the_uninterrupted_batches_from_there(demo_dataset, uninterrupted, step,
                                                                             pipelines):
     resumed = _global_batches(demo_dataset, 3, pipelines, options=WINDOWED, start=step)
@@ -132,7 +135,8 @@ def test_a_position_saved_on_another_version_of_the_dataset_is_refused_naming_bo
     other = _copy_with_manifest(demo_dataset, tmp_path / "other", one_byte_changed)
     new = reader.dataset_info(other).fingerprint
     assert new != position.fingerprint
-    with pytest.raises(ValueError, match=f"version {position.fingerprint} of the dataset and {other} is version {new}"):
+    with pytest.raises(ValueError, match=re.escape(f"saved on {demo_dataset} (version {position.fingerprint}) and "
+                                                   f"{other} is version {new}")):
         _pipeline(other, start=position)
     with pytest.raises(ValueError, match="saved with seed=3 and this pipeline has seed=4"):
         _pipeline(demo_dataset, seed=4, start=position)

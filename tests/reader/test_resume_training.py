@@ -50,6 +50,7 @@ def _kill_after(command, log, steps: int) -> None:
 
 @pytest.mark.parametrize(("mode", "restart_pipelines"), [("keras", 1), ("loop", 2)],
                          ids=["keras-BackupAndRestore", "checkpoint-loop-restarted-on-2-pipelines"])
+@pytest.mark.e2e
 def test_a_killed_run_restarts_on_exactly_the_uninterrupted_batches(demo_dataset, tmp_path, mode, restart_pipelines):
     whole = tmp_path / "whole.log"
     _run(_command(demo_dataset, tmp_path / "backup-whole", whole, mode))
@@ -101,6 +102,7 @@ def test_exact_resume_refuses_a_restart_on_another_version_naming_the_dataset_it
         callback.on_train_begin()
 
 
+@pytest.mark.e2e
 def test_the_keras_recipe_survives_kills_inside_its_backup_saves(demo_dataset, tmp_path):
     """SIGKILL while BackupAndRestore rewrites ``latest.weights.h5`` (a model of a few MB, saved every step):
     without ``double_checkpoint`` the restart dies on the half-written file (3 of 7 kills in the field); with

@@ -17,6 +17,8 @@ import tensorflow as tf
 import reader
 from tests.conftest import REPO, run_converter
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 
 @pytest.fixture(scope="module")
 def s3_env(s3_server):

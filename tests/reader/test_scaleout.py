@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -62,7 +64,6 @@ def _image_hashes(dataset) -> list[str]:
             for images, _ in dataset.as_numpy_iterator() for image in images]
 
 
-@pytest.mark.slow
 def test_an_eval_epoch_through_the_tf_data_service_yields_every_record_once(demo_dataset, data_service):
     import tensorflow as tf
 
@@ -85,6 +86,7 @@ _WORKER = """
 import json, os, sys, hashlib
 import tensorflow as tf
 import reader
+
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 data_dir, out = sys.argv[1], sys.argv[2]
 ds = reader.distributed_dataset(strategy, data_dir, "train", batch_size=8, image_size=32, training=False,
@@ -98,7 +100,6 @@ with open(out, "w") as handle:
 """
 
 
-@pytest.mark.slow
 def test_multi_worker_mirrored_strategy_workers_read_disjoint_sets_that_cover_the_split(demo_dataset, tmp_path):
     import tensorflow as tf
 

@@ -10,6 +10,8 @@ import reader
 import record_schema
 from tests.conftest import read_records
 
+pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
+
 tfds = pytest.importorskip("tensorflow_datasets", reason="the tfds extra is not installed: pip install '.[tfds]'")
 
 

@@ -24,6 +24,7 @@ def _shard(folder, split="train", index=0, count=4):
     return folder / record_schema.shard_filename(split, index, count)
 
 
+@pytest.mark.e2e
 def test_a_healthy_dataset_verifies_and_exits_zero(demo_dataset, converter):
     report = verify(demo_dataset)
     assert report.ok and report.records_checked == 90 and report.images_decoded == 90
@@ -31,6 +32,7 @@ def test_a_healthy_dataset_verifies_and_exits_zero(demo_dataset, converter):
     assert "OK" in proc.stdout and "5 shards, 90 records, 10 images decoded" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_damage_is_reported_per_shard_and_record(damaged, converter):
     data = bytearray(_shard(damaged, index=1).read_bytes())
     data[len(data) // 2] ^= 0x55  # a flipped bit inside some record
@@ -74,11 +76,13 @@ def test_records_with_bad_labels_hashes_or_images_are_named(damaged, sample_imag
     assert [p.message for p in problems[4:]][0] == "5 records, the manifest says 18"
 
 
+@pytest.mark.e2e
 def test_a_folder_without_manifest_is_an_error(tmp_path, converter):
     proc = converter("verify", str(tmp_path))
     assert proc.returncode == 1 and "manifest.json" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_inspect_shows_counts_shards_rejections_duplicates_and_writes_a_contact_sheet(tmp_path, demo_src, converter,
                                                                                        sample_images):
     src = tmp_path / "src"
@@ -110,12 +114,14 @@ def test_inspect_shows_counts_shards_rejections_duplicates_and_writes_a_contact_
     assert sheet.size[1] == 2 * (96 + 4)  # one row per class
 
 
+@pytest.mark.e2e
 def test_inspect_names_an_unknown_split_before_printing_anything(demo_dataset, converter):
     proc = converter("inspect", demo_dataset, "--split", "test")
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.strip() == f"error: split 'test' is not in {demo_dataset}; its splits are ['train', 'validation']"
 
 
+@pytest.mark.e2e
 def test_inspect_shows_each_class_text_beside_its_name(damaged, converter):
     manifest = json.loads((damaged / record_schema.MANIFEST_FILE).read_text())
     manifest["class_text"] = ["round thing", "four corners", "three corners"]
@@ -125,6 +131,7 @@ def test_inspect_shows_each_class_text_beside_its_name(damaged, converter):
     assert lines[3].split()[:4] == ["0", "circle", "round", "thing"]
 
 
+@pytest.mark.e2e
 def test_a_contact_sheet_of_a_corrupt_shard_names_the_file_and_the_record(damaged, tmp_path, converter):
     shard = _shard(damaged)
     data = bytearray(shard.read_bytes())
@@ -137,6 +144,7 @@ def test_a_contact_sheet_of_a_corrupt_shard_names_the_file_and_the_record(damage
         f"python -m converter verify {damaged} checks every shard")
 
 
+@pytest.mark.e2e  # asks fontconfig (fc-list, a process) for the fonts that draw the names
 def test_the_contact_sheet_draws_accented_and_cyrillic_class_names_and_names_what_no_font_has():
     from PIL import ImageFont
 

@@ -36,6 +36,7 @@ def _read(path: str) -> bytes:
         return handle.read()
 
 
+@pytest.mark.e2e
 def test_every_s3_call_reuses_the_processs_boto3_client_and_keeps_the_bytes(s3_options):
     bucket = s3_options.new_bucket()
     paths = [f"s3://{bucket}/work/part-{index}" for index in range(3)]
@@ -55,6 +56,7 @@ def test_every_s3_call_reuses_the_processs_boto3_client_and_keeps_the_bytes(s3_o
     assert first.client.client is second.client.client is filesystems.s3_client(options)
 
 
+@pytest.mark.e2e
 def test_files_read_interleaved_in_one_thread_and_across_threads_keep_their_bytes(s3_options):
     """The shared client carries no per-file state: readers switching between objects get their own bytes."""
     bucket = s3_options.new_bucket()

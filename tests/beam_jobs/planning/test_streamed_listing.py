@@ -86,7 +86,7 @@ print(count, len(plan.refs), plan.split_sizes()["validation"], grown // 1024)
 """
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_label_file_of_a_million_rows_is_planned_in_bounded_memory(tmp_path):
     """Held in memory, a million rows cost ~400 MB; streamed through scratch files, a few MB (peak RSS)."""
     rows = 1_000_000

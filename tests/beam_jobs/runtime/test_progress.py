@@ -10,9 +10,12 @@ import struct
 import termios
 import time
 
+import pytest
+
 from beam_jobs.runtime.progress import FIRST_LINE_S, BARS, LINES, OFF, ProgressBars, ProgressWriter, choose_mode
 
 
+@pytest.mark.slow  # seconds of waiting for the intervals
 def test_lines_come_at_each_phase_end_and_every_interval(tmp_path):
     stream = io.StringIO()
     validate, write = ProgressWriter(str(tmp_path), "validate"), ProgressWriter(str(tmp_path), "write")
@@ -60,6 +63,7 @@ def test_a_run_quicker_than_one_poll_still_says_where_each_phase_ended(tmp_path)
                                               "progress: validate 12/12 (100%) | write 12/12 (100%)"]
 
 
+@pytest.mark.slow  # seconds of waiting for the first line
 def test_a_log_gets_a_line_when_listing_ends_and_one_seconds_after_work_starts(tmp_path):
     """A 54 s run once wrote its first line at 30 s and looked hung."""
     stream = io.StringIO()
