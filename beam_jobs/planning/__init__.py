@@ -1,7 +1,5 @@
-"""What to convert, decided in the launcher before any worker starts.
+"""What to convert, decided in the launcher before any worker starts: the listing, splits, classes and
+label ids, the validation carve, shard counts, and which kept work a run resumes.
 
-``listing`` (SRC's files, the one part that walks a file system) -> ``discover`` (splits, classes,
-label ids: the :class:`~beam_jobs.planning.discover.InputPlan` every source gives) with ``carve``
-(the validation carve and the keyed hash that orders records) -> ``shard`` (shards per split) and
-``resume`` (the run's record, and which kept work the same command continues).
+The modules, one line each: docs/design.md (the one module map).
 """
