@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions
 
 import record_schema
 from beam_jobs import faults, sources
-from beam_jobs.files import filesystems, publish
+from beam_jobs.files import filesystems, publish, work_layout
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_records import WorkFileError
 from beam_jobs.options import AUTO, ConvertOptions
@@ -111,7 +111,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
                 plan = _plan(options, scratch, _archive_scanner(options, staging, choice))
                 choice = runners.sized_for(choice, _work_of(options, plan))
                 part_size = list_parts.choose_part_size(len(plan.refs), options.part_size, plan.read_unit)
-                layout = list_parts.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size)
+                layout = work_layout.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size)
                 record = resume.record_for(options, plan, part_size,
                                            list_parts.write_parts(layout, plan.refs, part_size))
                 resumed = resume.choose(leftovers, record)
@@ -193,7 +193,7 @@ def _convert(
     """
     work = publish.work_dir(staging)
     planned = None if options.shards == AUTO else plan_shard_counts(plan.split_sizes(), options.shards)
-    layout = list_parts.plan_layout(work, plan.split_sizes(), record.part_size)
+    layout = work_layout.plan_layout(work, plan.split_sizes(), record.part_size)
     if resumed:
         _log_resume(layout)
     filesystems.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
@@ -303,7 +303,7 @@ def _warn_about_shard_sizes(results: Sequence[ShardResult]) -> None:
                 logger.warning("%s", warning)
 
 
-def _log_resume(layout: list_parts.WorkLayout) -> None:
+def _log_resume(layout: work_layout.WorkLayout) -> None:
     """Say what a resumed run finds done; drop the killed run's progress counts (this run counts again)."""
     done = len(FileSystems.match([FileSystems.join(layout.work, staging_names.COUNTS_PATTERN)])[0].metadata_list)
     shards = len(FileSystems.match([FileSystems.join(layout.work, staging_names.SHARD_RESULTS_PATTERN)])[0].metadata_list)

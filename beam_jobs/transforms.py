@@ -41,7 +41,7 @@ from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.runtime.progress import ProgressWriter
 from beam_jobs.stages import merge_reports
 from beam_jobs.stages.count import BucketTask, PartCounts, SumCounts, bucket_tasks
-from beam_jobs.stages.list_parts import WorkLayout
+from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages.order_bucket import order_bucket
 from beam_jobs.stages.validate_part import validate_part
 from beam_jobs.stages.write import ShardResult, write_shard

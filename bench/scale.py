@@ -218,6 +218,7 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
     from beam_jobs.options import EncodeOptions
     from beam_jobs.planning import discover
     from beam_jobs.stages import count, list_parts, merge_reports, order_bucket, validate_part
+    from beam_jobs.files import work_layout
     from beam_jobs.stages.write import write_shard
 
     shutil.rmtree(work, ignore_errors=True)
@@ -227,7 +228,7 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
     started = clock()
     plan = discover.plan_inputs(discover.list_tree(src, os.path.join(work, "scratch")),
                                 scratch=os.path.join(work, "scratch"))
-    layout = list_parts.plan_layout(os.path.join(work, "work"), plan.split_sizes(), part_size)
+    layout = work_layout.plan_layout(os.path.join(work, "work"), plan.split_sizes(), part_size)
     list_parts.write_parts(layout, plan.refs, part_size)
     costs["list_and_parts"] = clock() - started
     started = clock()

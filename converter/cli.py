@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence
 
 from beam_jobs import options as opts
 from beam_jobs.runtime import interrupt
-from beam_jobs.runtime.local_worker import not_beam_noise
+from beam_jobs.runtime.log_filters import not_beam_noise
 
 logger = logging.getLogger("converter")
 

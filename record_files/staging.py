@@ -5,7 +5,7 @@ whole. Locally the folder sits beside OUT as ``.<name>.staging-<run>`` (so
 the final rename stays on one file system); in an object store, where a
 rename is a copy anyway, inside OUT as ``OUT/.staging-<run>``. Its work
 folder ``_work/`` holds the run's intermediate files (the converter's
-:class:`beam_jobs.stages.list_parts.WorkLayout`) and two marks read by others:
+:class:`beam_jobs.files.work_layout.WorkLayout`) and two marks read by others:
 
 - ``_work/resume.json``: the run's record. A staging folder holding it can
   be resumed by the same command (``beam_jobs.planning.resume``); the reader's

@@ -17,9 +17,10 @@ import ctypes
 import json
 import logging
 import os
-import re
 import signal
 import sys
+
+from beam_jobs.runtime.log_filters import not_beam_noise
 
 
 def _pipeline_option(name: str) -> object:
@@ -36,22 +37,6 @@ def _harness_log_level() -> int:
     """The level the run asked its workers to log at."""
     name = _pipeline_option("default_sdk_harness_log_level")
     return getattr(logging, str(name).upper(), logging.INFO) if name else logging.INFO
-
-
-# Warnings Beam logs about what the converter itself set up (a directory local workers never need), or
-# about clients a local run never uses; and the flags the runner passes its own workers.
-BEAM_NOISE = ("No semi_persistent_directory found", "apitools not found")
-_RUNNERS_OWN_FLAGS = {"--pipeline_type_check", "--direct_runner_use_stacked_bundle"}
-_DISCARDING = re.compile(r"Discarding unparseable args: \[(.*)\]")
-
-
-def not_beam_noise(record: logging.LogRecord) -> bool:
-    """A logging filter: drops Beam's warnings about what the converter set up itself (see BEAM_NOISE)."""
-    message = record.getMessage()
-    discarded = _DISCARDING.search(message)
-    if discarded and {flag.strip(" '\"") for flag in discarded.group(1).split(",")} <= _RUNNERS_OWN_FLAGS:
-        return False
-    return not any(noise in message for noise in BEAM_NOISE)
 
 
 def die_with_parent() -> None:

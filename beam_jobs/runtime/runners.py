@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import logging
 import os
 import shlex
 import sys
@@ -23,6 +22,8 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+from beam_jobs.runtime import log_filters
 
 # The runner names that mean "the local runner we test".
 _LOCAL_NAMES = ("directrunner", "fnapirunner")
@@ -205,25 +206,8 @@ def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner
         # sees this mode; the workers already have the options (above), so the runner sees our name.
         direct.direct_running_mode = _OWN_WORKERS
     runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
-    _drop_relayed_worker_logs()
+    log_filters.drop_relayed_worker_logs()
     return runner, f"FnApiRunner ({mode}, {workers} worker{'s' if workers != 1 else ''})"
-
-
-class _NotRelayedWorkerRecords(logging.Filter):
-    """Drops the runner's copies of worker log records: each local worker prints its own (beam_jobs.runtime.local_worker).
-
-    The runner logs every record it receives as ``Worker: <protobuf dump>``;
-    with both, ``-v`` showed every line twice, once unreadable.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (isinstance(record.msg, str) and record.msg.startswith("Worker: "))
-
-
-def _drop_relayed_worker_logs() -> None:
-    relay = logging.getLogger("apache_beam.runners.portability.local_job_service")
-    if not any(isinstance(f, _NotRelayedWorkerRecords) for f in relay.filters):
-        relay.addFilter(_NotRelayedWorkerRecords())
 
 
 def _dask_options(args: list[str]) -> PipelineOptions:

@@ -30,7 +30,7 @@ from beam_jobs import faults
 from beam_jobs.files import filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.planning.discover import display_path
-from beam_jobs.stages.list_parts import WorkLayout
+from beam_jobs.files.work_layout import WorkLayout
 
 # Files merged at once; more are merged in rounds (each open file holds a buffer and a descriptor).
 MAX_FAN_IN = 128

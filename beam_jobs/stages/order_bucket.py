@@ -17,7 +17,7 @@ from beam_jobs import faults
 from beam_jobs.files import filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.stages.count import BucketTask
-from beam_jobs.stages.list_parts import WorkLayout
+from beam_jobs.files.work_layout import WorkLayout
 
 
 class BucketCountError(RuntimeError):

@@ -27,7 +27,7 @@ from beam_jobs.options import EncodeOptions
 from beam_jobs.planning.carve import keyed_hash
 from beam_jobs.stage_records import RejectedInput
 from beam_jobs.stages.count import PartCounts
-from beam_jobs.stages.list_parts import WorkLayout
+from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages.validate import count_objects, rejected_objects as rejected_objects_of, validate_chunk
 
 

@@ -7,7 +7,7 @@ import random
 
 from beam_jobs.files import work_records
 from beam_jobs.stages import merge_reports
-from beam_jobs.stages.list_parts import WorkLayout
+from beam_jobs.files.work_layout import WorkLayout
 
 
 def test_sorted_files_merge_into_one_sorted_file_in_rounds_past_the_fan_in(tmp_path, monkeypatch):
