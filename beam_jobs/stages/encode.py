@@ -37,7 +37,7 @@ import simplejpeg
 import tifffile
 from PIL import Image, ImageOps
 
-from beam_jobs import formats
+from beam_jobs import formats, image_headers
 from beam_jobs.options import EncodeOptions
 from beam_jobs.stages import stable_decode
 
@@ -56,7 +56,6 @@ DECODE_ERRORS = (
 )
 
 _PIL_FORMATS = {"jpeg": "JPEG", "png": "PNG", "gif": "GIF", "bmp": "BMP", "tiff": "TIFF", "webp": "WEBP"}
-_EXIF_ORIENTATION = 0x0112
 _WHITE = (255, 255, 255)
 
 
@@ -113,49 +112,6 @@ class Rejected:
 EncodeResult = Union[Encoded, Rejected]
 
 
-def sniff_format(data: bytes) -> Optional[str]:
-    """The image format found from magic bytes, or None; extensions are never used."""
-    if data[:3] == b"\xff\xd8\xff":
-        return "jpeg"
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        return "png"
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        return "gif"
-    if data[:2] == b"BM":
-        return "bmp"
-    if data[:4] in (b"II*\x00", b"MM\x00*"):
-        return "tiff"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    return None
-
-
-_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-
-
-def declared_size(data: bytes, fmt: str) -> Optional[tuple[int, int]]:
-    """(height, width) as the PNG or JPEG header declares it, without decoding; None if unknown.
-
-    Pillow refuses to even identify a zero-sized image, which would hide the
-    real reason behind "cannot identify image file".
-    """
-    if fmt == "png" and len(data) >= 24 and data[12:16] == b"IHDR":
-        width, height = struct.unpack(">II", data[16:24])
-        return height, width
-    if fmt == "jpeg":
-        pos = 2
-        while pos + 9 <= len(data) and data[pos] == 0xFF:
-            marker = data[pos + 1]
-            if marker in _SOF_MARKERS:
-                height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
-                return height, width
-            if marker == 0xFF:  # fill byte
-                pos += 1
-                continue
-            pos += 2 + struct.unpack(">H", data[pos + 2 : pos + 4])[0]
-    return None
-
-
 def encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
     """Validate one image file's bytes and return what to store, or why not.
 
@@ -182,8 +138,8 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
     # default) would otherwise refuse images the user allowed. Ours runs on the declared size
     # before any pixel is allocated; Pillow's then guards the same number.
     Image.MAX_IMAGE_PIXELS = options.max_pixels
-    fmt = sniff_format(data)
-    declared = declared_size(data, fmt) if fmt else None
+    fmt = image_headers.sniff_format(data)
+    declared = image_headers.declared_size(data, fmt) if fmt else None
     if declared is not None and 0 in declared:
         return Rejected("zero-sized", f"{fmt} header declares {declared[1]}x{declared[0]} pixels")
     if fmt == "jpeg":
@@ -297,56 +253,16 @@ def _clean_jpeg(data: bytes, options: EncodeOptions) -> Optional[Encoded]:
         return None
     if options.min_side is not None and min(width, height) < options.min_side:
         return None  # the general path rejects it
-    if _jpeg_orientation(data) != 1:
+    if image_headers.jpeg_orientation(data) != 1:
         return None
     if _libjpeg_warning(data, "L" if colorspace == "Gray" else "RGB") is not None:
         return None
     return Encoded(data, height, width, "jpeg", channels=1 if colorspace == "Gray" else 3)
 
 
-_XMP_SIGNATURE = b"http://ns.adobe.com/xap/1.0/"
-
-
-def _jpeg_orientation(data: bytes) -> Optional[int]:
-    """EXIF orientation of a JPEG from its APP1 segment: 1 when absent, None when unsure.
-
-    Unsure (malformed EXIF, or XMP metadata, from which Pillow may also take an
-    orientation) sends the image down the general path.
-    """
-    pos = 2
-    while pos + 4 <= len(data) and data[pos] == 0xFF:
-        marker = data[pos + 1]
-        if marker in (0xDA, 0xD9):  # start of scan: no more metadata
-            return 1
-        length = struct.unpack(">H", data[pos + 2 : pos + 4])[0]
-        segment = data[pos + 4 : pos + 2 + length]
-        if marker == 0xE1 and segment.startswith(_XMP_SIGNATURE):
-            return None
-        if marker == 0xE1 and segment.startswith(b"Exif\x00\x00"):
-            return _tiff_orientation(segment[6:])
-        pos += 2 + length
-    return None
-
-
-def _tiff_orientation(tiff: bytes) -> Optional[int]:
-    """Orientation (tag 0x0112) of IFD0 of a TIFF structure; 1 when absent, None when malformed."""
-    try:
-        order = {b"II": "<", b"MM": ">"}[tiff[:2]]
-        (offset,) = struct.unpack(order + "I", tiff[4:8])
-        (count,) = struct.unpack(order + "H", tiff[offset : offset + 2])
-        for index in range(count):
-            entry = tiff[offset + 2 + 12 * index : offset + 14 + 12 * index]
-            tag, kind = struct.unpack(order + "HH", entry[:4])
-            if tag == _EXIF_ORIENTATION:
-                return struct.unpack(order + "H", entry[8:10])[0] if kind == 3 else None
-    except (KeyError, struct.error):
-        return None
-    return 1
-
-
 def _orientation(img: Image.Image) -> Optional[int]:
     try:
-        return img.getexif().get(_EXIF_ORIENTATION)
+        return img.getexif().get(image_headers.EXIF_ORIENTATION)
     except DECODE_ERRORS:
         # Unreadable EXIF does not make the pixels unreadable; the decode decides.
         return None

@@ -12,7 +12,8 @@ from PIL import Image
 
 from beam_jobs.options import EncodeOptions
 from beam_jobs.stages import encode as encode_module
-from beam_jobs.stages.encode import Encoded, Rejected, encode_image, sniff_format
+from beam_jobs.image_headers import sniff_format
+from beam_jobs.stages.encode import Encoded, Rejected, encode_image
 from tests.conftest import REJECTED_KINDS, _save
 
 OPTIONS = EncodeOptions()
