@@ -13,7 +13,6 @@ import contextlib
 import io
 import logging
 import os
-import signal
 import subprocess
 import sys
 
@@ -37,28 +36,23 @@ def _environment(env: dict):
 
 @contextlib.contextmanager
 def _process_state():
-    """Signal handlers, interrupt's globals, logging, the unraisable hook, S3 options, cwd: as they were."""
+    """The stop state and signal handlers (interrupt.isolated), logging, S3 options, cwd: as they were."""
     from beam_jobs.runtime import interrupt
 
-    handlers = {signum: signal.getsignal(signum) for signum in interrupt._SIGNALS}
-    flags = (interrupt._received, interrupt._exit_message, interrupt._owns_process)
     root = logging.getLogger()
     root_handlers, root_level = root.handlers[:], root.level
     levels = {name: logging.getLogger(name).level for name in _LOGGERS}
-    hook, cwd = sys.unraisablehook, os.getcwd()
+    cwd = os.getcwd()
     storage = sys.modules.get("reader.storage")
     s3_options = dict(storage._CLIENT_OPTIONS) if storage else None
     root.handlers = []  # pytest's capture handlers would make the CLI's basicConfig a no-op
     try:
-        yield
+        with interrupt.isolated():
+            yield
     finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        interrupt._received, interrupt._exit_message, interrupt._owns_process = flags
         root.handlers, root.level = root_handlers, root_level
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
-        sys.unraisablehook = hook
         os.chdir(cwd)
         storage = sys.modules.get("reader.storage")
         if storage is not None:

@@ -19,11 +19,17 @@ lose their workers are silenced: the user asked for the stop.
 
 A commit runs as a :func:`deferred` section: a signal there takes effect once
 the commit is whole, and says so (:attr:`Interrupted.published`).
+
+What a stop needs to know lives in one :class:`StopState`, the process's
+(signals are delivered to the process, so the handler finds it there);
+:func:`isolated` gives a program that runs the CLI inside itself (the test
+process) a fresh one, and its handlers and hooks back afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -37,15 +43,6 @@ _REAP_INTERVAL_S = 0.05
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _VERBS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
-_received: Optional[int] = None
-_deferring = 0
-_exit_message = ""
-# Set by install(): the process is ours (the CLI), so after a signal it ends by the deadline whatever
-# else hangs; a library caller's process (a notebook) is only ever left alone once the run has unwound.
-_owns_process = False
-_reaper: Optional[threading.Thread] = None
-
-
 class _LiveRun:
     """What the reaper needs of a live run: which processes were there before it, and its last resort."""
 
@@ -56,7 +53,39 @@ class _LiveRun:
         self.over = threading.Event()
 
 
-_live: list[_LiveRun] = []
+@dataclasses.dataclass
+class StopState:
+    """Everything a stop signal reads and writes, for the whole process."""
+
+    received: Optional[int] = None  # the first stop signal, once one came
+    deferring: int = 0  # depth of deferred() sections (the commit)
+    exit_message: str = ""  # what a forced exit prints ("{verb}" filled in)
+    # Set by install(): the process is ours (the CLI), so after a signal it ends by the deadline whatever
+    # else hangs; a library caller's process (a notebook) is only ever left alone once the run has unwound.
+    owns_process: bool = False
+    reaper: Optional[threading.Thread] = None
+    live: list = dataclasses.field(default_factory=list)  # the live runs (_LiveRun), innermost last
+
+
+_state = StopState()
+
+
+@contextlib.contextmanager
+def isolated() -> Iterator[StopState]:
+    """A fresh :class:`StopState` within, and afterwards the process's state, stop-signal handlers, thread
+    and unraisable hooks as they were: for a program that runs the CLI inside itself (the test process)."""
+    global _state
+    saved, handlers = _state, {signum: signal.getsignal(signum) for signum in _SIGNALS}
+    hooks = (sys.unraisablehook, threading.excepthook)
+    _state = fresh = StopState()
+    try:
+        yield fresh
+    finally:
+        fresh.owns_process = False  # the process was never the CLI's: a reaper stands down once the run unwound
+        _state = saved
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        sys.unraisablehook, threading.excepthook = hooks
 
 
 class Interrupted(KeyboardInterrupt):
@@ -93,20 +122,20 @@ def raise_if_received() -> None:
     the signal matrix), and the run went on until the deadline. The
     launcher's long loops (listing, writing parts) call this.
     """
-    if _received is not None:
-        raise Interrupted(_received)
+    if _state.received is not None:
+        raise Interrupted(_state.received)
 
 
 def _handle(signum: int, frame: object) -> None:
-    global _received
-    if _received is not None:
+    state = _state
+    if state.received is not None:
         return  # a second Ctrl-C must not cut the cleanup of the first short
-    _received = signum
-    if _live:
-        _start_reaper(_live[-1])
-    elif _owns_process:  # the CLI ends by the deadline even when stopped outside a run (while Beam imports...)
-        _start_reaper(_LiveRun(last_resort=lambda: None))
-    if not _deferring:
+    state.received = signum
+    if state.live:
+        _start_reaper(state, state.live[-1])
+    elif state.owns_process:  # the CLI ends by the deadline even when stopped outside a run (while Beam imports...)
+        _start_reaper(state, _LiveRun(last_resort=lambda: None))
+    if not state.deferring:
         raise Interrupted(signum)
 
 
@@ -117,9 +146,8 @@ def install(exit_message: str = "") -> None:
     imports is one line too. ``exit_message`` is what a forced exit prints
     (``{verb}`` becomes "interrupted" or "terminated").
     """
-    global _exit_message, _owns_process
-    _exit_message = exit_message
-    _owns_process = True
+    _state.exit_message = exit_message
+    _state.owns_process = True
     for signum in _SIGNALS:
         signal.signal(signum, _handle)
     _quiet_lost_interrupts()
@@ -142,19 +170,17 @@ def _quiet_lost_interrupts() -> None:
 
 def exit_line(signum: int) -> str:
     """The line a process stopped by ``signum`` prints: the exit message with its verb filled in."""
-    return (_exit_message or "{verb}").format(verb=Interrupted(signum).verb)
+    return (_state.exit_message or "{verb}").format(verb=Interrupted(signum).verb)
 
 
 def set_exit_message(message: str) -> None:
     """What a forced exit (the deadline) prints, once the CLI knows OUT."""
-    global _exit_message
-    _exit_message = message
+    _state.exit_message = message
 
 
 def add_to_exit_message(sentence: str) -> None:
     """Append a sentence to what a forced exit prints (the last resort's word on kept work)."""
-    global _exit_message
-    _exit_message = (_exit_message or "{verb}") + ". " + sentence.replace("{", "{{").replace("}", "}}")
+    _state.exit_message = (_state.exit_message or "{verb}") + ". " + sentence.replace("{", "{{").replace("}", "}}")
 
 
 @contextlib.contextmanager
@@ -164,12 +190,11 @@ def handled() -> Iterator[None]:
     For library callers of ``run``: SIGTERM would otherwise kill the process
     without cleaning its staging folder and lock.
     """
-    global _received
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    if not _owns_process:  # a new run: a signal that stopped an earlier one in a notebook's process is spent
-        _received = None  # (in the CLI, one that came while it loaded, its exception lost, still stops this run)
+    if not _state.owns_process:  # a new run: a signal that stopped an earlier one in a notebook's process is spent
+        _state.received = None  # (in the CLI, one that came while it loaded, its exception lost, still stops this run)
     _quiet_lost_interrupts()
     previous = {signum: signal.getsignal(signum) for signum in _SIGNALS}
     for signum in _SIGNALS:
@@ -186,14 +211,14 @@ def live_run(last_resort: Callable[[], None]) -> Iterator[None]:
     """While a run has workers: a stop signal also kills the processes started since, and if unwinding
     has not left this block by the deadline, ``last_resort`` cleans up and the process exits.
     """
-    run = _LiveRun(last_resort)
-    _live.append(run)
+    run, state = _LiveRun(last_resort), _state
+    state.live.append(run)
     try:
         raise_if_received()
         yield
     finally:
         run.over.set()  # unwound in time: the reaper stands down (a notebook's kernel lives on)
-        _live.remove(run)
+        state.live.remove(run)
 
 
 @contextlib.contextmanager
@@ -203,53 +228,53 @@ def deferred() -> Iterator[None]:
     Raises on entry if a signal already came, and on exit (with
     ``published=True``) if one came during the section.
     """
-    global _deferring
     raise_if_received()
-    _deferring += 1
+    state = _state
+    state.deferring += 1
     try:
         yield
     finally:
-        _deferring -= 1
-    if _received is not None:
-        raise Interrupted(_received, published=True)
+        state.deferring -= 1
+    if state.received is not None:
+        raise Interrupted(state.received, published=True)
 
 
-def _start_reaper(run: _LiveRun) -> None:
-    global _reaper
-    if _reaper is not None and _reaper.is_alive():
+def _start_reaper(state: StopState, run: _LiveRun) -> None:
+    if state.reaper is not None and state.reaper.is_alive():
         return
     threading.excepthook = _quiet_excepthook
-    _reaper = threading.Thread(target=_reap, args=(run, time.monotonic() + DEADLINE_S), name="interrupt-reaper",
-                               daemon=True)
-    _reaper.start()
+    state.reaper = threading.Thread(target=_reap, args=(state, run, time.monotonic() + DEADLINE_S),
+                                    name="interrupt-reaper", daemon=True)
+    state.reaper.start()
 
 
 def _quiet_excepthook(args: threading.ExceptHookArgs) -> None:
     """After a stop signal, runner threads fail as their workers die; that is the stop, not news."""
 
 
-def _reap(run: _LiveRun, deadline: float) -> None:
+def _reap(state: StopState, run: _LiveRun, deadline: float) -> None:
     """Kill the processes started during ``run`` until it has unwound (in the CLI: until the process
     exits); at the deadline, clean up and exit."""
-    while _owns_process or not run.over.is_set():
+    while state.owns_process or not run.over.is_set():
         for pid, started in _descendant_ids(os.getpid()):
             if (pid, started) not in run.preexisting:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
         if time.monotonic() >= deadline:
-            live = list(_live)  # a run that started after the signal holds the cleanup
-            _exit_now(live[-1] if live else run)
+            live = list(state.live)  # a run that started after the signal holds the cleanup
+            _exit_now(state, live[-1] if live else run)
         time.sleep(_REAP_INTERVAL_S)
 
 
-def _exit_now(run: _LiveRun) -> None:
+def _exit_now(state: StopState, run: _LiveRun) -> None:
     """The last resort: unwinding hung past the deadline."""
     with contextlib.suppress(Exception):  # best effort: the process is going down either way
         run.last_resort()
     with contextlib.suppress(OSError, ValueError):  # after SIGHUP the terminal may be gone
-        sys.stderr.write("\n" + exit_line(_received or signal.SIGTERM) + "\n")
+        sys.stderr.write("\n" + (state.exit_message or "{verb}").format(
+            verb=Interrupted(state.received or signal.SIGTERM).verb) + "\n")
         sys.stderr.flush()
-    os._exit(128 + (_received or signal.SIGTERM))
+    os._exit(128 + (state.received or signal.SIGTERM))
 
 
 def _descendant_ids(root: int) -> list[tuple[int, int]]:
