@@ -92,9 +92,9 @@ SLOW = {"IMGSHARDS_FAULT": "sleep:1.5@part-validated"}
 
 @pytest.fixture(scope="module")
 def medium_source(tmp_path_factory) -> str:
-    """2,000 PNGs: enough work for worker processes (python -m converter's), a second or more after its first
-    part."""
-    return _linked_pngs(tmp_path_factory.mktemp("signals-medium"), 1000)
+    """1,200 PNGs of 256 px (about 9 s of one core's work by the small-run rule): worker processes, a second or
+    more after the first part."""
+    return _linked_pngs(tmp_path_factory.mktemp("signals-medium"), 600)
 
 
 def _digests(folder: str) -> dict:
