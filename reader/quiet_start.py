@@ -15,8 +15,8 @@ runs) write their file descriptor 2 into a temporary file, and what they
 wrote is passed on filtered: an absl line (``I0000 00:00:...``) only at or
 above the level ``TF_CPP_MIN_LOG_LEVEL`` sets (INFO 0, WARNING 1, ERROR 2,
 FATAL 3), as TensorFlow means it to; the preamble only when a line it
-introduces is kept; everything else (Python's warnings, other libraries)
-unchanged. One more is dropped: "failed call to cuInit" where TensorFlow has
+introduces is kept; other libraries' lines unchanged. Python's own
+``sys.stderr`` (warnings, logging) bypasses the capture and is written at once. One more is dropped: "failed call to cuInit" where TensorFlow has
 just said the machine has no CUDA driver (that failure says nothing new; with
 a driver, it is kept).
 """
