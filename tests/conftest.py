@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import pathlib
+import platform
 import struct
 import subprocess
 import sys
@@ -54,6 +55,9 @@ class _ProcessWatch:
 
 
 sys.addaudithook(_ProcessWatch.audit)
+# platform.processor() runs `uname -p` once a process, and caches it: whichever test first imports a module that
+# asks (TensorFlow's, Beam's) would be charged with starting a process. Asked here, before any test.
+platform.processor()
 
 
 @pytest.fixture(autouse=True)
