@@ -76,6 +76,13 @@ class DatasetInfo:
         return len(self.classes)
 
     @property
+    def object_classes(self) -> tuple[str, ...]:
+        """The named classes in id order, without the background's id 0 and the ids a dataset leaves unused
+        (COCO's 80 of ids 1-90): index i is what ``ObjectTargets(contiguous_ids=True)`` labels i, and their
+        count is a KerasHub detector's ``num_classes``."""
+        return tuple(name for name in self.classes if name)
+
+    @property
     def task(self) -> str:
         """What the records label: ``record_schema.TASK_CLASSIFICATION`` (one class), or ``TASK_OBJECTS`` (boxes)."""
         return self.manifest.get("task", record_schema.TASK_CLASSIFICATION)

@@ -126,6 +126,11 @@ class ObjectTargets:
       class_mask: targets also carry ``"class_mask"`` int32 [B, H, W, 1], the
         image's class ids moved with its pixels, 255 where padded. Needs
         records with a class mask (Pascal VOC converted with ``--masks``).
+      contiguous_ids: labels are 0-based and contiguous over the dataset's
+        named classes (``DatasetInfo.object_classes``), as KerasHub's
+        detectors take them (``num_classes`` classes, no background): COCO's
+        ids 1-90 become 0-79. False: the records' ids, where 0 is the
+        background (Model Garden's and the OD API's convention).
     """
 
     bounding_box_format: str = "yxyx"
@@ -135,6 +140,7 @@ class ObjectTargets:
     source_size: bool = False
     mask_size: Optional[int] = None
     class_mask: bool = False
+    contiguous_ids: bool = False
 
     def __post_init__(self) -> None:
         check_box_format(self.bounding_box_format)
@@ -142,7 +148,7 @@ class ObjectTargets:
             value = getattr(self, name)
             if value is not None and (as_int(value) is None or value < 1):
                 raise ValueError(f"{name} must be None or a positive integer, got {value!r}")
-        for name in ("keep_crowd", "keep_difficult", "source_size", "class_mask"):
+        for name in ("keep_crowd", "keep_difficult", "source_size", "class_mask", "contiguous_ids"):
             check_flag(getattr(self, name), name)
 
 

@@ -146,7 +146,7 @@ def build_dataset(
     per_pipeline_batch = batch_size if input_context is None else input_context.get_per_replica_batch_size(batch_size)
     images = tasks.ImageChoices(size, augment, _decode_choices(info, split_info, size), dtype, normalization,
                                 crop_fraction)
-    task = tasks.for_dataset(info.task, info.num_classes, keys, label_offset, targets, images)
+    task = tasks.for_dataset(info.task, info.classes, keys, label_offset, targets, images)
     if streams:
         layout = stream_layout(split_info.num_examples, batch_size, options.streams, options.window, split_info.name)
         check_pipelines(layout, pipelines)

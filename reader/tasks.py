@@ -21,8 +21,9 @@ padding is 0 in the model's input, as Model Garden pads.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 import record_schema
@@ -213,7 +214,7 @@ def _pad(image: tf.Tensor, size: tuple[int, int], value=0) -> tf.Tensor:
     return tf.ensure_shape(padded, [size[0], size[1], image.shape[-1]])
 
 
-def objects(targets: ObjectTargets, images: ImageChoices) -> Task:
+def objects(targets: ObjectTargets, images: ImageChoices, classes: Sequence[str] = ()) -> Task:
     """Boxes and their classes, moved with the pixels; the batch padded to its largest count (or ``max_objects``).
 
     With ``targets.mask_size``, each object's instance mask cropped to its box
@@ -226,6 +227,10 @@ def objects(targets: ObjectTargets, images: ImageChoices) -> Task:
     """
     spec = {**_OBJECT_SPEC, **(_INSTANCE_MASK_SPEC if targets.mask_size else {}),
             **(_CLASS_MASK_SPEC if targets.class_mask else {})}
+    # contiguous_ids: record id -> its index among the named classes (-1 for an id without a name)
+    named = np.cumsum([bool(name) for name in classes]) - 1
+    contiguous = tf.constant(np.where([bool(name) for name in classes], named, -1) if len(classes) else [-1],
+                             tf.int32) if targets.contiguous_ids else None
 
     def example(parsed: dict, geometry: _Geometry) -> tuple:
         image, placement = _placed_image(parsed, geometry, images)
@@ -248,17 +253,24 @@ def objects(targets: ObjectTargets, images: ImageChoices) -> Task:
         # Objects batch as ragged rows (ragged_batch batches fixed shapes, the images, as batch does:
         # padded_batch copied them 0.17 ms an image slower), made dense rows once a batch.
         return dataset.ragged_batch(size, drop_remainder=drop_remainder).map(
-            lambda batch_images, raw: (batch_images, _batch_targets(raw, targets, images)),
+            lambda batch_images, raw: (batch_images, _batch_targets(raw, targets, images, contiguous)),
             num_parallel_calls=AUTOTUNE)
 
     return Task(_parser(spec), lambda parsed, seed: example(parsed, _draw(seed, images.augment)),
                 lambda parsed: example(parsed, _eval_geometry()), batch)
 
 
-def _batch_targets(raw: dict, targets: ObjectTargets, images: ImageChoices) -> dict:
-    """A batch's objects as the records hold them -> its targets: moved, filtered, formatted, dense rows."""
-    labels = raw["labels"].to_tensor(box_ops.PADDING)
-    keep = tf.sequence_mask(raw["labels"].row_lengths(), tf.shape(labels)[1])
+def _batch_targets(raw: dict, targets: ObjectTargets, images: ImageChoices,
+                   contiguous: Optional[tf.Tensor] = None) -> dict:
+    """A batch's objects as the records hold them -> its targets: moved, filtered, formatted, dense rows.
+
+    ``contiguous``: record id -> contiguous 0-based id (``ObjectTargets.contiguous_ids``), or None."""
+    ids = raw["labels"]
+    if contiguous is not None:
+        ids = tf.ragged.map_flat_values(
+            lambda flat: tf.gather(contiguous, tf.clip_by_value(flat, 0, tf.size(contiguous) - 1)), ids)
+    labels = ids.to_tensor(box_ops.PADDING)
+    keep = tf.logical_and(tf.sequence_mask(ids.row_lengths(), tf.shape(labels)[1]), labels >= 0)
     placement = box_ops.Placement(raw["window"], raw["size"])
     moved, visible = box_ops.move(raw["boxes"].to_tensor(0.0), raw["hw"], placement, images.augment.min_visible)
     keep = tf.logical_and(keep, visible)
@@ -313,15 +325,15 @@ def segmentation(images: ImageChoices) -> Task:
                 lambda parsed: example(parsed, _eval_geometry()), plain_batch)
 
 
-def for_dataset(task: str, num_classes: int, keys: FeatureKeys, label_offset: int, targets: ObjectTargets,
+def for_dataset(task: str, classes: Sequence[str], keys: FeatureKeys, label_offset: int, targets: ObjectTargets,
                 images: ImageChoices) -> Task:
-    """The :class:`Task` for a manifest's ``task``."""
+    """The :class:`Task` for a manifest's ``task`` (``classes``: the manifest's, by record id)."""
     if task == record_schema.TASK_OBJECTS:
-        return objects(targets, images)
+        return objects(targets, images, classes)
     if task == record_schema.TASK_SEGMENTATION:
         return segmentation(images)
     if task == record_schema.TASK_MULTILABEL:
-        return multilabel(num_classes, images)
+        return multilabel(len(classes), images)
     return classification(keys, label_offset, images)
 
 

@@ -86,6 +86,9 @@ class InputPlan:
     lost_inputs: int = 0
     # Keys the records hold beyond the task's (record_schema.*_FEATURES): masks, when asked for -> their kind.
     extra_features: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # Objects: record class id = the source's id + this (1 where the source numbers a real class 0, which the
+    # records' convention keeps for the background: beam_jobs.sources.annotated_plan).
+    class_id_offset: int = 0
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}

@@ -7,6 +7,13 @@ Out: an :class:`beam_jobs.planning.discover.InputPlan` whose refs carry their an
      has no class, COCO's 1-90 for 80 classes), never renumbered, so a model's class 18 means what the
      dataset's documentation says it means.
 
+One label convention for objects, the one the records' readers hold: id 0 is the background. Model Garden's
+detection generator drops class index 0 from its detections, and the OD API's label map refuses ``id: 0`` for
+any other name. COCO's ids (1-90) and VOC's (1-20) keep it already; a source whose ids start at 0 (YOLO's
+indexes, the Hub's ClassLabel, Label Studio's COCO) is written with every id one higher, ``classes[0]`` left
+"", and the plan's ``class_id_offset`` (the manifest's) says so: record id = the source's id + offset.
+The reader turns record ids into contiguous 0-based ones for KerasHub (``ObjectTargets(contiguous_ids=True)``).
+
 ``--val-fraction`` carves validation out of train by the same keyed hash as for classes, unstratified (an
 image holds objects, or labels, of several classes).
 """
@@ -97,6 +104,10 @@ def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val
     if labels is not None and tuple(labels) != tuple(classes)[:len(labels)]:
         raise InputError(f"--labels lists {list(labels)[:5]}..., but {src} numbers its classes itself "
                          f"({[name for name in classes if name][:5]}...); leave --labels out")
+    for name in classes:
+        check_class_name(name, src)
+    offset = 1 if task == record_schema.TASK_OBJECTS and classes and classes[0] else 0
+    classes = ("",) * offset + tuple(classes)
     sizes: dict[str, int] = {}
     keys: list[bytes] = []  # each train image's carve key, in listing order (--val-fraction only)
 
@@ -105,7 +116,8 @@ def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val
             sizes[image.split] = sizes.get(image.split, 0) + 1
             if val_fraction > 0 and image.split == "train":
                 keys.append(carve_key(seed, image.relpath))
-            yield ImageRef(image.split, image.relpath, 0, image.source, annotations.encode(image.annotation))
+            yield ImageRef(image.split, image.relpath, 0, image.source,
+                           annotations.encode(_shifted(image.annotation, offset)))
 
     if scratch is None:
         listed: Sequence[ImageRef] = tuple(refs())
@@ -123,7 +135,25 @@ def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val
         threshold = sorted(keys)[count - 1] if count else None
         sizes = {"train": len(keys) - count, **({"validation": count} if count else {})}
     return InputPlan(_ObjectRefs(listed, threshold, seed, refused), tuple(classes), dict(sorted(skipped.items())),
-                     tuple(warnings), split_counts=sizes, task=task, extra_features=dict(extra_features or {}))
+                     tuple(warnings), split_counts=sizes, task=task, extra_features=dict(extra_features or {}),
+                     class_id_offset=offset)
+
+
+def _shifted(annotation: annotations.Annotation, offset: int) -> annotations.Annotation:
+    """``annotation`` with its objects' class ids ``offset`` higher (the background's id 0 kept free)."""
+    if not offset or not isinstance(annotation, annotations.Objects):
+        return annotation
+    return dataclasses.replace(annotation, boxes=tuple(box._replace(label=box.label + offset)
+                                                       for box in annotation.boxes))
+
+
+def check_class_name(name: str, where: str) -> None:
+    """A class name is one line of ``labels.txt`` and a quoted string of ``label_map.pbtxt``: a newline or
+    another control character in it would break both (and shift every later id in labels.txt)."""
+    bad = next((char for char in name if ord(char) < 32 or ord(char) == 127), None)
+    if bad is not None:
+        raise InputError(f"{where}: the class name {name!r} holds a control character ({bad!r}); rename the class "
+                         "in the annotations")
 
 
 class _ObjectRefs:

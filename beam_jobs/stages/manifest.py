@@ -106,6 +106,9 @@ def build_manifest(
         **({"num_rejected_objects": sum(counts.rejected_objects_by_reason().values()) if counts else 0,
             "rejected_objects_by_reason": counts.rejected_objects_by_reason() if counts else {},
             "label_map": record_schema.LABEL_MAP_FILE} if objects else {}),
+        # Objects: id 0 is the background; record id = the source's class id + this (1 for YOLO's and the Hub's
+        # 0-based indexes, 0 for COCO's and VOC's ids).
+        **({"class_id_offset": plan.class_id_offset} if plan.task == record_schema.TASK_OBJECTS else {}),
         "num_skipped": sum(plan.skipped.values()),
         "skipped_by_reason": dict(plan.skipped),
         "duplicates": duplicates or _no_duplicates(),

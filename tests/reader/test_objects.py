@@ -173,6 +173,21 @@ def test_rows_past_an_images_objects_are_minus_one_and_max_objects_fixes_the_sha
     assert train.element_spec[1]["boxes"].shape.as_list() == [4, 5, 4]
 
 
+def test_contiguous_ids_number_the_named_classes_from_0_for_kerashub(objects_dataset):
+    """The records keep id 0 for the background (COCO's 1 and 2 here); KerasHub wants classes in [0, num_classes)."""
+    info = reader.dataset_info(objects_dataset)
+    assert info.classes == ("", "even", "odd") and info.object_classes == ("even", "odd")
+
+    def labels(**targets):
+        dataset = reader.build_dataset(objects_dataset, "validation", batch_size=8, image_size=64, training=False,
+                                       targets=reader.ObjectTargets(**targets))
+        return next(iter(dataset))[1]["labels"].numpy()
+
+    ids, contiguous = labels(), labels(contiguous_ids=True)
+    assert set(ids[ids >= 0]) == {1, 2}
+    np.testing.assert_array_equal(contiguous, np.where(ids >= 0, ids - 1, -1))
+
+
 def test_crowd_regions_are_out_of_the_targets_unless_kept(objects_dataset):
     def all_boxes(**targets):
         dataset = reader.build_dataset(objects_dataset, "validation", batch_size=8, image_size=(120, 160),

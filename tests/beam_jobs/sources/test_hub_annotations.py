@@ -47,10 +47,12 @@ def test_cppe5_style_objects_keep_the_hubs_ids_and_their_boxes(tmp_path):
     run(ConvertOptions(src=str(tmp_path / "cppe5"), out=str(out), shards=1, max_bad_fraction=0.5), FAST,
         show_progress=False)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["task"] == "objects" and manifest["classes"] == NAMES
+    # The ClassLabel's ids, one higher: the records' id 0 is the background.
+    assert manifest["task"] == "objects" and manifest["classes"] == [""] + NAMES
+    assert manifest["class_id_offset"] == 1
     records = {r["image/source_id"][0]: r for r in object_records(out).values()}
     first = records[b"7"]
-    assert first["image/object/class/label"] == [2, 0]
+    assert first["image/object/class/label"] == [3, 1]
     assert np.allclose(first["boxes"], [(10 / 80, 5 / 48, 30 / 80, 20 / 48), (50 / 80, 30 / 48, 70 / 80, 44 / 48)])
     for box in first["boxes"]:
         assert red_fraction(first["pixels"], box) > 0.9

@@ -41,10 +41,14 @@ def test_yolo_labels_convert_with_their_indexes_on_their_objects(yolo_tree, tmp_
     out = tmp_path / "ds"
     run(ConvertOptions(src=str(yolo_tree), out=str(out), shards=1, max_bad_fraction=0.5), FAST, show_progress=False)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["classes"] == ["square", "bar", "dot"] and manifest["task"] == "objects"
+    # YOLO's index 0 is a class; the records' id 0 is the background (Model Garden, the OD API): ids one higher.
+    assert manifest["classes"] == ["", "square", "bar", "dot"] and manifest["task"] == "objects"
+    assert manifest["class_id_offset"] == 1
+    assert "id: 0" not in (out / "label_map.pbtxt").read_text()
     records = object_records(out)
     a = records["train/images/a.jpg"]
-    assert a["image/object/class/label"] == [0, 2] and a["pixels"].shape[:2] == (48, 80)
+    assert a["image/object/class/label"] == [1, 3] and a["image/object/class/text"] == [b"square", b"dot"]
+    assert a["pixels"].shape[:2] == (48, 80)
     for box in a["boxes"]:
         assert red_fraction(a["pixels"], box) > 0.9  # labels are upright: EXIF turned the pixels, not the boxes
     b = records["train/images/b.jpg"]
