@@ -1,16 +1,21 @@
 """Ultralytics YOLO as it ships: ``data.yaml``, ``images/{split}/`` and ``labels/{split}/``.
 
-In:  SRC holding ``data.yaml`` (``train``, ``val``, ``test``: image folders, or lists of them; ``names``: a
-     list, or an ``{id: name}`` map), each image folder's labels in the folder of the same path with
+In:  SRC holding the dataset's yaml (``data.yaml``, or one ``*.yaml`` named after the dataset as Ultralytics
+     names its own: ``coco8.yaml``; ``train``, ``val``, ``test``: image folders, or lists of them; ``names``: a
+     list, or an ``{id: name}`` map); or Label Studio's YOLO export, ``classes.txt`` (a name a line, line i
+     names class i) beside ``images/`` and ``labels/``, one split. Each image folder's labels in the folder
+     of the same path with
      ``images`` turned into ``labels`` (Ultralytics' rule), one ``<stem>.txt`` per image, a line per object:
      ``class cx cy w h``, normalized to the image (or ``class x1 y1 x2 y2 ...``, a polygon, whose extent is
      its box, as Ultralytics reads segments for detection).
-Out: the plan of every image in the split folders (:mod:`beam_jobs.sources.annotated_plan`), class ids as the
-     yaml's indexes; an empty or missing label file is an image without objects.
+Out: the plan of every image in the split folders (:mod:`beam_jobs.sources.annotated_plan`), class ids the
+     yaml's indexes one higher (the records' id 0 is the background); an empty or missing label file is an
+     image without objects, a label file without its image a warning naming it.
 
 ``path:`` in the yaml often names the author's machine (``../datasets/coco8``): SRC, the yaml's folder, is
 the root; entries that climb out of it (Roboflow's ``../train/images``) are read inside it. Labels are in the
-upright image's frame: Ultralytics reads images with EXIF orientation applied.
+upright image's frame: Ultralytics reads images with EXIF orientation applied. A ``test:`` folder that is not
+there is a note, not an error (Ultralytics does not need it; Roboflow writes ``test: ../test/images`` without one).
 """
 
 from __future__ import annotations
@@ -25,36 +30,60 @@ from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_
 from beam_jobs.sources import annotated_plan
 
 YAML_NAMES = ("data.yaml", "data.yml", "dataset.yaml")
+LABEL_STUDIO_CLASSES = "classes.txt"
 _SPLIT_KEYS = (("train", "train"), ("val", "validation"), ("test", "test"))
 Reader = Callable[[str, str], bytes]
 
 
 def claims(listing: Listing) -> bool:
-    """SRC holds a ``data.yaml`` at its top."""
-    return _yaml_file(listing) is not None
-
-
-def _yaml_file(listing: Listing) -> Optional[str]:
+    """SRC holds ``data.yaml`` at its top; or a yaml of another name, or Label Studio's ``classes.txt``, with
+    label files in a ``labels/`` folder."""
     top = {path for path in listing.files if "/" not in path}
-    return next((name for name in YAML_NAMES if name in top), None)
+    if any(name in top for name in YAML_NAMES):
+        return True
+    if not (_yamls(top) or LABEL_STUDIO_CLASSES in top):
+        return False
+    return any(path.endswith(".txt") and "/labels/" in f"/{path}" for path in listing.files)
+
+
+def _yamls(top: set[str]) -> list[str]:
+    return sorted(path for path in top if path.lower().endswith((".yaml", ".yml")))
+
+
+def _yaml_file(listing: Listing, where: str) -> Optional[str]:
+    """The dataset's yaml: ``data.yaml`` (or its aliases), else the one yaml at SRC's top; None for Label Studio's
+    layout. Several yamls and no ``data.yaml``: an error naming them (which one is the dataset's is a guess)."""
+    top = {path for path in listing.files if "/" not in path}
+    named = next((name for name in YAML_NAMES if name in top), None)
+    found = _yamls(top)
+    if named or len(found) == 1:
+        return named or found[0]
+    if len(found) > 1:
+        raise InputError(f"{where} holds several yaml files ({', '.join(found[:5])}) and no data.yaml: which is the "
+                         "dataset's? Rename it data.yaml, or move the others away")
+    return None
 
 
 def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]],
          scratch: Optional[str] = None) -> InputPlan:
     """The plan of a YOLO dataset (see the module's docstring)."""
-    import yaml
-
-    src, name = options.src, _yaml_file(listing)
+    src = options.src
     located = dict(listing.entries())
-    where = display_path(f"{src}/{name}")
-    try:
-        config = yaml.safe_load(read(name, located[name]).decode("utf-8-sig"))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise InputError(f"{where} is not valid YAML: {err}") from err
-    if not isinstance(config, dict):
-        raise InputError(f"{where} is not a YAML mapping with train, val and names")
-    classes = annotated_plan.class_table(_names(config.get("names"), where), src, where)
-    folders = _split_folders(config, where, listing)
+    name = _yaml_file(listing, display_path(src))
+    if name is None:
+        where = display_path(f"{src}/{LABEL_STUDIO_CLASSES}")
+        text = read(LABEL_STUDIO_CLASSES, located[LABEL_STUDIO_CLASSES]).decode("utf-8-sig", "replace")
+        names = dict(enumerate(line.strip() for line in text.splitlines() if line.strip()))
+        folders, notes = [("train", "images")], []
+        if "images" not in annotated_plan.folders_of(listing):
+            raise InputError(f"{where} is Label Studio's YOLO export, but {display_path(src)} has no images/ folder "
+                             "beside it")
+    else:
+        where = display_path(f"{src}/{name}")
+        config = _read_yaml(read(name, located[name]), where)
+        names = _names(config.get("names"), where)
+        folders, notes = _split_folders(config, where, listing)
+    classes = annotated_plan.class_table(names, src, where)
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
     images: list[annotated_plan.AnnotatedImage] = []
     for split, folder in folders:
@@ -64,8 +93,32 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
             label_path = label_file_of(path)
             objects = _objects(path, label_path, located, read, len(classes), classes)
             images.append(annotated_plan.AnnotatedImage(split, path, objects, located[path]))
-    return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, (), labels,
-                            scratch=scratch)
+    warnings = notes + _orphan_labels(located, {label_file_of(image.relpath) for image in images}, folders)
+    return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, labels,
+                               scratch=scratch)
+
+
+def _read_yaml(data: bytes, where: str) -> dict:
+    import yaml
+
+    try:
+        config = yaml.safe_load(data.decode("utf-8-sig"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise InputError(f"{where} is not valid YAML: {err}") from err
+    if not isinstance(config, dict) or "names" not in config:
+        raise InputError(f"{where} is not a YOLO dataset's yaml: a mapping with train, val and names")
+    return config
+
+
+def _orphan_labels(located: dict, used: set[str], folders: Sequence[tuple[str, str]]) -> list[str]:
+    """A warning naming the label files of the split folders that no image has (their objects are not written)."""
+    roots = {label_file_of(folder + "/x").rpartition("/")[0] for _, folder in folders}
+    orphans = sorted(path for path in located if path.endswith(".txt") and path not in used
+                     and any(path.startswith(root + "/") for root in roots))
+    if not orphans:
+        return []
+    shown = ", ".join(orphans[:3]) + (" ..." if len(orphans) > 3 else "")
+    return [f"{len(orphans)} label files have no image beside them, so their objects are not written ({shown})"]
 
 
 def _names(names: object, where: str) -> dict[int, str]:
@@ -83,12 +136,13 @@ def _names(names: object, where: str) -> dict[int, str]:
     return out
 
 
-def _split_folders(config: dict, where: str, listing: Listing) -> list[tuple[str, str]]:
-    """``(split, image folder relative to SRC)`` for each split the yaml names."""
+def _split_folders(config: dict, where: str, listing: Listing) -> tuple[list[tuple[str, str]], list[str]]:
+    """``(split, image folder relative to SRC)`` for each split the yaml names, and a note for a missing
+    ``test:`` folder (Ultralytics does not need one)."""
     dirs = annotated_plan.folders_of(listing)
     root = str(config.get("path") or "").strip("/")
     root = root if root in dirs else ""  # a path on the author's machine: SRC is the root
-    found = []
+    found, notes = [], []
     for key, split in _SPLIT_KEYS:
         entries = config.get(key)
         for entry in entries if isinstance(entries, list) else [entries] if entries else []:
@@ -96,12 +150,15 @@ def _split_folders(config: dict, where: str, listing: Listing) -> list[tuple[str
             if folder.endswith(".txt"):
                 raise InputError(f"{where}: {key}: {entry} is a list of image files, which is not read; give the "
                                  "images' folder")
+            if folder not in dirs and key == "test":
+                notes.append(f"{where}: test: {entry} is not there, so the dataset has no test split")
+                continue
             if folder not in dirs:
                 raise InputError(f"{where}: {key}: {entry} is not a folder beside it")
             found.append((split, folder))
     if not found:
         raise InputError(f"{where} names no split folder (train:, val:, test:)")
-    return found
+    return found, notes
 
 
 def _inside(path: str) -> str:

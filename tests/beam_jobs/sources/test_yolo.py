@@ -83,3 +83,74 @@ def test_val_fraction_carves_validation_out_of_an_object_datasets_train_split(tm
     assert {split: s["num_examples"] for split, s in manifest["splits"].items()} == {"train": 7, "validation": 3}
     assert (outs[0] / "validation-00000-of-00001.tfrecord").read_bytes() == \
         (outs[1] / "validation-00000-of-00001.tfrecord").read_bytes()
+
+
+def _plan(root, **options):
+    from beam_jobs import sources
+
+    return sources.plan_inputs(ConvertOptions(src=str(root), out=str(root) + "-out", **options))
+
+
+def _objects_of(plan):
+    from beam_jobs import annotations
+
+    return {ref.relpath: (ref.split, [(box.label, box.name) for box in annotations.decode(ref.annotation).boxes])
+            for ref in plan.refs}
+
+
+def test_ultralytics_coco8_layout_with_its_yaml_named_after_the_dataset(tmp_path):
+    """coco8 as Ultralytics ships it: coco8.yaml (path: on the author's machine), images/{train,val}, labels/."""
+    root = tmp_path / "coco8"
+    write_file(str(root / "coco8.yaml"), "# Ultralytics YOLO, AGPL-3.0 license\npath: ../datasets/coco8\n"
+               "train: images/train\nval: images/val\ntest: # test images (optional)\n\n"
+               "names:\n  0: person\n  1: bicycle\n  2: car\n"
+               "download: https://github.com/ultralytics/assets/releases/download/v0.0.0/coco8.zip\n")
+    write_file(str(root / "LICENSE"), "AGPL-3.0\n")
+    write_file(str(root / "README.md"), "# coco8\n")
+    write_file(str(root / "images/train/000000000009.jpg"), jpeg(picture(16, 16, [])))
+    write_file(str(root / "labels/train/000000000009.txt"), "0 0.5 0.5 0.5 0.5\n2 0.25 0.25 0.1 0.1\n")
+    write_file(str(root / "images/val/000000000036.jpg"), jpeg(picture(16, 16, [])))
+    write_file(str(root / "labels/val/000000000036.txt"), "1 0.5 0.5 0.5 0.5\n")
+    plan = _plan(root)
+    assert plan.task == "objects" and plan.classes == ("", "person", "bicycle", "car") and plan.class_id_offset == 1
+    assert _objects_of(plan) == {
+        "images/train/000000000009.jpg": ("train", [(1, "labels/train/000000000009.txt line 1"),
+                                                    (3, "labels/train/000000000009.txt line 2")]),
+        "images/val/000000000036.jpg": ("validation", [(2, "labels/val/000000000036.txt line 1")])}
+
+
+def test_roboflow_yolo_export_without_a_test_folder_is_a_note_not_an_error(tmp_path):
+    root = tmp_path / "rf"
+    write_file(str(root / "data.yaml"), "train: ../train/images\nval: ../valid/images\ntest: ../test/images\n\n"
+               "nc: 2\nnames: ['cat', 'dog']\n\nroboflow:\n  workspace: w\n  project: p\n  version: 1\n")
+    write_file(str(root / "README.roboflow.txt"), "exported via roboflow.com\n")
+    for split in ("train", "valid"):
+        write_file(str(root / f"{split}/images/a_jpg.rf.0123abcd.jpg"), jpeg(picture(16, 16, [])))
+        write_file(str(root / f"{split}/labels/a_jpg.rf.0123abcd.txt"), "1 0.5 0.5 0.5 0.5\n")
+    plan = _plan(root)
+    assert sorted(split for split, _ in _objects_of(plan).values()) == ["train", "validation"]
+    assert any("test: ../test/images is not there" in warning for warning in plan.warnings)
+
+
+def test_label_studio_yolo_export_reads_classes_txt_beside_images_and_labels(tmp_path):
+    root = tmp_path / "ls"
+    write_file(str(root / "classes.txt"), "Airplane\nCar\n")
+    write_file(str(root / "notes.json"), json.dumps({"categories": [{"id": 0, "name": "Airplane"},
+                                                                     {"id": 1, "name": "Car"}], "info": {}}))
+    write_file(str(root / "images/1a2b3c4d-photo.jpg"), jpeg(picture(16, 16, [])))
+    write_file(str(root / "labels/1a2b3c4d-photo.txt"), "1 0.5 0.5 0.5 0.5\n")
+    write_file(str(root / "labels/gone.txt"), "0 0.5 0.5 0.5 0.5\n")  # its image was not exported
+    plan = _plan(root, val_fraction=0.0)
+    assert plan.classes == ("", "Airplane", "Car")
+    assert _objects_of(plan) == {"images/1a2b3c4d-photo.jpg": ("train", [(2, "labels/1a2b3c4d-photo.txt line 1")])}
+    assert any("1 label files have no image" in w and "labels/gone.txt" in w for w in plan.warnings)
+
+
+def test_several_yaml_files_and_no_data_yaml_is_an_error_naming_them(tmp_path):
+    root = tmp_path / "two"
+    write_file(str(root / "a.yaml"), "train: images/train\nnames: [x]\n")
+    write_file(str(root / "b.yaml"), "train: images/train\nnames: [y]\n")
+    write_file(str(root / "images/train/i.jpg"), jpeg(picture(8, 8, [])))
+    write_file(str(root / "labels/train/i.txt"), "0 0.5 0.5 0.5 0.5\n")
+    with pytest.raises(InputError, match=r"several yaml files \(a.yaml, b.yaml\)"):
+        _plan(root)
