@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
-from typing import Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import record_schema
 from beam_jobs import annotations
@@ -53,15 +53,33 @@ def derived_source_id(relpath: str) -> str:
     return str(int.from_bytes(hashlib.sha256(relpath.encode("utf-8", "surrogatepass")).digest()[:8], "big") >> 11)
 
 
-def source_of(relpath: str, located: Mapping[str, str]) -> str:
+def source_of(relpath: str, located: Mapping[str, str], folded: Optional[Callable[[], Mapping[str, str]]] = None) -> str:
     """An annotation file's image path as an item's locator: its listed one, or a refusal when the path
     leaves SRC (an absolute path, a ``..``): annotation files come from strangers, and the image is then
-    rejected as ``unsafe-path`` without being read."""
+    rejected as ``unsafe-path`` without being read. ``folded()`` (:func:`case_folded`, made when first
+    needed): an image that is not there under its name but is under another case (``a.jpg``, ``a.JPG``) is
+    rejected as ``missing-file`` naming the file that is there."""
     parts = relpath.split("/")
     if relpath.startswith("/") or ".." in parts or "\\" in relpath:
         return archive_members.refusal("unsafe-path", f"{relpath!r} leaves --src; an annotation's image path "
                                        "must be relative to it and stay inside it")
+    if relpath not in located and folded is not None:
+        other = folded().get(relpath.lower())
+        if other is not None:
+            return archive_members.refusal("missing-file", f"{relpath} is not there, {other} is: names are "
+                                           "case-sensitive; fix the annotation file or rename the file")
     return located.get(relpath, "")
+
+
+def case_folded(located: Mapping[str, str]) -> Callable[[], Mapping[str, str]]:
+    """A function giving ``located``'s paths by their lower-case form, built on the first call (for a miss)."""
+    made: dict[str, str] = {}
+
+    def get() -> Mapping[str, str]:
+        if not made:
+            made.update((path.lower(), path) for path in located)
+        return made
+    return get
 
 
 def folders_of(listing: Listing) -> set[str]:

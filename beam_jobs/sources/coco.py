@@ -1,11 +1,17 @@
-"""COCO as it ships: ``annotations/instances_{split}.json`` beside ``{split}/`` image folders.
+"""COCO as it ships, and as the labelling tools export it.
 
 In:  SRC holding ``annotations/instances_train2017.json`` and ``train2017/`` (or ``images/train2017/``), and
-     likewise ``val2017`` and ``test2017`` (train, validation, test); or ``--annotations FILE.json`` with the
-     images at ``SRC/<file_name>``.
+     likewise ``val2017`` (train, validation); ``annotations/image_info_test2017.json`` beside ``test2017/``
+     (the test split: images without objects); CVAT's COCO 1.0 (``annotations/instances_default.json``, a
+     train split, beside ``images/``); Roboflow's COCO export (``train/``, ``valid/``, ``test/``, each holding
+     ``_annotations.coco.json`` beside its images); Label Studio's (``result.json`` beside ``images/``); or
+     ``--annotations FILE.json`` with the images at ``SRC/<file_name>``.
 Out: the plan of the images the JSON lists (:mod:`beam_jobs.sources.annotated_plan`), each with its objects:
      boxes (``bbox`` is ``[x, y, width, height]`` in pixels from the top-left), ``iscrowd``, ``area``;
-     class ids are COCO's category ids as given (1-90 with gaps for COCO's 80 classes).
+     class ids are COCO's category ids as given (1-90 with gaps for COCO's 80 classes). Id 0 is the records'
+     background: a category 0 without objects (Roboflow's project name, ``supercategory: none``) is left out,
+     and a file whose real classes start at 0 (Label Studio's) is written one higher
+     (:mod:`beam_jobs.sources.annotated_plan`).
 
 The JSON is read as a stream (``ijson``), a pass for each of its three lists, so a 450 MB
 ``instances_train2017.json`` is never held whole; what stays in memory until the plan is made is each
@@ -13,7 +19,8 @@ image's objects. An annotation that cannot be used costs only itself: an unknown
 ``bbox`` is rejected by name (``instances_val2017.json annotation 1234``) and its image keeps its other
 objects; an annotation of an image the JSON does not list is counted and named in a warning. An image
 the JSON lists is written even without objects (Model Garden trains on such images); a file in the image
-folder that the JSON does not list is skipped and counted.
+folder that the JSON does not list is skipped and counted. A second image entry naming the file of an earlier
+one is refused, with its annotations, naming both ids.
 
 Frames: COCO's own tools and Model Garden read pixels without EXIF orientation, so where the JSON's
 width and height fit both the stored and the upright image, boxes are in the stored pixels' frame
@@ -37,7 +44,9 @@ from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, scratch_file, skip_reason
 from beam_jobs.sources import annotated_plan
 
-_INSTANCES = re.compile(r"^annotations/instances_(?P<name>[^/]+)\.json$")
+_INSTANCES = re.compile(r"^annotations/(?P<kind>instances|image_info)_(?P<name>[^/]+)\.json$")
+_ROBOFLOW = re.compile(r"^(?P<folder>[^/]+)/_annotations\.coco\.json$")
+LABEL_STUDIO_FILE = "result.json"
 _TOP_KEYS = re.compile(rb'"(images|annotations|categories)"\s*:\s*\[')
 Reader = Callable[[str, str], bytes]
 
@@ -46,7 +55,8 @@ def claims(options: ConvertOptions, listing: Optional[Listing]) -> bool:
     """``--annotations`` names a COCO JSON file, or SRC holds ``annotations/instances_*.json``."""
     if options.annotations:
         return is_coco_file(options.annotations)
-    return any(_INSTANCES.match(path) for path in listing.files)
+    return any(_INSTANCES.match(path) or _ROBOFLOW.match(path) for path in listing.files) or (
+        LABEL_STUDIO_FILE in listing.files and any(path.startswith("images/") for path in listing.files))
 
 
 def is_coco_file(path: str) -> bool:
@@ -62,16 +72,17 @@ def is_coco_file(path: str) -> bool:
 
 
 def split_of(name: str) -> str:
-    """The split a COCO set name means: ``train2017`` train, ``val2017`` and ``minival`` validation, ``test*`` test."""
+    """The split a COCO set name means: ``train2017`` train, ``val2017``, ``valid`` and ``minival`` validation,
+    ``test*`` test; CVAT's ``default`` (a task without subsets) train."""
     lowered = name.lower()
-    if lowered.startswith("train"):
+    if lowered.startswith("train") or lowered == "default":
         return "train"
     if lowered.startswith(("val", "minival")):
         return "validation"
     if lowered.startswith("test"):
         return "test"
-    raise InputError(f"annotations/instances_{name}.json: the name {name!r} says no split (train..., val..., "
-                     "test...); rename the file, or give it with --annotations")
+    raise InputError(f"the COCO annotations of {name!r}: the name says no split (train..., val..., test...); "
+                     "rename the file or its folder, or give it with --annotations")
 
 
 def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]],
@@ -79,12 +90,11 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     """The plan of a COCO dataset (see the module's docstring); ``scratch`` keeps its refs out of memory."""
     src = options.src
     located = dict(listing.entries())
+    warnings: list[str] = []
     if options.annotations:
         sets = [(options.annotations, "", _split_from_file(options.annotations), None)]
     else:
-        sets = [(path, _image_folder(src, name, listing), split_of(name), source)
-                for path, source in sorted(located.items()) if (match := _INSTANCES.match(path))
-                for name in [match["name"]]]
+        sets = _sets(src, listing, located, warnings)
     if options.masks:
         try:
             masks.check_available()
@@ -93,12 +103,11 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     blobs = _Blobs(scratch) if options.masks else None
     categories: dict[int, str] = {}
     read_sets: list[_Set] = []
-    warnings: list[str] = []
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
     for path, folder, split, source in sets:
         where = display_path(path if options.annotations else f"{src}/{path}")
         opened = _opener(src, path, source, read, bool(options.annotations))
-        found = _read_categories(opened, where)
+        found = _read_categories(opened, where, required="/image_info_" not in f"/{path}")
         for category, name in found.items():
             if categories.setdefault(category, name) != name:
                 raise InputError(f"{where}: category {category} is {name!r} here and {categories[category]!r} in "
@@ -112,9 +121,11 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         skipped["not-in-annotations"] += len(unlisted)
         warnings.append(f"{len(unlisted)} files in the image folders are in no annotation file: skipped "
                         f"({', '.join(display_path(p) for p in unlisted[:3])}{' ...' if len(unlisted) > 3 else ''})")
+    _leave_out_unused_zero(categories, {c for found in read_sets for c in found.used}, warnings)
     classes = annotated_plan.class_table(categories, src, "the COCO annotation files")
+    folded = annotated_plan.case_folded(located)
     images = (annotated_plan.AnnotatedImage(found.split, relpath, found.objects(index),
-                                            annotated_plan.source_of(relpath, located))
+                                            annotated_plan.source_of(relpath, located, folded))
               for found in read_sets for index, relpath in enumerate(found.relpaths))
     try:
         return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings,
@@ -123,6 +134,37 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     finally:
         if blobs is not None:
             blobs.close()
+
+
+def _sets(src: str, listing: Listing, located: dict, warnings: list[str]) -> list[tuple[str, str, str, str]]:
+    """``(annotation file, its images' folder, split, locator)`` of each annotation file of SRC's layout."""
+    names = {match["name"] for path in located if (match := _INSTANCES.match(path)) and match["kind"] == "image_info"}
+    sets = []
+    for path, source in sorted(located.items()):
+        if match := _INSTANCES.match(path):
+            name = match["name"]
+            if match["kind"] == "image_info" and name.lower().startswith("test-dev") and \
+                    name.replace("-dev", "") in names:  # test-dev2017's images are a part of test2017's
+                warnings.append(f"{display_path(f'{src}/{path}')}: its images are a part of "
+                                f"image_info_{name.replace('-dev', '')}.json's, which is read instead")
+                continue
+            sets.append((path, _image_folder(src, name, listing), split_of(name), source))
+        elif match := _ROBOFLOW.match(path):
+            sets.append((path, match["folder"], split_of(match["folder"]), source))
+    if not sets and LABEL_STUDIO_FILE in located:  # Label Studio: file_name is images/<file> under SRC
+        sets.append((LABEL_STUDIO_FILE, "", "train", located[LABEL_STUDIO_FILE]))
+    return sets
+
+
+def _leave_out_unused_zero(categories: dict[int, str], used: set[int], warnings: list[str]) -> None:
+    """Category 0 without objects is no class: Roboflow names its project so (``supercategory: none``), and
+    id 0 is the records' background. One with objects stays, and the ids are written one higher."""
+    if 0 in categories and len(categories) > 1 and 0 not in used:
+        warnings.append(f"category 0 ({categories.pop(0)!r}) has no objects: left out (it names the project in a "
+                        "Roboflow export; id 0 is the records' background)")
+    elif 0 in categories:
+        warnings.append("the category ids start at 0: written one higher, as id 0 is the records' background "
+                        "(the manifest's class_id_offset is 1)")
 
 
 def _split_from_file(path: str) -> str:
@@ -135,13 +177,16 @@ def _split_from_file(path: str) -> str:
 
 
 def _image_folder(src: str, name: str, listing: Listing) -> str:
-    """Where a set's images are: ``SRC/<name>/`` (COCO's zips), or ``SRC/images/<name>/``."""
+    """Where a set's images are: ``SRC/<name>/`` (COCO's zips), ``SRC/images/<name>/`` (CVAT's subsets), or
+    ``SRC/images/`` (CVAT's COCO 1.0 without subsets)."""
     folders = annotated_plan.folders_of(listing)
-    for folder in (name, f"images/{name}"):
+    for folder in (name, f"images/{name}", "images"):
         if folder in folders:
             return folder
-    raise InputError(f"{src}/annotations/instances_{name}.json has no image folder beside it: expected {src}/{name}/ "
-                     f"(or {src}/images/{name}/)")
+    top = sorted(folder for folder in folders if "/" not in folder)
+    raise InputError(f"{display_path(src)}/annotations/ holds the annotations of {name!r}, but no image folder is "
+                     f"beside it: expected {name}/, images/{name}/ or images/ (the folders there: "
+                     f"{', '.join(top[:8]) or 'none'})")
 
 
 def _in_folders(path: str, folders: set[str]) -> bool:
@@ -173,7 +218,7 @@ def _items(opened: Callable[[], BinaryIO], where: str, prefix: str) -> Iterator[
         raise InputError(f"{where} could not be read: {err}") from err
 
 
-def _read_categories(opened: Callable[[], BinaryIO], where: str) -> dict[int, str]:
+def _read_categories(opened: Callable[[], BinaryIO], where: str, required: bool = True) -> dict[int, str]:
     found: dict[int, str] = {}
     for item in _items(opened, where, "categories"):
         category, name = item.get("id"), item.get("name")
@@ -182,7 +227,7 @@ def _read_categories(opened: Callable[[], BinaryIO], where: str) -> dict[int, st
         if category in found:
             raise InputError(f"{where}: category id {category} is listed twice")
         found[category] = name
-    if not found:
+    if not found and required:
         raise InputError(f"{where} lists no categories; an instances file names its classes in \"categories\"")
     return found
 
@@ -227,6 +272,7 @@ class _Set:
         self.frames: list[tuple[int, int]] = []
         self.packed: list[bytearray] = []
         self.rejected: dict[int, list[tuple[str, str, str]]] = {}
+        self.used: set[int] = set()  # the category ids of its objects
 
     def objects(self, index: int) -> annotations.Objects:
         base = posixpath.basename(self.where)
@@ -252,14 +298,20 @@ def _read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: st
     """The images of one annotation file with their objects (and, with ``blobs``, their segmentations)."""
     found = _Set(where, folder, split, blobs)
     index_of: dict[object, int] = {}
+    first_of: dict[str, object] = {}  # relpath -> the image id that named it first
+    refused: dict[object, list] = {}  # image id of a second entry for a file -> [the first's id, its objects]
     for item in _items(opened, where, "images"):
         image_id, name = item.get("id"), item.get("file_name")
         if image_id is None or not isinstance(name, str) or not name:
             raise InputError(f"{where}: image {str(item)[:80]} needs an id and a file_name")
-        if image_id in index_of:
+        if image_id in index_of or image_id in refused:
             raise InputError(f"{where}: image id {image_id} is listed twice")
-        index_of[image_id] = len(found.relpaths)
         relpath = posixpath.join(folder, name) if folder else name
+        if relpath in first_of:
+            refused[image_id] = [first_of[relpath], 0]
+            continue
+        first_of[relpath] = image_id
+        index_of[image_id] = len(found.relpaths)
         width, height = item.get("width"), item.get("height")
         found.relpaths.append(relpath)
         found.frames.append((width, height) if isinstance(width, int) and isinstance(height, int) and width > 0
@@ -270,6 +322,9 @@ def _read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: st
     base = posixpath.basename(where)
     for position, item in enumerate(_items(opened, where, "annotations")):
         index = index_of.get(item.get("image_id"))
+        if index is None and item.get("image_id") in refused:
+            refused[item.get("image_id")][1] += 1
+            continue
         if index is None:
             orphans.append(item.get("id"))
             continue
@@ -295,6 +350,12 @@ def _read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: st
             offset, length = blobs.add(item["segmentation"]) if blobs is not None else (0, 0)
             found.packed[index] += _PACKED.pack(ann, category, x, y, x + w, y + h, area, bool(item.get("iscrowd", 0)),
                                                 offset, length)
+            found.used.add(category)
+    for image_id, (first, count) in list(refused.items())[:5]:
+        warnings.append(f"{display_path(where)}: image id {image_id} names the file of image id {first}: refused, "
+                        f"with its {count} annotations (one image, one entry)")
+    if len(refused) > 5:
+        warnings.append(f"{display_path(where)}: {len(refused) - 5} more image entries name an earlier entry's file")
     if orphans:
         shown = ", ".join(str(o) for o in orphans[:5])
         warnings.append(f"{display_path(where)}: {len(orphans)} annotations name an image id that its \"images\" do "

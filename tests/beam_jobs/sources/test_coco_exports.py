@@ -1,0 +1,148 @@
+"""COCO as the labelling tools export it: Roboflow, CVAT's COCO 1.0, Label Studio, and COCO's own test split.
+
+Each tree is laid out as the tool writes it (Roboflow's and CVAT's docs, Datumaro's ``roboflow_coco`` and
+``coco`` importers, Label Studio's converter), with the fields those exports carry.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from beam_jobs import annotations, sources
+from beam_jobs.options import ConvertOptions
+from beam_jobs.pipeline import run
+from beam_jobs.planning.discover import InputError
+from tests.object_data import jpeg, object_records, picture, red_fraction, write_file
+
+FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+
+
+def _plan(root, **options):
+    return sources.plan_inputs(ConvertOptions(src=str(root), out=str(root) + "-out", **options))
+
+
+def _objects_of(plan):
+    return {ref.relpath: (ref.split, [box.label for box in annotations.decode(ref.annotation).boxes])
+            for ref in plan.refs}
+
+
+def _roboflow_split(root, split, files):
+    """``<split>/_annotations.coco.json`` beside its images, as Roboflow writes it: image and annotation ids from
+    0, category 0 the project's name (``supercategory: none``) with no objects, the classes 1..N under it."""
+    images, anns = [], []
+    for index, (name, boxes) in enumerate(files):
+        write_file(str(root / split / name), jpeg(picture(64, 48, [b for b, _ in boxes], seed=index)))
+        images.append({"id": index, "license": 1, "file_name": name, "height": 48, "width": 64,
+                       "date_captured": "2024-05-01T10:00:00+00:00"})
+        for (x0, y0, x1, y1), category in boxes:
+            anns.append({"id": len(anns), "image_id": index, "category_id": category, "bbox": [x0, y0, x1 - x0, y1 - y0],
+                         "area": (x1 - x0) * (y1 - y0), "segmentation": [], "iscrowd": 0})
+    categories = [{"id": 0, "name": "pets", "supercategory": "none"}, {"id": 1, "name": "cat", "supercategory": "pets"},
+                  {"id": 2, "name": "dog", "supercategory": "pets"}]
+    write_file(str(root / split / "_annotations.coco.json"), json.dumps({
+        "info": {"year": "2024", "version": "1", "description": "Exported from roboflow.com"},
+        "licenses": [{"id": 1, "url": "https://creativecommons.org/licenses/by/4.0/", "name": "CC BY 4.0"}],
+        "categories": categories, "images": images, "annotations": anns}))
+
+
+def test_a_roboflow_coco_export_converts_its_three_splits_without_the_project_category(tmp_path):
+    root = tmp_path / "pets.v1i.coco"
+    write_file(str(root / "README.roboflow.txt"), "Exported via roboflow.com\n")
+    _roboflow_split(root, "train", [("a_jpg.rf.1f2e.jpg", [((4, 4, 30, 20), 1), ((36, 20, 60, 44), 2)]),
+                                    ("b_jpg.rf.3c4d.jpg", [])])
+    _roboflow_split(root, "valid", [("c_jpg.rf.5e6f.jpg", [((10, 10, 40, 40), 2)])])
+    _roboflow_split(root, "test", [("d_jpg.rf.7a8b.jpg", [((0, 0, 20, 20), 1)])])
+    out = tmp_path / "ds"
+    run(ConvertOptions(src=str(root), out=str(out), shards=1), FAST, show_progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["classes"] == ["", "cat", "dog"] and manifest["class_id_offset"] == 0
+    assert {split: s["num_examples"] for split, s in manifest["splits"].items()} == \
+        {"train": 2, "validation": 1, "test": 1}
+    assert "pets" not in (out / "label_map.pbtxt").read_text()
+    record = object_records(out)["train/a_jpg.rf.1f2e.jpg"]
+    assert record["image/object/class/label"] == [1, 2] and record["image/source_id"] == [b"0"]
+    for box in record["boxes"]:
+        assert red_fraction(record["pixels"], box) > 0.9
+
+
+def test_cvat_coco_1_0_export_reads_instances_default_beside_images(tmp_path):
+    root = tmp_path / "task_1-coco"
+    write_file(str(root / "images/frame_000000.jpg"), jpeg(picture(32, 32, [(2, 2, 20, 20)])))
+    write_file(str(root / "annotations/instances_default.json"), json.dumps({
+        "licenses": [{"name": "", "id": 0, "url": ""}], "info": {"contributor": "", "version": ""},
+        "categories": [{"id": 1, "name": "car", "supercategory": ""}, {"id": 2, "name": "person", "supercategory": ""}],
+        "images": [{"id": 1, "width": 32, "height": 32, "file_name": "frame_000000.jpg", "license": 0,
+                    "flickr_url": "", "coco_url": "", "date_captured": 0}],
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 2, "segmentation": [], "area": 324.0,
+                         "bbox": [2.0, 2.0, 18.0, 18.0], "iscrowd": 0,
+                         "attributes": {"occluded": False, "rotation": 0.0}}]}))
+    plan = _plan(root)
+    assert plan.classes == ("", "car", "person")
+    assert _objects_of(plan) == {"images/frame_000000.jpg": ("train", [2])}
+
+
+def test_label_studio_coco_export_numbers_categories_from_0_and_is_written_one_higher(tmp_path):
+    root = tmp_path / "project-1-at-2024"
+    write_file(str(root / "images/5f3a9c1e-street.jpg"), jpeg(picture(32, 32, [])))
+    write_file(str(root / "result.json"), json.dumps({
+        "images": [{"width": 32, "height": 32, "id": 0, "file_name": "images/5f3a9c1e-street.jpg"}],
+        "categories": [{"id": 0, "name": "Airplane"}, {"id": 1, "name": "Car"}],
+        "annotations": [{"id": 0, "image_id": 0, "category_id": 0, "segmentation": [], "bbox": [1, 1, 10, 10],
+                         "ignore": 0, "iscrowd": 0, "area": 100}],
+        "info": {"year": 2024, "version": "1.0", "contributor": "Label Studio"}}))
+    plan = _plan(root)
+    assert plan.classes == ("", "Airplane", "Car") and plan.class_id_offset == 1
+    assert _objects_of(plan) == {"images/5f3a9c1e-street.jpg": ("train", [1])}
+    assert any("start at 0" in warning for warning in plan.warnings)
+
+
+def test_cocos_test_split_is_images_without_objects_and_test_dev_is_not_read_twice(tmp_path):
+    root = tmp_path / "coco"
+    categories = [{"id": 1, "name": "person", "supercategory": "person"}]
+    write_file(str(root / "train2017/000000000009.jpg"), jpeg(picture(16, 16, [])))
+    write_file(str(root / "annotations/instances_train2017.json"), json.dumps({
+        "images": [{"id": 9, "file_name": "000000000009.jpg", "width": 16, "height": 16}],
+        "annotations": [{"id": 1, "image_id": 9, "category_id": 1, "bbox": [1, 1, 5, 5], "iscrowd": 0}],
+        "categories": categories}))
+    for name in ("000000000001.jpg", "000000000016.jpg"):
+        write_file(str(root / "test2017" / name), jpeg(picture(16, 16, [])))
+    test = [{"id": 1, "file_name": "000000000001.jpg", "width": 16, "height": 16},
+            {"id": 16, "file_name": "000000000016.jpg", "width": 16, "height": 16}]
+    write_file(str(root / "annotations/image_info_test2017.json"), json.dumps({"images": test,
+                                                                               "categories": categories}))
+    write_file(str(root / "annotations/image_info_test-dev2017.json"), json.dumps({"images": test[:1],
+                                                                                   "categories": categories}))
+    plan = _plan(root)
+    assert _objects_of(plan) == {"train2017/000000000009.jpg": ("train", [1]),
+                                 "test2017/000000000001.jpg": ("test", []), "test2017/000000000016.jpg": ("test", [])}
+    assert any("image_info_test-dev2017.json" in w and "read instead" in w for w in plan.warnings)
+
+
+def test_a_second_entry_for_one_file_is_refused_naming_both_ids_and_a_case_mismatch_names_the_file(tmp_path):
+    root = tmp_path / "coco"
+    write_file(str(root / "train2017/a.jpg"), jpeg(picture(16, 16, [])))
+    write_file(str(root / "train2017/B.JPG"), jpeg(picture(16, 16, [])))
+    write_file(str(root / "annotations/instances_train2017.json"), json.dumps({
+        "images": [{"id": 1, "file_name": "a.jpg", "width": 16, "height": 16},
+                   {"id": 2, "file_name": "a.jpg", "width": 16, "height": 16},
+                   {"id": 3, "file_name": "b.jpg", "width": 16, "height": 16}],
+        "annotations": [{"id": 10, "image_id": 1, "category_id": 1, "bbox": [1, 1, 5, 5]},
+                        {"id": 11, "image_id": 2, "category_id": 1, "bbox": [2, 2, 5, 5]}],
+        "categories": [{"id": 1, "name": "x"}]}))
+    plan = _plan(root)
+    assert _objects_of(plan) == {"train2017/a.jpg": ("train", [1]), "train2017/b.jpg": ("train", [])}
+    assert any("image id 2 names the file of image id 1: refused, with its 1 annotations" in w for w in plan.warnings)
+    (missing,) = [ref for ref in plan.refs if ref.relpath == "train2017/b.jpg"]
+    assert "train2017/B.JPG is" in missing.source and "missing-file" in missing.source
+
+
+def test_an_annotations_folder_without_its_image_folder_names_what_is_there(tmp_path):
+    root = tmp_path / "coco"
+    write_file(str(root / "annotations/instances_val2017.json"), json.dumps({"images": [], "categories": [
+        {"id": 1, "name": "x"}]}))
+    write_file(str(root / "pictures/a.jpg"), jpeg(picture(8, 8, [])))
+    with pytest.raises(InputError, match=r"expected val2017/, images/val2017/ or images/ \(the folders there: "
+                                         r"annotations, pictures\)"):
+        _plan(root)
