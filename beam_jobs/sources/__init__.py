@@ -10,6 +10,7 @@ objects), never a source's kind; a source's item locators are read by
 * a COCO annotation file (``annotations/instances_*.json``, or ``--annotations FILE.json``):
   :mod:`beam_jobs.sources.coco`;
 * an Ultralytics YOLO dataset (``data.yaml``, ``images/`` and ``labels/``): :mod:`beam_jobs.sources.yolo`;
+* CVAT for images 1.1 (``annotations.xml`` beside ``images/``): :mod:`beam_jobs.sources.cvat`;
 * Pascal VOC (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/``): :mod:`beam_jobs.sources.voc`;
 * semantic masks beside their images (``images/``, ``masks/``): :mod:`beam_jobs.sources.mask_folders`;
 * a label file (``--annotations``: CSV, TSV or JSON Lines): :mod:`beam_jobs.sources.label_file`;
@@ -30,7 +31,7 @@ from typing import Callable, Optional, Sequence
 
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.planning import discover
-from beam_jobs.sources import archives, coco, hub, hub_files, imagenet, mask_folders, voc, yolo
+from beam_jobs.sources import archives, coco, cvat, hub, hub_files, imagenet, mask_folders, voc, yolo
 from beam_jobs.stage_records import ImageRef
 
 
@@ -151,6 +152,8 @@ SOURCES: tuple[Source, ...] = (
     Source("label-file", lambda r: bool(r.options.annotations), _label_file),
     Source("hugging-face", lambda r: bool(hub_files.parquet_files(r.found().listing)), _hub_folder),
     Source("yolo", lambda r: yolo.claims(r.found().listing), _objects(yolo)),
+    Source("cvat", lambda r: not (r.options.label_member or r.options.val_labels)
+           and cvat.claims(r.found().listing), _objects(cvat)),
     Source("pascal-voc", lambda r: not (r.options.label_member or r.options.val_labels)
            and voc.claims(r.found().listing), _objects(voc)),
     Source("mask-folders", lambda r: not (r.options.label_member or r.options.val_labels)
