@@ -31,7 +31,7 @@ from typing import Callable, Optional, Sequence
 
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.planning import discover
-from beam_jobs.sources import archives, coco, cvat, hub, hub_files, imagenet, mask_folders, voc, yolo
+from beam_jobs.sources import archives, coco, cvat, hub, hub_files, imagenet, layout_hints, mask_folders, voc, yolo
 from beam_jobs.stage_records import ImageRef
 
 
@@ -129,13 +129,26 @@ def _imagenet(request: Request) -> discover.InputPlan:
 
 def _class_folders(request: Request) -> discover.InputPlan:
     options = request.options
-    return request.with_archives(discover.plan_inputs(request.found().listing, request.labels, options.val_fraction,
-                                                      options.seed, src=options.src, scratch=request.scratch))
+    several = layout_hints.several_datasets(options.src, request.found().listing)
+    if several:
+        raise discover.InputError(several)
+    try:
+        return request.with_archives(discover.plan_inputs(request.found().listing, request.labels,
+                                                          options.val_fraction, options.seed, src=options.src,
+                                                          scratch=request.scratch))
+    except discover.InputError as err:  # no class folders: is SRC an object dataset's inner folder?
+        hint = layout_hints.one_level_deep(options.src)
+        if hint is None:
+            raise
+        raise discover.InputError(hint) from err
 
 
 def _objects(module) -> Callable[[Request], discover.InputPlan]:
     """The plan of an object layout (COCO, YOLO): one call over SRC's listing."""
     def plan(request: Request) -> discover.InputPlan:
+        layout = module.__name__.rpartition(".")[2]
+        _check_flags_of(request, f"a dataset whose annotations label its images ({layout})",
+                        ("--val-labels", "--label-member"))
         found = request.found()
         with archives.LauncherReader(request.src, found.inflated) as read:
             return request.with_archives(module.plan(request.options, found.listing, read, request.labels,

@@ -1,0 +1,86 @@
+"""What to tell a user whose ``--src`` is one level off: an object dataset's inner folder, or a folder of datasets.
+
+In:  SRC and its listing, when no object layout claimed it and class folders were about to plan it.
+Out: an error message naming what is beside SRC (or inside it) and the command that works, or None.
+
+Class folders claim whatever no other source does, so a COCO tree's ``val2017/``, VOC's ``JPEGImages/``,
+YOLO's ``images/`` or COCO's ``annotations/`` would be read as images without classes, and a folder holding
+``coco8/`` and ``VOC/`` as two classes of junk. Each is recognised by a marker of its layout: the parent's
+files for a folder one level too deep (checked by exact names, not by listing the parent: it may hold a
+million images), the sub-folders' for a folder one level too high.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Optional
+
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.planning.discover import Listing, display_path
+
+# A dataset one level down (path relative to SRC) -> its layout's name.
+_INSIDE = (
+    (re.compile(r"^(?P<top>[^/]+)/annotations/(?:instances|image_info)_[^/]+\.json$"), "COCO"),
+    (re.compile(r"^(?P<top>[^/]+)/[^/]+/_annotations\.coco\.json$"), "Roboflow's COCO export"),
+    (re.compile(r"^(?P<top>[^/]+)/[^/]+\.ya?ml$"), "YOLO"),
+    (re.compile(r"^(?P<top>[^/]+)/annotations\.xml$"), "CVAT for images"),
+    (re.compile(r"^(?P<top>[^/]+)/(?:VOCdevkit/)?(?:VOC[^/]*/)?Annotations/[^/]+\.xml$"), "Pascal VOC"),
+)
+
+
+def several_datasets(src: str, listing: Listing) -> Optional[str]:
+    """SRC's top folders that are datasets of an object layout, named, or None."""
+    found: dict[str, str] = {}
+    for path in listing.files:
+        if path.count("/") > 3:
+            continue
+        for pattern, layout in _INSIDE:
+            match = pattern.match(path)
+            if match and (layout != "YOLO" or _has_labels(listing, match["top"])):
+                found.setdefault(match["top"], layout)
+    if not found:
+        return None
+    named = ", ".join(f"{top}/ ({layout})" for top, layout in sorted(found.items())[:5])
+    first = sorted(found)[0]
+    return (f"{display_path(src)} holds datasets, not classes: {named}. Convert each on its own: python -m "
+            f"converter --src {display_path(FileSystems.join(src, first))}")
+
+
+def _has_labels(listing: Listing, top: str) -> bool:
+    return any(path.startswith(f"{top}/") and "/labels/" in path and path.endswith(".txt") for path in listing.files)
+
+
+def one_level_deep(src: str) -> Optional[str]:
+    """SRC as an inner folder of COCO, VOC, YOLO or CVAT, by its name and the files beside it; or None."""
+    src = src.rstrip("/")
+    parent, name = posixpath.dirname(src), posixpath.basename(src)
+    if not parent or parent == src:
+        return None
+
+    def beside(*parts: str) -> bool:
+        try:
+            return FileSystems.exists(FileSystems.join(parent, *parts))
+        except (OSError, ValueError):
+            return False
+
+    what = None
+    if name == "annotations" or beside("annotations", f"instances_{name}.json") or \
+            beside("annotations", f"image_info_{name}.json"):
+        what = "COCO's" + (" annotation folder" if name == "annotations" else " image folder")
+    elif name == "JPEGImages" and beside("Annotations"):
+        what = "Pascal VOC's image folder (Annotations/ is beside it)"
+    elif name in ("images", "labels") and (beside("labels") or beside("images")) and not beside("annotations.xml"):
+        what = "YOLO's image folder (labels/ is beside it)"
+    elif name == "images" and beside("annotations.xml"):
+        what = "CVAT's image folder (annotations.xml is beside it)"
+    elif posixpath.basename(parent) == "images" and FileSystems.exists(
+            FileSystems.join(posixpath.dirname(parent), "labels")):
+        return (f"{display_path(src)} is a split of YOLO's image folder (labels/ is beside images/): convert the "
+                f"dataset it belongs to: python -m converter --src {display_path(posixpath.dirname(parent))}")
+    elif beside("_annotations.coco.json") or beside("data.yaml"):
+        return None  # a Roboflow split folder: its own layout decides
+    if what is None:
+        return None
+    return f"{display_path(src)} is {what}: convert the dataset it belongs to: python -m converter --src " \
+           f"{display_path(parent)}"
