@@ -340,9 +340,11 @@ def inspect(argv: Sequence[str]) -> int:
     """``python -m converter inspect OUT [--grid FILE.png]``."""
     parser = _dataset_command(
         "inspect", "Show classes by split, shard sizes, rejected inputs by reason and content duplicates.")
-    parser.add_argument("--grid", default=None, help="also write a contact sheet of sample images to this PNG")
+    parser.add_argument("--grid", default=None, help="also write a contact sheet of sample images to this PNG "
+                        "(with their boxes and class names, class masks, or class names)")
     parser.add_argument("--split", default=None, help="split of the contact sheet (default: the first)")
-    parser.add_argument("--per-class", type=int, default=8, help="images per class on the sheet (default: %(default)s)")
+    parser.add_argument("--per-class", type=int, default=8, help="images per class on the sheet; objects, masks, "
+                        "several labels: its columns (default: %(default)s)")
     args = parser.parse_args(argv)
     _configure_logging(verbose=False)
     _quiet_tensorflow()

@@ -4,25 +4,21 @@ from __future__ import annotations
 
 import collections
 import datetime
-import functools
 import io
 import json
 import logging
 import os
 import re
-import shutil
 import statistics
-import subprocess
 from typing import Optional
 
 import tensorflow as tf
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
 
 import record_schema
 from reader import storage
+from reader.contact_sheet import draw_sheet
 from reader.info import DatasetInfo, dataset_info, kept_work
-from reader.verify import iter_records
-from record_files.tfrecord import FrameError
 
 logger = logging.getLogger(__name__)
 
@@ -145,132 +141,28 @@ def check_sheet_path(path: str) -> str:
 
 def contact_sheet(data_dir: str, path: str, split: Optional[str] = None, per_class: int = 8,
                   thumb: int = 96) -> str:
-    """Write a PNG grid: one row per class, ``per_class`` sample images labelled with the class name.
+    """Write a contact sheet of ``split`` (default: the first) to ``path``, drawn as its task labels it.
 
-    Rows are filled from the records in shard order, so a person can see at a
-    glance that the images under each label are what the label says. The
-    image format follows the extension of ``path`` (.png, .jpg, .webp...).
+    Classification: one row per class, ``per_class`` sample images labelled
+    with the class name, so a person can see at a glance that the images under
+    each label are what the label says. Objects, segmentation and multi-label:
+    ``per_class`` columns of records (``2 * thumb`` pixels a side) with their
+    boxes and class names, class mask, or class names drawn
+    (:mod:`reader.contact_sheet`). The image format follows the extension of
+    ``path`` (.png, .jpg, .webp...).
 
     Raises:
-      ValueError: ``path``'s folder does not exist or its extension is not an image format.
+      ValueError: ``path``'s folder does not exist or its extension is not an image format; a shard is damaged.
     """
     image_format = check_sheet_path(path)
     info = dataset_info(data_dir)
-    chosen = info.split(split or next(iter(info.splits)))
-    samples = _samples(info, chosen.shards, per_class, thumb)
-    fonts = LabelFonts()
-    names = info.manifest.get("class_text") or list(info.classes)
-    name_width = int(max(fonts.width(name) for name in names)) + 16
-    sheet = Image.new("RGB", (name_width + per_class * (thumb + 4), info.num_classes * (thumb + 4)), "white")
-    draw = ImageDraw.Draw(sheet)
-    for label, name in enumerate(names):
-        top = label * (thumb + 4)
-        fonts.draw(draw, (4, top + thumb // 2 - 8), name)
-        for column, image in enumerate(samples.get(label, [])):
-            sheet.paste(image, (name_width + column * (thumb + 4), top))
+    sheet, missing = draw_sheet(info, info.split(split or next(iter(info.splits))), per_class, thumb)
     with tf.io.gfile.GFile(path, "wb") as handle:
         buffer = io.BytesIO()
         sheet.save(buffer, format=image_format)
         handle.write(buffer.getvalue())
-    if fonts.missing:
+    if missing:
         logger.warning("the contact sheet draws %s as boxes: no installed font has them. Install one that does "
                        "(for Chinese, Japanese and Korean, Debian's fonts-noto-cjk) and run inspect again",
-                       " ".join(sorted(fonts.missing)))
+                       " ".join(sorted(missing)))
     return path
-
-
-def _samples(info: DatasetInfo, shards, per_class: int, thumb: int) -> dict[int, list[Image.Image]]:
-    """Up to ``per_class`` thumbnails per label, from the records in shard order."""
-    samples: dict[int, list[Image.Image]] = collections.defaultdict(list)
-    for shard in shards:
-        try:
-            for data in iter_records(shard.path):
-                example = tf.train.Example.FromString(data)
-                label = example.features.feature[record_schema.LABEL].int64_list.value[0]
-                if len(samples[label]) < per_class:
-                    encoded = example.features.feature[record_schema.IMAGE_ENCODED].bytes_list.value[0]
-                    image = Image.open(io.BytesIO(encoded)).convert("RGB")
-                    image.thumbnail((thumb, thumb))
-                    samples[label].append(image)
-        except FrameError as err:
-            raise ValueError(f"cannot draw the contact sheet: {err}. python -m converter verify {info.data_dir} "
-                             "checks every shard") from None
-        if all(len(samples[label]) >= per_class for label in range(info.num_classes)):
-            break
-    return samples
-
-
-class LabelFonts:
-    """Draws class names in any script the machine has a font for, character by character.
-
-    Pillow's built-in font draws only Latin; DejaVu Sans (shipped with
-    matplotlib, and with most Linux systems) adds accents, Greek and Cyrillic;
-    any other installed font (``fc-list``) fills the rest, e.g. a CJK font for
-    ``猫``. A character no installed font has is drawn as a box and listed in
-    :attr:`missing`.
-    """
-
-    SIZE = 14
-
-    def __init__(self) -> None:
-        self._paths = _font_files()
-        self._loaded: dict[str, ImageFont.FreeTypeFont] = {}
-        self._by_char: dict[str, ImageFont.ImageFont] = {}
-        self.missing: set[str] = set()
-
-    def _font(self, path: str):
-        if path not in self._loaded:
-            self._loaded[path] = ImageFont.truetype(path, self.SIZE)
-        return self._loaded[path]
-
-    def for_char(self, char: str):
-        """The first font that has a glyph for ``char`` (the first font at all if none has)."""
-        if char not in self._by_char:
-            chosen = None
-            for path in self._paths:
-                try:
-                    font = self._font(path)
-                except OSError:
-                    continue
-                if char.isspace() or _has_glyph(font, char):
-                    chosen = font
-                    break
-            if chosen is None:
-                self.missing.add(char)
-                chosen = self._font(self._paths[0]) if self._paths else ImageFont.load_default(self.SIZE)
-            self._by_char[char] = chosen
-        return self._by_char[char]
-
-    def width(self, text: str) -> float:
-        return sum(self.for_char(char).getlength(char) for char in text)
-
-    def draw(self, draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str) -> None:
-        x, y = xy
-        for char in text:
-            font = self.for_char(char)
-            draw.text((x, y), char, fill="black", font=font)
-            x += font.getlength(char)
-
-
-def _has_glyph(font, char: str) -> bool:
-    """``font`` draws ``char`` as itself, not as its "missing glyph" box."""
-    missing = font.getmask("\U0010fffd")  # a private-use code point: no font maps it
-    mask = font.getmask(char)
-    return not (mask.size == missing.size and bytes(mask) == bytes(missing))
-
-
-@functools.lru_cache(maxsize=1)
-def _font_files() -> tuple[str, ...]:
-    """DejaVu Sans first (matplotlib's copy, else the system's), then every other font fontconfig knows."""
-    paths = []
-    try:
-        import matplotlib
-
-        paths.append(os.path.join(os.path.dirname(matplotlib.__file__), "mpl-data", "fonts", "ttf", "DejaVuSans.ttf"))
-    except ImportError:
-        pass
-    if shutil.which("fc-list"):
-        listed = subprocess.run(["fc-list", "--format", "%{file}\n"], capture_output=True, text=True, timeout=30)
-        files = sorted({line for line in listed.stdout.splitlines() if line.lower().endswith((".ttf", ".otf", ".ttc"))})
-        paths += sorted(files, key=lambda f: (os.path.basename(f) != "DejaVuSans.ttf", f))
-    return tuple(path for path in dict.fromkeys(paths) if os.path.exists(path))
