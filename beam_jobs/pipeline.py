@@ -283,11 +283,22 @@ def _warn_about_empty_classes(plan: discover.InputPlan, results: Sequence[ShardR
         written.update(label for label, count in result.label_counts.items() if count)
     empty = [name for label, name in enumerate(plan.classes)
              if label not in written and name and name not in plan.unlisted]  # "": an id the source leaves unused
+    if plan.task == record_schema.TASK_OBJECTS:  # an object's class: none listed, or all of them rejected?
+        unused = [name for label, name in enumerate(plan.classes) if name in empty and not plan.listed_objects.get(label)]
+        if unused:
+            logger.warning("%d of the %d classes have no objects in the annotations, so none in the records: %s",
+                           len(unused), sum(1 for name in plan.classes if name), _few(unused))
+        empty = [name for name in empty if name not in set(unused)]
     if empty:
         noun = "class has" if len(empty) == 1 else "classes have"
-        shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
-        logger.warning("%d %s no records: every file listed for %s was rejected (%s): %s", len(empty), noun,
+        shown = _few(empty)
+        logger.warning("%d %s no records: every %s listed for %s was rejected (%s): %s", len(empty), noun,
+                       "object" if plan.task == record_schema.TASK_OBJECTS else "file",
                        "it" if len(empty) == 1 else "them", record_schema.REJECTED_FILE, shown)
+
+
+def _few(names: Sequence[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def _warn_about_shard_sizes(results: Sequence[ShardResult]) -> None:

@@ -89,6 +89,8 @@ class InputPlan:
     # Objects: record class id = the source's id + this (1 where the source numbers a real class 0, which the
     # records' convention keeps for the background: beam_jobs.sources.annotated_plan).
     class_id_offset: int = 0
+    # Objects: record class id -> the objects its annotations list (a class without any is not "all rejected").
+    listed_objects: Mapping[int, int] = dataclasses.field(default_factory=dict)
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}

@@ -128,14 +128,18 @@ def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val
     classes = ("",) * offset + tuple(classes)
     sizes: dict[str, int] = {}
     keys: list[bytes] = []  # each train image's carve key, in listing order (--val-fraction only)
+    listed_objects: dict[int, int] = {}  # record class id -> objects the annotations give it
 
     def refs() -> Iterator[ImageRef]:
         for image in images:
             sizes[image.split] = sizes.get(image.split, 0) + 1
             if val_fraction > 0 and image.split == "train":
                 keys.append(carve_key(seed, image.relpath))
-            yield ImageRef(image.split, image.relpath, 0, image.source,
-                           annotations.encode(_shifted(image.annotation, offset)))
+            annotation = _shifted(image.annotation, offset)
+            if isinstance(annotation, annotations.Objects):
+                for box in annotation.boxes:
+                    listed_objects[box.label] = listed_objects.get(box.label, 0) + 1
+            yield ImageRef(image.split, image.relpath, 0, image.source, annotations.encode(annotation))
 
     if scratch is None:
         listed: Sequence[ImageRef] = tuple(refs())
@@ -154,7 +158,7 @@ def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val
         sizes = {"train": len(keys) - count, **({"validation": count} if count else {})}
     return InputPlan(_ObjectRefs(listed, threshold, seed, refused), tuple(classes), dict(sorted(skipped.items())),
                      tuple(warnings), split_counts=sizes, task=task, extra_features=dict(extra_features or {}),
-                     class_id_offset=offset)
+                     class_id_offset=offset, listed_objects=dict(sorted(listed_objects.items())))
 
 
 def _shifted(annotation: annotations.Annotation, offset: int) -> annotations.Annotation:

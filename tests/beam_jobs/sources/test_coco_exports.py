@@ -146,3 +146,21 @@ def test_an_annotations_folder_without_its_image_folder_names_what_is_there(tmp_
     with pytest.raises(InputError, match=r"expected val2017/, images/val2017/ or images/ \(the folders there: "
                                          r"annotations, pictures\)"):
         _plan(root)
+
+
+def test_classes_without_objects_in_the_annotations_are_told_apart_from_classes_whose_objects_were_rejected(
+        tmp_path, caplog):
+    root = tmp_path / "subset"
+    write_file(str(root / "train2017/a.jpg"), jpeg(picture(32, 32, [(2, 2, 20, 20)])))
+    write_file(str(root / "annotations/instances_train2017.json"), json.dumps({
+        "images": [{"id": 1, "file_name": "a.jpg", "width": 32, "height": 32}],
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [2, 2, 18, 18]},
+                        {"id": 2, "image_id": 1, "category_id": 2, "bbox": [40, 40, 5, 5]}],
+        "categories": [{"id": 1, "name": "person"}, {"id": 2, "name": "car"}, {"id": 3, "name": "boat"},
+                       {"id": 4, "name": "kite"}]}))
+    with caplog.at_level("WARNING"):
+        run(ConvertOptions(src=str(root), out=str(tmp_path / "ds"), shards=1, max_bad_fraction=0.9), FAST,
+            show_progress=False)
+    said = "\n".join(record.getMessage() for record in caplog.records)
+    assert "2 of the 4 classes have no objects in the annotations, so none in the records: boat, kite" in said
+    assert "1 class has no records: every object listed for it was rejected (rejected.jsonl): car" in said
