@@ -387,8 +387,16 @@ def _check_error_budget(
     raise TooManyRejectedError(
         f"{rejected} of {num_listed} files ({fraction:.1%}) were rejected ({counted}), more than "
         f"--max-bad-fraction {options.max_bad_fraction:g}; nothing was published. "
-        f"Each file and its reason is in {report}"
+        f"Each file and its reason is in {report}" + "".join(
+            f". {hint}" for reason, hint in _REASON_HINTS.items() if rejected_by_reason.get(reason))
     )
+
+
+# What a rejection reason asks of the user, said in the error line when rejections fail the run.
+_REASON_HINTS = {
+    "absolute-path": "The Parquet rows hold absolute paths of the machine that wrote them and no image bytes: "
+                     "pass --local-paths to read those files from this machine",
+}
 
 
 def _check_object_budget(options: ConvertOptions, counts: PartCounts, staging: str) -> None:

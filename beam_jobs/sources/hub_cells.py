@@ -21,6 +21,9 @@ from beam_jobs.sources.hub_tables import ArrowNotLocalError, first_line, open_ta
 
 _LOCATOR = "q"  # a cell's locator kind, beside archive_members' "a", "w" and "!"
 
+# A row of no bytes and a path of the machine that wrote the file: read with --local-paths (the error line says so).
+ABSOLUTE_PATH = "absolute-path"
+
 
 class CellError(archive_members.UnreadableItem):
     """A row whose image cannot be had: ``reason`` is the rejection's (``missing-image``...)."""
@@ -96,7 +99,7 @@ class CellReader:
         where = f"{file or posixpath.basename(self._src)} row group {group} row {row}"
         if path and path.startswith("/"):  # datasets' to_parquet of local image files: their absolute paths
             if not self._local_paths:
-                raise CellError("missing-image", f"{where}: no image bytes, only the absolute path {path!r}; "
+                raise CellError(ABSOLUTE_PATH, f"{where}: no image bytes, only the absolute path {path!r}; "
                                 "pass --local-paths to read it from this machine")
             try:
                 with open(path, "rb") as handle:

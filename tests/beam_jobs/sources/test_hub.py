@@ -319,7 +319,7 @@ def test_rows_of_local_paths_are_read_with_local_paths_and_every_rejection_names
     src.mkdir()
     datasets.Dataset.from_dict({"image": paths, "labels": [0, 1, 2]}, features=features).to_parquet(
         str(src / "train-00000-of-00001.parquet"))
-    with pytest.raises(TooManyRejectedError):
+    with pytest.raises(TooManyRejectedError, match="absolute-path 3.*: pass --local-paths to read those files"):
         _convert(src, tmp_path / "refused")
     report = json.loads((tmp_path / "refused.rejected.jsonl").read_text().splitlines()[0])
     assert "pass --local-paths" in report["detail"] and "row group 0 row 0" in report["detail"]
