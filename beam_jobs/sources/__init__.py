@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.planning import discover
@@ -66,26 +66,39 @@ class Request:
                                    lost_inputs=plan.lost_inputs + lost, warnings=plan.warnings + tuple(warnings))
 
 
+# The flags that say how a layout labels its images, each meaningful to some sources only: a source's row
+# names those it reads, and any other given is refused once, naming it (:func:`_refuse_flags`).
+_HUB_FLAGS = frozenset({"--config", "--image-column", "--label-column", "--bbox-format"})
+
+
+def _given(options: ConvertOptions) -> dict[str, bool]:
+    return {"--annotations": bool(options.annotations), "--val-labels": bool(options.val_labels),
+            "--label-member": bool(options.label_member), "--config": bool(options.config),
+            "--image-column": bool(options.image_column), "--label-column": bool(options.label_column),
+            "--bbox-format": bool(options.bbox_format), "--masks": options.masks}
+
+
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """One input layout: ``claims(request)`` says whether SRC and its flags are this layout; ``plan`` plans it."""
+    """One input layout: ``claims(request)`` says whether SRC and its flags are this layout; ``plan`` plans it.
+
+    ``what``: the layout in words, for messages; ``flags``: the layout flags it reads (of :func:`_given`'s).
+    """
 
     name: str
     claims: Callable[[Request], bool]
     plan: Callable[[Request], discover.InputPlan]
+    what: str = ""
+    flags: frozenset[str] = frozenset()
 
 
 def _hub_file(request: Request) -> discover.InputPlan:
-    _check_flags_of(request, "a Parquet dataset, whose rows carry their labels (--label-column names the column)",
-                    ("--annotations", "--val-labels", "--label-member"))
     return hub.plan(request.src, discover.Listing(()), request.labels, request.options.val_fraction,
                     request.options.seed, request.options.config, request.options.image_column,
                     request.options.label_column, scratch=request.scratch, bbox_format=request.options.bbox_format)
 
 
 def _hub_folder(request: Request) -> discover.InputPlan:
-    _check_flags_of(request, "a Parquet dataset, whose rows carry their labels (--label-column names the column)",
-                    ("--annotations", "--val-labels", "--label-member"))
     options = request.options
     return hub.plan(request.src, request.found().listing, request.labels, options.val_fraction, options.seed,
                     options.config, options.image_column, options.label_column, scratch=request.scratch,
@@ -146,9 +159,6 @@ def _class_folders(request: Request) -> discover.InputPlan:
 def _objects(module) -> Callable[[Request], discover.InputPlan]:
     """The plan of an object layout (COCO, YOLO): one call over SRC's listing."""
     def plan(request: Request) -> discover.InputPlan:
-        layout = module.__name__.rpartition(".")[2]
-        _check_flags_of(request, f"a dataset whose annotations label its images ({layout})",
-                        ("--val-labels", "--label-member"))
         found = request.found()
         with archives.LauncherReader(request.src, found.inflated) as read:
             return request.with_archives(module.plan(request.options, found.listing, read, request.labels,
@@ -158,22 +168,28 @@ def _objects(module) -> Callable[[Request], discover.InputPlan]:
 
 # Tried in order; the first that claims the request plans it. Flags that name a layout come before
 # the layouts found by looking, and class folders, which claim everything, come last.
+_PARQUET = "a Parquet dataset, whose rows carry their labels (--label-column names the column)"
+_ANNOTATED = "a dataset whose annotations label its images"
 SOURCES: tuple[Source, ...] = (
-    Source("hugging-face-file", lambda r: hub_files.is_dataset_file(r.src), _hub_file),
+    Source("hugging-face-file", lambda r: hub_files.is_dataset_file(r.src), _hub_file, _PARQUET, _HUB_FLAGS),
     Source("coco", lambda r: coco.claims(r.options, r.found().listing if not r.options.annotations else None),
-           _objects(coco)),
-    Source("label-file", lambda r: bool(r.options.annotations), _label_file),
-    Source("hugging-face", lambda r: bool(hub_files.parquet_files(r.found().listing)), _hub_folder),
-    Source("yolo", lambda r: yolo.claims(r.found().listing), _objects(yolo)),
+           _objects(coco), f"{_ANNOTATED} (COCO)", frozenset({"--annotations", "--masks"})),
+    Source("label-file", lambda r: bool(r.options.annotations), _label_file, "a label file's images",
+           frozenset({"--annotations"})),
+    Source("hugging-face", lambda r: bool(hub_files.parquet_files(r.found().listing)), _hub_folder, _PARQUET,
+           _HUB_FLAGS),
+    Source("yolo", lambda r: yolo.claims(r.found().listing), _objects(yolo), f"{_ANNOTATED} (YOLO)"),
     Source("cvat", lambda r: not (r.options.label_member or r.options.val_labels)
-           and cvat.claims(r.found().listing), _objects(cvat)),
+           and cvat.claims(r.found().listing), _objects(cvat), f"{_ANNOTATED} (CVAT)"),
     Source("pascal-voc", lambda r: not (r.options.label_member or r.options.val_labels)
-           and voc.claims(r.found().listing), _objects(voc)),
+           and voc.claims(r.found().listing), _objects(voc), f"{_ANNOTATED} (Pascal VOC)", frozenset({"--masks"})),
     Source("mask-folders", lambda r: not (r.options.label_member or r.options.val_labels)
-           and mask_folders.claims(r.found().listing), _objects(mask_folders)),
-    Source("webdataset", lambda r: bool(r.options.label_member), _webdataset),
-    Source("imagenet", lambda r: bool(r.options.val_labels), _imagenet),
-    Source("class-folders", lambda r: True, _class_folders),
+           and mask_folders.claims(r.found().listing), _objects(mask_folders),
+           "images beside their class masks (semantic segmentation)", frozenset({"--masks"})),
+    Source("webdataset", lambda r: bool(r.options.label_member), _webdataset, "WebDataset samples",
+           frozenset({"--label-member"})),
+    Source("imagenet", lambda r: bool(r.options.val_labels), _imagenet, "ImageNet", frozenset({"--val-labels"})),
+    Source("class-folders", lambda r: True, _class_folders, "class folders"),
 )
 
 
@@ -191,26 +207,23 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
     labels = discover.read_labels_file(options.labels_file) if options.labels_file else None
     request = Request(options, scratch, scanner, labels)
     source = next(source for source in SOURCES if source.claims(request))
-    if not source.name.startswith("hugging-face") and (options.config or options.image_column
-                                                        or options.label_column or options.bbox_format):
-        flag = "--config" if options.config else "--image-column" if options.image_column else \
-            "--label-column" if options.label_column else "--bbox-format"
-        raise discover.InputError(f"{flag} names a part of a Parquet dataset, but {options.src} holds no .parquet "
-                                  "files")
-    if options.masks and source.name not in ("coco", "pascal-voc", "mask-folders"):
-        raise discover.InputError(f"--masks writes COCO's instance masks and Pascal VOC's class masks, but "
-                                  f"{options.src} is read as {source.name}, which has none")
+    _refuse_flags(source, options)
     plan = source.plan(request)
     if options.synsets:  # each class's text (ImageNet's LOC_synset_mapping.txt), whatever listed the classes
         plan = dataclasses.replace(plan, class_text=imagenet.read_synsets(options.synsets, plan.classes))
     return plan
 
 
-def _check_flags_of(request: Request, layout: str, flags: Sequence[str]) -> None:
-    """Flags that label images another way have no meaning for this layout: an error naming the first given."""
-    options = request.options
-    given = {"--annotations": options.annotations, "--val-labels": options.val_labels,
-             "--label-member": options.label_member}
-    for flag in flags:
-        if given.get(flag):
-            raise discover.InputError(f"{flag}: {options.src} is {layout}")
+def _refuse_flags(source: Source, options: ConvertOptions) -> None:
+    """A layout flag the chosen source does not read has no meaning for SRC: an error naming the first given."""
+    refused = [flag for flag, given in _given(options).items() if given and flag not in source.flags]
+    if not refused:
+        return
+    flag = refused[0]
+    if flag in _HUB_FLAGS:
+        raise discover.InputError(f"{flag} names a part of a Parquet dataset, but {options.src} holds no .parquet "
+                                  "files")
+    if flag == "--masks":
+        raise discover.InputError(f"--masks writes COCO's instance masks and Pascal VOC's class masks, but "
+                                  f"{options.src} is read as {source.name}, which has none")
+    raise discover.InputError(f"{flag}: {options.src} is {source.what}")

@@ -56,5 +56,5 @@ def test_a_folder_of_datasets_is_not_read_as_their_classes(datasets):
 
 def test_a_yolo_tree_given_a_flag_of_another_layout_is_refused_naming_the_flag(datasets):
     with pytest.raises(InputError, match=r"--label-member: .*coco8 is a dataset whose annotations label its images "
-                                         r"\(yolo\)"):
+                                         r"\(YOLO\)"):
         _plan(datasets / "coco8", label_member="cls")
