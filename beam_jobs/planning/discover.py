@@ -75,9 +75,9 @@ class InputPlan:
     archives: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # The rows a source reads at once (a Parquet row group; 0: each image alone): a part holds at least that many.
     read_unit: int = 0
-    # A Hugging Face dataset's revision (the <sha> of a snapshot folder holding SRC), "" outside a snapshot;
-    # None: SRC is no Parquet dataset.
-    hub_revision: Optional[str] = None
+    # What the manifest records of the inputs' files, a source's own (the Hub's: "source_parquet", its files and
+    # revision); empty: "source_archives", each archive of SRC, when there are any.
+    provenance: Mapping[str, object] = dataclasses.field(default_factory=dict)
     # What the records label: one class per image, or objects (record_schema.TASK_OBJECTS: each ref's
     # annotation holds its boxes, and ``classes[i]`` is the source's class id i, "" for an unused id).
     task: str = record_schema.TASK_CLASSIFICATION

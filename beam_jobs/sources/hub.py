@@ -121,18 +121,25 @@ def _plan_rows(src: str, files: Sequence[hub_files.ParquetFile], opened: list[_R
         images = _annotated(src, opened, unique, refused, hub_annotations.check_bbox_format(bbox_format))
         plan = annotated_plan.plan(src, images, annotation.names, val_fraction, seed, skipped, refused=refused,
                                    scratch=scratch, task=task)
-        return dataclasses.replace(plan, archives=hub_files.identities(src, [r.file.path for r in opened]),
-                                   hub_revision=hub_files.revision(src), read_unit=max(r.largest_group for r in opened),
-                                   lost_inputs=lost, warnings=tuple(warnings) + plan.warnings)
+        return _with_files(plan, src, opened, lost, warnings)
     label_names = _label_names(opened, labels, src)
     members = discover.collect_members(_members(src, opened, label_names, unique, refused), scratch)
     if not members.counts:
         raise InputError(f"{src}: its Parquet files hold no rows with an image")
     plan = discover.plan_from_members(members, label_names, val_fraction, seed, src, skipped, what="labels",
                                       refused=refused)
-    return dataclasses.replace(plan, archives=hub_files.identities(src, [r.file.path for r in opened]),
-                               hub_revision=hub_files.revision(src), read_unit=max(r.largest_group for r in opened),
-                               lost_inputs=lost, warnings=tuple(warnings) + plan.warnings)
+    return _with_files(plan, src, opened, lost, warnings)
+
+
+def _with_files(plan: InputPlan, src: str, opened: Sequence["_Rows"], lost: int, warnings: Sequence[str]) -> InputPlan:
+    """``plan`` with its Parquet files' identities (a changed file is a changed input), what the manifest says of
+    them (``source_parquet``: the files and the Hub revision they are), and the rows read at once."""
+    files = hub_files.identities(src, [r.file.path for r in opened])
+    return dataclasses.replace(plan, archives=files,
+                               provenance={"source_parquet": {"files": dict(files),
+                                                              "revision": hub_files.revision(src) or None}},
+                               read_unit=max(r.largest_group for r in opened), lost_inputs=lost,
+                               warnings=tuple(warnings) + plan.warnings)
 
 
 def _read_small_columns(src: str, files: Sequence[hub_files.ParquetFile], refused: list[ImageRef],

@@ -114,12 +114,11 @@ def build_manifest(
         "duplicates": duplicates or _no_duplicates(),
         "options": options.to_json(),
         "written_by": {"runner": runner, "apache_beam": _beam_version()},
-        # Where the images came from when SRC holds archives: each one (not inside another), its size and
-        # modification time. Records name images by their path in the extraction, as a folder's would be.
-        **({"source_archives": dict(plan.archives)} if plan.archives and plan.hub_revision is None else {}),
-        # A Hugging Face dataset: its Parquet files (size and modification time) and the Hub revision they are.
-        **({"source_parquet": {"files": dict(plan.archives), "revision": plan.hub_revision or None}}
-           if plan.hub_revision is not None else {}),
+        # Where the images came from: a source's own record of its files (a Hugging Face dataset's Parquet files
+        # and Hub revision: "source_parquet"), or, when SRC holds archives, each one (not inside another), its size
+        # and modification time; records name images by their path in the extraction, as a folder's would be.
+        **(dict(plan.provenance) if plan.provenance else
+           {"source_archives": dict(plan.archives)} if plan.archives else {}),
     }
 
 
