@@ -18,7 +18,9 @@ Which frame are the boxes in? The annotation's width and height say it: equal to
 stored (what COCO's own tools and Model Garden's scripts read, ignoring EXIF), they turn with the image.
 When the two frames have the same size (no EXIF turn, a mirror, a square image) or the coordinates are
 normalized, the source says which it means (``upright``): YOLO's labels are upright, since Ultralytics
-reads images with EXIF applied.
+reads images with EXIF applied. Where that choice turned an image's boxes (an EXIF orientation other than 1),
+the placed value names the frame taken (``assumed``), and ``--annotation-frame stored|upright`` overrides
+the source's word.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import unicodedata
 from typing import NamedTuple, Optional, Union
+
+import numpy as np
+
+from beam_jobs import masks
+from beam_jobs.options import DEFAULT_MAX_PIXELS
 
 # Reasons an object is rejected (rejected.jsonl, with the object's name in "annotation").
 BOX_EMPTY = "box-empty"  # zero or negative width or height
@@ -35,7 +43,12 @@ BOX_NOT_A_NUMBER = "box-not-a-number"  # a coordinate that is NaN, infinite or n
 UNKNOWN_CLASS = "unknown-class"  # a class id the dataset's class list does not have
 FRAME_MISMATCH = "frame-mismatch"  # the annotation's image size is neither the stored nor the upright image's
 BAD_ANNOTATION = "bad-annotation"  # a line or entry that does not parse
-OBJECT_REASONS = (BOX_EMPTY, BOX_OUTSIDE, BOX_NOT_A_NUMBER, UNKNOWN_CLASS, FRAME_MISMATCH, BAD_ANNOTATION)
+BAD_MASK = "bad-mask"  # --masks: a segmentation that cannot be rasterized on its image (beam_jobs.masks)
+OBJECT_REASONS = (BOX_EMPTY, BOX_OUTSIDE, BOX_NOT_A_NUMBER, UNKNOWN_CLASS, FRAME_MISMATCH, BAD_ANNOTATION, BAD_MASK)
+
+# Objects.assumed: which frame place() took boxes to be in when the image's size fits both.
+ASSUMED_STORED, ASSUMED_UPRIGHT = "stored", "upright"
+AUTO_FRAME = "auto"  # --annotation-frame: the source's word where the size cannot tell (else ASSUMED_*)
 
 NORMALIZED = (0, 0)  # the frame of coordinates given as fractions of the image's width and height
 STORED = (-1, -1)  # pixels of the image as stored, whatever its size (an annotation that gives no size)
@@ -83,6 +96,9 @@ class Objects:
         that turns them as the image was turned (1: none).
       class_mask: the image's semantic mask, ``(path, locator)`` of a PNG of class ids the size of the
         stored image (VOC's ``SegmentationClass/``), ``()`` for none.
+      assumed: once placed, the frame the boxes were taken to be in when the image's size could not tell
+        (:data:`ASSUMED_STORED` or :data:`ASSUMED_UPRIGHT`: an EXIF-turned image whose stored and upright
+        frames have the same size, orientations 2-4 or a square image), "" when it could or nothing turned.
     """
 
     source_id: str
@@ -95,6 +111,7 @@ class Objects:
     mask_turn: int = 1
     class_mask: tuple[str, ...] = ()  # a semantic mask's (path in SRC, locator): a PNG of class ids, pixel by pixel
     orientation: int = 1  # once placed: the image's EXIF orientation, which turns its class mask too
+    assumed: str = ""  # once placed: ASSUMED_STORED or ASSUMED_UPRIGHT when the frame's size could not tell
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +133,7 @@ def encode(annotation: Annotation) -> bytes:
         value = ["objects", annotation.source_id, [list(box) for box in annotation.boxes], list(annotation.frame),
                  annotation.upright, [list(item) for item in annotation.rejected], annotation.masks,
                  list(annotation.mask_frame), annotation.mask_turn, list(annotation.class_mask),
-                 annotation.orientation]
+                 annotation.orientation, *([annotation.assumed] if annotation.assumed else [])]
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -125,10 +142,10 @@ def decode(data: bytes) -> Annotation:
     kind, *value = json.loads(data)
     if kind == "labels":
         return Labels(tuple(value[0]))
-    source_id, boxes, frame, upright, rejected, masks, mask_frame, mask_turn, class_mask, orientation = value
+    source_id, boxes, frame, upright, rejected, with_masks, mask_frame, mask_turn, class_mask, orientation, *assumed = value
     return Objects(source_id, tuple(Box(*box) for box in boxes), tuple(frame), upright,
-                   tuple(tuple(item) for item in rejected), masks, tuple(mask_frame), mask_turn, tuple(class_mask),
-                   orientation)
+                   tuple(tuple(item) for item in rejected), with_masks, tuple(mask_frame), mask_turn, tuple(class_mask),
+                   orientation, *assumed)
 
 
 def _turn(x: float, y: float, orientation: int) -> tuple[float, float]:
@@ -146,22 +163,39 @@ def upright_size(stored: tuple[int, int], orientation: int) -> tuple[int, int]:
     return (stored[1], stored[0]) if orientation in (5, 6, 7, 8) else stored
 
 
-def place(objects: Objects, stored: tuple[int, int], orientation: int) -> Objects:
+def place(objects: Objects, stored: tuple[int, int], orientation: int, given_frame: str = AUTO_FRAME,
+          max_pixels: int = DEFAULT_MAX_PIXELS) -> Objects:
     """The objects on the upright image, normalized, with every object that cannot be placed rejected.
 
     ``stored``: the image file's ``(width, height)`` before any turn or resize; ``orientation``: the EXIF
     orientation the converter applied (1: none). Boxes normalized to the upright image stay right under
     ``--max-side``, which scales both axes alike. A box past the edge by at most a pixel (rounding) is
-    clipped; further out, it is rejected, as is an empty one.
+    clipped; further out, it is rejected, as is an empty one: empty as the records store it, in float32
+    (a box a float64 apart would reach the records with no area). With masks, an object whose segmentation
+    cannot be rasterized on this image (:func:`beam_jobs.masks.segmentation_problem`) is rejected as
+    ``bad-mask``: the writer then never meets one. Where the image's size cannot tell the frame (an EXIF
+    turn that keeps the size, or a square image) the result's ``assumed`` names the frame taken.
+
+    ``given_frame`` (``--annotation-frame``): ``auto`` takes the source's word (``objects.upright``) where the
+    size cannot tell; ``stored`` or ``upright`` overrides it there, for normalized coordinates, and for an
+    annotation that gives no size (then read as pixels of the upright image with ``upright``). Where the
+    annotation's size fits only one frame, the size decides. ``max_pixels`` (``--max-pixels``) caps a mask's.
     """
     orientation = orientation if orientation in range(1, 9) else 1
+    if given_frame in (ASSUMED_STORED, ASSUMED_UPRIGHT):
+        objects = dataclasses.replace(objects, upright=given_frame == ASSUMED_UPRIGHT)
+        if objects.frame == STORED and objects.upright:
+            objects = dataclasses.replace(objects, frame=upright_size(stored, orientation))
     upright = upright_size(stored, orientation)
     rejected = list(objects.rejected)
+    assumed = ""
     if objects.frame == NORMALIZED:
         frame, turn = (1.0, 1.0), not objects.upright
-        pixel = (1 / stored[0], 1 / stored[1])
+        pixels = stored if turn else upright  # the image the fractions are of
+        pixel = (1 / pixels[0], 1 / pixels[1])
     elif objects.frame == STORED:
-        frame, turn, pixel = (float(stored[0]), float(stored[1])), True, (1.0, 1.0)
+        frame, turn, pixel, pixels = (float(stored[0]), float(stored[1])), True, (1.0, 1.0), stored
+        assumed = ASSUMED_STORED if orientation != 1 and given_frame == AUTO_FRAME else ""
     else:
         matches_upright, matches_stored = objects.frame == upright, objects.frame == stored
         if not (matches_upright or matches_stored):
@@ -171,10 +205,14 @@ def place(objects: Objects, stored: tuple[int, int], orientation: int) -> Object
             return Objects(objects.source_id, (), NORMALIZED, True, tuple(rejected), objects.masks, (), 1,
                            objects.class_mask, orientation)
         turn = matches_stored and (not matches_upright or not objects.upright)
+        if matches_stored and matches_upright and orientation != 1 and given_frame == AUTO_FRAME:
+            assumed = ASSUMED_STORED if turn else ASSUMED_UPRIGHT
         frame, pixel = (float(objects.frame[0]), float(objects.frame[1])), (1.0, 1.0)
+        pixels = objects.frame
+    mask_frame = () if objects.frame == NORMALIZED else (int(frame[0]), int(frame[1]))
     placed = []
     for box in objects.boxes:
-        problem = _problem(box, frame, pixel)
+        problem = _problem(box, frame, pixel, pixels)
         if problem:
             rejected.append((box.name, *problem))
             continue
@@ -187,24 +225,62 @@ def place(objects: Objects, stored: tuple[int, int], orientation: int) -> Object
         if turn and orientation != 1:
             (ax, ay), (bx, by) = _turn(x0, y0, orientation), _turn(x1, y1, orientation)
             x0, x1, y0, y1 = min(ax, bx), max(ax, bx), min(ay, by), max(ay, by)
+        if np.float32(x1) <= np.float32(x0) or np.float32(y1) <= np.float32(y0):  # what the records store
+            rejected.append((box.name, BOX_EMPTY, f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} "
+                             "has no area once stored (float32)"))
+            continue
+        if objects.masks:
+            problem = _mask_problem(box.mask, mask_frame, max_pixels)
+            if problem:
+                rejected.append((box.name, BAD_MASK, problem))
+                continue
         area = box.area / (frame[0] * frame[1]) if box.area >= 0 else (x1 - x0) * (y1 - y0)
         placed.append(box._replace(xmin=x0, ymin=y0, xmax=x1, ymax=y1, area=area))
-    mask_frame = () if objects.frame == NORMALIZED else (int(frame[0]), int(frame[1]))
     return Objects(objects.source_id, tuple(placed), NORMALIZED, True, tuple(rejected), objects.masks, mask_frame,
-                   orientation if turn else 1, objects.class_mask, orientation)
+                   orientation if turn else 1, objects.class_mask, orientation, assumed if placed else "")
 
 
-def _problem(box: Box, frame: tuple[float, float], pixel: tuple[float, float]) -> Optional[tuple[str, str]]:
-    """Why ``box`` cannot be placed in a ``frame`` (width, height), or None; ``pixel``: one pixel in its units."""
+def _problem(box: Box, frame: tuple[float, float], pixel: tuple[float, float],
+             pixels: tuple[int, int]) -> Optional[tuple[str, str]]:
+    """Why ``box`` cannot be placed in a ``frame`` (width, height), or None; ``pixel``: one pixel in its units,
+    ``pixels``: the ``(width, height)`` in pixels of the image the frame measures."""
     corners = (box.xmin, box.ymin, box.xmax, box.ymax)
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in corners):
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in corners):
         return BOX_NOT_A_NUMBER, f"box {list(corners)} has a coordinate that is not a finite number"
     if box.xmax <= box.xmin or box.ymax <= box.ymin:
         return BOX_EMPTY, f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} has no area"
     tolerance_x, tolerance_y = pixel
     if (box.xmin < -tolerance_x or box.ymin < -tolerance_y or box.xmax > frame[0] + tolerance_x
             or box.ymax > frame[1] + tolerance_y):
-        size = "1x1 (normalized)" if frame == (1.0, 1.0) else f"{frame[0]:g}x{frame[1]:g}"
+        if frame == (1.0, 1.0):  # normalized: the pixels too, of the image the fractions are of
+            width, height = pixels
+            size = (f"1x1 (normalized) image (pixels x {box.xmin * width:.1f}..{box.xmax * width:.1f}, "
+                    f"y {box.ymin * height:.1f}..{box.ymax * height:.1f} of {width}x{height})")
+        else:
+            size = f"{frame[0]:g}x{frame[1]:g} image"
         return BOX_OUTSIDE, (f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} reaches outside "
-                             f"the {size} image by more than a pixel")
+                             f"the {size} by more than a pixel")
     return None
+
+
+def _mask_problem(mask: str, frame: tuple[int, ...], max_pixels: int) -> Optional[str]:
+    """Why an object's segmentation (JSON text) cannot be rasterized in its pixel ``frame``, or None."""
+    if len(frame) != 2:
+        return "the segmentation has no pixel frame (its annotation's coordinates are normalized)"
+    try:
+        segmentation = json.loads(mask)
+    except (ValueError, RecursionError) as err:
+        return f"the segmentation is not JSON: {err}"
+    return masks.segmentation_problem(segmentation, (frame[0], frame[1]), max_pixels)
+
+
+def class_name_problem(name: str, where: str) -> Optional[str]:
+    """Why ``name`` cannot be a class name (naming ``where`` and the name), or None: a control character or a
+    line break, since a class name is one line of ``labels.txt`` and a quoted string of ``label_map.pbtxt``
+    and such a character breaks both (a newline shifts every later id in labels.txt). Line breaks are those
+    ``str.splitlines`` splits at (NEL, U+2028 and U+2029 too). A planner raises its ``InputError`` with it
+    (this layer sits below :mod:`beam_jobs.planning`)."""
+    bad = next((char for char in name if unicodedata.category(char) in ("Cc", "Cs", "Zl", "Zp")), None)
+    if bad is None:
+        return None
+    return f"{where}: the class name {name!r} holds a control character ({bad!r}); rename the class in the annotations"

@@ -21,6 +21,8 @@ DEFAULT_SEED = 0
 ANNOTATION_COLUMNS = ("path", "label", "split")
 # --archive-scan: who reads the tars' headers (beam_jobs.sources.archive_scan).
 ARCHIVE_SCANS = ("auto", "launcher", "workers")
+# --annotation-frame: which frame boxes are in where an image's size cannot tell (beam_jobs.annotations.place).
+ANNOTATION_FRAMES = ("auto", "stored", "upright")
 # Larger than nearly any photograph (a 100 MP medium-format frame) yet small
 # enough that one decode cannot exhaust a worker (300 MB of RGB). Pillow itself
 # refuses images over ~179 MP as decompression bombs.
@@ -92,6 +94,10 @@ class EncodeOptions:
       local_paths: a Parquet row without image bytes may name an absolute path on this machine
         (``datasets``' ``to_parquet`` of local image files writes such rows), which workers then read.
         Off by default: a dataset from elsewhere must not make the converter read this machine's files.
+      annotation_frame: ``--annotation-frame``: the frame an object dataset's boxes are in where the image's
+        size cannot tell (EXIF orientations 2-4, a square image, normalized coordinates, no size given):
+        ``stored`` (the pixels as the file holds them: COCO's tools, Model Garden's scripts), ``upright``
+        (EXIF applied: CVAT, Label Studio, Roboflow, Ultralytics), or ``auto`` (each source's convention).
     """
 
     quality: int = DEFAULT_QUALITY
@@ -99,6 +105,7 @@ class EncodeOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
     min_side: Optional[int] = None
     local_paths: bool = False
+    annotation_frame: str = ANNOTATION_FRAMES[0]
 
     def __post_init__(self) -> None:
         if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
@@ -111,6 +118,9 @@ class EncodeOptions:
             raise ValueError(f"--min-side {self.min_side} is larger than --max-side {self.max_side}")
         if not isinstance(self.max_pixels, int) or self.max_pixels < 1:
             raise ValueError(f"--max-pixels must be a positive integer, got {self.max_pixels!r}")
+        if self.annotation_frame not in ANNOTATION_FRAMES:
+            raise ValueError(f"--annotation-frame must be one of {', '.join(ANNOTATION_FRAMES)}, got "
+                             f"{self.annotation_frame!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -102,6 +102,10 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--masks", action="store_true",
         help="COCO: write each object's segmentation (polygons, a crowd's RLE) as a PNG mask in its record "
         "(image/object/mask, Model Garden's include_mask); needs pip install '.[masks]'")
+    add("--annotation-frame", choices=opts.ANNOTATION_FRAMES, default=opts.ANNOTATION_FRAMES[0],
+        help="objects: the frame boxes are in where an image's size cannot tell (EXIF orientations 2-4, square "
+        "images, normalized coordinates): stored (pixels as the file holds them: COCO's tools) or upright (EXIF "
+        "applied: CVAT, Label Studio, Roboflow, YOLO); auto: each source's convention (default: %(default)s)")
     add("--synsets", default=None, help="'ID text' per line: each class's text in the records "
         "(ImageNet's LOC_synset_mapping.txt)")
     add("--max-side", type=int, default=None,
@@ -171,7 +175,8 @@ def convert(argv: Sequence[str]) -> int:
             seed=args.seed,
             labels_file=args.labels_file,
             encode=opts.EncodeOptions(quality=args.quality, max_side=args.max_side, max_pixels=args.max_pixels,
-                                      min_side=args.min_side, local_paths=args.local_paths),
+                                      min_side=args.min_side, local_paths=args.local_paths,
+                                      annotation_frame=args.annotation_frame),
             max_bad_fraction=args.max_bad_fraction,
             overwrite=args.overwrite,
             annotations=args.annotations,

@@ -12,23 +12,34 @@ With ``--masks``, the images of ``ImageSets/Segmentation`` instead, each with it
 
 ``bndbox`` is 1-based and inclusive: a box of ``xmin 1 .. xmax 10`` covers the first ten pixels, whose
 edges in 0-based pixel coordinates are 0 and 10. So the box written is ``xmin - 1 .. xmax`` (TFDS and the
-OD API's script drop the ``- 1``, a pixel off). Class ids are those of the OD API's
-``pascal_label_map.pbtxt`` when every name is one of VOC's 20 (alphabetical, 1-20, 0 left for the
-background); a dataset of other names (VOC's format, one's own classes) numbers its sorted names from 1,
-or ``--labels``' order from 1. An image whose XML cannot be read is rejected as a whole
-(``bad-annotation``): written without its objects, it would teach a detector that they are background.
+OD API's script drop the ``- 1``, a pixel off).
+
+Class ids, without ``--labels``: the OD API's ``pascal_label_map.pbtxt`` (VOC's 20, alphabetical, 1-20, 0 left
+for the background) when at least half of the distinct names are VOC's; each object of another name (a typo,
+``Dog``, ``persn``) is then rejected as ``unknown-class`` with the near VOC name (``'Dog' is not a VOC class:
+did you mean 'dog'?``) and a warning counts them, so one odd name never renumbers every class. When fewer than
+half the names are VOC's (none in a dataset of one's own classes in VOC's format), the sorted names number from
+1, and a warning says so. With ``--labels``, its order from 1, and an object of a name it lacks is rejected.
+A class name holding a control character or a line break is refused at planning, naming its XML.
+
+Rejected objects are named by their XML (``VOC2012/Annotations/2008_000001.xml object 2``). An image whose XML
+cannot be read is rejected as a whole (``bad-annotation``): written without its objects, it would teach a
+detector that they are background. A listed image whose ``JPEGImages/<id>.jpg`` (or another image extension)
+is missing is rejected as ``missing-file`` naming its XML; an XML that no split list names and whose image is
+missing is named in a warning.
 """
 
 from __future__ import annotations
 
 import collections
+import difflib
 import posixpath
 import re
 import xml.etree.ElementTree as ElementTree
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import record_schema
-from beam_jobs import annotations
+from beam_jobs import annotations, formats
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path
 from beam_jobs.sources import archive_members, annotated_plan
@@ -66,41 +77,65 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     located = dict(listing.entries())
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
     warnings: list[str] = []
-    parsed: list[tuple[str, str, object]] = []  # (split, image path, (frame, objects) or the XML's problem)
-    names: set[str] = set()
+    # (split, image path or "", XML path, (frame, objects) or the XML's problem)
+    parsed: list[tuple[str, str, str, object]] = []
+    names: collections.Counter[str] = collections.Counter()  # objects by class name
     lists = "Segmentation" if options.masks else "Main"
     for root in roots(listing):
+        images_of = _images_by_id(root, located)
         for split, image_id in _listed(root, located, read, lists):
             xml_path = posixpath.join(root, "Annotations", f"{image_id}.xml")
-            image = posixpath.join(root, "JPEGImages", f"{image_id}.jpg")
+            image = images_of.get(image_id, "")
             if xml_path not in located:
-                parsed.append((split, image, f"{display_path(xml_path)} is missing"))
+                missing = image or posixpath.join(root, "JPEGImages", f"{image_id}.jpg")
+                parsed.append((split, missing, xml_path, f"{display_path(xml_path)} is missing"))
                 continue
             result = _parse(read(xml_path, located[xml_path]), display_path(xml_path))
             if isinstance(result, tuple):
-                names.update(box[0] for box in result[1])
-            parsed.append((split, image, result))
-        listed = {image for _, image, _ in parsed}
+                for index, box in enumerate(result[1], start=1):
+                    problem = annotations.class_name_problem(box[0], f"{display_path(xml_path)} object {index}")
+                    if problem:
+                        raise InputError(problem)
+                    names[box[0]] += 1
+            parsed.append((split, image, xml_path, result))
+        listed = {image for _, image, _, _ in parsed}
         unlisted = sorted(p for p in located if p.startswith(posixpath.join(root, "JPEGImages") + "/")
                           and p not in listed)
         skipped["not-in-split-lists"] += len(unlisted)
         if unlisted:
             warnings.append(f"{len(unlisted)} image{'s' if len(unlisted) != 1 else ''} of {display_path(src)}/{root or '.'}/JPEGImages are in no split "
-                            f"list of ImageSets/{lists}: skipped ({', '.join(map(display_path, unlisted[:3]))}"
-                            f"{' ...' if len(unlisted) > 3 else ''})")
-    classes = _classes(names, labels)
+                            f"list of ImageSets/{lists}: skipped ({_some(unlisted)})")
+        read_xml = {xml for _, _, xml, _ in parsed}
+        orphans = sorted(p for p in located if _xml_id(root, p) is not None and p not in read_xml
+                         and _xml_id(root, p) not in images_of)
+        if orphans:
+            warnings.append(f"{len(orphans)} annotation file{'s' if len(orphans) != 1 else ''} of "
+                            f"{display_path(src)}/{root or '.'}/Annotations have no image in JPEGImages and are in no "
+                            f"split list of ImageSets/{lists}: not read ({_some(orphans)})")
+    classes, note = _classes(names, labels)
+    if note:
+        warnings.append(f"{display_path(src)}: {note}")
     class_id = {name: index for index, name in enumerate(classes) if name}
+    unknown: collections.Counter[str] = collections.Counter()
     images, refused = [], []
-    for split, image, result in parsed:
+    for split, image, xml_path, result in parsed:
         if isinstance(result, str):
             refused.append(ImageRef(split, image, 0, archive_members.refusal(annotations.BAD_ANNOTATION, result)))
+            continue
+        if not image:
+            stem = posixpath.splitext(posixpath.basename(xml_path))[0]
+            expected = posixpath.join(posixpath.dirname(posixpath.dirname(xml_path)), "JPEGImages", f"{stem}.jpg")
+            refused.append(ImageRef(split, expected, 0, archive_members.refusal(
+                "missing-file", f"{display_path(xml_path)} annotates it, but {display_path(expected)} (or another "
+                "image extension) is not there")))
             continue
         frame, objects = result
         boxes, rejected = [], []
         for index, (name, x0, y0, x1, y1, difficult, truncated) in enumerate(objects, start=1):
-            label = f"{display_path(image)} object {index}"
+            label = f"{display_path(xml_path)} object {index}"
             if name not in class_id:
-                rejected.append((label, annotations.UNKNOWN_CLASS, f"{name!r} is not in --labels"))
+                unknown[name] += 1
+                rejected.append((label, annotations.UNKNOWN_CLASS, _unknown_detail(name, classes, labels is not None)))
                 continue
             boxes.append(annotations.Box(label, class_id[name], x0 - 1, y0 - 1, x1, y1, -1.0, False, difficult,
                                          truncated))
@@ -113,11 +148,43 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
                                             tuple(rejected), class_mask=class_mask)
         images.append(annotated_plan.AnnotatedImage(split, image, objects_value,
                                                     annotated_plan.source_of(image, located)))
+    if unknown:
+        shown = ", ".join(f"{name!r}" + (f" x{count}" if count > 1 else "") for name, count in unknown.most_common(5))
+        warnings.append(f"{display_path(src)}: {sum(unknown.values())} objects name a class "
+                        f"{'--labels does not list' if labels is not None else 'VOC does not have'} ({shown}"
+                        f"{' ...' if len(unknown) > 5 else ''}): rejected as unknown-class"
+                        + ("" if labels is not None else "; to keep them as classes, list every class name of the "
+                           "dataset, one a line, in --labels"))
     if not images and not refused:
         raise InputError(f"{src}: its VOC split lists (ImageSets/{lists}/*.txt) name no images")
     seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes"}
     return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, None, refused,
                                scratch=scratch, extra_features=seg if options.masks else None)
+
+
+def _some(paths: Sequence[str]) -> str:
+    return ", ".join(map(display_path, paths[:3])) + (" ..." if len(paths) > 3 else "")
+
+
+def _images_by_id(root: str, located: dict) -> dict[str, str]:
+    """Each image of ``root``'s ``JPEGImages/`` by its id (its name without extension): ``<id>.jpg`` as VOC
+    ships, or another image extension (a dataset of one's own in VOC's layout)."""
+    prefix = posixpath.join(root, "JPEGImages") + "/"
+    found: dict[str, str] = {}
+    for path in sorted(located):
+        name = path[len(prefix):] if path.startswith(prefix) else ""
+        if name and formats.has_image_extension(name):
+            image_id = posixpath.splitext(name)[0]
+            if image_id not in found or name.endswith(".jpg"):
+                found[image_id] = path
+    return found
+
+
+def _xml_id(root: str, path: str) -> Optional[str]:
+    """The image id of an annotation file of ``root``'s ``Annotations/``, or None for another path."""
+    prefix = posixpath.join(root, "Annotations") + "/"
+    name = path[len(prefix):] if path.startswith(prefix) else ""
+    return name[:-len(".xml")] if name.endswith(".xml") else None
 
 
 def _listed(root: str, located: dict, read: Reader, kind: str = "Main") -> list[tuple[str, str]]:
@@ -172,10 +239,28 @@ def _flag(item, key: str) -> bool:
     return (item.findtext(key) or "0").strip() in ("1", "true", "True")
 
 
-def _classes(found: set[str], labels: Optional[Sequence[str]]) -> tuple[str, ...]:
-    """Names by id, id 0 the background: ``--labels`` from 1, VOC's 20 as the OD API numbers them, or sorted."""
+def _classes(found: Mapping[str, int], labels: Optional[Sequence[str]]) -> tuple[tuple[str, ...], str]:
+    """Names by id, id 0 the background, and what a warning should say of them: ``--labels`` from 1; VOC's 20
+    as the OD API numbers them when at least half of the names found are VOC's (the others are rejected as
+    unknown); else the names found, sorted, from 1."""
     if labels is not None:
-        return ("",) + tuple(labels)
-    if found <= set(VOC_CLASSES):
-        return ("",) + VOC_CLASSES
-    return ("",) + tuple(sorted(found))
+        return ("",) + tuple(labels), ""
+    voc = [name for name in found if name in VOC_CLASSES]
+    if 2 * len(voc) >= len(found):
+        return ("",) + VOC_CLASSES, ""
+    custom = sorted(name for name in found if name not in VOC_CLASSES)
+    shown = ", ".join(map(repr, custom[:5])) + (" ..." if len(custom) > 5 else "")
+    return ("",) + tuple(sorted(found)), (
+        f"{len(custom)} of the {len(found)} class names of its VOC annotations are not VOC's 20 ({shown}): "
+        f"its classes are numbered 1-{len(found)} in sorted order, not as the OD API's pascal_label_map.pbtxt; "
+        "give --labels to number them otherwise")
+
+
+def _unknown_detail(name: str, classes: Sequence[str], given: bool) -> str:
+    """An unknown class name, and the known one it may have meant (``'Dog' is not a VOC class: did you mean
+    'dog'?``)."""
+    known = [c for c in classes if c]
+    near = [c for c in known if c.lower() == name.lower()] or difflib.get_close_matches(name, known, n=1) \
+        or difflib.get_close_matches(name.lower(), known, n=1)
+    detail = f"{name!r} is not {'in --labels' if given else 'a VOC class'}"
+    return detail + (f": did you mean {near[0]!r}?" if near else "")

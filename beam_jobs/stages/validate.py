@@ -97,7 +97,8 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
             problem = _class_mask_problem(src, annotation.class_mask, result.input_size, work, members)
             if problem is not None:
                 return RejectedInput(display_path(ref.relpath), "bad-mask", problem)
-        placed = annotations.place(annotation, result.input_size, result.orientation)
+        placed = annotations.place(annotation, result.input_size, result.orientation, options.annotation_frame,
+                                   options.max_pixels)
         ref = ref._replace(annotation=annotations.encode(placed))
     accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
                         channels=result.channels, stored_bytes=len(result.data))

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
+from beam_jobs import annotations
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.pipeline import run
+from beam_jobs.planning.discover import InputError
+from beam_jobs.sources import archive_members, plan_inputs
 from tests.object_data import jpeg, object_records, picture, red_fraction, voc_palette_png, voc_xml, write_file
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -20,11 +24,13 @@ def test_voc_converts_with_its_split_lists_and_the_od_apis_ids(tmp_path, caplog)
     write_file(str(root / "Annotations/2008_000001.xml"),
                voc_xml(80, 48, [("dog", (11, 6, 30, 20), 0), ("person", (51, 31, 70, 44), 1), ("cat", (9, 1, 5, 5), 0)]))
     write_file(str(root / "JPEGImages/2008_000002.jpg"), jpeg(picture(40, 40, [(0, 0, 40, 40)], seed=2)))
-    write_file(str(root / "Annotations/2008_000002.xml"), voc_xml(40, 40, [("cat", (1, 1, 40, 40), 0)]))
+    write_file(str(root / "Annotations/2008_000002.xml"),
+               voc_xml(40, 40, [("cat", (1, 1, 40, 40), 0), ("Dog", (1, 1, 20, 20), 0)]))  # one odd name
     write_file(str(root / "JPEGImages/2008_000003.jpg"), jpeg(picture(40, 40, [], seed=3)))
     write_file(str(root / "Annotations/2008_000003.xml"), "<annotation><object>")  # cut short
     write_file(str(root / "JPEGImages/2008_000009.jpg"), jpeg(picture(40, 40, [], seed=9)))  # in no list
-    write_file(str(root / "ImageSets/Main/train.txt"), "2008_000001\n2008_000003\n")
+    write_file(str(root / "Annotations/2008_000004.xml"), voc_xml(40, 40, [("cat", (1, 1, 40, 40), 0)]))  # no JPEG
+    write_file(str(root / "ImageSets/Main/train.txt"), "2008_000001\n2008_000003\n2008_000004\n")
     write_file(str(root / "ImageSets/Main/val.txt"), "2008_000002\n")
     write_file(str(root / "ImageSets/Main/trainval.txt"), "2008_000001\n2008_000002\n2008_000003\n")
     out = tmp_path / "ds"
@@ -44,8 +50,13 @@ def test_voc_converts_with_its_split_lists_and_the_od_apis_ids(tmp_path, caplog)
     assert np.allclose(records["VOC2012/JPEGImages/2008_000002.jpg"]["boxes"], [(0, 0, 1, 1)])  # the whole image
     rejected = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
     assert {(r["path"], r["reason"], r.get("annotation")) for r in rejected} == {
-        ("VOC2012/JPEGImages/2008_000001.jpg", "box-empty", "VOC2012/JPEGImages/2008_000001.jpg object 3"),
-        ("VOC2012/JPEGImages/2008_000003.jpg", "bad-annotation", None)}
+        ("VOC2012/JPEGImages/2008_000001.jpg", "box-empty", "VOC2012/Annotations/2008_000001.xml object 3"),
+        ("VOC2012/JPEGImages/2008_000002.jpg", "unknown-class", "VOC2012/Annotations/2008_000002.xml object 2"),
+        ("VOC2012/JPEGImages/2008_000003.jpg", "bad-annotation", None),
+        ("VOC2012/JPEGImages/2008_000004.jpg", "missing-file", None)}
+    details = {r["reason"]: r["detail"] for r in rejected}
+    assert details["unknown-class"] == "'Dog' is not a VOC class: did you mean 'dog'?"
+    assert "VOC2012/Annotations/2008_000004.xml" in details["missing-file"]
     assert manifest["skipped_by_reason"]["not-in-split-lists"] == 1
 
 
@@ -78,3 +89,98 @@ def test_masks_write_each_images_class_mask_on_its_pixels_and_a_mask_of_another_
     rejected = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
     assert [(r["path"], r["reason"]) for r in rejected] == [("JPEGImages/b.jpg", "bad-mask")]
     assert "20x20" in rejected[0]["detail"] and "40x40" in rejected[0]["detail"]
+
+
+def _voc_tree(root, objects_by_id: dict, listed=None, images=None) -> None:
+    """A VOC2012 folder: an 80x48 JPEG and an XML of ``(name, box)`` objects for each id; ImageSets/Main/train.txt
+    lists ``listed`` (default: every id); ``images``: the ids that have a JPEG (default: every id)."""
+    for image_id, objects in objects_by_id.items():
+        if images is None or image_id in images:
+            write_file(str(root / f"JPEGImages/{image_id}.jpg"), jpeg(picture(80, 48, [])))
+        write_file(str(root / f"Annotations/{image_id}.xml"), voc_xml(80, 48, [(n, box, 0) for n, box in objects]))
+    write_file(str(root / "ImageSets/Main/train.txt"), "".join(f"{i}\n" for i in (listed or objects_by_id)))
+
+
+def _planned(plan) -> dict:
+    """relpath -> its Objects, or its refusal (reason, detail)."""
+    found = {}
+    for ref in plan.refs:
+        if ref.source.startswith(archive_members.REFUSED):
+            refused = archive_members.parse_locator(ref.source)
+            found[ref.relpath] = (refused.reason, refused.detail)
+        else:
+            found[ref.relpath] = annotations.decode(ref.annotation)
+    return found
+
+
+BOX = (11, 6, 30, 20)
+
+
+def test_a_few_unknown_names_keep_the_pascal_ids_and_each_is_rejected_with_its_near_name(tmp_path):
+    root = tmp_path / "VOC2012"
+    _voc_tree(root, {"a": [("dog", BOX), ("person", BOX), ("persn", BOX)], "b": [("cat", BOX), ("horse", BOX)],
+                     "c": [("Dog", BOX), ("zebra", BOX)]})
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    assert plan.classes[1:] == ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
+                                "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
+                                "train", "tvmonitor")
+    planned = _planned(plan)
+    assert [(b.name, b.label) for b in planned["JPEGImages/a.jpg"].boxes] == [
+        ("Annotations/a.xml object 1", 12), ("Annotations/a.xml object 2", 15)]
+    assert planned["JPEGImages/a.jpg"].rejected == (
+        ("Annotations/a.xml object 3", "unknown-class", "'persn' is not a VOC class: did you mean 'person'?"),)
+    assert planned["JPEGImages/c.jpg"].rejected == (
+        ("Annotations/c.xml object 1", "unknown-class", "'Dog' is not a VOC class: did you mean 'dog'?"),
+        ("Annotations/c.xml object 2", "unknown-class", "'zebra' is not a VOC class"))
+    [warning] = [w for w in plan.warnings if "unknown-class" in w]
+    assert "3 objects" in warning and "'Dog'" in warning and "--labels" in warning
+
+
+def test_a_dataset_of_mostly_its_own_names_numbers_them_sorted_from_1_and_says_so(tmp_path):
+    root = tmp_path / "VOC2012"
+    _voc_tree(root, {"a": [("helmet", BOX), ("person", BOX)], "b": [("vest", BOX)]})
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    assert plan.classes == ("", "helmet", "person", "vest")
+    assert [b.label for b in _planned(plan)["JPEGImages/a.jpg"].boxes] == [1, 2]
+    [warning] = [w for w in plan.warnings if "sorted order" in w]
+    assert "2 of the 3 class names" in warning and "'helmet'" in warning and "pascal_label_map" in warning
+
+
+def test_labels_naming_the_datasets_own_classes_keep_every_name_and_reject_only_those_it_lacks(tmp_path):
+    root = tmp_path / "VOC2012"
+    _voc_tree(root, {"a": [("dog", BOX), ("Dog", BOX), ("cat", BOX)]})
+    labels = tmp_path / "labels.txt"
+    labels.write_text("dog\nDog\n")
+    plan = plan_inputs(ConvertOptions(src=str(root), labels_file=str(labels)))
+    assert plan.classes == ("", "dog", "Dog")
+    objects = _planned(plan)["JPEGImages/a.jpg"]
+    assert [b.label for b in objects.boxes] == [1, 2]
+    assert objects.rejected == (("Annotations/a.xml object 3", "unknown-class", "'cat' is not in --labels"),)
+
+
+def test_a_listed_image_without_its_jpeg_is_refused_naming_its_xml_and_an_unlisted_xml_without_one_is_warned(tmp_path):
+    root = tmp_path / "VOC2012"
+    _voc_tree(root, {"a": [("dog", BOX)], "b": [("dog", BOX)], "c": [("cat", BOX)]}, listed=["a", "b"], images=["a"])
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    planned = _planned(plan)
+    reason, detail = planned["JPEGImages/b.jpg"]
+    assert reason == "missing-file" and "Annotations/b.xml" in detail and "JPEGImages/b.jpg" in detail
+    [warning] = [w for w in plan.warnings if "no image" in w]
+    assert "1 annotation file" in warning and "Annotations/c.xml" in warning
+
+
+def test_an_image_of_another_extension_is_found_by_its_id(tmp_path):
+    root = tmp_path / "VOC2012"
+    _voc_tree(root, {"a": [("dog", BOX)]}, images=[])
+    write_file(str(root / "JPEGImages/a.png"), b"not read at planning")
+    assert list(_planned(plan_inputs(ConvertOptions(src=str(root))))) == ["JPEGImages/a.png"]
+
+
+@pytest.mark.parametrize("name", ["do\ng", "do\tg", "do\x85g", "per\u2028son"])  # XML 1.0 has no other controls
+def test_a_class_name_with_a_control_character_is_refused_at_planning_naming_its_xml(tmp_path, name):
+    root = tmp_path / "VOC2012"
+    _voc_tree(root, {"a": [("dog", BOX)], "b": [("cat", BOX), ("horse", BOX)]})
+    xml = (root / "Annotations/b.xml").read_text().replace("<name>horse</name>", f"<name>{name}</name>")
+    (root / "Annotations/b.xml").write_text(xml)
+    with pytest.raises(InputError, match=r"Annotations/b.xml object 2.*control character"):
+        plan_inputs(ConvertOptions(src=str(root)))
