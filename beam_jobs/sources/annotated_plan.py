@@ -170,12 +170,11 @@ def _shifted(annotation: annotations.Annotation, offset: int) -> annotations.Ann
 
 
 def check_class_name(name: str, where: str) -> None:
-    """A class name is one line of ``labels.txt`` and a quoted string of ``label_map.pbtxt``: a newline or
-    another control character in it would break both (and shift every later id in labels.txt)."""
-    bad = next((char for char in name if ord(char) < 32 or ord(char) == 127), None)
-    if bad is not None:
-        raise InputError(f"{where}: the class name {name!r} holds a control character ({bad!r}); rename the class "
-                         "in the annotations")
+    """A class name is one line of ``labels.txt`` and a quoted string of ``label_map.pbtxt``: a control character
+    or a line break in it would break both (:func:`beam_jobs.annotations.class_name_problem`)."""
+    problem = annotations.class_name_problem(name, where)
+    if problem:
+        raise InputError(problem)
 
 
 class _ObjectRefs:

@@ -164,3 +164,14 @@ def test_classes_without_objects_in_the_annotations_are_told_apart_from_classes_
     said = "\n".join(record.getMessage() for record in caplog.records)
     assert "2 of the 4 classes have no objects in the annotations, so none in the records: boat, kite" in said
     assert "1 class has no records: every object listed for it was rejected (rejected.jsonl): car" in said
+
+
+def test_a_class_name_holding_a_line_break_is_refused_at_planning_naming_it(tmp_path):
+    """It would be two lines of labels.txt (shifting every later id) and break label_map.pbtxt's quoting."""
+    root = tmp_path / "coco"
+    write_file(str(root / "train2017/a.jpg"), jpeg(picture(16, 16, [])))
+    write_file(str(root / "annotations/instances_train2017.json"), json.dumps({
+        "images": [{"id": 1, "file_name": "a.jpg", "width": 16, "height": 16}], "annotations": [],
+        "categories": [{"id": 1, "name": "traffic\nlight"}, {"id": 2, "name": "car\u2028"}]}))
+    with pytest.raises(InputError, match=r"the class name 'traffic\\nlight' holds a control character"):
+        _plan(root)
