@@ -231,6 +231,7 @@ def _convert(
     _check_error_budget(options, len(plan.refs), counts.rejected_by_reason(), staging, plan.lost_inputs)
     if plan.task == record_schema.TASK_OBJECTS:
         _check_object_budget(options, counts, staging)
+        _warn_about_assumed_frames(counts)
     results = _read_results(work)
     check_results(results, counts.accepted_per_split())
     _warn_about_empty_classes(plan, results)
@@ -295,6 +296,16 @@ def _warn_about_empty_classes(plan: discover.InputPlan, results: Sequence[ShardR
         logger.warning("%d %s no records: every %s listed for %s was rejected (%s): %s", len(empty), noun,
                        "object" if plan.task == record_schema.TASK_OBJECTS else "file",
                        "it" if len(empty) == 1 else "them", record_schema.REJECTED_FILE, shown)
+
+
+def _warn_about_assumed_frames(counts: PartCounts) -> None:
+    """Images whose size fits both the stored and the upright frame (EXIF orientations 2-4, square turned
+    images): which frame their boxes were taken to be in is a convention, so say it and how to choose."""
+    for frame, (count, examples) in sorted(counts.assumed_frames.items()):
+        logger.warning("%d images are EXIF-turned with a size that fits both frames (%s%s): their boxes were taken "
+                       "in the %s frame; pass --annotation-frame stored or upright to say which the annotations use",
+                       count, ", ".join(discover.display_path(p) for p in examples), " ..." if count > len(examples) else "",
+                       frame)
 
 
 def _few(names: Sequence[str]) -> str:

@@ -32,6 +32,8 @@ class PartCounts:
       stored_bytes: split -> bytes of the JPEGs its records hold.
       objects: split -> objects the accepted images' records hold (object datasets).
       rejected_objects: split -> rejection reason -> objects rejected from written images.
+      assumed_frames: frame ("stored", "upright") -> ``[images, [their first paths, sorted, at most 3]]`` whose
+        boxes were taken to be in that frame because the image's size could not tell (the run warns).
     """
 
     accepted: Mapping[str, tuple[int, ...]]
@@ -39,6 +41,7 @@ class PartCounts:
     stored_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
     objects: Mapping[str, int] = dataclasses.field(default_factory=dict)
     rejected_objects: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+    assumed_frames: Mapping[str, list] = dataclasses.field(default_factory=dict)
 
     def plus(self, other: "PartCounts") -> "PartCounts":
         accepted = dict(self.accepted)
@@ -47,7 +50,8 @@ class PartCounts:
             accepted[split] = tuple(a + b for a, b in zip(mine, counts))
         return PartCounts(accepted, _add_reasons(self.rejected, other.rejected),
                           _add(self.stored_bytes, other.stored_bytes), _add(self.objects, other.objects),
-                          _add_reasons(self.rejected_objects, other.rejected_objects))
+                          _add_reasons(self.rejected_objects, other.rejected_objects),
+                          _add_examples(self.assumed_frames, other.assumed_frames))
 
     def accepted_per_split(self) -> dict[str, int]:
         return {split: sum(counts) for split, counts in self.accepted.items()}
@@ -64,13 +68,14 @@ class PartCounts:
     def to_json(self) -> str:
         return json.dumps({"accepted": {s: list(c) for s, c in self.accepted.items()}, "rejected": self.rejected,
                            "stored_bytes": self.stored_bytes, "objects": self.objects,
-                           "rejected_objects": self.rejected_objects}, sort_keys=True)
+                           "rejected_objects": self.rejected_objects, "assumed_frames": self.assumed_frames},
+                          sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "PartCounts":
         raw = json.loads(text)
         return cls({s: tuple(c) for s, c in raw["accepted"].items()}, raw["rejected"], raw.get("stored_bytes", {}),
-                   raw.get("objects", {}), raw.get("rejected_objects", {}))
+                   raw.get("objects", {}), raw.get("rejected_objects", {}), raw.get("assumed_frames", {}))
 
     def shard_counts(self, planned: Optional[Mapping[str, int]]) -> dict[str, int]:
         """Shards per split: ``planned`` (or, when None, sized from the bytes: :func:`auto_shard_count`),
@@ -141,6 +146,16 @@ def bucket_tasks(totals: PartCounts, planned_shards: Optional[Mapping[str, int]]
             if count:
                 yield BucketTask(split, bucket, first, count, records, num_shards)
             first += count
+
+
+def _add_examples(a: Mapping[str, list], b: Mapping[str, list]) -> dict[str, list]:
+    """``{key: [count, first examples]}`` summed: counts added, the three smallest examples kept (any order of
+    parts gives the same)."""
+    total = {key: list(value) for key, value in a.items()}
+    for key, (count, examples) in b.items():
+        mine = total.get(key, [0, []])
+        total[key] = [mine[0] + count, sorted(set(mine[1]) | set(examples))[:3]]
+    return total
 
 
 def _add(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:

@@ -124,6 +124,15 @@ def count_objects(item: Accepted) -> int:
     return len(annotation.boxes) if isinstance(annotation, annotations.Objects) else 0
 
 
+def assumed_frame(item: Accepted) -> str:
+    """The frame an accepted image's boxes were taken to be in where its size could not tell (EXIF orientations
+    2-4, a square turned image), "" where it could, or where it holds no objects."""
+    annotation = annotations.decode(item.ref.annotation) if item.ref.annotation else None
+    if not isinstance(annotation, annotations.Objects) or not (annotation.boxes or annotation.rejected):
+        return ""
+    return annotation.assumed
+
+
 def rejected_objects(item: Accepted) -> list[RejectedInput]:
     """The objects of an accepted image that its source refused or :func:`validate_ref` could not place."""
     annotation = annotations.decode(item.ref.annotation) if item.ref.annotation else None

@@ -28,7 +28,7 @@ from beam_jobs.planning.carve import keyed_hash
 from beam_jobs.stage_records import RejectedInput
 from beam_jobs.stages.count import PartCounts
 from beam_jobs.files.work_layout import WorkLayout
-from beam_jobs.stages.validate import count_objects, rejected_objects as rejected_objects_of, validate_chunk
+from beam_jobs.stages.validate import assumed_frame, count_objects, rejected_objects as rejected_objects_of, validate_chunk
 
 
 def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: EncodeOptions,
@@ -52,6 +52,7 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
     stored: dict[str, int] = {}
     objects: dict[str, int] = {}
     rejected_objects: dict[str, dict[str, int]] = {}
+    assumed: dict[str, list] = {}
     results = validate_chunk(src, refs, options, layout.work, part, on_result=on_image)
     for ref, result in zip(refs, results):
         if isinstance(result, RejectedInput):
@@ -65,6 +66,11 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
                 rejected.append(refused.to_json())
                 reasons = rejected_objects.setdefault(ref.split, {})
                 reasons[refused.reason] = reasons.get(refused.reason, 0) + 1
+            frame = assumed_frame(result)
+            if frame:
+                seen = assumed.setdefault(frame, [0, []])
+                seen[0] += 1
+                seen[1] = sorted(seen[1] + [ref.relpath])[:3]
         runs[ref.split].append(work_records.encode_accepted(keyed_hash(seed, ref.relpath), result))
         stored[ref.split] = stored.get(ref.split, 0) + result.stored_bytes
         content.append(work_records.encode_content(result))
@@ -75,7 +81,7 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
         accepted[split] = tuple(counts)
     work_records.write_file(layout.content(part), work_records.CONTENT, sorted(content), layout.hash_ranges)
     _write_lines(layout.rejected(part), sorted(rejected))
-    counts = PartCounts(accepted, rejected_counts, stored, objects, rejected_objects)
+    counts = PartCounts(accepted, rejected_counts, stored, objects, rejected_objects, assumed)
     filesystems.write_text(done, counts.to_json())  # last: the part is complete
     faults.point("part-validated")
     return counts

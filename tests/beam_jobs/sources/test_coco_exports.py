@@ -175,3 +175,20 @@ def test_a_class_name_holding_a_line_break_is_refused_at_planning_naming_it(tmp_
         "categories": [{"id": 1, "name": "traffic\nlight"}, {"id": 2, "name": "car\u2028"}]}))
     with pytest.raises(InputError, match=r"the class name 'traffic\\nlight' holds a control character"):
         _plan(root)
+
+
+def test_a_run_says_which_frame_it_took_for_images_whose_size_cannot_tell(tmp_path, caplog):
+    """A 180-degree EXIF turn keeps width and height: the frame is COCO's convention (stored), said once."""
+    root = tmp_path / "turned"
+    write_file(str(root / "train2017/a.jpg"), jpeg(picture(40, 30, [(2, 2, 20, 20)]), orientation=3))
+    write_file(str(root / "train2017/b.jpg"), jpeg(picture(40, 30, [(2, 2, 20, 20)])))
+    images = [{"id": i, "file_name": name, "width": 40, "height": 30} for i, name in ((1, "a.jpg"), (2, "b.jpg"))]
+    write_file(str(root / "annotations/instances_train2017.json"), json.dumps({
+        "images": images, "categories": [{"id": 1, "name": "x"}],
+        "annotations": [{"id": i, "image_id": i, "category_id": 1, "bbox": [2, 2, 18, 18]} for i in (1, 2)]}))
+    with caplog.at_level("WARNING"):
+        run(ConvertOptions(src=str(root), out=str(tmp_path / "ds"), shards=1), FAST, show_progress=False)
+    said = [r.getMessage() for r in caplog.records if "EXIF-turned" in r.getMessage()]
+    assert said == ["1 images are EXIF-turned with a size that fits both frames (train2017/a.jpg): their boxes were "
+                    "taken in the stored frame; pass --annotation-frame stored or upright to say which the "
+                    "annotations use"]
