@@ -105,9 +105,19 @@ REJECTED_FILE: Final = "rejected.jsonl"
 # Every group of identical images, one JSON list of {"split", "label", "path"} per line (the manifest lists a few).
 DUPLICATES_FILE: Final = "duplicates.jsonl"
 
-# Split names, in the order they are reported. "val" is accepted on input.
+# Split names, in the order they are reported.
 SPLITS: Final = ("train", "validation", "test")
-SPLIT_ALIASES: Final[dict[str, str]] = {"val": "validation"}
+# Every spelling of a split that inputs use, in any case -> the split: folders (Roboflow's "valid"), label files'
+# split columns, the Hub's file names, YOLO's yaml keys, VOC's and CVAT's lists and subsets. The one table.
+SPLIT_NAMES: Final[dict[str, str]] = {"train": "train", "training": "train", "val": "validation",
+                                      "valid": "validation", "validation": "validation", "test": "test",
+                                      "testing": "test"}
+SPLIT_ALIASES: Final[dict[str, str]] = {name: split for name, split in SPLIT_NAMES.items() if name != split}
+
+
+def split_named(name: str) -> str | None:
+    """The split an input's name for it means (``Valid``: validation), or None for a name that is no split."""
+    return SPLIT_NAMES.get(name.strip().lower())
 
 _SHARD_RE: Final = re.compile(r"^(?P<split>[^/]+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.tfrecord$")
 

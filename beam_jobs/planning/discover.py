@@ -455,6 +455,6 @@ def _no_images_message(src: str, stray: "_Stray", depth: int) -> str:
     return f"{src} holds no images: {layout}"
 
 
-_SPLIT_NAMES = {name: name for name in record_schema.SPLITS} | dict(record_schema.SPLIT_ALIASES)
+_SPLIT_NAMES = record_schema.SPLIT_NAMES
 
 

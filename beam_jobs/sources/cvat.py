@@ -41,6 +41,7 @@ import re
 import xml.etree.ElementTree as ElementTree
 from typing import BinaryIO, Callable, Optional, Sequence
 
+import record_schema
 from beam_jobs import annotations, formats
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
@@ -50,8 +51,7 @@ from beam_jobs.sources import annotated_plan
 ANNOTATIONS = "annotations.xml"
 IMAGES = "images/"
 # CVAT's subset names (free text; these are its project's defaults and their usual spellings) -> split.
-_SUBSETS = {"": "train", "default": "train", "train": "train", "training": "train", "val": "validation",
-            "valid": "validation", "validation": "validation", "test": "test", "testing": "test"}
+_SUBSETS = {"": "train", "default": "train", **record_schema.SPLIT_NAMES}  # CVAT's "default": a task's only subset
 _NOT_WRITTEN = {"tag": "tags (a label of the whole image, without a box)", "skeleton": "skeletons (keypoints)"}
 _CUBOID_CORNER = re.compile(r"^[xy](?:tl|bl|tr|br)[12]$")
 Reader = Callable[[str, str], bytes]

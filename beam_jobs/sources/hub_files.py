@@ -17,12 +17,12 @@ import posixpath
 import re
 from typing import Optional, Sequence
 
+import record_schema
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.planning.discover import InputError, Listing
 
 EXTENSIONS = (".parquet", ".arrow")  # Parquet (the Hub's files), Arrow (save_to_disk and the HF datasets cache)
-SPLITS = {"train": "train", "validation": "validation", "valid": "validation", "val": "validation",
-          "test": "test"}
+SPLITS = record_schema.SPLIT_NAMES
 _SHARDED = re.compile(r"^(?P<split>[^/]+?)-\d{5}-of-\d{5}\.parquet$")  # push_to_hub
 _NUMBERED = re.compile(r"^\d+\.parquet$")  # refs/convert/parquet: {config}/{split}/0000.parquet
 

@@ -27,12 +27,13 @@ import io
 import posixpath
 from typing import Iterable, Iterator, Optional, Sequence
 
+import record_schema
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, Listing
 from beam_jobs.planning.listing import is_hidden
 from beam_jobs.stage_records import ImageRef
 
-_FLAT_SPLITS = {"val": "validation", "validation": "validation"}
+_FLAT_SPLITS = {name for name, split in record_schema.SPLIT_NAMES.items() if split == "validation"}
 
 
 def plan(src: str, listing: Listing, val_labels: str, labels: Optional[Sequence[str]], seed: int,

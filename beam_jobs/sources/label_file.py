@@ -41,7 +41,7 @@ from beam_jobs.options import ANNOTATION_COLUMNS
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, plan_from_members
 from beam_jobs.sources import annotated_plan, archive_members
-from record_schema import SPLIT_ALIASES, SPLITS
+from record_schema import SPLIT_NAMES
 
 COLUMNS = ANNOTATION_COLUMNS  # path, label, split
 
@@ -341,8 +341,8 @@ def _label(path: str, line: int, value: object) -> str:
 
 def _split(path: str, line: int, value: object) -> str:
     name = str(value).strip().lower() if value not in (None, "") else "train"
-    name = SPLIT_ALIASES.get(name, name)
-    if name not in SPLITS:
+    split = SPLIT_NAMES.get(name)
+    if split is None:
         raise InputError(f"--annotations {path} line {line}: split {value!r} is not one of train, validation "
-                         "(or val), test")
-    return name
+                         "(or val, valid), test")
+    return split

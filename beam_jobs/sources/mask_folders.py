@@ -22,8 +22,6 @@ from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_
 from beam_jobs.sources import annotated_plan
 
 MASK_FOLDERS = ("masks", "annotations")
-_SPLITS = {"train": "train", "training": "train", "val": "validation", "validation": "validation",
-           "test": "test", "testing": "test"}
 Reader = Callable[[str, str], bytes]
 
 
@@ -60,7 +58,7 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
             continue
         used.add(stem)
         parts = stem.split("/")
-        split = _SPLITS.get(parts[0].lower(), "train") if len(parts) > 1 else "train"
+        split = (record_schema.split_named(parts[0]) or "train") if len(parts) > 1 else "train"
         objects = annotations.Objects(annotated_plan.derived_source_id(path), (), annotations.STORED, False,
                                       class_mask=(mask, located[mask]))
         images.append(annotated_plan.AnnotatedImage(split, path, objects, located[path]))

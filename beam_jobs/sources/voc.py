@@ -48,7 +48,7 @@ from beam_jobs.stage_records import ImageRef
 # The OD API's pascal_label_map.pbtxt: VOC's 20 classes, alphabetical, ids 1-20.
 VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable",
                "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor")
-_SPLITS = (("train", "train"), ("val", "validation"), ("test", "test"))
+_LISTS = ("train", "val", "test")  # ImageSets' list files, each the split record_schema.split_named says
 Reader = Callable[[str, str], bytes]
 
 
@@ -196,7 +196,7 @@ def _listed(root: str, located: dict, read: Reader, kind: str = "Main") -> list[
         if path not in located:
             return None
         return [line.split()[0] for line in read(path, located[path]).decode("utf-8-sig").splitlines() if line.split()]
-    found = [(split, image_id) for name, split in _SPLITS for image_id in ids(name) or []]
+    found = [(record_schema.split_named(name), image_id) for name in _LISTS for image_id in ids(name) or []]
     if not any(split in ("train", "validation") for split, _ in found):
         found += [("train", image_id) for image_id in ids("trainval") or []]
     if not found:

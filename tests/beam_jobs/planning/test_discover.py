@@ -31,6 +31,14 @@ def test_class_folders_make_one_train_split_with_sorted_label_ids():
     assert _by_split(plan) == {"train": [("cat/a.jpg", "cat"), ("dog/b.jpg", "dog"), ("dog/sub/c.png", "dog")]}
 
 
+def test_roboflows_classification_export_reads_valid_as_the_validation_split():
+    """Roboflow's folder export: train/, valid/, test/, each holding the class folders."""
+    plan = plan_inputs(Listing(("train/cat/a.jpg", "valid/dog/b.jpg", "Test/cat/c.jpg")))
+    assert plan.classes == ("cat", "dog")
+    assert _by_split(plan) == {"train": [("train/cat/a.jpg", "cat")], "validation": [("valid/dog/b.jpg", "dog")],
+                               "test": [("Test/cat/c.jpg", "cat")]}
+
+
 def test_integer_class_folders_get_numeric_label_ids_as_a_label_file_gives_them(tmp_path):
     """Folders 0 1 2 10 are labels 0 1 2 3 in that order (Keras' string order would make 10 label 2)."""
     plan = plan_inputs(Listing(("10/a.jpg", "2/b.jpg", "0/c.jpg", "1/d.jpg")))
