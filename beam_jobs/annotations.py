@@ -125,6 +125,23 @@ class Labels:
 Annotation = Union[Objects, Labels]
 
 
+# How sources write a box (--bbox-format names them as the Hub's datasets do): COCO's [x, y, width, height] from
+# the top-left, Pascal VOC's [xmin, ymin, xmax, ymax], YOLO's [cx, cy, width, height] (normalized by its source).
+BOX_FORMATS = ("coco", "pascal_voc", "yolo")
+
+
+def corners(box_format: str, a: float, b: float, c: float, d: float) -> tuple[float, float, float, float]:
+    """``(xmin, ymin, xmax, ymax)`` of a box written in ``box_format`` (one of :data:`BOX_FORMATS`): the one
+    place a source's box becomes corners."""
+    if box_format == "coco":
+        return a, b, a + c, b + d
+    if box_format == "yolo":
+        return a - c / 2, b - d / 2, a + c / 2, b + d / 2
+    if box_format == "pascal_voc":
+        return a, b, c, d
+    raise ValueError(f"{box_format!r} is not one of {', '.join(BOX_FORMATS)}")
+
+
 def encode(annotation: Annotation) -> bytes:
     """Compact JSON (deterministic): what ``ImageRef.annotation`` carries between stages."""
     if isinstance(annotation, Labels):

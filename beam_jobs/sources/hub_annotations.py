@@ -20,7 +20,7 @@ from typing import Optional
 from beam_jobs import annotations
 from beam_jobs.planning.discover import InputError
 
-BBOX_FORMATS = ("coco", "pascal_voc", "yolo")
+BBOX_FORMATS = annotations.BOX_FORMATS
 OBJECTS, LABELS = "objects", "labels"
 _CATEGORY_FIELDS = ("category", "categories", "label", "labels", "class", "category_id")
 
@@ -112,9 +112,7 @@ def objects_of(value: object, column: AnnotationColumn, bbox_format: str, frame:
         if not (isinstance(bbox, (list, tuple)) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
             rejected.append((name, annotations.BAD_ANNOTATION, f"bbox {str(bbox)[:60]} is not four numbers"))
             continue
-        a, b, c, d = (float(v) for v in bbox)
-        corners = {"coco": (a, b, a + c, b + d), "pascal_voc": (a, b, c, d),
-                   "yolo": (a - c / 2, b - d / 2, a + c / 2, b + d / 2)}[bbox_format]
+        corners = annotations.corners(bbox_format, *(float(v) for v in bbox))
         area = item.get("area")
         boxes.append(annotations.Box(name, label, *corners,
                                      float(area) if isinstance(area, (int, float)) and area >= 0
