@@ -33,15 +33,23 @@ def summarize(data_dir: str) -> str:
     """Classes by split with counts, shard sizes, bytes, rejections by reason, and content duplicates."""
     info = dataset_info(data_dir)
     splits = list(info.splits.values())
-    lines = [f"{data_dir}: {info.num_classes} classes, "
+    # Objects: ids the dataset leaves unnamed (0, the background; COCO's gaps) are no classes, and the counts
+    # by class are of objects, so the totals are objects too, with the images on a line of their own.
+    objects = info.task == record_schema.TASK_OBJECTS
+    named = [label for label, name in enumerate(info.classes) if name or not objects]
+    lines = [f"{data_dir}: {len(named)} classes, "
              f"{sum(s.num_examples for s in splits)} images, {sum(s.num_bytes for s in splits):,} bytes", ""]
     text = info.manifest.get("class_text") or list(info.classes)
     with_text = list(text) != list(info.classes)  # --synsets: each class's text beside its id
     rows = [["label", "class"] + (["text"] if with_text else []) + [s.name for s in splits]]
-    for label, name in enumerate(info.classes):
-        rows.append([str(label), name] + ([text[label]] if with_text else [])
+    for label in named:
+        rows.append([str(label), info.classes[label]] + ([text[label]] if with_text else [])
                     + [str(s.label_counts[label]) if s.label_counts else "?" for s in splits])
-    rows.append(["", "total"] + ([""] if with_text else []) + [str(s.num_examples) for s in splits])
+    if objects:
+        rows.append(["", "objects"] + ([""] if with_text else [])
+                    + [str(sum(s.label_counts)) if s.label_counts else "?" for s in splits])
+    rows.append(["", "images" if objects else "total"] + ([""] if with_text else [])
+                + [str(s.num_examples) for s in splits])
     lines += _table(rows) + [""]
     rows = [["split", "shards", "min bytes", "median bytes", "max bytes", "min records", "max records"]]
     for split in splits:

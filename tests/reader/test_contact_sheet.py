@@ -16,6 +16,7 @@ from scipy import ndimage
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
 from reader.contact_sheet import TINT, LabelFonts, class_color
+from reader import inspect
 from reader.inspect import contact_sheet
 from tests.object_data import RED, class_mask_png, jpeg, picture, write_coco, write_file
 
@@ -66,6 +67,11 @@ def test_objects_are_boxed_on_their_pixels_in_their_class_color_crowds_dashed_ma
     run(ConvertOptions(src=str(tmp_path / "coco"), out=str(tmp_path / "ds"), shards=1, masks=True), FAST,
         show_progress=False)
     sheet = _sheet(tmp_path / "ds", tmp_path)
+    # inspect's table: named classes only (id 0, the background, is none), objects by class, then the images
+    summary = inspect.summarize(str(tmp_path / "ds")).splitlines()
+    assert summary[0].endswith(": 2 classes, 3 images, " + summary[0].split(", ")[-1])
+    assert [line.split() for line in summary[2:7]] == [["label", "class", "train"], ["1", "even", "3"],
+                                                         ["2", "odd", "1"], ["objects", "4"], ["images", "3"]]
 
     (crowd_region,) = _regions(sheet, _tinted(GREEN, class_color(1)))  # its mask, tinted
     assert crowd_region[2] - crowd_region[0] == 50 and crowd_region[3] - crowd_region[1] == 50  # dashes: gaps
