@@ -66,7 +66,10 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--seed", type=int, default=opts.DEFAULT_SEED,
         help="salt of the keyed hash that orders the records and carves validation (default: %(default)s)")
     add("--labels", dest="labels_file", default=None,
-        help="file with one class name per line: line i gets label i (default: sorted class folder names)")
+        help="file with one class name per line. Class folders, label files, ImageNet, WebDataset: line i gets "
+        "label i (default: the names sorted). Pascal VOC, CVAT: the classes in id order from 1 (id 0 is the "
+        "background). COCO, YOLO, the Hub: they number their classes themselves, and --labels is checked against "
+        "them")
     add("--annotations", default=None,
         help="label file listing the images instead of class folders: CSV/TSV with a header, or JSON Lines, "
         "with columns path, label and optionally split (train, validation/val, test); paths relative to --src")
