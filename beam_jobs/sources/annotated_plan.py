@@ -116,12 +116,15 @@ def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val
     ``images`` is read once: with a ``scratch`` folder its refs (objects and all) stream into a scratch
     file and the plan holds a 16-byte carve key an image at most; without one they are held in memory,
     sorted by split and path (tests, small inputs). ``labels`` (``--labels``) must list the dataset's own
-    class names in id order: it can rename none and renumber none (the ids are the source's), so it is
-    checked, not applied.
+    class names in id order, each named id once: it can rename none and renumber none (the ids are the
+    source's), so it is checked, not applied.
     """
-    if labels is not None and tuple(labels) != tuple(classes)[:len(labels)]:
-        raise InputError(f"--labels lists {list(labels)[:5]}..., but {src} numbers its classes itself "
-                         f"({[name for name in classes if name][:5]}...); leave --labels out")
+    named = [name for name in classes if name]  # the dataset's classes, in id order (COCO's gaps left out)
+    if labels is not None and list(labels) != named:
+        differ = next((i for i, (a, b) in enumerate(zip(labels, named)) if a != b), min(len(labels), len(named)))
+        raise InputError(f"--labels differs from the classes {src} numbers itself at line {differ + 1} "
+                         f"({labels[differ] if differ < len(labels) else 'none'!r} where the dataset has "
+                         f"{named[differ] if differ < len(named) else 'none'!r}); fix it, or leave --labels out")
     for name in classes:
         check_class_name(name, src)
     offset = 1 if task == record_schema.TASK_OBJECTS and classes and classes[0] else 0

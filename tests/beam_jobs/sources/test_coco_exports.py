@@ -81,6 +81,8 @@ def test_cvat_coco_1_0_export_reads_instances_default_beside_images(tmp_path):
     plan = _plan(root)
     assert plan.classes == ("", "car", "person")
     assert _objects_of(plan) == {"images/frame_000000.jpg": ("train", [2])}
+    write_file(str(tmp_path / "labels.txt"), "car\nperson\n")  # the classes in id order: checked, and accepted
+    assert _plan(root, labels_file=str(tmp_path / "labels.txt")).classes == plan.classes
 
 
 def test_label_studio_coco_export_numbers_categories_from_0_and_is_written_one_higher(tmp_path):

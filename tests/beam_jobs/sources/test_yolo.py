@@ -154,3 +154,18 @@ def test_several_yaml_files_and_no_data_yaml_is_an_error_naming_them(tmp_path):
     write_file(str(root / "labels/train/i.txt"), "0 0.5 0.5 0.5 0.5\n")
     with pytest.raises(InputError, match=r"several yaml files \(a.yaml, b.yaml\)"):
         _plan(root)
+
+
+@pytest.mark.parametrize("lines, error", [
+    ("square\nbar\ndot\n", None),
+    ("square\n", r"at line 2 \('none' where the dataset has 'bar'\)"),
+    ("square\nbar\ndot\nmore\n", r"at line 4 \('more' where the dataset has 'none'\)"),
+    ("bar\nsquare\ndot\n", r"at line 1 \('bar' where the dataset has 'square'\)"),
+])
+def test_labels_is_checked_against_the_classes_a_dataset_numbers_itself_whole(yolo_tree, tmp_path, lines, error):
+    write_file(str(tmp_path / "labels.txt"), lines)
+    if error is None:
+        assert _plan(yolo_tree, labels_file=str(tmp_path / "labels.txt")).classes == ("", "square", "bar", "dot")
+        return
+    with pytest.raises(InputError, match=error):
+        _plan(yolo_tree, labels_file=str(tmp_path / "labels.txt"))
