@@ -142,9 +142,10 @@ def _imagenet(request: Request) -> discover.InputPlan:
 
 def _class_folders(request: Request) -> discover.InputPlan:
     options = request.options
-    several = layout_hints.several_datasets(options.src, request.found().listing)
-    if several:
-        raise discover.InputError(several)
+    listing = request.found().listing
+    wrong = layout_hints.several_datasets(options.src, listing) or layout_hints.yolo_without_yaml(options.src, listing)
+    if wrong:
+        raise discover.InputError(wrong)
     try:
         return request.with_archives(discover.plan_inputs(request.found().listing, request.labels,
                                                           options.val_fraction, options.seed, src=options.src,

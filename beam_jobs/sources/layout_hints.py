@@ -47,6 +47,26 @@ def several_datasets(src: str, listing: Listing) -> Optional[str]:
             f"converter --src {display_path(FileSystems.join(src, first))}")
 
 
+_YOLO_PARTS = re.compile(r"^(?P<root>(?:[^/]+/){0,2}?)(?P<kind>images|labels)/")
+
+
+def yolo_without_yaml(src: str, listing: Listing) -> Optional[str]:
+    """SRC laid out as YOLO (``images/`` beside ``labels/`` of ``.txt`` files), with no yaml or ``classes.txt``
+    naming its classes (Ultralytics' own zips ship without theirs), or None."""
+    kinds: dict[str, set[str]] = {}
+    for path in listing.files:
+        match = _YOLO_PARTS.match(path)
+        if match and (match["kind"] == "images" or path.endswith(".txt")):
+            kinds.setdefault(match["root"], set()).add(match["kind"])
+    roots = sorted(root for root, found in kinds.items() if len(found) == 2)
+    if not roots:
+        return None
+    where = ", ".join(f"{root}images/ and {root}labels/" for root in roots[:3])
+    return (f"{display_path(src)} holds {where} as YOLO writes them, but no yaml naming the classes: put the "
+            "dataset's yaml beside them (names:, and train:/val: naming the image folders; Ultralytics' own, e.g. "
+            "coco8.yaml, are in its package's cfg/datasets), or a classes.txt with a class name a line")
+
+
 def _has_labels(listing: Listing, top: str) -> bool:
     return any(path.startswith(f"{top}/") and "/labels/" in path and path.endswith(".txt") for path in listing.files)
 

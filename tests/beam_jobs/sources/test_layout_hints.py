@@ -58,3 +58,10 @@ def test_a_yolo_tree_given_a_flag_of_another_layout_is_refused_naming_the_flag(d
     with pytest.raises(InputError, match=r"--label-member: .*coco8 is a dataset whose annotations label its images "
                                          r"\(YOLO\)"):
         _plan(datasets / "coco8", label_member="cls")
+
+
+def test_a_yolo_tree_without_its_yaml_asks_for_one_instead_of_reading_images_and_labels_as_classes(datasets):
+    (datasets / "coco8" / "coco8.yaml").unlink()
+    with pytest.raises(InputError, match=r"holds images/ and labels/ as YOLO writes them, but no yaml naming the "
+                                         r"classes"):
+        _plan(datasets / "coco8")
