@@ -72,8 +72,8 @@ def images_only(dataset_dir: str, batch: int, size: int):
 
     boxes = tasks.objects
 
-    def without_boxes(targets, images):
-        task = boxes(targets, images)
+    def without_boxes(targets, images, classes=()):
+        task = boxes(targets, images, classes)
 
         def train(parsed: dict, seed):
             image, raw = task.train(parsed, seed)
