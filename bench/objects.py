@@ -1,6 +1,7 @@
 """``python -m bench.objects``: COCO-style data against Model Garden's script, and the plan's memory at two sizes.
 
-    python -m bench.objects                        # 1,200 images x 3 rounds; plans of 12k and 120k images
+    python -m bench.objects                        # 1,200 images x 3 rounds; plans of 10k and 100k objects
+    python -m bench.objects --full --skip-speed    # the scale figures: plans of 100k and 1M objects, 100k label files
     python -m bench.objects --images 60 --rounds 1 --sizes 600,1200 --json /tmp/objects.json   # a smoke run
 
 Issue #40's targets:
@@ -16,12 +17,26 @@ Issue #40's targets:
   launcher under 1 GB peak. Measured as the peak RSS of a process that plans a synthetic
   ``instances_train2017.json`` (the images need not exist to be planned) at two sizes, so the growth per
   object is what is reported.
+
+Issue #47's (annotations at the scale they ship):
+
+* **memory, each layout**: the same figure for YOLO (a label file per image beside an empty placeholder
+  image: planning lists images, it does not read them) and Pascal VOC (an XML per image, placeholder
+  images); 8 objects an image. ``--full``: 100k and 1M objects, target under 1 GB at 1M.
+* **YOLO label files**: seconds to plan ``--label-files`` YOLO images with a label file each, from a
+  local folder and from S3 (moto's server on loopback: every label file a GET), read in parallel as the
+  plan does and one at a time (``yolo.READERS = 1``, what the launcher did before).
+
+Each plan runs in a process of its own, forked from one that has imported the converter (a forkserver), so
+a peak is that plan's, from the same baseline a fresh ``python -m converter`` has.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -35,6 +50,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results", "objects.json")
 TARGETS = {"speed": 1.0, "plan_mb_at_1m_objects": 1024}
 OBJECTS_PER_IMAGE = 8  # train2017: 860k annotations on 118k images, about 7.3 an image
+VOC_NAMES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable",
+             "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor")
 
 
 def write_synthetic_coco(root: str, images: int, seed: int = 0) -> int:
@@ -64,36 +81,141 @@ def write_synthetic_coco(root: str, images: int, seed: int = 0) -> int:
     return images * OBJECTS_PER_IMAGE
 
 
-_PLAN = """
-import resource, sys, tempfile
-from beam_jobs.options import ConvertOptions
-from beam_jobs.sources import plan_inputs
-with tempfile.TemporaryDirectory() as scratch:
-    plan = plan_inputs(ConvertOptions(src=sys.argv[1], out=sys.argv[1] + "-out"), scratch)
-    print(len(plan.refs), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-"""
+def write_synthetic_yolo(root: str, images: int, seed: int = 0) -> int:
+    """``root/data.yaml`` (80 classes), ``images/train/`` of empty placeholders and ``labels/train/`` of a label
+    file each, 8 objects a file; returns the number of objects."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    for folder in ("images/train", "labels/train"):
+        os.makedirs(os.path.join(root, folder), exist_ok=True)
+    with open(os.path.join(root, "data.yaml"), "w") as handle:
+        handle.write("train: images/train\nnames: [" + ", ".join(f"c{i}" for i in range(80)) + "]\n")
+    for i in range(images):
+        open(os.path.join(root, "images", "train", f"{i:07d}.jpg"), "wb").close()
+        values = rng.uniform(0.1, 0.5, size=(OBJECTS_PER_IMAGE, 4))
+        with open(os.path.join(root, "labels", "train", f"{i:07d}.txt"), "w") as handle:
+            handle.writelines(f"{(i + n) % 80} {cx:.6f} {cy:.6f} {w / 4:.6f} {h / 4:.6f}\n"
+                              for n, (cx, cy, w, h) in enumerate(values))
+    return images * OBJECTS_PER_IMAGE
 
 
-def plan_memory(sizes: Sequence[int], work: str) -> dict:
-    """Peak RSS (MB) of a process planning a synthetic COCO file at each size, and the growth per object."""
+def write_synthetic_voc(root: str, images: int, seed: int = 0) -> int:
+    """``root/Annotations/`` of an XML each (8 objects of VOC's classes) beside ``root/JPEGImages/`` of empty
+    placeholders, no ImageSets (every image is train); returns the number of objects."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    for folder in ("Annotations", "JPEGImages"):
+        os.makedirs(os.path.join(root, folder), exist_ok=True)
+    for i in range(images):
+        open(os.path.join(root, "JPEGImages", f"{i:06d}.jpg"), "wb").close()
+        corners = rng.integers(1, 200, size=(OBJECTS_PER_IMAGE, 2))
+        objects = "".join(f"<object><name>{VOC_NAMES[(i + n) % 20]}</name><pose>Left</pose><truncated>0</truncated>"
+                          f"<difficult>0</difficult><bndbox><xmin>{x}</xmin><ymin>{y}</ymin><xmax>{x + 40}</xmax>"
+                          f"<ymax>{y + 30}</ymax></bndbox></object>" for n, (x, y) in enumerate(corners))
+        with open(os.path.join(root, "Annotations", f"{i:06d}.xml"), "w") as handle:
+            handle.write(f"<annotation><filename>{i:06d}.jpg</filename><size><width>320</width><height>240</height>"
+                         f"<depth>3</depth></size>{objects}</annotation>")
+    return images * OBJECTS_PER_IMAGE
+
+
+WRITERS = {"coco": write_synthetic_coco, "yolo": write_synthetic_yolo, "voc": write_synthetic_voc}
+
+
+def _plan_in_child(src: str, s3_flags: Sequence[str] = (), readers: int = 0) -> tuple[int, int, float]:
+    """(images planned, peak RSS in KB, seconds) of planning ``src`` with a scratch folder, as the converter
+    does; run in a process of its own (:func:`_child`). ``readers``: YOLO's label files read at once."""
+    import resource
+
+    from beam_jobs.options import ConvertOptions
+    from beam_jobs.sources import plan_inputs, yolo
+
+    if s3_flags:
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        from beam_jobs.files.filesystems import FileSystems
+
+        FileSystems.set_options(PipelineOptions(list(s3_flags)))
+    yolo.READERS = readers or yolo.READERS
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        plan = plan_inputs(ConvertOptions(src=src, out=os.path.join(scratch, "out")), scratch)
+        seconds = time.perf_counter() - started
+        return len(plan.refs), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, seconds
+
+
+def _child(*args) -> tuple[int, int, float]:
+    """:func:`_plan_in_child` in a fresh process forked from the forkserver (the converter imported once)."""
+    context = multiprocessing.get_context("forkserver")
+    with context.Pool(1, maxtasksperchild=1) as pool:
+        return pool.apply(_plan_in_child, args)
+
+
+def plan_memory(sizes: Sequence[int], work: str, layout: str = "coco") -> dict:
+    """Peak RSS (MB) of a process planning a synthetic ``layout`` dataset at each size, and the growth per object."""
     rows = []
     for images in sizes:
-        root = os.path.join(work, f"coco-{images}")
-        objects = write_synthetic_coco(root, images)
+        root = os.path.join(work, f"{layout}-{images}")
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", _PLAN, root], cwd=REPO, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": REPO}, check=True)
-        planned, peak_kb = (int(v) for v in proc.stdout.split()[-2:])
-        assert planned == images, proc.stdout
+        objects = WRITERS[layout](root, images)
+        written = time.perf_counter() - started
+        planned, peak_kb, seconds = _child(root)
+        assert planned == images, (planned, images)
         rows.append({"images": images, "objects": objects, "peak_mb": round(peak_kb / 1024, 1),
-                     "seconds": round(time.perf_counter() - started, 1),
-                     "json_mb": round(os.path.getsize(os.path.join(root, "annotations",
-                                                                   "instances_train2017.json")) / 2**20, 1)})
+                     "seconds": round(seconds, 1), "write_seconds": round(written, 1)})
+        if layout == "coco":
+            rows[-1]["json_mb"] = round(os.path.getsize(os.path.join(root, "annotations",
+                                                                     "instances_train2017.json")) / 2**20, 1)
         shutil.rmtree(root)
     small, large = rows[0], rows[-1]
     per_object = (large["peak_mb"] - small["peak_mb"]) * 2**20 / max(large["objects"] - small["objects"], 1)
     at_1m = small["peak_mb"] + per_object * (1_000_000 - small["objects"]) / 2**20
     return {"sizes": rows, "bytes_per_object": round(per_object), "plan_mb_at_1m_objects": round(at_1m)}
+
+
+def yolo_label_files(files: int, work: str) -> dict:
+    """Seconds to plan ``files`` YOLO images with a label file each: local, and in S3 (moto on loopback), the
+    label files read in parallel (as planned) and one at a time (as before)."""
+    from bench.s3_read import _start_moto
+
+    root = os.path.join(work, f"yolo-files-{files}")
+    write_synthetic_yolo(root, files)
+    result = {"files": files, "readers": _readers()}
+    result["local_s"] = round(_child(root)[2], 2)
+    result["local_one_at_a_time_s"] = round(_child(root, (), 1)[2], 2)
+    proc, endpoint = _start_moto()
+    try:
+        remote, flags = _upload(root, endpoint)
+        result["s3_s"] = round(_child(remote, flags)[2], 2)
+        result["s3_one_at_a_time_s"] = round(_child(remote, flags, 1)[2], 2)
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(root)
+    result["s3_speedup"] = round(result["s3_one_at_a_time_s"] / max(result["s3_s"], 1e-9), 1)
+    return result
+
+
+def _readers() -> int:
+    from beam_jobs.sources import yolo
+
+    return yolo.READERS
+
+
+def _upload(root: str, endpoint: str) -> tuple[str, list[str]]:
+    """``root``'s files into a new bucket of moto's server, 16 at a time; the dataset's URL and the flags."""
+    import boto3
+
+    keys = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench", "region_name": "us-east-1"}
+    client = boto3.client("s3", endpoint_url=endpoint, **keys)
+    client.create_bucket(Bucket="bench")
+    paths = [os.path.join(folder, name) for folder, _, names in os.walk(root) for name in names]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda path: client.upload_file(path, "bench", f"yolo/{os.path.relpath(path, root)}"), paths))
+    flags = [f"--s3_endpoint_url={endpoint}", "--s3_access_key_id=bench", "--s3_secret_access_key=bench",
+             "--s3_region_name=us-east-1"]
+    return "s3://bench/yolo", flags
 
 
 def convert_memory(sizes: Sequence[int], work: str) -> dict:
@@ -158,16 +280,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.objects", description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=1200, help="COCO demo images for the speed rows")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--sizes", default="12000,120000", help="images of the two planned files (8 objects each)")
+    parser.add_argument("--sizes", default="1250,12500", help="images of the two planned datasets (8 objects each)")
+    parser.add_argument("--layouts", default="coco,yolo,voc", help="the layouts whose plans are measured")
+    parser.add_argument("--label-files", type=int, default=2000,
+                        help="YOLO label files planned from a folder and from S3 (0: not measured)")
+    parser.add_argument("--full", action="store_true",
+                        help="the scale figures: --sizes 12500,125000 (100k and 1M objects), --label-files 100000")
     parser.add_argument("--json", default=RESULTS, help="where to write the results")
     parser.add_argument("--skip-speed", action="store_true", help="only the plan's memory")
     parser.add_argument("--convert-sizes", default="",
                         help="also convert COCO trees of this many tiny images (e.g. 10000,50000): each process's "
                         "peak memory at both sizes")
     args = parser.parse_args(argv)
+    if args.full:
+        args.sizes, args.label_files = "12500,125000", 100_000
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["beam_jobs.sources", "apache_beam"])
     work = tempfile.mkdtemp(prefix="bench-objects-")
     try:
-        result = {"memory": plan_memory([int(v) for v in args.sizes.split(",")], work)}
+        sizes = [int(v) for v in args.sizes.split(",")]
+        by_layout = {layout: plan_memory(sizes, work, layout) for layout in args.layouts.split(",")}
+        result = {"memory": by_layout.get("coco") or next(iter(by_layout.values())), "memory_by_layout": by_layout}
+        if args.label_files:
+            result["yolo_label_files"] = yolo_label_files(args.label_files, work)
         if not args.skip_speed:
             result["speed"] = speed(args.images, args.rounds, work)
         if args.convert_sizes:
@@ -175,19 +309,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["targets"] = TARGETS
-    memory = result["memory"]["plan_mb_at_1m_objects"]
-    print(f"plan of 1M objects: {memory} MB peak (target < {TARGETS['plan_mb_at_1m_objects']}), "
-          f"{result['memory']['bytes_per_object']} bytes an object")
+    _print(result)
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    with open(args.json, "w") as handle:
+        json.dump(result, handle, indent=2)
+    return 0
+
+
+def _print(result: dict) -> None:
+    for layout, memory in result["memory_by_layout"].items():
+        peaks = ", ".join(f"{row['peak_mb']} MB at {row['objects']}" for row in memory["sizes"])
+        print(f"{layout}: plan of 1M objects: {memory['plan_mb_at_1m_objects']} MB peak (target < "
+              f"{TARGETS['plan_mb_at_1m_objects']}), {memory['bytes_per_object']} bytes an object ({peaks})")
+    if "yolo_label_files" in result:
+        files = result["yolo_label_files"]
+        print(f"YOLO, {files['files']} label files: local {files['local_s']} s ({files['local_one_at_a_time_s']} s "
+              f"one at a time), S3 {files['s3_s']} s ({files['s3_one_at_a_time_s']} s one at a time)")
     if "convert_memory" in result:
         grown = result["convert_memory"]
         print(f"converting: launcher +{grown['launcher_growth_mb']} MB, largest worker +{grown['worker_growth_mb']} MB "
               f"between {', '.join(str(r['images']) for r in grown['sizes'])} images")
     if "speed" in result:
         print(f"COCO conversion: {result['speed']['ratio']}x Model Garden's script per image (target <= 1.0)")
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as handle:
-        json.dump(result, handle, indent=2)
-    return 0
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ __all__ = ["FileSystems", "ReadAhead", "open_for_ranges", "open_for_scanning", "
 _SETTINGS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token", "s3_endpoint_url", "s3_disable_ssl",
              "s3_region_name", "s3_api_version", "s3_verify")
 _clients: dict[tuple, Any] = {}
+S3_CONNECTIONS = 64  # connections the process's S3 client keeps open, for the threads that share it
 _lock = threading.Lock()
 
 
@@ -64,11 +65,16 @@ def s3_client(options: Any):
             import boto3
 
             access_key, secret_key, token, endpoint, disable_ssl, region, api_version, verify = key
-            # What Beam's own client passes (apache_beam.io.aws.clients.s3.boto3_client.Client).
+            from botocore.config import Config
+
+            # What Beam's own client passes (apache_beam.io.aws.clients.s3.boto3_client.Client), and a connection
+            # pool for the threads that share the client (botocore keeps 10: the launcher reads YOLO's label
+            # files 32 at a time, and a fuller pool discards a connection after each request, with a warning).
             client = _clients[key] = boto3.session.Session().client(
                 service_name="s3", region_name=region, api_version=api_version, use_ssl=not disable_ssl,
                 verify=verify, endpoint_url=endpoint, aws_access_key_id=access_key,
-                aws_secret_access_key=secret_key, aws_session_token=token)
+                aws_secret_access_key=secret_key, aws_session_token=token,
+                config=Config(max_pool_connections=S3_CONNECTIONS))
     return client
 
 

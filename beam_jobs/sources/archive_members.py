@@ -23,7 +23,7 @@ Archives come from strangers, so no member is trusted:
 A zip whose central directory cannot be read is an :class:`ArchiveError` (the
 caller names the file): nothing in it can be located. Member bytes are read
 with :func:`read_member`, which inflates with a bound, so memory never follows
-what an archive claims.
+what an archive claims; a large one is read as a stream (:func:`open_member`).
 
 A listed member travels through the conversion as its *locator*
 (``ImageRef.source``): a short text saying which file holds its bytes and
@@ -183,29 +183,74 @@ def copy_member(handle: BinaryIO, member: Member, out: BinaryIO, chunk: int = 1 
 
     Raises :class:`ArchiveError` when it does not inflate to exactly the length it declares.
     """
-    handle.seek(member.offset)
-    inflater = zlib.decompressobj(-zlib.MAX_WBITS) if member.method == DEFLATED else None
-    remaining, written = member.size, 0
-    try:
-        while remaining:
-            data = handle.read(min(chunk, remaining))
-            if not data:
-                raise ArchiveError(f"{member.path}: the archive ends {remaining} bytes into it")
-            remaining -= len(data)
-            while data:
-                if inflater is None:
-                    piece, data = data, b""
-                else:
-                    piece = inflater.decompress(data, chunk)
-                    data = inflater.unconsumed_tail
-                written += len(piece)
-                if written > member.length:
-                    raise ArchiveError(f"{member.path}: inflates past the {member.length} bytes it declares")
-                out.write(piece)
-    except zlib.error as err:
-        raise ArchiveError(f"{member.path}: its deflated bytes are corrupt: {err}") from err
-    if written != member.length:
-        raise ArchiveError(f"{member.path}: inflates to {written} bytes, not the {member.length} it declares")
+    stream = MemberStream(handle, member, chunk)
+    while data := stream.read(chunk):
+        out.write(data)
+
+
+class MemberStream(io.RawIOBase):
+    """``member``'s inflated bytes read front to back, ``chunk`` stored bytes fetched at a time from ``handle``
+    (the outermost file): a large member (COCO's annotation file in ``annotations_trainval2017.zip``) is read
+    as a stream, never held whole. Never inflates past the length the archive declared.
+
+    Raises :class:`ArchiveError` (from ``read``) when the archive ends inside the member, or its bytes do
+    not inflate to exactly that length. ``owned``: closing the stream closes ``handle``.
+    """
+
+    def __init__(self, handle: BinaryIO, member: Member, chunk: int = 1 << 20, owned: bool = False) -> None:
+        super().__init__()
+        self._handle, self._member, self._chunk, self._owned = handle, member, chunk, owned
+        self._next, self._remaining = member.offset, member.size  # the stored bytes not fetched yet
+        self._inflater = zlib.decompressobj(-zlib.MAX_WBITS) if member.method == DEFLATED else None
+        self._tail = memoryview(b"")  # stored bytes fetched, not yet given out (or inflated)
+        self._written = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        piece = self._piece(len(buffer))
+        buffer[:len(piece)] = piece
+        return len(piece)
+
+    def _piece(self, size: int):
+        path = self._member.path
+        while True:
+            if not self._tail and self._remaining:
+                self._handle.seek(self._next)
+                data = self._handle.read(min(self._chunk, self._remaining))
+                if not data:
+                    raise ArchiveError(f"{path}: the archive ends {self._remaining} bytes into it")
+                self._next, self._remaining, self._tail = self._next + len(data), self._remaining - len(data), \
+                    memoryview(data)
+            if self._inflater is None:
+                piece, self._tail = self._tail[:size], self._tail[size:]
+            else:
+                try:
+                    piece = self._inflater.decompress(self._tail, size)
+                except zlib.error as err:
+                    raise ArchiveError(f"{path}: its deflated bytes are corrupt: {err}") from err
+                self._tail = memoryview(self._inflater.unconsumed_tail)
+            if piece:
+                self._written += len(piece)
+                if self._written > self._member.length:
+                    raise ArchiveError(f"{path}: inflates past the {self._member.length} bytes it declares")
+                return piece
+            if not (self._tail or self._remaining):
+                break
+        if self._written != self._member.length:
+            raise ArchiveError(f"{path}: inflates to {self._written} bytes, not the {self._member.length} it declares")
+        return b""
+
+    def close(self) -> None:
+        if self._owned and not self.closed:
+            self._handle.close()
+        super().close()
+
+
+def open_member(handle: BinaryIO, member: Member, owned: bool = False) -> BinaryIO:
+    """``member``'s bytes as a buffered stream (:class:`MemberStream`); ``owned``: closing it closes ``handle``."""
+    return io.BufferedReader(MemberStream(handle, member, owned=owned), 1 << 20)
 
 
 def read_member(handle: BinaryIO, member: Member) -> bytes:

@@ -456,15 +456,28 @@ class LauncherReader:
         if not source:
             with open_for_scanning(FileSystems.join(self._src, *path.split("/"))) as handle:
                 return handle.read()
+        where, member = self._where(path, source)
+        if self._open is None or self._open[0] != where:
+            self.close()
+            self._open = (where, open_for_scanning(where))
+        return archive_members.read_member(self._open[1], member)
+
+    def open(self, path: str, source: str) -> BinaryIO:
+        """What ``self(path, source)`` gives, as a stream of its own (a large annotation file, never held whole;
+        an archive member inflated as it is read: :func:`beam_jobs.sources.archive_members.open_member`)."""
+        if not source:
+            return FileSystems.open(FileSystems.join(self._src, *path.split("/")))
+        where, member = self._where(path, source)
+        return archive_members.open_member(open_for_scanning(where), member, owned=True)
+
+    def _where(self, path: str, source: str) -> tuple[str, Member]:
+        """The archive file holding a member, and the member."""
         located = archive_members.parse_locator(source)
         if isinstance(located, Refused):
             raise ValueError(f"{path} was refused: {located.detail}")
         where = self._local[located.file] if located.in_work else (
             FileSystems.join(self._src, *located.file.split("/")) if located.file else self._src)
-        if self._open is None or self._open[0] != where:
-            self.close()
-            self._open = (where, open_for_scanning(where))
-        return archive_members.read_member(self._open[1], located.member)
+        return where, located.member
 
     def close(self) -> None:
         if self._open is not None:

@@ -13,9 +13,10 @@ Out: the plan of the images the JSON lists (:mod:`beam_jobs.sources.annotated_pl
      and a file whose real classes start at 0 (Label Studio's) is written one higher
      (:mod:`beam_jobs.sources.annotated_plan`).
 
-The JSON is read as a stream (``ijson``), a pass for each of its three lists, so a 450 MB
-``instances_train2017.json`` is never held whole; what stays in memory until the plan is made is each
-image's objects. An annotation that cannot be used costs only itself: an unknown category or a malformed
+The JSON is read as a stream (``ijson``), in one pass whatever the order of its lists
+(:mod:`beam_jobs.sources.coco_json`), so a 450 MB ``instances_train2017.json`` is fetched once and never held
+whole, from a folder, an object store or a zip (``annotations_trainval2017.zip``: inflated as it is read);
+what stays in memory until the plan is made is each image's objects, packed. An annotation that cannot be used costs only itself: an unknown category or a malformed
 ``bbox`` is rejected by name (``instances_val2017.json annotation 1234``) and its image keeps its other
 objects; an annotation of an image the JSON does not list is counted and named in a warning. An image
 the JSON lists is written even without objects (Model Garden trains on such images); a file in the image
@@ -30,25 +31,30 @@ width and height fit both the stored and the upright image, boxes are in the sto
 from __future__ import annotations
 
 import collections
-import io
-import json
 import posixpath
 import re
-import struct
-from typing import BinaryIO, Callable, Iterator, Optional, Sequence
+from typing import BinaryIO, Callable, Optional, Protocol, Sequence
 
 import record_schema
-from beam_jobs import annotations, formats, masks
+from beam_jobs import formats, masks
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
-from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, scratch_file, skip_reason
-from beam_jobs.sources import annotated_plan
+from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
+from beam_jobs.sources import annotated_plan, coco_json
 
 _INSTANCES = re.compile(r"^annotations/(?P<kind>instances|image_info)_(?P<name>[^/]+)\.json$")
 _ROBOFLOW = re.compile(r"^(?P<folder>[^/]+)/_annotations\.coco\.json$")
 LABEL_STUDIO_FILE = "result.json"
 _TOP_KEYS = re.compile(rb'"(images|annotations|categories)"\s*:\s*\[')
-Reader = Callable[[str, str], bytes]
+
+
+class Reader(Protocol):
+    """What the plan reads SRC's files and archive members with (:class:`beam_jobs.sources.archives.LauncherReader`):
+    a file's bytes, or a stream of them."""
+
+    def __call__(self, path: str, source: str) -> bytes: ...
+
+    def open(self, path: str, source: str) -> BinaryIO: ...
 
 
 def claims(options: ConvertOptions, listing: Optional[Listing]) -> bool:
@@ -100,19 +106,20 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
             masks.check_available()
         except masks.MasksUnavailableError as err:
             raise InputError(str(err)) from err
-    blobs = _Blobs(scratch) if options.masks else None
+    blobs = coco_json.Blobs(scratch) if options.masks else None
     categories: dict[int, str] = {}
-    read_sets: list[_Set] = []
+    read_sets: list[coco_json.CocoSet] = []
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
     for path, folder, split, source in sets:
         where = display_path(path if options.annotations else f"{src}/{path}")
         opened = _opener(src, path, source, read, bool(options.annotations))
-        found = _read_categories(opened, where, required="/image_info_" not in f"/{path}")
-        for category, name in found.items():
+        found = coco_json.read_set(opened, where, folder, split, warnings, blobs,
+                                   required="/image_info_" not in f"/{path}")
+        for category, name in found.categories.items():
             if categories.setdefault(category, name) != name:
                 raise InputError(f"{where}: category {category} is {name!r} here and {categories[category]!r} in "
                                  "another annotation file of SRC")
-        read_sets.append(_read_set(opened, where, folder, split, found, warnings, blobs))
+        read_sets.append(found)
     listed = {relpath for found in read_sets for relpath in found.relpaths}
     folders = {folder for _, folder, _, _ in sets}
     unlisted = sorted(path for path in located if _in_folders(path, folders) and path not in listed
@@ -194,170 +201,9 @@ def _in_folders(path: str, folders: set[str]) -> bool:
 
 
 def _opener(src: str, path: str, source: str, read: Reader, given: bool) -> Callable[[], BinaryIO]:
-    """Opens the JSON afresh for each pass: streamed from its file, or an archive member's bytes."""
+    """Opens the JSON (once: it is read in one pass) as a stream: its file, or an archive member inflated as it
+    is read (``read.open``), never its whole bytes."""
     if source:
-        data = read(path, source)
-        return lambda: io.BytesIO(data)
+        return lambda: read.open(path, source)
     full = path if given else FileSystems.join(src, *path.split("/"))
     return lambda: FileSystems.open(full)
-
-
-def _items(opened: Callable[[], BinaryIO], where: str, prefix: str) -> Iterator[dict]:
-    """Each object of one top-level list, streamed."""
-    import ijson
-
-    try:
-        with opened() as handle:
-            for item in ijson.items(handle, f"{prefix}.item", use_float=True):
-                if not isinstance(item, dict):
-                    raise InputError(f"{where}: an entry of {prefix!r} is not a JSON object: {str(item)[:80]}")
-                yield item
-    except ijson.JSONError as err:
-        raise InputError(f"{where} is not valid JSON: {err}") from err
-    except OSError as err:
-        raise InputError(f"{where} could not be read: {err}") from err
-
-
-def _read_categories(opened: Callable[[], BinaryIO], where: str, required: bool = True) -> dict[int, str]:
-    found: dict[int, str] = {}
-    for item in _items(opened, where, "categories"):
-        category, name = item.get("id"), item.get("name")
-        if not isinstance(category, int) or not isinstance(name, str) or not name:
-            raise InputError(f"{where}: category {str(item)[:80]} needs an integer id and a name")
-        if category in found:
-            raise InputError(f"{where}: category id {category} is listed twice")
-        found[category] = name
-    if not found and required:
-        raise InputError(f"{where} lists no categories; an instances file names its classes in \"categories\"")
-    return found
-
-
-# annotation id, category id, x0, y0, x1, y1, area (-1: none), iscrowd; its segmentation's place in the blobs.
-_PACKED = struct.Struct("<qqdddddBqI")
-
-
-class _Blobs:
-    """The objects' segmentations (``--masks``) as JSON text, kept until their image's objects are made: in a
-    scratch file (train2017's are most of its 450 MB), or in memory without one."""
-
-    def __init__(self, scratch: Optional[str]) -> None:
-        self._file = open(scratch_file(scratch, "segmentations"), "w+b") if scratch else io.BytesIO()
-        self._size = 0
-
-    def add(self, value: object) -> tuple[int, int]:
-        data = json.dumps(value, separators=(",", ":")).encode("utf-8")
-        self._file.seek(self._size)
-        self._file.write(data)
-        self._size += len(data)
-        return self._size - len(data), len(data)
-
-    def get(self, offset: int, length: int) -> str:
-        if not length:
-            return ""
-        self._file.seek(offset)
-        return self._file.read(length).decode("utf-8")
-
-    def close(self) -> None:
-        self._file.close()
-
-
-class _Set:
-    """One annotation file's images and objects, compact: each image's objects packed into bytes (57 an
-    object, where the dictionaries ijson yields take kilobytes), so train2017's 860k fit in ~50 MB."""
-
-    def __init__(self, where: str, folder: str, split: str, blobs: Optional[_Blobs]) -> None:
-        self.where, self.folder, self.split, self.blobs = where, folder, split, blobs
-        self.relpaths: list[str] = []
-        self.source_ids: list[str] = []
-        self.frames: list[tuple[int, int]] = []
-        self.packed: list[bytearray] = []
-        self.rejected: dict[int, list[tuple[str, str, str]]] = {}
-        self.used: set[int] = set()  # the category ids of its objects
-
-    def objects(self, index: int) -> annotations.Objects:
-        base = posixpath.basename(self.where)
-        blobs = self.blobs
-        boxes = tuple(annotations.Box(f"{base} annotation {ann}", category, x0, y0, x1, y1, area, bool(crowd),
-                                      mask=blobs.get(offset, length) if blobs else "")
-                      for ann, category, x0, y0, x1, y1, area, crowd, offset, length
-                      in _PACKED.iter_unpack(self.packed[index]))
-        return annotations.Objects(self.source_ids[index], boxes, self.frames[index], False,
-                                   tuple(self.rejected.get(index, ())), masks=blobs is not None)
-
-
-def _is_segmentation(value: object) -> bool:
-    """COCO's polygons (lists of at least three x, y pairs) or an RLE (``{"size": [h, w], "counts": ...}``)."""
-    if isinstance(value, dict):
-        return isinstance(value.get("size"), list) and isinstance(value.get("counts"), (list, str))
-    return isinstance(value, list) and bool(value) and all(
-        isinstance(polygon, list) and len(polygon) >= 6 and len(polygon) % 2 == 0 for polygon in value)
-
-
-def _read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: str, categories: dict[int, str],
-              warnings: list[str], blobs: Optional[_Blobs]) -> _Set:
-    """The images of one annotation file with their objects (and, with ``blobs``, their segmentations)."""
-    found = _Set(where, folder, split, blobs)
-    index_of: dict[object, int] = {}
-    first_of: dict[str, object] = {}  # relpath -> the image id that named it first
-    refused: dict[object, list] = {}  # image id of a second entry for a file -> [the first's id, its objects]
-    for item in _items(opened, where, "images"):
-        image_id, name = item.get("id"), item.get("file_name")
-        if image_id is None or not isinstance(name, str) or not name:
-            raise InputError(f"{where}: image {str(item)[:80]} needs an id and a file_name")
-        if image_id in index_of or image_id in refused:
-            raise InputError(f"{where}: image id {image_id} is listed twice")
-        relpath = posixpath.join(folder, name) if folder else name
-        if relpath in first_of:
-            refused[image_id] = [first_of[relpath], 0]
-            continue
-        first_of[relpath] = image_id
-        index_of[image_id] = len(found.relpaths)
-        width, height = item.get("width"), item.get("height")
-        found.relpaths.append(relpath)
-        found.frames.append((width, height) if isinstance(width, int) and isinstance(height, int) and width > 0
-                            and height > 0 else annotations.STORED)
-        found.source_ids.append(str(image_id) if isinstance(image_id, int) else annotated_plan.derived_source_id(relpath))
-        found.packed.append(bytearray())
-    orphans: list[object] = []
-    base = posixpath.basename(where)
-    for position, item in enumerate(_items(opened, where, "annotations")):
-        index = index_of.get(item.get("image_id"))
-        if index is None and item.get("image_id") in refused:
-            refused[item.get("image_id")][1] += 1
-            continue
-        if index is None:
-            orphans.append(item.get("id"))
-            continue
-        ann = item.get("id")
-        ann = ann if isinstance(ann, int) else position  # the report names it by its place in the file
-        category, bbox = item.get("category_id"), item.get("bbox")
-        if category not in categories:
-            found.rejected.setdefault(index, []).append(
-                (f"{base} annotation {ann}", annotations.UNKNOWN_CLASS,
-                 f"category_id {category} is not in the file's categories"))
-        elif not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
-            found.rejected.setdefault(index, []).append(
-                (f"{base} annotation {ann}", annotations.BAD_ANNOTATION,
-                 f"bbox {str(bbox)[:60]} is not [x, y, width, height]"))
-        elif blobs is not None and not _is_segmentation(item.get("segmentation")):
-            found.rejected.setdefault(index, []).append(
-                (f"{base} annotation {ann}", annotations.BAD_ANNOTATION,
-                 f"--masks: segmentation {str(item.get('segmentation'))[:60]} is neither polygons nor an RLE"))
-        else:
-            x, y, w, h = (float(v) for v in bbox)
-            area = item.get("area")
-            area = float(area) if isinstance(area, (int, float)) and area >= 0 else -1.0
-            offset, length = blobs.add(item["segmentation"]) if blobs is not None else (0, 0)
-            found.packed[index] += _PACKED.pack(ann, category, x, y, x + w, y + h, area, bool(item.get("iscrowd", 0)),
-                                                offset, length)
-            found.used.add(category)
-    for image_id, (first, count) in list(refused.items())[:5]:
-        warnings.append(f"{display_path(where)}: image id {image_id} names the file of image id {first}: refused, "
-                        f"with its {count} annotations (one image, one entry)")
-    if len(refused) > 5:
-        warnings.append(f"{display_path(where)}: {len(refused) - 5} more image entries name an earlier entry's file")
-    if orphans:
-        shown = ", ".join(str(o) for o in orphans[:5])
-        warnings.append(f"{display_path(where)}: {len(orphans)} annotations name an image id that its \"images\" do "
-                        f"not list, and were not written (annotation ids {shown}{' ...' if len(orphans) > 5 else ''})")
-    return found

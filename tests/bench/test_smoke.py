@@ -107,15 +107,20 @@ def test_the_hub_benchmark_compares_parquet_with_class_folders(tmp_path):
 
 
 def test_the_objects_benchmark_runs_against_model_gardens_script(tmp_path):
-    """bench.objects at a tiny size: both converters run on the same COCO demo, the plan is measured twice."""
+    """bench.objects at a tiny size: both converters run on the same COCO demo, each layout's plan is measured
+    twice, and YOLO label files are planned locally and from S3."""
     out = tmp_path / "objects.json"
     proc = subprocess.run([sys.executable, "-m", "bench.objects", "--images", "20", "--rounds", "1", "--sizes",
-                           "100,200", "--json", str(out)],
+                           "100,200", "--label-files", "30", "--json", str(out)],
                           cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(out.read_text())
     assert [row["objects"] for row in results["memory"]["sizes"]] == [800, 1600]
+    assert set(results["memory_by_layout"]) == {"coco", "yolo", "voc"}  # each planned at both sizes
+    assert all(len(memory["sizes"]) == 2 for memory in results["memory_by_layout"].values())
+    files = results["yolo_label_files"]  # planned from a folder and from moto's S3 on loopback
+    assert files["files"] == 30 and files["local_s"] > 0 and files["s3_s"] > 0
     assert results["speed"]["ratio"] > 0 and set(results["speed"]["seconds"]) == {"ours", "model_garden"}
 
 
