@@ -108,13 +108,16 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
             raise InputError(str(err)) from err
     blobs = coco_json.Blobs(scratch) if options.masks else None
     categories: dict[int, str] = {}
+    supercategories: dict[int, object] = {}
     read_sets: list[coco_json.CocoSet] = []
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
     for path, folder, split, source in sets:
         where = display_path(path if options.annotations else f"{src}/{path}")
         opened = _opener(src, path, source, read, bool(options.annotations))
         found = coco_json.read_set(opened, where, folder, split, warnings, blobs,
-                                   required="/image_info_" not in f"/{path}")
+                                   required="/image_info_" not in f"/{path}", upright=_annotates_upright(path),
+                                   max_pixels=options.encode.max_pixels)
+        supercategories.update(found.supercategories)
         for category, name in found.categories.items():
             if categories.setdefault(category, name) != name:
                 raise InputError(f"{where}: category {category} is {name!r} here and {categories[category]!r} in "
@@ -128,7 +131,7 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         skipped["not-in-annotations"] += len(unlisted)
         warnings.append(f"{len(unlisted)} files in the image folders are in no annotation file: skipped "
                         f"({', '.join(display_path(p) for p in unlisted[:3])}{' ...' if len(unlisted) > 3 else ''})")
-    _leave_out_unused_zero(categories, {c for found in read_sets for c in found.used}, warnings)
+    _leave_out_unused_zero(categories, supercategories, {c for found in read_sets for c in found.used}, warnings)
     classes = annotated_plan.class_table(categories, src, "the COCO annotation files")
     folded = annotated_plan.case_folded(located)
     images = (annotated_plan.AnnotatedImage(found.split, relpath, found.objects(index),
@@ -163,10 +166,20 @@ def _sets(src: str, listing: Listing, located: dict, warnings: list[str]) -> lis
     return sets
 
 
-def _leave_out_unused_zero(categories: dict[int, str], used: set[int], warnings: list[str]) -> None:
-    """Category 0 without objects is no class: Roboflow names its project so (``supercategory: none``), and
-    id 0 is the records' background. One with objects stays, and the ids are written one higher."""
-    if 0 in categories and len(categories) > 1 and 0 not in used:
+def _annotates_upright(path: str) -> bool:
+    """The tools that write these files (Roboflow's ``_annotations.coco.json``, CVAT's ``instances_default``,
+    Label Studio's ``result.json``) show images upright and annotate them so; COCO's own files are in the
+    stored pixels' frame. Decides only where an image's size cannot tell (``--annotation-frame`` overrides)."""
+    name = posixpath.basename(path)
+    return bool(_ROBOFLOW.match(path)) or name == LABEL_STUDIO_FILE or name.startswith("instances_default")
+
+
+def _leave_out_unused_zero(categories: dict[int, str], supercategories: dict[int, object], used: set[int],
+                           warnings: list[str]) -> None:
+    """Category 0 without objects and with ``supercategory: none`` is no class: Roboflow names its project so,
+    and id 0 is the records' background. Any other category 0 is a class (Label Studio numbers its labels from 0
+    and lists them all, used or not), and the ids are written one higher."""
+    if 0 in categories and len(categories) > 1 and 0 not in used and supercategories.get(0) == "none":
         warnings.append(f"category 0 ({categories.pop(0)!r}) has no objects: left out (it names the project in a "
                         "Roboflow export; id 0 is the records' background)")
     elif 0 in categories:

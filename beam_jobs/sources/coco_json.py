@@ -22,7 +22,7 @@ import posixpath
 import struct
 from typing import BinaryIO, Callable, Iterator, Optional
 
-from beam_jobs import annotations
+from beam_jobs import annotations, masks
 from beam_jobs.planning.discover import InputError, display_path, scratch_file
 from beam_jobs.sources import annotated_plan
 from beam_jobs.sources.archive_members import ArchiveError
@@ -88,9 +88,11 @@ class CocoSet:
     """One annotation file's categories, images and objects, compact: each image's objects packed into bytes
     (69 an object, where the dictionaries ijson yields take kilobytes), so train2017's 860k fit in ~60 MB."""
 
-    def __init__(self, where: str, folder: str, split: str, blobs: Optional[Blobs]) -> None:
+    def __init__(self, where: str, folder: str, split: str, blobs: Optional[Blobs], upright: bool = False) -> None:
         self.where, self.folder, self.split, self.blobs = where, folder, split, blobs
+        self.upright = upright  # where the image's size cannot tell: the boxes are in the upright image's frame
         self.categories: dict[int, str] = {}
+        self.supercategories: dict[int, object] = {}  # each category's supercategory as given (None: none)
         self.relpaths: list[str] = []
         self.source_ids: list[str] = []
         self.frames: list[tuple[int, int]] = []
@@ -115,7 +117,8 @@ class CocoSet:
             else:
                 boxes.append(annotations.Box(name, category, x0, y0, x1, y1, area, bool(flags & _CROWD),
                                              mask=blobs.get(offset, length) if blobs else ""))
-        return annotations.Objects(self.source_ids[index], tuple(boxes), self.frames[index], False, tuple(rejected),
+        return annotations.Objects(self.source_ids[index], tuple(boxes), self.frames[index], self.upright,
+                                   tuple(rejected),
                                    masks=blobs is not None)
 
 
@@ -123,21 +126,16 @@ def _unknown(category: object) -> str:
     return f"category_id {category} is not in the file's categories"
 
 
-def _is_segmentation(value: object) -> bool:
-    """COCO's polygons (lists of at least three x, y pairs) or an RLE (``{"size": [h, w], "counts": ...}``)."""
-    if isinstance(value, dict):
-        return isinstance(value.get("size"), list) and isinstance(value.get("counts"), (list, str))
-    return isinstance(value, list) and bool(value) and all(
-        isinstance(polygon, list) and len(polygon) >= 6 and len(polygon) % 2 == 0 for polygon in value)
-
-
 def read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: str, warnings: list[str],
-             blobs: Optional[Blobs], required: bool = True) -> CocoSet:
+             blobs: Optional[Blobs], required: bool = True, upright: bool = False,
+             max_pixels: int = masks.DEFAULT_MAX_PIXELS) -> CocoSet:
     """The categories, images and objects of one annotation file, ``opened()`` once (``required``: it must
-    list categories, as an instances file does; an ``image_info`` file lists none)."""
+    list categories, as an instances file does; an ``image_info`` file lists none). ``upright``: the tool that
+    wrote it annotates the upright image (CVAT, Label Studio, Roboflow). ``max_pixels``: the largest mask
+    (``--max-pixels``) a segmentation may ask for."""
     import ijson
 
-    reading = _Reading(CocoSet(where, folder, split, blobs))
+    reading = _Reading(CocoSet(where, folder, split, blobs, upright), max_pixels)
     handlers = {"images": reading.image, "annotations": reading.annotation, "categories": reading.category}
     try:
         with opened() as handle:
@@ -155,8 +153,8 @@ def read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: str
 class _Reading:
     """The state of one file's read: which image ids are known, and what waits for an image entry."""
 
-    def __init__(self, found: CocoSet) -> None:
-        self.found = found
+    def __init__(self, found: CocoSet, max_pixels: int = masks.DEFAULT_MAX_PIXELS) -> None:
+        self.found, self.max_pixels = found, max_pixels
         self.index_of: dict[object, int] = {}
         self.first_of: dict[str, object] = {}  # relpath -> the image id that named it first
         self.refused: dict[object, list] = {}  # image id of a second entry for a file -> [the first's id, its objects]
@@ -171,6 +169,7 @@ class _Reading:
         if category in self.found.categories:
             raise InputError(f"{self.found.where}: category id {category} is listed twice")
         self.found.categories[category] = name
+        self.found.supercategories[category] = item.get("supercategory")
 
     def image(self, item: dict) -> None:
         found = self.found
@@ -180,6 +179,7 @@ class _Reading:
         if image_id in self.index_of or image_id in self.refused:
             raise InputError(f"{found.where}: image id {image_id} is listed twice")
         objects = self.waiting.pop(image_id, (bytearray(), []))[0]
+        name = name.replace("\\", "/")  # Label Studio on Windows writes images\\<name>; ..\\ is still refused
         relpath = posixpath.join(found.folder, name) if found.folder else name
         if relpath in self.first_of:
             self.refused[image_id] = [self.first_of[relpath], len(objects) // _PACKED.size]
@@ -207,9 +207,10 @@ class _Reading:
             ids.append((position, item.get("id")))
         else:
             packed = self.found.packed[index]
-        packed += self._packed(item, position)
+        frame = self.found.frames[index] if index is not None else annotations.STORED
+        packed += self._packed(item, position, None if frame == annotations.STORED else frame)
 
-    def _packed(self, item: dict, position: int) -> bytes:
+    def _packed(self, item: dict, position: int, frame: Optional[tuple[int, int]]) -> bytes:
         """One annotation as :data:`_PACKED`: a box, or a refusal (with its reason kept aside)."""
         found, blobs = self.found, self.found.blobs
         ann = item.get("id")
@@ -220,9 +221,9 @@ class _Reading:
             refusal = (annotations.UNKNOWN_CLASS, _unknown(category))
         elif not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
             refusal = (annotations.BAD_ANNOTATION, f"bbox {str(bbox)[:60]} is not [x, y, width, height]")
-        elif blobs is not None and not _is_segmentation(item.get("segmentation")):
-            refusal = (annotations.BAD_ANNOTATION, f"--masks: segmentation {str(item.get('segmentation'))[:60]} is "
-                       "neither polygons nor an RLE")
+        elif blobs is not None and (problem := masks.segmentation_problem(item.get("segmentation"), frame,
+                                                                          self.max_pixels)) is not None:
+            refusal = (annotations.BAD_MASK, f"--masks: {problem}")
         if refusal is not None:
             found.refusals.append(refusal)
             return _PACKED.pack(ann, category if isinstance(category, int) else -1, 0, 0, 0, 0, -1, _REFUSED,

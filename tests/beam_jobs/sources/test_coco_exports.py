@@ -194,3 +194,16 @@ def test_a_run_says_which_frame_it_took_for_images_whose_size_cannot_tell(tmp_pa
     assert said == ["1 images are EXIF-turned with a size that fits both frames (train2017/a.jpg): their boxes were "
                     "taken in the stored frame; pass --annotation-frame stored or upright to say which the "
                     "annotations use"]
+
+
+def test_a_roboflow_export_of_a_turned_image_keeps_its_box_on_the_object_in_the_upright_frame(tmp_path, caplog):
+    """The tools show images upright and annotate them so; a 180-degree turn keeps the size, so only the
+    convention tells, and it is the tool's, not COCO's own (stored pixels)."""
+    root = tmp_path / "rf"
+    _roboflow_split(root, "train", [("a_jpg.rf.1.jpg", [((4, 4, 30, 20), 1)])])
+    write_file(str(root / "train/a_jpg.rf.1.jpg"), jpeg(picture(64, 48, [(4, 4, 30, 20)]), orientation=3))
+    with caplog.at_level("WARNING"):
+        run(ConvertOptions(src=str(root), out=str(tmp_path / "ds"), shards=1), FAST, show_progress=False)
+    record = object_records(tmp_path / "ds")["train/a_jpg.rf.1.jpg"]
+    assert red_fraction(record["pixels"], record["boxes"][0]) > 0.9
+    assert any("taken in the upright frame" in r.getMessage() for r in caplog.records)
