@@ -228,12 +228,12 @@ class _Reading:
             found.refusals.append(refusal)
             return _PACKED.pack(ann, category if isinstance(category, int) else -1, 0, 0, 0, 0, -1, _REFUSED,
                                 len(found.refusals) - 1, 0)
-        x, y, w, h = (float(v) for v in bbox)
+        x0, y0, x1, y1 = annotations.corners("coco", *(float(v) for v in bbox))
         area = item.get("area")
         area = float(area) if isinstance(area, (int, float)) and area >= 0 else -1.0
         offset, length = blobs.add(item["segmentation"]) if blobs is not None else (0, 0)
         self.good.add(category)
-        return _PACKED.pack(ann, category, x, y, x + w, y + h, area, _CROWD if item.get("iscrowd", 0) else 0,
+        return _PACKED.pack(ann, category, x0, y0, x1, y1, area, _CROWD if item.get("iscrowd", 0) else 0,
                             offset, length)
 
     def finish(self, warnings: list[str], required: bool) -> CocoSet:

@@ -28,6 +28,7 @@ import concurrent.futures
 import posixpath
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
+import record_schema
 from beam_jobs import annotations, formats
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
@@ -35,7 +36,7 @@ from beam_jobs.sources import annotated_plan
 
 YAML_NAMES = ("data.yaml", "data.yml", "dataset.yaml")
 LABEL_STUDIO_CLASSES = "classes.txt"
-_SPLIT_KEYS = (("train", "train"), ("val", "validation"), ("test", "test"))
+_SPLIT_KEYS = ("train", "val", "test")  # the yaml's keys, each the split record_schema.split_named says
 Reader = Callable[[str, str], bytes]
 READERS = 32  # label files read at once (each a GET in an object store: tens of ms, mostly waiting)
 
@@ -78,7 +79,10 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     if name is None:
         where = display_path(f"{src}/{LABEL_STUDIO_CLASSES}")
         text = read(LABEL_STUDIO_CLASSES, located[LABEL_STUDIO_CLASSES]).decode("utf-8-sig", "replace")
-        names = dict(enumerate(line.strip() for line in text.splitlines() if line.strip()))
+        lines = [line.strip() for line in text.splitlines()]
+        while lines and not lines[-1]:
+            lines.pop()
+        names = dict(enumerate(lines))  # line i names class i: a blank line is an id without a class, not a shift
         folders, notes = [("train", "images")], []
         if "images" not in annotated_plan.folders_of(listing):
             raise InputError(f"{where} is Label Studio's YOLO export, but {display_path(src)} has no images/ folder "
@@ -181,8 +185,8 @@ def _split_folders(config: dict, where: str, listing: Listing) -> tuple[list[tup
     root = str(config.get("path") or "").strip("/")
     root = root if root in dirs else ""  # a path on the author's machine: SRC is the root
     found, notes = [], []
-    for key, split in _SPLIT_KEYS:
-        entries = config.get(key)
+    for key in _SPLIT_KEYS:
+        split, entries = record_schema.split_named(key), config.get(key)
         for entry in entries if isinstance(entries, list) else [entries] if entries else []:
             folder = _inside(posixpath.join(root, str(entry)))
             if folder.endswith(".txt"):
@@ -250,8 +254,7 @@ def _line(line: str) -> Optional[tuple[int, tuple[float, float, float, float]]]:
     except (ValueError, IndexError):
         return None
     if len(values) == 4:
-        cx, cy, w, h = values
-        return label, (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+        return label, annotations.corners("yolo", *values)
     if len(values) >= 6 and len(values) % 2 == 0:  # a polygon: its extent
         xs, ys = values[0::2], values[1::2]
         return label, (min(xs), min(ys), max(xs), max(ys))
