@@ -19,7 +19,7 @@ DEFAULT_QUALITY = 95
 DEFAULT_SEED = 0
 # The columns of an --annotations file: path, label, split.
 ANNOTATION_COLUMNS = ("path", "label", "split")
-# --archive-scan: who reads the tars' headers (beam_jobs.sources.archive_scan).
+# --archive-scan: who reads the tars' headers (beam_jobs.sources.archives.archive_scan).
 ARCHIVE_SCANS = ("auto", "launcher", "workers")
 # --annotation-frame: which frame boxes are in where an image's size cannot tell (beam_jobs.annotations.place).
 ANNOTATION_FRAMES = ("auto", "stored", "upright")

@@ -32,7 +32,7 @@ from beam_jobs.planning import discover, resume
 from beam_jobs.planning.shard import plan_shard_counts, shard_size_warning
 from beam_jobs.runtime import interrupt, runners
 from beam_jobs.runtime.progress import PHASES, ProgressBars, choose_mode, read_progress
-from beam_jobs.sources import archive_scan, archives, compressed, member_reads
+from beam_jobs.sources.archives import archive_scan, archives, compressed, member_reads
 from beam_jobs.stages import list_parts
 from beam_jobs.stages.count import PartCounts
 from beam_jobs.stages.manifest import ConvertSummary, build_manifest, check_results

@@ -22,7 +22,7 @@ class ImageRef(NamedTuple):
     ``relpath`` is relative to SRC, ``/``-separated: where the image is in SRC,
     or in its extraction when it is an archive's member. ``source`` is empty
     for a plain file, else the member's locator (where its bytes sit in the
-    archive, or why it is refused: :mod:`beam_jobs.sources.archive_members`).
+    archive, or why it is refused: :mod:`beam_jobs.sources.archives.archive_members`).
     Everything the output holds depends on ``relpath`` only, so an archive
     converts to the bytes of its extraction. A NamedTuple, not a dataclass:
     millions of these are pickled between pipeline stages, and tuples pickle

@@ -129,7 +129,8 @@ def _plan_in_child(src: str, s3_flags: Sequence[str] = (), readers: int = 0) -> 
     import resource
 
     from beam_jobs.options import ConvertOptions
-    from beam_jobs.sources import plan_inputs, yolo
+    from beam_jobs.sources import plan_inputs
+    from beam_jobs.sources.objects import yolo
 
     if s3_flags:
         from apache_beam.options.pipeline_options import PipelineOptions
@@ -198,7 +199,7 @@ def yolo_label_files(files: int, work: str) -> dict:
 
 
 def _readers() -> int:
-    from beam_jobs.sources import yolo
+    from beam_jobs.sources.objects import yolo
 
     return yolo.READERS
 

@@ -67,7 +67,7 @@ class InputPlan:
     class_text: tuple[str, ...] = ()  # each class's text for the records (--synsets); default: its name
     split_counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
     unlisted: tuple[str, ...] = ()  # classes (of --labels) with no listed file, already warned about
-    # Compressed archives the listing inflated (beam_jobs.sources.compressed.Inflated): the launcher puts
+    # Compressed archives the listing inflated (beam_jobs.sources.archives.compressed.Inflated): the launcher puts
     # them in the run's work folder, where their members' sources point, before the pipeline reads them.
     inflated: tuple = ()
     # Each archive of SRC (not inside another), or each Parquet file of a Hugging Face dataset -> its size
@@ -87,7 +87,7 @@ class InputPlan:
     # Keys the records hold beyond the task's (record_schema.*_FEATURES): masks, when asked for -> their kind.
     extra_features: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # Objects: record class id = the source's id + this (1 where the source numbers a real class 0, which the
-    # records' convention keeps for the background: beam_jobs.sources.annotated_plan).
+    # records' convention keeps for the background: beam_jobs.sources.objects.annotated_plan).
     class_id_offset: int = 0
     # Objects: record class id -> the objects its annotations list (a class without any is not "all rejected").
     listed_objects: Mapping[int, int] = dataclasses.field(default_factory=dict)

@@ -36,7 +36,7 @@ class Listing:
 
     ``files`` is any re-iterable collection (a tuple, or a scratch file's
     :class:`beam_jobs.files.work_records.Spilled`); rules read it in passes. When
-    SRC holds archives (:mod:`beam_jobs.sources.archives`), their members are
+    SRC holds archives (:mod:`beam_jobs.sources.archives.archives`), their members are
     files at the paths their extraction would give, and ``located`` holds
     ``(path, source)`` for every file, in the order of ``files`` (the source
     locates a member's bytes; "" for a plain file).

@@ -4,15 +4,15 @@ The seam is :data:`SOURCES`, a table tried in order, as WebDataset's ``gopen_sch
 source that claims the request plans it into the one :class:`beam_jobs.planning.discover.InputPlan`
 every later stage reads. The stages see items (``ImageRef``: where the bytes are, the label or the
 objects), never a source's kind; a source's item locators are read by
-:mod:`beam_jobs.sources.member_reads`. A new layout is a module and a row here.
+:mod:`beam_jobs.sources.archives.member_reads`. A new layout is a module and a row here.
 
-* a Hugging Face Parquet or Arrow file, or a folder of them: :mod:`beam_jobs.sources.hub`;
+* a Hugging Face Parquet or Arrow file, or a folder of them: :mod:`beam_jobs.sources.hub.hub`;
 * a COCO annotation file (``annotations/instances_*.json``, or ``--annotations FILE.json``):
-  :mod:`beam_jobs.sources.coco`;
-* an Ultralytics YOLO dataset (``data.yaml``, ``images/`` and ``labels/``): :mod:`beam_jobs.sources.yolo`;
-* CVAT for images 1.1 (``annotations.xml`` beside ``images/``): :mod:`beam_jobs.sources.cvat`;
-* Pascal VOC (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/``): :mod:`beam_jobs.sources.voc`;
-* semantic masks beside their images (``images/``, ``masks/``): :mod:`beam_jobs.sources.mask_folders`;
+  :mod:`beam_jobs.sources.objects.coco`;
+* an Ultralytics YOLO dataset (``data.yaml``, ``images/`` and ``labels/``): :mod:`beam_jobs.sources.objects.yolo`;
+* CVAT for images 1.1 (``annotations.xml`` beside ``images/``): :mod:`beam_jobs.sources.objects.cvat`;
+* Pascal VOC (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/``): :mod:`beam_jobs.sources.objects.voc`;
+* semantic masks beside their images (``images/``, ``masks/``): :mod:`beam_jobs.sources.objects.mask_folders`;
 * a label file (``--annotations``: CSV, TSV or JSON Lines): :mod:`beam_jobs.sources.label_file`;
 * WebDataset samples labelled by a sibling member (``--label-member``): :mod:`beam_jobs.sources.webdataset`;
 * ImageNet as it ships (``--val-labels``): :mod:`beam_jobs.sources.imagenet`;
@@ -20,7 +20,7 @@ objects), never a source's kind; a source's item locators are read by
   :func:`beam_jobs.planning.discover.plan_inputs`.
 
 Wherever a folder is read, an archive (``.tar``, ``.tar.gz``, ``.zip``...) reads as its extraction,
-by offset and without extracting (:mod:`beam_jobs.sources.archives`).
+by offset and without extracting (:mod:`beam_jobs.sources.archives.archives`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ from typing import Callable, Optional
 
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.planning import discover
-from beam_jobs.sources import archives, coco, cvat, hub, hub_files, imagenet, layout_hints, mask_folders, voc, yolo
+from beam_jobs.sources import imagenet
+from beam_jobs.sources.archives import archives
+from beam_jobs.sources.hub import hub, hub_files
+from beam_jobs.sources.objects import coco, cvat, layout_hints, mask_folders, voc, yolo
 from beam_jobs.stage_records import ImageRef
 
 
@@ -200,7 +203,7 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
 
     ``scratch``: a local folder for the per-image lists, so the plan holds
     counters, not images (see :mod:`beam_jobs.planning.discover`). ``scanner``: reads
-    the tars' headers on the workers (:mod:`beam_jobs.sources.archive_scan`).
+    the tars' headers on the workers (:mod:`beam_jobs.sources.archives.archive_scan`).
 
     Raises:
       discover.InputError: the source cannot be planned (a message naming the file, line or folder).

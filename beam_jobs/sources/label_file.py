@@ -40,7 +40,8 @@ from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ANNOTATION_COLUMNS
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, plan_from_members
-from beam_jobs.sources import annotated_plan, archive_members
+from beam_jobs.sources.archives import archive_members
+from beam_jobs.sources.objects import annotated_plan
 from record_schema import SPLIT_NAMES
 
 COLUMNS = ANNOTATION_COLUMNS  # path, label, split

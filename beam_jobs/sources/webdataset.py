@@ -34,7 +34,7 @@ from beam_jobs.options import LabelMember
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, Listing
 from beam_jobs.planning.listing import skip_reason
-from beam_jobs.sources import archive_members
+from beam_jobs.sources.archives import archive_members
 from beam_jobs.stage_records import ImageRef
 
 SPLIT_FOLDERS = {"train": "train", "val": "validation", "validation": "validation", "test": "test"}

@@ -22,8 +22,8 @@ from beam_jobs import annotations, formats, masks
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.planning.discover import display_path
-from beam_jobs.sources import archive_members, member_reads
-from beam_jobs.sources.member_reads import MemberReader, keeps_bytes
+from beam_jobs.sources.archives import archive_members, member_reads
+from beam_jobs.sources.archives.member_reads import MemberReader, keeps_bytes
 from beam_jobs.stage_records import Accepted, ImageRef, RejectedInput
 from beam_jobs.stages.encode import Encoded, encode_image
 

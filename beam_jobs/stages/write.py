@@ -27,7 +27,7 @@ from beam_jobs.files import filesystems
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.planning.discover import display_path
-from beam_jobs.sources.member_reads import MemberReader
+from beam_jobs.sources.archives.member_reads import MemberReader
 from beam_jobs.stage_records import Accepted
 from beam_jobs.stages.encode import Encoded, encode_image
 from beam_jobs.stages.validate import read_source, read_spilled

@@ -4,7 +4,7 @@
   segmentation it accepts rasterizes at its frame, at the frame's size, as pycocotools counts it.
 * :func:`beam_jobs.annotations.place` on any boxes, frame, size and orientation: never raises; each box it
   keeps lies in [0, 1] and has an area in float32 (what the records store); every box is kept or rejected.
-* :func:`beam_jobs.sources.voc._parse` on any bytes, and on generated VOC XML: its documented result only.
+* :func:`beam_jobs.sources.objects.voc._parse` on any bytes, and on generated VOC XML: its documented result only.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from beam_jobs import annotations, masks
 from beam_jobs.annotations import Box, Objects
-from beam_jobs.sources import voc
+from beam_jobs.sources.objects import voc
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -4,7 +4,7 @@ In:  SRC holding ``images/`` and ``masks/`` (or ``annotations/``, ADE20K's name)
      folders (``train``/``training``, ``val``/``validation``, ``test``), ``images/<split>/<stem>.jpg`` beside
      ``masks/<split>/<stem>.png``: a PNG of class ids, pixel by pixel, the size of its image; and
      ``--labels``, naming class id i on line i (a mask holds numbers, not names).
-Out: the plan (:mod:`beam_jobs.sources.annotated_plan`, task ``segmentation``) of every image that has a
+Out: the plan (:mod:`beam_jobs.sources.objects.annotated_plan`, task ``segmentation``) of every image that has a
      mask, each record with ``image/segmentation/class/encoded`` (turned and resized with its image). An
      image without a mask is skipped and counted (``no-mask``), as is a mask without an image.
 """
@@ -19,7 +19,7 @@ import record_schema
 from beam_jobs import annotations, formats
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
-from beam_jobs.sources import annotated_plan
+from beam_jobs.sources.objects import annotated_plan
 
 MASK_FOLDERS = ("masks", "annotations")
 Reader = Callable[[str, str], bytes]

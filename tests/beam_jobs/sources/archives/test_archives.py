@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from beam_jobs.planning import discover
-from beam_jobs.sources import archive_members, archives, compressed
+from beam_jobs.sources.archives import archive_members, archives, compressed
 from beam_jobs.stages.validate import read_source
 from tests.archive_data import hostile_tar, nested_tar, tar_folder, tar_of_tars, write_tree, zip_folder
 

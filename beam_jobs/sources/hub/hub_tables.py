@@ -12,7 +12,7 @@ from typing import Iterator, Sequence
 
 from beam_jobs.files.filesystems import FileSystems, open_for_ranges
 from beam_jobs.planning.discover import InputError
-from beam_jobs.sources.hub_files import full_path
+from beam_jobs.sources.hub.hub_files import full_path
 
 class _ParquetTable:
     """A Parquet file read by row groups; each read a ranged one (its footer, then the columns asked for)."""

@@ -6,7 +6,7 @@ In:  SRC (a folder, or the export's zip) holding ``annotations.xml``: ``<meta>``
      ``rotation``, degrees), ``<polygon>``, ``<polyline>``, ``<points>`` (``points="x1,y1;x2,y2;..."``),
      ``<ellipse cx cy rx ry>``, ``<cuboid>``, ``<mask left top width height>``; and ``images/``: a task's or
      job's frames at ``images/<name>``, a project's at ``images/<subset>/<name>`` (``name`` may hold folders).
-Out: the plan (:mod:`beam_jobs.sources.annotated_plan`) of every image the XML lists, with its objects: a box
+Out: the plan (:mod:`beam_jobs.sources.objects.annotated_plan`) of every image the XML lists, with its objects: a box
      as given, any other shape's extent as its box (as YOLO's segments are read for detection), in pixels of
      the ``width`` x ``height`` the image declares: the upright image, as CVAT shows and annotates it.
 
@@ -22,7 +22,7 @@ CVAT's subsets are free text, and a subset this cannot place is better refused t
 Not written, and counted in one warning: ``<tag>`` (a label of the whole image, without a box) and
 ``<skeleton>`` (keypoints). ``occluded="1"`` is not written either: the OD API's ``truncated`` means cut
 by the image's edge, which an occluded object is not. Image ids come from the path
-(:func:`beam_jobs.sources.annotated_plan.derived_source_id`): CVAT's ``id`` is a frame number of its task,
+(:func:`beam_jobs.sources.objects.annotated_plan.derived_source_id`): CVAT's ``id`` is a frame number of its task,
 repeated across a project's tasks. An image the XML lists that is not on disk is listed, to be rejected as
 ``missing-file``; a file in ``images/`` the XML does not list is skipped and counted. A ``<track>`` (the
 "CVAT for video" export) is an error: export as "CVAT for images" instead.
@@ -46,7 +46,7 @@ from beam_jobs import annotations, formats
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
-from beam_jobs.sources import annotated_plan
+from beam_jobs.sources.objects import annotated_plan
 
 ANNOTATIONS = "annotations.xml"
 IMAGES = "images/"

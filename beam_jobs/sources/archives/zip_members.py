@@ -2,8 +2,8 @@
 
 In:  a seekable file object over a ``.zip`` (local, or an object store's ranged reader), or a range of
      one (a zip inside an uncompressed tar).
-Out: :class:`~beam_jobs.sources.archive_members.Member` (where a regular file's bytes sit in the
-     outermost file) or :class:`~beam_jobs.sources.archive_members.Refused` (why a member is not
+Out: :class:`~beam_jobs.sources.archives.archive_members.Member` (where a regular file's bytes sit in the
+     outermost file) or :class:`~beam_jobs.sources.archives.archive_members.Refused` (why a member is not
      converted: links, special files, encrypted, unsupported compression, zip bombs by ratio or by
      overlapping members, a missing local header), in archive order, as :mod:`tar_members` reads tars.
 """
@@ -16,7 +16,7 @@ import struct
 import zipfile
 from typing import BinaryIO, Iterator, Union
 
-from beam_jobs.sources.archive_members import (DEFLATED, MAX_RATIO, RATIO_FLOOR, STORED, ArchiveError, Entry, Member,
+from beam_jobs.sources.archives.archive_members import (DEFLATED, MAX_RATIO, RATIO_FLOOR, STORED, ArchiveError, Entry, Member,
                                                Refused, normalise)
 
 _ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length

@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 import record_schema
 from beam_jobs import annotations
 from beam_jobs.files import work_records
-from beam_jobs.sources import archive_members
+from beam_jobs.sources.archives import archive_members
 from beam_jobs.planning.carve import carve_count, carve_key
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, scratch_file
 from beam_jobs.stage_records import ImageRef

@@ -1,7 +1,7 @@
 """One COCO annotation file read in one pass: its categories, images and annotations, in whatever order they come.
 
 In:  a function that opens the JSON as a stream (a file, an object store's reader, an archive member
-     inflated as it is read: :meth:`beam_jobs.sources.archives.LauncherReader.open`); it is called once.
+     inflated as it is read: :meth:`beam_jobs.sources.archives.archives.LauncherReader.open`); it is called once.
 Out: a :class:`CocoSet`: the file's categories, its images (path, id, frame) and each image's objects
      packed into bytes, made into :class:`beam_jobs.annotations.Objects` one image at a time.
 
@@ -24,8 +24,8 @@ from typing import BinaryIO, Callable, Iterator, Optional
 
 from beam_jobs import annotations, masks
 from beam_jobs.planning.discover import InputError, display_path, scratch_file
-from beam_jobs.sources import annotated_plan
-from beam_jobs.sources.archive_members import ArchiveError
+from beam_jobs.sources.objects import annotated_plan
+from beam_jobs.sources.archives.archive_members import ArchiveError
 
 _LISTS = {"images.item": "images", "annotations.item": "annotations", "categories.item": "categories"}
 

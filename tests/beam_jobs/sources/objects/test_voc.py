@@ -11,7 +11,8 @@ from beam_jobs import annotations
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.pipeline import run
 from beam_jobs.planning.discover import InputError
-from beam_jobs.sources import archive_members, plan_inputs
+from beam_jobs.sources import plan_inputs
+from beam_jobs.sources.archives import archive_members
 from tests.object_data import jpeg, object_records, picture, red_fraction, voc_palette_png, voc_xml, write_file
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]

@@ -41,8 +41,9 @@ import record_schema
 from beam_jobs import annotations
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, Listing
-from beam_jobs.sources import annotated_plan, archive_members, hub_annotations, hub_cells, hub_columns, hub_files, \
-    hub_tables
+from beam_jobs.sources.archives import archive_members
+from beam_jobs.sources.hub import hub_annotations, hub_cells, hub_columns, hub_files, hub_tables
+from beam_jobs.sources.objects import annotated_plan
 from beam_jobs.stage_records import ImageRef
 
 
@@ -251,7 +252,7 @@ def _members(src: str, opened: Sequence[_Rows], names: Optional[Sequence[str]], 
 
 def _annotated(src: str, opened: Sequence[_Rows], unique: dict[str, bool], refused: list[ImageRef],
                bbox_format: str) -> Iterator[annotated_plan.AnnotatedImage]:
-    """Every row with its objects or labels (:mod:`beam_jobs.sources.hub_annotations`), named as ``_members`` names
+    """Every row with its objects or labels (:mod:`beam_jobs.sources.hub.hub_annotations`), named as ``_members`` names
     them; a row whose labels cannot be had is refused."""
     numbers: dict[str, int] = {}
     for rows in opened:

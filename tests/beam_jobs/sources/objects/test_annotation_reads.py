@@ -16,8 +16,10 @@ import pytest
 
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError
-from beam_jobs.sources import archive_members, archives, coco, plan_inputs, yolo, zip_members
-from beam_jobs.sources.archive_members import ArchiveError
+from beam_jobs.sources import plan_inputs
+from beam_jobs.sources.archives import archive_members, archives, zip_members
+from beam_jobs.sources.objects import coco, yolo
+from beam_jobs.sources.archives.archive_members import ArchiveError
 from tests.archive_data import zip_folder
 from tests.object_data import write_file
 

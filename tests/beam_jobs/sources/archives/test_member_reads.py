@@ -15,9 +15,9 @@ import zipfile
 
 import pytest
 
-from beam_jobs.sources import archive_members, tar_members, zip_members
-from beam_jobs.sources.archive_members import ArchiveError, Member
-from beam_jobs.sources.member_reads import MAX_GAP, MAX_RUN, MemberReader, plan_runs
+from beam_jobs.sources.archives import archive_members, tar_members, zip_members
+from beam_jobs.sources.archives.archive_members import ArchiveError, Member
+from beam_jobs.sources.archives.member_reads import MAX_GAP, MAX_RUN, MemberReader, plan_runs
 
 
 def _tar(path, sizes, seed=0) -> dict[str, bytes]:
@@ -108,8 +108,8 @@ def test_members_of_two_archives_and_plain_files_between_them_keep_their_runs(tm
 
 def test_the_input_bytes_of_a_small_run_are_its_files_and_members_sizes(tmp_path):
     """What the rule that runs small runs in one process weighs: files by stat, members by their stored size."""
-    from beam_jobs.sources.archives import list_tree
-    from beam_jobs.sources.member_reads import UNKNOWN_ITEM_BYTES, input_bytes
+    from beam_jobs.sources.archives.archives import list_tree
+    from beam_jobs.sources.archives.member_reads import UNKNOWN_ITEM_BYTES, input_bytes
     from beam_jobs.stage_records import ImageRef
 
     files = _tar(tmp_path / "a.tar", [100, 2_000, 30_000])

@@ -27,7 +27,7 @@ from apache_beam.io.filesystem import CompressionTypes
 
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.runtime import interrupt
-from beam_jobs.sources import archive_members
+from beam_jobs.sources.archives import archive_members
 
 DECOMPRESSORS = {
     "gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),

@@ -19,7 +19,7 @@ import zipfile
 import apache_beam as beam
 import pytest
 
-from beam_jobs.sources import archive_scan, archives
+from beam_jobs.sources.archives import archive_scan, archives
 from tests.archive_data import (
     hostile_tar,
     nested_tar,

@@ -4,7 +4,7 @@ In:  a file's Arrow schema (its ``huggingface`` metadata: the Hub's features), t
      and the class names a snapshot's ``README.md`` gives.
 Out: :class:`Columns`: the image column (the Hub's Image feature, ``struct<bytes: binary, path: string>``),
      the label column (a ClassLabel, text, or integers named by ``--labels``) and its names, or a column of
-     objects or of several labels (:mod:`beam_jobs.sources.hub_annotations`); or an InputError naming the
+     objects or of several labels (:mod:`beam_jobs.sources.hub.hub_annotations`); or an InputError naming the
      file, its columns and the flag to use.
 """
 
@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.planning.discover import InputError
-from beam_jobs.sources import hub_annotations
+from beam_jobs.sources.hub import hub_annotations
 
 @dataclasses.dataclass(frozen=True)
 class Columns:

@@ -3,7 +3,7 @@
 In:  SRC holding ``Annotations/`` and ``JPEGImages/`` (at its top, in ``VOC20xx/`` or in
      ``VOCdevkit/VOC20xx/``; VOC2007 and VOC2012 side by side are both read), an XML file per image:
      ``size``, and each ``object``'s ``name``, ``difficult``, ``truncated`` and ``bndbox``.
-Out: the plan (:mod:`beam_jobs.sources.annotated_plan`) of the images that ``ImageSets/Main/{train,val,test}.txt``
+Out: the plan (:mod:`beam_jobs.sources.objects.annotated_plan`) of the images that ``ImageSets/Main/{train,val,test}.txt``
      list (``trainval`` is their union, read only when ``train`` and ``val`` are missing); without
      ``ImageSets/Main``, every annotated image is train.
 
@@ -42,7 +42,8 @@ import record_schema
 from beam_jobs import annotations, formats
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path
-from beam_jobs.sources import archive_members, annotated_plan
+from beam_jobs.sources.archives import archive_members
+from beam_jobs.sources.objects import annotated_plan
 from beam_jobs.stage_records import ImageRef
 
 # The OD API's pascal_label_map.pbtxt: VOC's 20 classes, alphabetical, ids 1-20.

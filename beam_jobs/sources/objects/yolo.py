@@ -8,7 +8,7 @@ In:  SRC holding the dataset's yaml (``data.yaml``, or one ``*.yaml`` named afte
      ``images`` turned into ``labels`` (Ultralytics' rule), one ``<stem>.txt`` per image, a line per object:
      ``class cx cy w h``, normalized to the image (or ``class x1 y1 x2 y2 ...``, a polygon, whose extent is
      its box, as Ultralytics reads segments for detection).
-Out: the plan of every image in the split folders (:mod:`beam_jobs.sources.annotated_plan`), class ids the
+Out: the plan of every image in the split folders (:mod:`beam_jobs.sources.objects.annotated_plan`), class ids the
      yaml's indexes one higher (the records' id 0 is the background); an empty or missing label file is an
      image without objects, a label file without its image a warning naming it.
 
@@ -32,7 +32,7 @@ import record_schema
 from beam_jobs import annotations, formats
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
-from beam_jobs.sources import annotated_plan
+from beam_jobs.sources.objects import annotated_plan
 
 YAML_NAMES = ("data.yaml", "data.yml", "dataset.yaml")
 LABEL_STUDIO_CLASSES = "classes.txt"

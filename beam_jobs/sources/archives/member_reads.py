@@ -1,6 +1,6 @@
 """Workers read archive members: consecutive members by one ranged read, each archive file opened once.
 
-In:  member locators (``ImageRef.source``, see :mod:`beam_jobs.sources.archive_members`), and, for
+In:  member locators (``ImageRef.source``, see :mod:`beam_jobs.sources.archives.archive_members`), and, for
      validation, the locators a chunk will read in the order it reads them: a part lists an
      archive's members in archive order, so its images sit one after another in the archive file.
 Out: each member's bytes, inflated and checked against what its archive declared
@@ -24,8 +24,9 @@ import os
 from typing import BinaryIO, Iterable, Optional
 
 from beam_jobs.files.filesystems import FileSystems, open_for_ranges
-from beam_jobs.sources import archive_members, hub_cells
-from beam_jobs.sources.archive_members import ArchiveError, Located
+from beam_jobs.sources.archives import archive_members
+from beam_jobs.sources.hub import hub_cells
+from beam_jobs.sources.archives.archive_members import ArchiveError, Located
 
 # Members closer than this are fetched together (a tar puts 512-1,023 bytes of header and padding between
 # two files); reading the gap costs less than another request's round trip.

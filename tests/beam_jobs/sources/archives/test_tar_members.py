@@ -10,8 +10,8 @@ import tarfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from beam_jobs.sources.archive_members import Entry, Refused
-from beam_jobs.sources.tar_members import _entry, _tarfile_header, _unless_ended, scan_tar  # the reference's parts
+from beam_jobs.sources.archives.archive_members import Entry, Refused
+from beam_jobs.sources.archives.tar_members import _entry, _tarfile_header, _unless_ended, scan_tar  # the reference's parts
 
 
 def _by_tarfile(data: bytes) -> list[Entry]:

@@ -194,9 +194,9 @@ def test_mutated_parquet_files_list_and_read_or_are_refused_naming_the_file(tmp_
     """Footer and row groups damaged anywhere: the file is refused (corrupt-parquet), an error names it, or
     every row listed reads as bytes or as a rejection with its reason; nothing else escapes."""
     from beam_jobs.planning.discover import Listing
-    from beam_jobs.sources import archive_members
-    from beam_jobs.sources import hub as parquet
-    from beam_jobs.sources import hub_cells
+    from beam_jobs.sources.archives import archive_members
+    from beam_jobs.sources.hub import hub as parquet
+    from beam_jobs.sources.hub import hub_cells
 
     data = bytearray(SAMPLE)
     for at, xor in flips:
@@ -240,7 +240,7 @@ def test_a_dataset_saved_to_disk_as_arrow_converts_to_the_bytes_of_its_parquet(t
 
 
 def test_split_and_config_are_read_from_the_hubs_file_names():
-    from beam_jobs.sources.hub_files import describe
+    from beam_jobs.sources.hub.hub_files import describe
 
     assert (describe("data/train-00000-of-00004.parquet").split, describe("data/train-00000-of-00004.parquet")
             .config) == ("train", "")
@@ -343,7 +343,7 @@ def test_flags_that_label_images_otherwise_are_refused_for_one_parquet_file_too(
 
 def test_a_workers_reader_opens_each_file_once_for_all_its_row_groups(tmp_path, monkeypatch):
     """Each row group used to reopen its file (and read its footer again): files stay open for the chunk."""
-    from beam_jobs.sources import hub_cells
+    from beam_jobs.sources.hub import hub_cells
 
     table = pa.Table.from_pydict(hub_data.rows(6, 0), schema=hub_data.features().arrow_schema)
     pq.write_table(table, tmp_path / "train-00000-of-00001.parquet", row_group_size=2)
@@ -369,7 +369,7 @@ def test_the_launcher_opens_each_file_once_and_reads_its_small_columns_once(tmp_
     """The plan opened each file three times (footer, path digests, rows) and read its path and label columns
     twice: now once, the values waiting in a scratch file until the rows are listed."""
     from beam_jobs.planning import listing
-    from beam_jobs.sources import hub, hub_tables
+    from beam_jobs.sources.hub import hub, hub_tables
 
     table = pa.Table.from_pydict(hub_data.rows(6, 0), schema=hub_data.features().arrow_schema)
     pq.write_table(table, tmp_path / "train-00000-of-00001.parquet", row_group_size=2)
@@ -395,7 +395,8 @@ def test_the_launcher_opens_each_file_once_and_reads_its_small_columns_once(tmp_
 
 def test_a_parquet_rows_read_error_is_an_unreadable_item_not_an_archives():
     """CellError subclassed ArchiveError: code catching an archive's errors caught a Parquet row's too."""
-    from beam_jobs.sources import archive_members, hub_cells
+    from beam_jobs.sources.archives import archive_members
+    from beam_jobs.sources.hub import hub_cells
 
     error = hub_cells.CellError("missing-image", "train.parquet row group 0 row 2: no image bytes")
     assert isinstance(error, archive_members.UnreadableItem) and error.reason == "missing-image"

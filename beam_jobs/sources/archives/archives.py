@@ -3,7 +3,7 @@
 In:  SRC (a folder, or itself an archive), local or in an object store.
 Out: a :class:`beam_jobs.planning.discover.Listing` whose files are the paths the
      extraction would give, each with its locator (where its bytes sit: a
-     range of the archive file; see :mod:`beam_jobs.sources.archive_members`),
+     range of the archive file; see :mod:`beam_jobs.sources.archives.archive_members`),
      so every other source (class folders, ImageNet, label files) plans it as
      it plans a folder, and the conversion writes the bytes of the extraction.
 
@@ -25,10 +25,10 @@ Reading: an uncompressed tar and a zip are read in place, by offset, by every
 worker at once (an inner tar of an uncompressed tar is a range of the outer
 file). A compressed tar (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``) can only be
 read front to back: the launcher inflates it once, into the run's work folder
-(:mod:`beam_jobs.sources.compressed`; temporary disk: its uncompressed size,
+(:mod:`beam_jobs.sources.archives.compressed`; temporary disk: its uncompressed size,
 gone when the run ends), and it is then read like a tar; so is an archive
 stored deflated inside a zip. The headers of the tars under SRC may be read by
-the workers before the listing (:mod:`beam_jobs.sources.archive_scan`): the
+the workers before the listing (:mod:`beam_jobs.sources.archives.archive_scan`): the
 listing then reads their member tables instead, and is the same.
 
 Hostile archives cost only themselves: every member the table refuses (unsafe
@@ -52,9 +52,9 @@ from beam_jobs.files.filesystems import FileSystems, open_for_scanning
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, Listing
 from beam_jobs.runtime import interrupt
-from beam_jobs.sources import archive_members, compressed, tar_members, zip_members
-from beam_jobs.sources.archive_members import ArchiveError, Member, RangeFile, Refused
-from beam_jobs.sources.compressed import Inflated
+from beam_jobs.sources.archives import archive_members, compressed, tar_members, zip_members
+from beam_jobs.sources.archives.archive_members import ArchiveError, Member, RangeFile, Refused
+from beam_jobs.sources.archives.compressed import Inflated
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class ArchiveListing:
 @dataclasses.dataclass(frozen=True)
 class TarUnit:
     """An uncompressed tar whose headers may be read apart from the listing (by the workers, see
-    :mod:`beam_jobs.sources.archive_scan`): ``size`` bytes at ``base`` of the file at ``path``, which
+    :mod:`beam_jobs.sources.archives.archive_scan`): ``size`` bytes at ``base`` of the file at ``path``, which
     member locators name ``file``; ``depth``: how many archives hold it."""
 
     path: str
@@ -389,7 +389,7 @@ class _ArchiveLister:
     # --- compressed archives ------------------------------------------------------------------------------
 
     def _new_inflated(self, display: str) -> Inflated:
-        """A new local file for an inflated archive (see :mod:`beam_jobs.sources.compressed`)."""
+        """A new local file for an inflated archive (see :mod:`beam_jobs.sources.archives.compressed`)."""
         if self._scratch is None:
             self._scratch = tempfile.mkdtemp(prefix="imgshards-inflated-")
         copy = Inflated.named(display, self._scratch)
@@ -464,7 +464,7 @@ class LauncherReader:
 
     def open(self, path: str, source: str) -> BinaryIO:
         """What ``self(path, source)`` gives, as a stream of its own (a large annotation file, never held whole;
-        an archive member inflated as it is read: :func:`beam_jobs.sources.archive_members.open_member`)."""
+        an archive member inflated as it is read: :func:`beam_jobs.sources.archives.archive_members.open_member`)."""
         if not source:
             return FileSystems.open(FileSystems.join(self._src, *path.split("/")))
         where, member = self._where(path, source)

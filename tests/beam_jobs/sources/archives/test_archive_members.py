@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from beam_jobs.sources.archive_members import (
+from beam_jobs.sources.archives.archive_members import (
     ArchiveError,
     Member,
     RangeFile,
@@ -25,8 +25,8 @@ from beam_jobs.sources.archive_members import (
     folder_members,
     read_member,
 )
-from beam_jobs.sources.tar_members import scan_tar
-from beam_jobs.sources.zip_members import scan_zip
+from beam_jobs.sources.archives.tar_members import scan_tar
+from beam_jobs.sources.archives.zip_members import scan_zip
 
 FILES = {"cat/a.jpg": b"A" * 700, "cat/b.jpg": os.urandom(1500), "dog/c.png": b"C" * 10}
 
@@ -206,7 +206,7 @@ def test_mutated_archives_give_entries_or_an_archive_error_never_anything_else(k
        name=st.sampled_from(["", "x", "other"]))
 def test_streamed_folder_members_agree_with_folder_members(paths, name):
     """The two-pass, hash-keeping form used for tars decides as the in-memory one: same members, same refusals."""
-    from beam_jobs.sources.archive_members import streamed_folder_members
+    from beam_jobs.sources.archives.archive_members import streamed_folder_members
 
     entries = [Member(path, index * 10, 5, 5) for index, path in enumerate(paths)]
     members, refused, top = folder_members(iter(entries), name)
@@ -222,7 +222,7 @@ def test_streamed_folder_members_agree_with_folder_members(paths, name):
 @given(spans=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 20)), max_size=12))
 def test_zip_overlaps_are_found_by_bisection_as_a_pairwise_check_finds_them(spans):
     """A member is refused when its bytes overlap any member accepted before it (found in log time, not n^2)."""
-    from beam_jobs.sources.zip_members import _Spans
+    from beam_jobs.sources.archives.zip_members import _Spans
 
     accepted, found = [], _Spans()
     for index, (start, size) in enumerate(spans):
@@ -236,7 +236,7 @@ def test_zip_overlaps_are_found_by_bisection_as_a_pairwise_check_finds_them(span
 
 def test_a_tar_scanned_twice_for_its_folder_is_read_once(tmp_path):
     """The lister's two passes read the tar once (in S3 or GCS that is one download): the second replays a spool."""
-    from beam_jobs.sources.archive_members import replayable, streamed_folder_members
+    from beam_jobs.sources.archives.archive_members import replayable, streamed_folder_members
 
     data = _tar([_file(name, body) for name, body in FILES.items()] + [_special("cat/link.jpg", tarfile.SYMTYPE, "x")])
     reads = []

@@ -6,15 +6,15 @@ In:  SRC holding ``annotations/instances_train2017.json`` and ``train2017/`` (or
      train split, beside ``images/``); Roboflow's COCO export (``train/``, ``valid/``, ``test/``, each holding
      ``_annotations.coco.json`` beside its images); Label Studio's (``result.json`` beside ``images/``); or
      ``--annotations FILE.json`` with the images at ``SRC/<file_name>``.
-Out: the plan of the images the JSON lists (:mod:`beam_jobs.sources.annotated_plan`), each with its objects:
+Out: the plan of the images the JSON lists (:mod:`beam_jobs.sources.objects.annotated_plan`), each with its objects:
      boxes (``bbox`` is ``[x, y, width, height]`` in pixels from the top-left), ``iscrowd``, ``area``;
      class ids are COCO's category ids as given (1-90 with gaps for COCO's 80 classes). Id 0 is the records'
      background: a category 0 without objects (Roboflow's project name, ``supercategory: none``) is left out,
      and a file whose real classes start at 0 (Label Studio's) is written one higher
-     (:mod:`beam_jobs.sources.annotated_plan`).
+     (:mod:`beam_jobs.sources.objects.annotated_plan`).
 
 The JSON is read as a stream (``ijson``), in one pass whatever the order of its lists
-(:mod:`beam_jobs.sources.coco_json`), so a 450 MB ``instances_train2017.json`` is fetched once and never held
+(:mod:`beam_jobs.sources.objects.coco_json`), so a 450 MB ``instances_train2017.json`` is fetched once and never held
 whole, from a folder, an object store or a zip (``annotations_trainval2017.zip``: inflated as it is read);
 what stays in memory until the plan is made is each image's objects, packed. An annotation that cannot be used costs only itself: an unknown category or a malformed
 ``bbox`` is rejected by name (``instances_val2017.json annotation 1234``) and its image keeps its other
@@ -40,7 +40,7 @@ from beam_jobs import formats, masks
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
-from beam_jobs.sources import annotated_plan, coco_json
+from beam_jobs.sources.objects import annotated_plan, coco_json
 
 _INSTANCES = re.compile(r"^annotations/(?P<kind>instances|image_info)_(?P<name>[^/]+)\.json$")
 _ROBOFLOW = re.compile(r"^(?P<folder>[^/]+)/_annotations\.coco\.json$")
@@ -49,7 +49,7 @@ _TOP_KEYS = re.compile(rb'"(images|annotations|categories)"\s*:\s*\[')
 
 
 class Reader(Protocol):
-    """What the plan reads SRC's files and archive members with (:class:`beam_jobs.sources.archives.LauncherReader`):
+    """What the plan reads SRC's files and archive members with (:class:`beam_jobs.sources.archives.archives.LauncherReader`):
     a file's bytes, or a stream of them."""
 
     def __call__(self, path: str, source: str) -> bytes: ...

@@ -21,7 +21,7 @@ import re
 import tarfile
 from typing import BinaryIO, Iterator, NamedTuple, Optional, Union
 
-from beam_jobs.sources.archive_members import Entry, Member, Refused, normalise
+from beam_jobs.sources.archives.archive_members import Entry, Member, Refused, normalise
 
 _BLOCK = tarfile.BLOCKSIZE
 _WINDOW = 64 << 10  # header bytes read at once: ~60 headers of tiny members; one read per header of large ones

@@ -39,9 +39,9 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 
 from beam_jobs.files.filesystems import FileSystems, open_for_scanning
-from beam_jobs.sources import archive_members, archives, tar_members
-from beam_jobs.sources.archive_members import ArchiveError, Entry, RangeFile
-from beam_jobs.sources.archives import TarUnit
+from beam_jobs.sources.archives import archive_members, archives, tar_members
+from beam_jobs.sources.archives.archive_members import ArchiveError, Entry, RangeFile
+from beam_jobs.sources.archives.archives import TarUnit
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import posixpath
 from typing import Optional
 
 from beam_jobs.files.filesystems import FileSystems
-from beam_jobs.sources import archive_members
-from beam_jobs.sources.hub_files import full_path
-from beam_jobs.sources.hub_tables import ArrowNotLocalError, first_line, open_table, read_errors
+from beam_jobs.sources.archives import archive_members
+from beam_jobs.sources.hub.hub_files import full_path
+from beam_jobs.sources.hub.hub_tables import ArrowNotLocalError, first_line, open_table, read_errors
 
 _LOCATOR = "q"  # a cell's locator kind, beside archive_members' "a", "w" and "!"
 
