@@ -25,7 +25,7 @@ Issue #47's (annotations at the scale they ship):
   images); 8 objects an image. ``--full``: 100k and 1M objects, target under 1 GB at 1M.
 * **YOLO label files**: seconds to plan ``--label-files`` YOLO images with a label file each, from a
   local folder and from S3 (moto's server on loopback: every label file a GET), read in parallel as the
-  plan does and one at a time (``yolo.READERS = 1``, what the launcher did before).
+  plan does and one at a time (``annotated_plan.READERS = 1``, what the launcher did before).
 
 Each plan runs in a process of its own, forked from one that has imported the converter (a forkserver), so
 a peak is that plan's, from the same baseline a fresh ``python -m converter`` has.
@@ -130,7 +130,7 @@ def _plan_in_child(src: str, s3_flags: Sequence[str] = (), readers: int = 0) -> 
 
     from beam_jobs.options import ConvertOptions
     from beam_jobs.sources import plan_inputs
-    from beam_jobs.sources.objects import yolo
+    from beam_jobs.sources.objects import annotated_plan
 
     if s3_flags:
         from apache_beam.options.pipeline_options import PipelineOptions
@@ -138,7 +138,7 @@ def _plan_in_child(src: str, s3_flags: Sequence[str] = (), readers: int = 0) -> 
         from beam_jobs.files.filesystems import FileSystems
 
         FileSystems.set_options(PipelineOptions(list(s3_flags)))
-    yolo.READERS = readers or yolo.READERS
+    annotated_plan.READERS = readers or annotated_plan.READERS
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         plan = plan_inputs(ConvertOptions(src=src, out=os.path.join(scratch, "out")), scratch)
@@ -199,9 +199,9 @@ def yolo_label_files(files: int, work: str) -> dict:
 
 
 def _readers() -> int:
-    from beam_jobs.sources.objects import yolo
+    from beam_jobs.sources.objects import annotated_plan
 
-    return yolo.READERS
+    return annotated_plan.READERS
 
 
 def _upload(root: str, endpoint: str) -> tuple[str, list[str]]:

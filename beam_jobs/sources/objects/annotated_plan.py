@@ -20,6 +20,8 @@ image holds objects, or labels, of several classes).
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import hashlib
 import itertools
@@ -202,3 +204,33 @@ class _ObjectRefs:
 
     def __len__(self) -> int:
         return len(self._listed) + len(self._refused)
+
+
+READERS = 32  # annotation files read at once (each a GET in an object store: tens of ms, mostly waiting)
+
+
+def read_in_order(read: Callable[[str, str], bytes], wanted: Iterable[Optional[tuple[str, str]]],
+                  threads: Optional[int] = None) -> Iterator[Optional[bytes]]:
+    """The bytes of each ``(path, locator)`` of ``wanted`` (None for None), in order: files read by ``threads``
+    threads at once (:data:`READERS`), at most four times that many ahead of the caller (100k label files in
+    an object store are not 100k GETs one after another); archive members by the caller's thread, in order
+    (they share the reader's one handle and its read-ahead window, which serves consecutive members)."""
+    threads = threads or READERS
+    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="annotation-reads")
+    ahead: collections.deque = collections.deque()
+
+    def take() -> Optional[bytes]:
+        item = ahead.popleft()
+        if isinstance(item, concurrent.futures.Future):
+            return item.result()
+        return None if item is None else read(*item)
+
+    try:
+        for item in wanted:
+            ahead.append(pool.submit(read, *item) if item is not None and not item[1] else item)
+            if len(ahead) > 4 * threads:
+                yield take()
+        while ahead:
+            yield take()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -35,8 +35,9 @@ import collections
 import difflib
 import posixpath
 import re
+import struct
 import xml.etree.ElementTree as ElementTree
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 import record_schema
 from beam_jobs import annotations, formats
@@ -71,6 +72,22 @@ def claims(listing: Listing) -> bool:
     return bool(roots(listing))
 
 
+# An object held until the class ids are known: its name's index, its bndbox as VOC writes it, difficult, truncated
+# (38 bytes, where a tuple of its fields took hundreds).
+_PACKED = struct.Struct("<IddddBB")
+
+
+class _Listed(NamedTuple):
+    """One image a split list names: its XML read, its objects packed, or what is wrong with it."""
+
+    split: str
+    image: str  # "" when its JPEGImages/ has no such image
+    xml: str
+    frame: tuple[int, int]
+    problem: str  # the XML's problem, or ""
+    packed: bytes
+
+
 def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]],
          scratch: Optional[str] = None) -> InputPlan:
     """The plan of a Pascal VOC dataset (see the module's docstring)."""
@@ -78,77 +95,16 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     located = dict(listing.entries())
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
     warnings: list[str] = []
-    # (split, image path or "", XML path, (frame, objects) or the XML's problem)
-    parsed: list[tuple[str, str, str, object]] = []
-    names: collections.Counter[str] = collections.Counter()  # objects by class name
     lists = "Segmentation" if options.masks else "Main"
-    for root in roots(listing):
-        images_of = _images_by_id(root, located)
-        for split, image_id in _listed(root, located, read, lists):
-            xml_path = posixpath.join(root, "Annotations", f"{image_id}.xml")
-            image = images_of.get(image_id, "")
-            if xml_path not in located:
-                missing = image or posixpath.join(root, "JPEGImages", f"{image_id}.jpg")
-                parsed.append((split, missing, xml_path, f"{display_path(xml_path)} is missing"))
-                continue
-            result = _parse(read(xml_path, located[xml_path]), display_path(xml_path))
-            if isinstance(result, tuple):
-                for index, box in enumerate(result[1], start=1):
-                    problem = annotations.class_name_problem(box[0], f"{display_path(xml_path)} object {index}")
-                    if problem:
-                        raise InputError(problem)
-                    names[box[0]] += 1
-            parsed.append((split, image, xml_path, result))
-        listed = {image for _, image, _, _ in parsed}
-        unlisted = sorted(p for p in located if p.startswith(posixpath.join(root, "JPEGImages") + "/")
-                          and p not in listed)
-        skipped["not-in-split-lists"] += len(unlisted)
-        if unlisted:
-            warnings.append(f"{len(unlisted)} image{'s' if len(unlisted) != 1 else ''} of {display_path(src)}/{root or '.'}/JPEGImages are in no split "
-                            f"list of ImageSets/{lists}: skipped ({_some(unlisted)})")
-        read_xml = {xml for _, _, xml, _ in parsed}
-        orphans = sorted(p for p in located if _xml_id(root, p) is not None and p not in read_xml
-                         and _xml_id(root, p) not in images_of)
-        if orphans:
-            warnings.append(f"{len(orphans)} annotation file{'s' if len(orphans) != 1 else ''} of "
-                            f"{display_path(src)}/{root or '.'}/Annotations have no image in JPEGImages and are in no "
-                            f"split list of ImageSets/{lists}: not read ({_some(orphans)})")
-    classes, note = _classes(names, labels)
+    wanted = [entry for root in roots(listing) for entry in _wanted(src, root, located, read, lists, skipped, warnings)]
+    names: dict[str, int] = {}  # class name -> its index in the packed objects
+    counts: collections.Counter[str] = collections.Counter()  # objects by class name
+    listed = list(_read(wanted, located, read, names, counts))
+    classes, note = _classes(counts, labels)
     if note:
         warnings.append(f"{display_path(src)}: {note}")
-    class_id = {name: index for index, name in enumerate(classes) if name}
-    unknown: collections.Counter[str] = collections.Counter()
-    images, refused = [], []
-    for split, image, xml_path, result in parsed:
-        if isinstance(result, str):
-            refused.append(ImageRef(split, image, 0, archive_members.refusal(annotations.BAD_ANNOTATION, result)))
-            continue
-        if not image:
-            stem = posixpath.splitext(posixpath.basename(xml_path))[0]
-            expected = posixpath.join(posixpath.dirname(posixpath.dirname(xml_path)), "JPEGImages", f"{stem}.jpg")
-            refused.append(ImageRef(split, expected, 0, archive_members.refusal(
-                "missing-file", f"{display_path(xml_path)} annotates it, but {display_path(expected)} (or another "
-                "image extension) is not there")))
-            continue
-        frame, objects = result
-        boxes, rejected = [], []
-        for index, (name, x0, y0, x1, y1, difficult, truncated) in enumerate(objects, start=1):
-            label = f"{display_path(xml_path)} object {index}"
-            if name not in class_id:
-                unknown[name] += 1
-                rejected.append((label, annotations.UNKNOWN_CLASS, _unknown_detail(name, classes, labels is not None)))
-                continue
-            boxes.append(annotations.Box(label, class_id[name], x0 - 1, y0 - 1, x1, y1, -1.0, False, difficult,
-                                         truncated))
-        class_mask = ()
-        if options.masks:  # SegmentationClass/<id>.png beside JPEGImages/<id>.jpg
-            mask = posixpath.join(posixpath.dirname(posixpath.dirname(image)), "SegmentationClass",
-                                  posixpath.splitext(posixpath.basename(image))[0] + ".png")
-            class_mask = (mask, located.get(mask, ""))
-        objects_value = annotations.Objects(annotated_plan.derived_source_id(image), tuple(boxes), frame, False,
-                                            tuple(rejected), class_mask=class_mask)
-        images.append(annotated_plan.AnnotatedImage(split, image, objects_value,
-                                                    annotated_plan.source_of(image, located)))
+    unknown = collections.Counter({name: count for name, count in counts.items() if name not in classes})
+    refused = [_refused(entry) for entry in listed if entry.problem or not entry.image]
     if unknown:
         shown = ", ".join(f"{name!r}" + (f" x{count}" if count > 1 else "") for name, count in unknown.most_common(5))
         warnings.append(f"{display_path(src)}: {sum(unknown.values())} objects name a class "
@@ -156,11 +112,98 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
                         f"{' ...' if len(unknown) > 5 else ''}): rejected as unknown-class"
                         + ("" if labels is not None else "; to keep them as classes, list every class name of the "
                            "dataset, one a line, in --labels"))
-    if not images and not refused:
+    if not listed:
         raise InputError(f"{src}: its VOC split lists (ImageSets/{lists}/*.txt) name no images")
+    images = _annotated((entry for entry in listed if not (entry.problem or not entry.image)), list(names), classes,
+                        located, options.masks, labels is not None)
     seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes"}
     return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, None, refused,
                                scratch=scratch, extra_features=seg if options.masks else None)
+
+
+def _wanted(src: str, root: str, located: dict, read: Reader, lists: str, skipped: collections.Counter,
+            warnings: list[str]) -> list[tuple[str, str, str]]:
+    """``(split, image or "", XML)`` of each image ``root``'s split lists name; the images no list names, and
+    the XMLs of no listed image and no image, counted and named in ``warnings``."""
+    images_of = _images_by_id(root, located)
+    wanted = [(split, images_of.get(image_id, ""), posixpath.join(root, "Annotations", f"{image_id}.xml"))
+              for split, image_id in _listed(root, located, read, lists)]
+    listed = {image for _, image, _ in wanted}
+    unlisted = sorted(p for p in located if p.startswith(posixpath.join(root, "JPEGImages") + "/")
+                      and p not in listed)
+    skipped["not-in-split-lists"] += len(unlisted)
+    if unlisted:
+        warnings.append(f"{len(unlisted)} image{'s' if len(unlisted) != 1 else ''} of {display_path(src)}/"
+                        f"{root or '.'}/JPEGImages are in no split list of ImageSets/{lists}: skipped "
+                        f"({_some(unlisted)})")
+    read_xml = {xml for _, _, xml in wanted if xml in located}
+    orphans = sorted(p for p in located if _xml_id(root, p) is not None and p not in read_xml
+                     and _xml_id(root, p) not in images_of)
+    if orphans:
+        warnings.append(f"{len(orphans)} annotation file{'s' if len(orphans) != 1 else ''} of "
+                        f"{display_path(src)}/{root or '.'}/Annotations have no image in JPEGImages and are in no "
+                        f"split list of ImageSets/{lists}: not read ({_some(orphans)})")
+    return wanted
+
+
+def _read(wanted: Sequence[tuple[str, str, str]], located: dict, read: Reader, names: dict[str, int],
+          counts: collections.Counter) -> Iterator[_Listed]:
+    """Each wanted image's XML, read :data:`annotated_plan.READERS` at a time in order, parsed, its objects
+    packed; ``names`` and ``counts`` gather the class names met."""
+    xmls = ((xml, located[xml]) if xml in located else None for _, _, xml in wanted)
+    for (split, image, xml), data in zip(wanted, annotated_plan.read_in_order(read, xmls)):
+        if data is None:
+            missing = image or posixpath.join(posixpath.dirname(posixpath.dirname(xml)), "JPEGImages",
+                                              posixpath.basename(xml)[:-len(".xml")] + ".jpg")
+            yield _Listed(split, missing, xml, annotations.STORED, f"{display_path(xml)} is missing", b"")
+            continue
+        result = _parse(data, display_path(xml))
+        if isinstance(result, str):
+            yield _Listed(split, image, xml, annotations.STORED, result, b"")
+            continue
+        frame, objects = result
+        packed = bytearray()
+        for index, (name, x0, y0, x1, y1, difficult, truncated) in enumerate(objects, start=1):
+            problem = annotations.class_name_problem(name, f"{display_path(xml)} object {index}")
+            if problem:
+                raise InputError(problem)
+            counts[name] += 1
+            packed += _PACKED.pack(names.setdefault(name, len(names)), x0, y0, x1, y1, difficult, truncated)
+        yield _Listed(split, image, xml, frame, "", bytes(packed))
+
+
+def _refused(entry: _Listed) -> ImageRef:
+    """An image refused whole: its XML cannot be read, or its image is not there."""
+    if entry.problem:
+        return ImageRef(entry.split, entry.image, 0, archive_members.refusal(annotations.BAD_ANNOTATION, entry.problem))
+    stem = posixpath.splitext(posixpath.basename(entry.xml))[0]
+    expected = posixpath.join(posixpath.dirname(posixpath.dirname(entry.xml)), "JPEGImages", f"{stem}.jpg")
+    return ImageRef(entry.split, expected, 0, archive_members.refusal(
+        "missing-file", f"{display_path(entry.xml)} annotates it, but {display_path(expected)} (or another image "
+        "extension) is not there"))
+
+
+def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequence[str], located: dict, masks: bool,
+               given: bool) -> Iterator[annotated_plan.AnnotatedImage]:
+    """The listed images with their objects, class ids now known, made as the plan takes them."""
+    class_id = {name: index for index, name in enumerate(classes) if name}
+    for split, image, xml_path, frame, _, packed in listed:
+        boxes, rejected = [], []
+        for index, (name_index, x0, y0, x1, y1, difficult, truncated) in enumerate(_PACKED.iter_unpack(packed), 1):
+            name, label = names[name_index], f"{display_path(xml_path)} object {index}"
+            if name not in class_id:
+                rejected.append((label, annotations.UNKNOWN_CLASS, _unknown_detail(name, classes, given)))
+                continue
+            boxes.append(annotations.Box(label, class_id[name], x0 - 1, y0 - 1, x1, y1, -1.0, False, bool(difficult),
+                                         bool(truncated)))
+        class_mask = ()
+        if masks:  # SegmentationClass/<id>.png beside JPEGImages/<id>.jpg
+            mask = posixpath.join(posixpath.dirname(posixpath.dirname(image)), "SegmentationClass",
+                                  posixpath.splitext(posixpath.basename(image))[0] + ".png")
+            class_mask = (mask, located.get(mask, ""))
+        objects_value = annotations.Objects(annotated_plan.derived_source_id(image), tuple(boxes), frame, False,
+                                            tuple(rejected), class_mask=class_mask)
+        yield annotated_plan.AnnotatedImage(split, image, objects_value, annotated_plan.source_of(image, located))
 
 
 def _some(paths: Sequence[str]) -> str:

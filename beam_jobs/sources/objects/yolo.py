@@ -15,7 +15,7 @@ Out: the plan of every image in the split folders (:mod:`beam_jobs.sources.objec
 ``path:`` in the yaml often names the author's machine (``../datasets/coco8``): SRC, the yaml's folder, is
 the root; entries that climb out of it (Roboflow's ``../train/images``) are read inside it. Labels are in the
 upright image's frame: Ultralytics reads images with EXIF orientation applied. The label files are read
-:data:`READERS` at a time, in order, as the plan takes the images; each image's objects are encoded by the
+:data:`beam_jobs.sources.objects.annotated_plan.READERS` at a time, in order, as the plan takes the images; each image's objects are encoded by the
 plan before the next image's are made (spilled to the scratch file when there is one), so the launcher never
 holds the dataset's objects. A ``test:`` folder that is not
 there is a note, not an error (Ultralytics does not need it; Roboflow writes ``test: ../test/images`` without one).
@@ -24,9 +24,8 @@ there is a note, not an error (Ultralytics does not need it; Roboflow writes ``t
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import posixpath
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import record_schema
 from beam_jobs import annotations, formats
@@ -38,7 +37,6 @@ YAML_NAMES = ("data.yaml", "data.yml", "dataset.yaml")
 LABEL_STUDIO_CLASSES = "classes.txt"
 _SPLIT_KEYS = ("train", "val", "test")  # the yaml's keys, each the split record_schema.split_named says
 Reader = Callable[[str, str], bytes]
-READERS = 32  # label files read at once (each a GET in an object store: tens of ms, mostly waiting)
 
 
 def claims(listing: Listing) -> bool:
@@ -105,39 +103,12 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
 def _images(listed: Sequence[tuple[str, str]], located: dict, read: Reader,
             classes: Sequence[str]) -> Iterator[annotated_plan.AnnotatedImage]:
     """Each listed image with its objects, made as the plan takes it: its label file read ahead by
-    :func:`read_in_order`, its objects encoded by the plan (and, with a scratch folder, spilled) before the
+    :func:`beam_jobs.sources.objects.annotated_plan.read_in_order`, its objects encoded by the plan (and, with a scratch folder, spilled) before the
     next image's are made, so no image's objects wait in memory for the others'."""
     wanted = ((label, located[label]) if (label := label_file_of(path)) in located else None for _, path in listed)
-    for (split, path), data in zip(listed, read_in_order(read, wanted)):
+    for (split, path), data in zip(listed, annotated_plan.read_in_order(read, wanted)):
         objects = _objects(path, label_file_of(path), data, len(classes), classes)
         yield annotated_plan.AnnotatedImage(split, path, objects, located[path])
-
-
-def read_in_order(read: Reader, wanted: Iterable[Optional[tuple[str, str]]],
-                  threads: Optional[int] = None) -> Iterator[Optional[bytes]]:
-    """The bytes of each ``(path, locator)`` of ``wanted`` (None for None), in order: files read by ``threads``
-    threads at once (:data:`READERS`), at most four times that many ahead of the caller (100k label files in
-    an object store are not 100k GETs one after another); archive members by the caller's thread, in order
-    (they share the reader's one handle and its read-ahead window, which serves consecutive members)."""
-    threads = threads or READERS
-    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="label-reads")
-    ahead: collections.deque = collections.deque()
-
-    def take() -> Optional[bytes]:
-        item = ahead.popleft()
-        if isinstance(item, concurrent.futures.Future):
-            return item.result()
-        return None if item is None else read(*item)
-
-    try:
-        for item in wanted:
-            ahead.append(pool.submit(read, *item) if item is not None and not item[1] else item)
-            if len(ahead) > 4 * threads:
-                yield take()
-        while ahead:
-            yield take()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _read_yaml(data: bytes, where: str) -> dict:

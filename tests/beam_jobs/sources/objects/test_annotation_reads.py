@@ -18,7 +18,7 @@ from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError
 from beam_jobs.sources import plan_inputs
 from beam_jobs.sources.archives import archive_members, archives, zip_members
-from beam_jobs.sources.objects import coco, yolo
+from beam_jobs.sources.objects import annotated_plan, coco
 from beam_jobs.sources.archives.archive_members import ArchiveError
 from tests.archive_data import zip_folder
 from tests.object_data import write_file
@@ -167,7 +167,7 @@ def test_yolo_label_files_read_in_parallel_plan_as_read_one_at_a_time(tmp_path, 
     _yolo_tree(tmp_path / "yolo", 300)
     options = ConvertOptions(src=str(tmp_path / "yolo"), out=str(tmp_path / "o"))
     parallel = _planned(plan_inputs(options))
-    monkeypatch.setattr(yolo, "READERS", 1)
+    monkeypatch.setattr(annotated_plan, "READERS", 1)
     assert _planned(plan_inputs(options)) == parallel
     assert sum(parallel[3].values()) > 300  # objects were read
 
@@ -178,5 +178,5 @@ def test_reads_in_order_come_back_in_order_however_long_each_takes():
         return path.encode()
 
     wanted = [(f"{i}.txt", "") if i % 3 else None for i in range(200)]
-    got = list(yolo.read_in_order(read, wanted, threads=8))
+    got = list(annotated_plan.read_in_order(read, wanted, threads=8))
     assert got == [None if item is None else item[0].encode() for item in wanted]
