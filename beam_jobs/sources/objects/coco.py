@@ -61,7 +61,8 @@ def claims(options: ConvertOptions, listing: Optional[Listing]) -> bool:
     """``--annotations`` names a COCO JSON file, or SRC holds ``annotations/instances_*.json``."""
     if options.annotations:
         return is_coco_file(options.annotations)
-    return any(_INSTANCES.match(path) or _ROBOFLOW.match(path) for path in listing.files) or (
+    return any(path.endswith(".json") and (_INSTANCES.match(path) or _ROBOFLOW.match(path))
+               for path in listing.files) or (
         LABEL_STUDIO_FILE in listing.files and any(path.startswith("images/") for path in listing.files))
 
 
