@@ -203,58 +203,79 @@ def place(objects: Objects, stored: tuple[int, int], orientation: int, given_fra
         objects = dataclasses.replace(objects, upright=given_frame == ASSUMED_UPRIGHT)
         if objects.frame == STORED and objects.upright:
             objects = dataclasses.replace(objects, frame=upright_size(stored, orientation))
-    upright = upright_size(stored, orientation)
+    taken = _frame_taken(objects, stored, orientation, given_frame)
     rejected = list(objects.rejected)
-    assumed = ""
-    if objects.frame == NORMALIZED:
-        frame, turn = (1.0, 1.0), not objects.upright
-        pixels = stored if turn else upright  # the image the fractions are of
-        pixel = (1 / pixels[0], 1 / pixels[1])
-    elif objects.frame == STORED:
-        frame, turn, pixel, pixels = (float(stored[0]), float(stored[1])), True, (1.0, 1.0), stored
-        assumed = ASSUMED_STORED if orientation != 1 and given_frame == AUTO_FRAME else ""
-    else:
-        matches_upright, matches_stored = objects.frame == upright, objects.frame == stored
-        if not (matches_upright or matches_stored):
-            detail = (f"the annotation is for a {objects.frame[0]}x{objects.frame[1]} image; this one is "
-                      f"{stored[0]}x{stored[1]}" + (f" ({upright[0]}x{upright[1]} upright)" if upright != stored else ""))
-            rejected += [(box.name, FRAME_MISMATCH, detail) for box in objects.boxes]
-            return Objects(objects.source_id, (), NORMALIZED, True, tuple(rejected), objects.masks, (), 1,
-                           objects.class_mask, orientation)
-        turn = matches_stored and (not matches_upright or not objects.upright)
-        if matches_stored and matches_upright and orientation != 1 and given_frame == AUTO_FRAME:
-            assumed = ASSUMED_STORED if turn else ASSUMED_UPRIGHT
-        frame, pixel = (float(objects.frame[0]), float(objects.frame[1])), (1.0, 1.0)
-        pixels = objects.frame
-    mask_frame = () if objects.frame == NORMALIZED else (int(frame[0]), int(frame[1]))
+    if isinstance(taken, str):  # the annotation's size is neither frame's
+        rejected += [(box.name, FRAME_MISMATCH, taken) for box in objects.boxes]
+        return Objects(objects.source_id, (), NORMALIZED, True, tuple(rejected), objects.masks, (), 1,
+                       objects.class_mask, orientation)
+    mask_frame = () if objects.frame == NORMALIZED else (int(taken.frame[0]), int(taken.frame[1]))
     placed = []
     for box in objects.boxes:
-        problem = _problem(box, frame, pixel, pixels)
+        result = _placed(box, taken, orientation)
+        if not isinstance(result, Box):
+            rejected.append((box.name, *result))
+            continue
+        problem = _mask_problem(box.mask, mask_frame, max_pixels) if objects.masks else None
         if problem:
-            rejected.append((box.name, *problem))
+            rejected.append((box.name, BAD_MASK, problem))
             continue
-        x0, y0 = max(0.0, box.xmin / frame[0]), max(0.0, box.ymin / frame[1])
-        x1, y1 = min(1.0, box.xmax / frame[0]), min(1.0, box.ymax / frame[1])
-        if x1 <= x0 or y1 <= y0:  # within a pixel of the edge, but wholly outside it
-            rejected.append((box.name, BOX_OUTSIDE, f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} "
-                             "lies outside the image"))
-            continue
-        if turn and orientation != 1:
-            (ax, ay), (bx, by) = _turn(x0, y0, orientation), _turn(x1, y1, orientation)
-            x0, x1, y0, y1 = min(ax, bx), max(ax, bx), min(ay, by), max(ay, by)
-        if np.float32(x1) <= np.float32(x0) or np.float32(y1) <= np.float32(y0):  # what the records store
-            rejected.append((box.name, BOX_EMPTY, f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} "
-                             "has no area once stored (float32)"))
-            continue
-        if objects.masks:
-            problem = _mask_problem(box.mask, mask_frame, max_pixels)
-            if problem:
-                rejected.append((box.name, BAD_MASK, problem))
-                continue
-        area = box.area / (frame[0] * frame[1]) if box.area >= 0 else (x1 - x0) * (y1 - y0)
-        placed.append(box._replace(xmin=x0, ymin=y0, xmax=x1, ymax=y1, area=area))
+        placed.append(result)
     return Objects(objects.source_id, tuple(placed), NORMALIZED, True, tuple(rejected), objects.masks, mask_frame,
-                   orientation if turn else 1, objects.class_mask, orientation, assumed if placed else "")
+                   orientation if taken.turn else 1, objects.class_mask, orientation,
+                   taken.assumed if placed else "")
+
+
+class _Frame(NamedTuple):
+    """The frame boxes are read in: its size in their units, whether they turn with the EXIF orientation, one
+    pixel in their units, the image it measures in pixels, and the frame assumed where the size could not tell."""
+
+    frame: tuple[float, float]
+    turn: bool
+    pixel: tuple[float, float]
+    pixels: tuple[int, int]
+    assumed: str
+
+
+def _frame_taken(objects: Objects, stored: tuple[int, int], orientation: int, given_frame: str) -> Union[_Frame, str]:
+    """The frame ``objects``' coordinates are in on this image, or why the annotation's size fits neither frame."""
+    upright = upright_size(stored, orientation)
+    if objects.frame == NORMALIZED:
+        turn = not objects.upright
+        pixels = stored if turn else upright  # the image the fractions are of
+        return _Frame((1.0, 1.0), turn, (1 / pixels[0], 1 / pixels[1]), pixels, "")
+    if objects.frame == STORED:
+        return _Frame((float(stored[0]), float(stored[1])), True, (1.0, 1.0), stored,
+                      ASSUMED_STORED if orientation != 1 and given_frame == AUTO_FRAME else "")
+    matches_upright, matches_stored = objects.frame == upright, objects.frame == stored
+    if not (matches_upright or matches_stored):
+        return (f"the annotation is for a {objects.frame[0]}x{objects.frame[1]} image; this one is "
+                f"{stored[0]}x{stored[1]}" + (f" ({upright[0]}x{upright[1]} upright)" if upright != stored else ""))
+    turn = matches_stored and (not matches_upright or not objects.upright)
+    assumed = ""
+    if matches_stored and matches_upright and orientation != 1 and given_frame == AUTO_FRAME:
+        assumed = ASSUMED_STORED if turn else ASSUMED_UPRIGHT
+    return _Frame((float(objects.frame[0]), float(objects.frame[1])), turn, (1.0, 1.0), objects.frame, assumed)
+
+
+def _placed(box: Box, taken: _Frame, orientation: int) -> Union[Box, tuple[str, str]]:
+    """``box`` normalized on the upright image, or why it cannot be: ``(reason, detail)``."""
+    frame = taken.frame
+    problem = _problem(box, frame, taken.pixel, taken.pixels)
+    if problem:
+        return problem
+    x0, y0 = max(0.0, box.xmin / frame[0]), max(0.0, box.ymin / frame[1])
+    x1, y1 = min(1.0, box.xmax / frame[0]), min(1.0, box.ymax / frame[1])
+    if x1 <= x0 or y1 <= y0:  # within a pixel of the edge, but wholly outside it
+        return BOX_OUTSIDE, f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} lies outside the image"
+    if taken.turn and orientation != 1:
+        (ax, ay), (bx, by) = _turn(x0, y0, orientation), _turn(x1, y1, orientation)
+        x0, x1, y0, y1 = min(ax, bx), max(ax, bx), min(ay, by), max(ay, by)
+    if np.float32(x1) <= np.float32(x0) or np.float32(y1) <= np.float32(y0):  # what the records store
+        return BOX_EMPTY, (f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} has no area once stored "
+                           "(float32)")
+    area = box.area / (frame[0] * frame[1]) if box.area >= 0 else (x1 - x0) * (y1 - y0)
+    return box._replace(xmin=x0, ymin=y0, xmax=x1, ymax=y1, area=area)
 
 
 def _problem(box: Box, frame: tuple[float, float], pixel: tuple[float, float],
