@@ -164,6 +164,10 @@ def _objects(module) -> Callable[[Request], discover.InputPlan]:
     """The plan of an object layout (COCO, YOLO): one call over SRC's listing."""
     def plan(request: Request) -> discover.InputPlan:
         found = request.found()
+        if module is voc:  # VOC's roots may lie below SRC: a folder holding VOC beside other datasets is no VOC
+            several = layout_hints.several_datasets(request.src, found.listing, but="Pascal VOC")
+            if several:
+                raise discover.InputError(several)
         with archives.LauncherReader(request.src, found.inflated) as read:
             return request.with_archives(module.plan(request.options, found.listing, read, request.labels,
                                                      request.scratch))

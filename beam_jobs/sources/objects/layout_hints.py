@@ -24,26 +24,27 @@ _INSIDE = (
     (re.compile(r"^(?P<top>[^/]+)/annotations/(?:instances|image_info)_[^/]+\.json$"), "COCO"),
     (re.compile(r"^(?P<top>[^/]+)/[^/]+/_annotations\.coco\.json$"), "Roboflow's COCO export"),
     (re.compile(r"^(?P<top>[^/]+)/[^/]+\.ya?ml$"), "YOLO"),
+    (re.compile(r"^(?P<top>[^/]+)/classes\.txt$"), "YOLO"),  # Label Studio's YOLO export
     (re.compile(r"^(?P<top>[^/]+)/annotations\.xml$"), "CVAT for images"),
-    (re.compile(r"^(?P<top>[^/]+)/(?:VOCdevkit/)?(?:VOC[^/]*/)?Annotations/[^/]+\.xml$"), "Pascal VOC"),
+    (re.compile(r"^(?P<top>[^/]+)/(?:[^/]+/)?(?:VOCdevkit/)?(?:VOC[^/]*/)?Annotations/[^/]+\.xml$"), "Pascal VOC"),
+    (re.compile(r"^(?P<top>[^/]+)/result\.json$"), "Label Studio's COCO export"),
 )
+_MARKER_SUFFIXES = (".json", ".yaml", ".yml", ".xml", "/classes.txt")
 
 
-_MARKER_SUFFIXES = (".json", ".yaml", ".yml", ".xml")
-
-
-def several_datasets(src: str, listing: Listing) -> Optional[str]:
-    """SRC's top folders that are datasets of an object layout, named, or None."""
+def several_datasets(src: str, listing: Listing, but: str = "") -> Optional[str]:
+    """SRC's top folders that are datasets of an object layout, named, or None; ``but``: a layout whose datasets
+    alone are no mistake (Pascal VOC: VOC2007/ beside VOC2012/ is one dataset, which it reads whole)."""
     found: dict[str, str] = {}
     for path in listing.files:
         # Only annotation files can be markers: the suffix test skips ImageNet's 1.28M images in 0.1 s.
-        if not path.endswith(_MARKER_SUFFIXES) or path.count("/") > 3:
+        if not path.endswith(_MARKER_SUFFIXES) or path.count("/") > 4:
             continue
         for pattern, layout in _INSIDE:
             match = pattern.match(path)
             if match and (layout != "YOLO" or _has_labels(listing, match["top"])):
                 found.setdefault(match["top"], layout)
-    if not found:
+    if not found or set(found.values()) == {but}:
         return None
     named = ", ".join(f"{top}/ ({layout})" for top, layout in sorted(found.items())[:5])
     first = sorted(found)[0]

@@ -65,3 +65,13 @@ def test_a_yolo_tree_without_its_yaml_asks_for_one_instead_of_reading_images_and
     with pytest.raises(InputError, match=r"holds images/ and labels/ as YOLO writes them, but no yaml naming the "
                                          r"classes"):
         _plan(datasets / "coco8")
+
+
+def test_voc_beside_other_datasets_is_refused_naming_them_all_not_converted_alone(datasets):
+    """VOC's roots may lie two levels below SRC, so VOC claimed this folder and the others went unread."""
+    write_file(str(datasets / "ls/classes.txt"), "cat\n")
+    write_file(str(datasets / "ls/labels/a.txt"), "0 0.5 0.5 0.5 0.5\n")
+    write_file(str(datasets / "ls/images/a.jpg"), jpeg(picture(16, 16, [])))
+    with pytest.raises(InputError, match=r"holds datasets, not classes: VOC2012/ \(Pascal VOC\), coco/ \(COCO\), "
+                                         r"coco8/ \(YOLO\), ls/ \(YOLO\)"):
+        _plan(datasets)
