@@ -134,6 +134,7 @@ def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val
     sizes: dict[str, int] = {}
     keys: list[bytes] = []  # each train image's carve key, in listing order (--val-fraction only)
     listed_objects: dict[int, int] = {}  # record class id -> objects the annotations give it
+    refused_objects = [0]  # objects the source refused already (an unknown class, a line that does not parse)
 
     def refs() -> Iterator[ImageRef]:
         for image in images:
@@ -144,6 +145,7 @@ def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val
             if isinstance(annotation, annotations.Objects):
                 for box in annotation.boxes:
                     listed_objects[box.label] = listed_objects.get(box.label, 0) + 1
+                refused_objects[0] += len(annotation.rejected)
             yield ImageRef(image.split, image.relpath, 0, image.source, annotations.encode(annotation))
 
     if scratch is None:
@@ -153,6 +155,10 @@ def plan(src: str, images: Iterable[AnnotatedImage], classes: Sequence[str], val
                                     work_records.encode_listed, work_records.decode_listed)
     if not len(listed):
         raise InputError(f"{src} lists no images")
+    if task == record_schema.TASK_OBJECTS and not listed_objects and not refused_objects[0] and \
+            set(sizes) - {"test"}:  # a test split alone (COCO's test2017 for inference) has none, rightly
+        warnings = list(warnings) + [f"the annotations give the {len(listed)} images no object at all: a detection "
+                                     "dataset without objects teaches only background"]
     threshold = None
     if val_fraction > 0:
         splits = sorted(sizes, key=record_schema.SPLITS.index)

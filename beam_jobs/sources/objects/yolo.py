@@ -89,13 +89,18 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         where = display_path(f"{src}/{name}")
         config = _read_yaml(read(name, located[name]), where)
         names = _names(config.get("names"), where)
+        if isinstance(config.get("nc"), int) and config["nc"] != len(names):
+            raise InputError(f"{where}: nc is {config['nc']} but names lists {len(names)} classes; make them agree")
         folders, notes = _split_folders(config, where, listing)
     classes = annotated_plan.class_table(names, src, where)
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
     listed = [(split, path) for split, folder in folders for path in sorted(p for p in located
                                                                             if p.startswith(folder + "/"))
               if not skip_reason(path, skipped) and formats.has_image_extension(path)]
-    warnings = notes + _orphan_labels(located, {label_file_of(path) for _, path in listed}, folders)
+    labelled = {label_file_of(path) for _, path in listed}
+    _check_some_labels_found(located, labelled, folders, where)
+    warnings = notes + _orphan_labels(located, labelled, folders)
+    warnings += _outside_folders(located, {path for _, path in listed}, skipped, where)
     return annotated_plan.plan(src, _images(listed, located, read, classes), classes, options.val_fraction,
                                options.seed, skipped, warnings, labels, scratch=scratch)
 
@@ -111,6 +116,30 @@ def _images(listed: Sequence[tuple[str, str]], located: dict, read: Reader,
         yield annotated_plan.AnnotatedImage(split, path, objects, located[path])
 
 
+def _check_some_labels_found(located: dict, labelled: set[str], folders: Sequence[tuple[str, str]], where: str) -> None:
+    """Label files that no image has, and no image with one: the names do not follow Ultralytics' rule (an
+    ``x.jpg.txt``, a ``labels/`` folder elsewhere), and the dataset would be written without a single object."""
+    if any(label in located for label in labelled):
+        return
+    orphans = _orphans(located, labelled, folders)
+    if orphans:
+        raise InputError(f"{where}: none of the {len(orphans)} label files belongs to an image: the label of "
+                         f"images/<split>/<stem>.jpg is labels/<split>/<stem>.txt (Ultralytics' rule), but the first "
+                         f"one found is {display_path(orphans[0])}")
+
+
+def _outside_folders(located: dict, listed: set[str], skipped: collections.Counter, where: str) -> list[str]:
+    """Images in no folder the yaml names (an ``images/test/`` without ``test:``, an ``images/extra/``): skipped,
+    counted, and named in a warning."""
+    outside = sorted(path for path in located if path not in listed and "/" in path
+                     and formats.has_image_extension(path) and not skip_reason(path, None))
+    if not outside:
+        return []
+    skipped["not-in-yaml-folders"] += len(outside)
+    shown = ", ".join(display_path(p) for p in outside[:3]) + (" ..." if len(outside) > 3 else "")
+    return [f"{len(outside)} images are in no folder that {where} names (train:, val:, test:): skipped ({shown})"]
+
+
 def _read_yaml(data: bytes, where: str) -> dict:
     import yaml
 
@@ -123,11 +152,16 @@ def _read_yaml(data: bytes, where: str) -> dict:
     return config
 
 
+def _orphans(located: dict, used: set[str], folders: Sequence[tuple[str, str]]) -> list[str]:
+    """The label files of the split folders' label folders that no image has, sorted."""
+    roots = {label_file_of(folder + "/x").rpartition("/")[0] for _, folder in folders}
+    return sorted(path for path in located if path.endswith(".txt") and path not in used
+                  and any(path.startswith(root + "/") for root in roots))
+
+
 def _orphan_labels(located: dict, used: set[str], folders: Sequence[tuple[str, str]]) -> list[str]:
     """A warning naming the label files of the split folders that no image has (their objects are not written)."""
-    roots = {label_file_of(folder + "/x").rpartition("/")[0] for _, folder in folders}
-    orphans = sorted(path for path in located if path.endswith(".txt") and path not in used
-                     and any(path.startswith(root + "/") for root in roots))
+    orphans = _orphans(located, used, folders)
     if not orphans:
         return []
     shown = ", ".join(orphans[:3]) + (" ..." if len(orphans) > 3 else "")
@@ -160,6 +194,8 @@ def _split_folders(config: dict, where: str, listing: Listing) -> tuple[list[tup
         split, entries = record_schema.split_named(key), config.get(key)
         for entry in entries if isinstance(entries, list) else [entries] if entries else []:
             folder = _inside(posixpath.join(root, str(entry)))
+            if folder not in dirs and str(entry).startswith("/"):  # another machine's path (Colab's /content/...)
+                folder = next((tail for tail in _tails(folder) if tail in dirs), folder)
             if folder.endswith(".txt"):
                 raise InputError(f"{where}: {key}: {entry} is a list of image files, which is not read; give the "
                                  "images' folder")
@@ -172,6 +208,12 @@ def _split_folders(config: dict, where: str, listing: Listing) -> tuple[list[tup
     if not found:
         raise InputError(f"{where} names no split folder (train:, val:, test:)")
     return found, notes
+
+
+def _tails(path: str) -> Iterator[str]:
+    """``a/b/c``, ``b/c``, ``c``: where an absolute path of the author's machine may lie inside SRC."""
+    parts = path.split("/")
+    return ("/".join(parts[i:]) for i in range(len(parts)))
 
 
 def _inside(path: str) -> str:

@@ -169,3 +169,30 @@ def test_labels_is_checked_against_the_classes_a_dataset_numbers_itself_whole(yo
         return
     with pytest.raises(InputError, match=error):
         _plan(yolo_tree, labels_file=str(tmp_path / "labels.txt"))
+
+
+def test_label_files_that_belong_to_no_image_fail_the_plan_instead_of_publishing_no_objects(tmp_path):
+    """Labels named x.jpg.txt (not Ultralytics' x.txt) matched nothing: the run published 0 objects, exit 0."""
+    root = tmp_path / "pets"
+    write_file(str(root / "pets.yaml"), "train: images/train\nnames: [cat]\n")
+    write_file(str(root / "images/train/x.jpg"), jpeg(picture(16, 16, [])))
+    write_file(str(root / "labels/train/x.jpg.txt"), "0 0.5 0.5 0.5 0.5\n")
+    with pytest.raises(InputError, match=r"none of the 1 label files belongs to an image: .* the first one found is "
+                                         r"labels/train/x.jpg.txt"):
+        _plan(root)
+
+
+def test_images_in_no_folder_the_yaml_names_are_counted_and_named_and_colab_paths_are_found_inside(tmp_path):
+    root = tmp_path / "rf"
+    write_file(str(root / "data.yaml"), "train: /content/pets-3/train/images\nval: /content/pets-3/valid/images\n"
+               "nc: 1\nnames: [cat]\n")
+    for split in ("train", "valid", "test"):  # test: not in the yaml (Roboflow leaves it out when empty)
+        write_file(str(root / f"{split}/images/a.jpg"), jpeg(picture(16, 16, [])))
+        write_file(str(root / f"{split}/labels/a.txt"), "0 0.5 0.5 0.5 0.5\n")
+    plan = _plan(root)
+    assert sorted(split for split, _ in _objects_of(plan).values()) == ["train", "validation"]
+    assert plan.skipped == {"not-in-yaml-folders": 1}
+    assert any("1 images are in no folder that" in w and "test/images/a.jpg" in w for w in plan.warnings)
+    write_file(str(root / "data.yaml"), "train: train/images\nnc: 2\nnames: [cat]\n")
+    with pytest.raises(InputError, match="nc is 2 but names lists 1 classes"):
+        _plan(root)
