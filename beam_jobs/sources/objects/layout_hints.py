@@ -16,7 +16,7 @@ import posixpath
 import re
 from typing import Optional
 
-from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.files.filesystems import FileSystems, is_local, list_names
 from beam_jobs.planning.discover import Listing, display_path
 
 # A dataset one level down (path relative to SRC) -> its layout's name.
@@ -46,7 +46,8 @@ def several_datasets(src: str, listing: Listing, but: str = "") -> Optional[str]
                 found.setdefault(match["top"], layout)
     if not found or set(found.values()) == {but}:
         return None
-    named = ", ".join(f"{top}/ ({layout})" for top, layout in sorted(found.items())[:5])
+    named = ", ".join(f"{top}/ ({layout})" for top, layout in sorted(found.items())[:5]) + (
+        f" and {len(found) - 5} more" if len(found) > 5 else "")
     first = sorted(found)[0]
     return (f"{display_path(src)} holds datasets, not classes: {named}. Convert each on its own: python -m "
             f"converter --src {display_path(FileSystems.join(src, first))}")
@@ -69,6 +70,10 @@ def yolo_without_yaml(src: str, listing: Listing) -> Optional[str]:
     if not roots:
         return None
     where = ", ".join(f"{root}images/ and {root}labels/" for root in roots[:3])
+    above = yolo_root(posixpath.dirname(src.rstrip("/")), levels=1) if roots == [""] else ""
+    if above and _names_classes(above):
+        return (f"{display_path(src)} is one split of a YOLO dataset whose yaml is in {display_path(above)}: convert "
+                f"the dataset: python -m converter --src {display_path(above)}")
     return (f"{display_path(src)} holds {where} as YOLO writes them, but no yaml naming the classes: put the "
             "dataset's yaml beside them (names:, and train:/val: naming the image folders; Ultralytics' own, e.g. "
             "coco8.yaml, are in its package's cfg/datasets), or a classes.txt with a class name a line")
@@ -84,30 +89,61 @@ def one_level_deep(src: str) -> Optional[str]:
     parent, name = posixpath.dirname(src), posixpath.basename(src)
     if not parent or parent == src:
         return None
-
-    def beside(*parts: str) -> bool:
-        try:
-            return FileSystems.exists(FileSystems.join(parent, *parts))
-        except (OSError, ValueError):
-            return False
-
-    what = None
-    if name == "annotations" or beside("annotations", f"instances_{name}.json") or \
-            beside("annotations", f"image_info_{name}.json"):
-        what = "COCO's" + (" annotation folder" if name == "annotations" else " image folder")
-    elif name == "JPEGImages" and beside("Annotations"):
-        what = "Pascal VOC's image folder (Annotations/ is beside it)"
-    elif name in ("images", "labels") and (beside("labels") or beside("images")) and not beside("annotations.xml"):
-        what = "YOLO's image folder (labels/ is beside it)"
-    elif name == "images" and beside("annotations.xml"):
-        what = "CVAT's image folder (annotations.xml is beside it)"
-    elif posixpath.basename(parent) == "images" and FileSystems.exists(
-            FileSystems.join(posixpath.dirname(parent), "labels")):
-        return (f"{display_path(src)} is a split of YOLO's image folder (labels/ is beside images/): convert the "
-                f"dataset it belongs to: python -m converter --src {display_path(posixpath.dirname(parent))}")
-    elif beside("_annotations.coco.json") or beside("data.yaml"):
-        return None  # a Roboflow split folder: its own layout decides
-    if what is None:
+    found = _inner_folder(src, parent, name)
+    if found is None:
         return None
+    what, root = found
     return f"{display_path(src)} is {what}: convert the dataset it belongs to: python -m converter --src " \
-           f"{display_path(parent)}"
+           f"{display_path(root)}"
+
+
+def _exists(*parts: str) -> bool:
+    try:
+        return FileSystems.exists(FileSystems.join(*parts))
+    except (OSError, ValueError):
+        return False
+
+
+def _inner_folder(src: str, parent: str, name: str) -> Optional[tuple[str, str]]:
+    """``(what SRC is, the dataset's root)`` for an inner folder of a known layout, or None."""
+    if name == "annotations" or _exists(parent, "annotations", f"instances_{name}.json") or \
+            _exists(parent, "annotations", f"image_info_{name}.json"):
+        return "COCO's" + (" annotation folder" if name == "annotations" else " image folder"), parent
+    if _exists(src, "_annotations.coco.json"):
+        return "one split of Roboflow's COCO export (_annotations.coco.json beside its images)", parent
+    if name == "JPEGImages" and _exists(parent, "Annotations"):
+        return "Pascal VOC's image folder (Annotations/ is beside it)", parent
+    if name == "images" and _exists(parent, "annotations.xml"):
+        return "CVAT's image folder (annotations.xml is beside it)", parent
+    if name == "images" and _exists(parent, "annotations"):
+        return "COCO's image folder (annotations/ is beside it)", parent
+    other = {"images": "labels", "labels": "images"}.get(name)
+    if other and _exists(parent, other):
+        return f"YOLO's {name[:-1]} folder ({other}/ is beside it)", yolo_root(parent)
+    if posixpath.basename(parent) == "images" and _exists(posixpath.dirname(parent), "labels"):
+        return "a split of YOLO's image folder (labels/ is beside images/)", yolo_root(posixpath.dirname(parent))
+    return None
+
+
+def yolo_root(folder: str, levels: int = 2) -> str:
+    """The YOLO dataset ``folder`` belongs to: the nearest of it and ``levels`` folders above that holds the
+    dataset's yaml or Label Studio's classes.txt (Roboflow's ``train/`` sits below ``data.yaml``); else itself."""
+    here = folder
+    for _ in range(levels + 1):
+        if _names_classes(here):
+            return here
+        up = posixpath.dirname(here)
+        if not up or up == here:
+            break
+        here = up
+    return folder
+
+
+def _names_classes(folder: str) -> bool:
+    """``folder`` holds a yaml (a local folder is listed; elsewhere ``data.yaml`` is asked for) or classes.txt."""
+    if is_local(folder):
+        try:
+            return any(name.endswith((".yaml", ".yml")) or name == "classes.txt" for name in list_names(folder))
+        except OSError:
+            return False
+    return _exists(folder, "data.yaml") or _exists(folder, "classes.txt")

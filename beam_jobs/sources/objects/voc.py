@@ -108,12 +108,14 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     unknown = collections.Counter({name: count for name, count in counts.items() if name not in classes})
     refused = [_refused(entry) for entry in listed if entry.problem or not entry.image]
     if unknown:
-        shown = ", ".join(f"{name!r}" + (f" x{count}" if count > 1 else "") for name, count in unknown.most_common(5))
+        shown = ", ".join(f"{name!r}" + (f" x{count}" if count > 1 else "") + _near(name, classes)
+                          for name, count in unknown.most_common(5))
         warnings.append(f"{display_path(src)}: {sum(unknown.values())} objects name a class "
                         f"{'--labels does not list' if labels is not None else 'VOC does not have'} ({shown}"
-                        f"{' ...' if len(unknown) > 5 else ''}): rejected as unknown-class"
-                        + ("" if labels is not None else "; to keep them as classes, list every class name of the "
-                           "dataset, one a line, in --labels"))
+                        f"{' ...' if len(unknown) > 5 else ''}): rejected as unknown-class (each in rejected.jsonl, "
+                        "by its XML); fix the names in the XML files"
+                        + ("" if labels is not None else ", or, if they are classes of their own, list every class "
+                           "name of the dataset, one a line, in --labels"))
     if not listed:
         raise InputError(f"{src}: its VOC split lists (ImageSets/{lists}/*.txt) name no images")
     images = _annotated((entry for entry in listed if not (entry.problem or not entry.image)), list(names), classes,
@@ -302,11 +304,22 @@ def _classes(found: Mapping[str, int], labels: Optional[Sequence[str]]) -> tuple
         "give --labels to number them otherwise")
 
 
-def _unknown_detail(name: str, classes: Sequence[str], given: bool) -> str:
-    """An unknown class name, and the known one it may have meant (``'Dog' is not a VOC class: did you mean
-    'dog'?``)."""
+def _near_match(name: str, classes: Sequence[str]) -> Optional[str]:
+    """The known class an unknown name may have meant (``Dog``: ``dog``; ``persn``: ``person``), or None."""
     known = [c for c in classes if c]
     near = [c for c in known if c.lower() == name.lower()] or difflib.get_close_matches(name, known, n=1) \
         or difflib.get_close_matches(name.lower(), known, n=1)
+    return near[0] if near else None
+
+
+def _near(name: str, classes: Sequence[str]) -> str:
+    near = _near_match(name, classes)
+    return f" (did you mean {near!r}?)" if near else ""
+
+
+def _unknown_detail(name: str, classes: Sequence[str], given: bool) -> str:
+    """An unknown class name, and the known one it may have meant (``'Dog' is not a VOC class: did you mean
+    'dog'?``)."""
+    near = _near_match(name, classes)
     detail = f"{name!r} is not {'in --labels' if given else 'a VOC class'}"
-    return detail + (f": did you mean {near[0]!r}?" if near else "")
+    return detail + (f": did you mean {near!r}?" if near else "")

@@ -30,6 +30,15 @@ def datasets(tmp_path):
     write_file(str(tmp_path / "coco8/coco8.yaml"), "train: images/train\nnames: [a]\n")
     write_file(str(tmp_path / "coco8/images/train/a.jpg"), image)
     write_file(str(tmp_path / "coco8/labels/train/a.txt"), "0 0.5 0.5 0.5 0.5\n")
+    # Roboflow's YOLO export (data.yaml above its split folders), its COCO export, CVAT's COCO 1.0
+    write_file(str(tmp_path / "rf/data.yaml"), "train: ../train/images\nval: ../valid/images\nnames: [a]\n")
+    for split in ("train", "valid"):
+        write_file(str(tmp_path / f"rf/{split}/images/a.jpg"), image)
+        write_file(str(tmp_path / f"rf/{split}/labels/a.txt"), "0 0.5 0.5 0.5 0.5\n")
+    write_file(str(tmp_path / "rfc/train/_annotations.coco.json"), json.dumps({"images": [], "categories": []}))
+    write_file(str(tmp_path / "rfc/train/a_jpg.rf.1.jpg"), image)
+    write_file(str(tmp_path / "cvc/annotations/instances_default.json"), json.dumps({"images": [], "categories": []}))
+    write_file(str(tmp_path / "cvc/images/frame_000000.jpg"), image)
     return tmp_path
 
 
@@ -37,6 +46,9 @@ def datasets(tmp_path):
     ("coco/val2017", "coco", "COCO's image folder"), ("coco/annotations", "coco", "COCO's annotation folder"),
     ("VOC2012/JPEGImages", "VOC2012", "Pascal VOC's image folder"),
     ("coco8/images", "coco8", "YOLO's image folder"), ("coco8/images/train", "coco8", "a split of YOLO's"),
+    ("coco8/labels", "coco8", "YOLO's label folder"), ("rf/train/images", "rf", "YOLO's image folder"),
+    ("rf/valid", "rf", "one split of a YOLO dataset whose yaml is in"),
+    ("rfc/train", "rfc", "one split of Roboflow's COCO export"), ("cvc/images", "cvc", "COCO's image folder"),
 ])
 def test_an_inner_folder_of_a_dataset_names_the_dataset_and_the_command(datasets, inner, parent, what):
     with pytest.raises(InputError) as raised:
@@ -49,8 +61,8 @@ def test_a_folder_of_datasets_is_not_read_as_their_classes(datasets):
     shutil.rmtree(datasets / "VOC2012")  # VOCdevkit/VOC2007 beside VOC2012 is one dataset: VOC reads both
     write_file(str(datasets / "task_1/annotations.xml"), "<annotations/>")
     write_file(str(datasets / "task_1/images/a.jpg"), jpeg(picture(16, 16, [])))
-    with pytest.raises(InputError, match=r"holds datasets, not classes: coco/ \(COCO\), coco8/ \(YOLO\), "
-                                         r"task_1/ \(CVAT for images\)"):
+    with pytest.raises(InputError, match=r"holds datasets, not classes: coco/ \(COCO\), coco8/ \(YOLO\), cvc/ "
+                                         r"\(COCO\), rf/ \(YOLO\), rfc/ \(Roboflow's COCO export\) and 1 more\. "):
         _plan(datasets)
 
 
@@ -73,5 +85,5 @@ def test_voc_beside_other_datasets_is_refused_naming_them_all_not_converted_alon
     write_file(str(datasets / "ls/labels/a.txt"), "0 0.5 0.5 0.5 0.5\n")
     write_file(str(datasets / "ls/images/a.jpg"), jpeg(picture(16, 16, [])))
     with pytest.raises(InputError, match=r"holds datasets, not classes: VOC2012/ \(Pascal VOC\), coco/ \(COCO\), "
-                                         r"coco8/ \(YOLO\), ls/ \(YOLO\)"):
+                                         r"coco8/ \(YOLO\), cvc/ \(COCO\), ls/ \(YOLO\) and 2 more"):
         _plan(datasets)

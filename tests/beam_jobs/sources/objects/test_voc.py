@@ -134,7 +134,8 @@ def test_a_few_unknown_names_keep_the_pascal_ids_and_each_is_rejected_with_its_n
         ("Annotations/c.xml object 1", "unknown-class", "'Dog' is not a VOC class: did you mean 'dog'?"),
         ("Annotations/c.xml object 2", "unknown-class", "'zebra' is not a VOC class"))
     [warning] = [w for w in plan.warnings if "unknown-class" in w]
-    assert "3 objects" in warning and "'Dog'" in warning and "--labels" in warning
+    assert "3 objects" in warning and "'Dog' (did you mean 'dog'?)" in warning and "fix the names" in warning
+    assert "if they are classes of their own" in warning and "--labels" in warning
 
 
 def test_a_dataset_of_mostly_its_own_names_numbers_them_sorted_from_1_and_says_so(tmp_path):
