@@ -30,7 +30,7 @@ from beam_jobs.files.work_records import WorkFileError
 from beam_jobs.options import AUTO, ConvertOptions
 from beam_jobs.planning import discover, resume
 from beam_jobs.planning.shard import plan_shard_counts, shard_size_warning
-from beam_jobs.runtime import interrupt, runners
+from beam_jobs.runtime import interrupt, runners, worker_start
 from beam_jobs.runtime.progress import PHASES, ProgressBars, choose_mode, read_progress
 from beam_jobs.sources.archives import archive_scan, archives, compressed, member_reads
 from beam_jobs.stages import list_parts
@@ -94,6 +94,8 @@ def run(
 def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: Union[None, bool, str]) -> ConvertSummary:
     started = time.monotonic()
     choice = runners.choose_runner(_with_worker_log_level(pipeline_args))
+    if runners.starts_workers(choice):  # their Beam is imported while SRC is listed (docs/design.md)
+        worker_start.start_early()
     # The launcher lists SRC and publishes OUT itself: object stores need the
     # pipeline's flags (--s3_endpoint_url, credentials) before any path is touched.
     FileSystems.set_options(choice.options)

@@ -200,6 +200,10 @@ def convert(argv: Sequence[str]) -> int:
         parser.error(str(err))
     # OUT is known before Beam loads (seconds), so a stop while it loads says the same as any other.
     interrupt.set_exit_message(_stop_line("{verb}", options.out, published=False))
+    if not any(arg.startswith(("--runner", "--direct_running_mode")) for arg in pipeline_args):
+        from beam_jobs.runtime import worker_start
+
+        worker_start.start_early()  # the workers' Beam loads beside the launcher's (worker_start)
     from beam_jobs import pipeline  # Beam loads only now, after logging is set
     from beam_jobs.files import publish
     from beam_jobs.planning import discover

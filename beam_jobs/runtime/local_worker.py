@@ -65,8 +65,9 @@ def main() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(_harness_log_level())
     handler.addFilter(not_beam_noise)
-    # Installed before Beam is imported, so Beam's import-time warnings and later basicConfig calls use it.
-    logging.basicConfig(handlers=[handler], format="%(levelname)s %(name)s: %(message)s")
+    # Installed before Beam is imported, so Beam's import-time warnings and later basicConfig calls use it;
+    # forced, as a worker forked from the forkserver (beam_jobs.runtime.worker_start) has its handler already.
+    logging.basicConfig(handlers=[handler], format="%(levelname)s %(name)s: %(message)s", force=True)
     from apache_beam.runners.worker import sdk_worker_main
 
     no_auth = bool(_pipeline_option("no_auth"))

@@ -18,12 +18,15 @@ import difflib
 import os
 import shlex
 import sys
+import threading
 from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.portability import python_urns
+from apache_beam.runners.portability.fn_api_runner.worker_handlers import SubprocessSdkWorkerHandler, WorkerHandler
 
-from beam_jobs.runtime import log_filters
+from beam_jobs.runtime import log_filters, worker_start
 
 # The runner names that mean "the local runner we test".
 _LOCAL_NAMES = ("directrunner", "fnapirunner")
@@ -154,6 +157,25 @@ def sized_for(choice: RunnerChoice, work: Work) -> RunnerChoice:
     return dataclasses.replace(choice, options=options, runner=runner, description=description)
 
 
+def starts_workers(choice: RunnerChoice) -> bool:
+    """Whether ``choice`` may start local worker processes (then worst case they start, so start early)."""
+    return choice.local and choice.options.view_as(DirectOptions).direct_running_mode == _OWN_WORKERS
+
+
+@WorkerHandler.register_environment(python_urns.SUBPROCESS_SDK, bytes)
+class ForkedOrSubprocessHandler(SubprocessSdkWorkerHandler):
+    """Beam's handler of subprocess workers, forking ours from the forkserver once it runs."""
+
+    def start_worker(self) -> None:
+        command = self._worker_command_line.decode("utf-8")
+        if not worker_start.running() or command != worker_start.FORKED_COMMAND:
+            super().start_worker()
+            return
+        self.worker = worker_start.ForkedSdkWorker(self.control_address, self.provision_info, self.worker_id)
+        self.worker_thread = threading.Thread(name="run_worker", target=self.worker.run)
+        self.worker_thread.start()
+
+
 def runner_names() -> list[str]:
     """The runner names ``--runner`` takes: Beam's known runners, and ``dask``."""
     return sorted({path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS} | {"DaskRunner"})
@@ -201,6 +223,7 @@ def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner
         # process group would otherwise die in its start-up with a "Fatal Python error" on the terminal.
         # The launcher stops its workers itself (beam_jobs.runtime.interrupt).
         command = f"trap '' INT TERM HUP; exec {shlex.quote(sys.executable)} -m beam_jobs.runtime.local_worker"
+        worker_start.FORKED_COMMAND = command  # forked from the forkserver instead, once it runs (worker_start)
         environment = environments.SubprocessSDKEnvironment.from_command_string(command_string=command)
         # FnApiRunner.run_pipeline replaces its environment with Beam's own worker command when it
         # sees this mode; the workers already have the options (above), so the runner sees our name.

@@ -1,0 +1,159 @@
+"""Local workers started from Python's ``multiprocessing`` forkserver, with Beam already imported.
+
+Each local worker process used to import Beam before reading an image (2-3 s of
+CPU; docs/design.md, "Who converts a small run"). The launcher now starts the
+standard library's forkserver as soon as it knows the run is local
+(:func:`start_early`): a fresh ``python`` (exec'd, so none of the launcher's
+threads or descriptors) that imports Beam's SDK harness and the stages once,
+while the launcher lists SRC. Each worker is then forked from it, already
+loaded, and runs :func:`beam_jobs.runtime.local_worker.main` as the command
+line version does: the same environment (the launcher's, as it is when the
+worker starts, and the runner's channels), working folder, stdout and stderr,
+stop signals ignored, dying with its parent.
+
+Beam's runner starts local workers through the handler registered for its
+subprocess environment; ``runners.ForkedOrSubprocessHandler`` takes that place
+and forks only the command :mod:`beam_jobs.runtime.runners` gives our own
+workers (:data:`FORKED_COMMAND`), when the forkserver runs (:func:`running`).
+Any other command (another pipeline of the caller's, or no forkserver on this
+platform or for this program) starts as Beam starts it. This module imports
+no Beam, so the CLI starts the forkserver before the launcher's own import.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from multiprocessing import reduction
+from typing import Optional
+
+logger = logging.getLogger(__name__)
+
+# What the forkserver imports once for all workers: first the stop signals ignored, then Beam's harness (most of
+# the 2-3 s) and the stages.
+PRELOAD = ["beam_jobs.runtime.forkserver_signals", "apache_beam.runners.worker.sdk_worker_main",
+           "beam_jobs.runtime.local_worker", "beam_jobs.transforms"]
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+_context: Optional[multiprocessing.context.BaseContext] = None
+# The worker command (runners.py) that a forked worker stands in for; set by runners at import.
+FORKED_COMMAND: Optional[str] = None
+
+
+def start_early() -> None:
+    """Start the forkserver now, so its imports overlap the launcher's listing; nothing where the platform has
+    none. Idempotent: a process's later runs reuse it (it ends with the process)."""
+    global _context
+    if _context is not None or "forkserver" not in multiprocessing.get_all_start_methods() or not _main_is_safe():
+        return
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    # The forkserver inherits the mask: a Ctrl-C to the terminal's group while it imports stays pending
+    # there, never a traceback; the launcher gets its own as soon as the mask is back.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS) if _main_thread() else None
+    try:
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+    finally:
+        if blocked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    _context = context
+
+
+def running() -> bool:
+    return _context is not None
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _main_is_safe() -> bool:
+    """Whether a process forked from the forkserver may import this program's ``__main__``, as multiprocessing
+    has every child do: yes for ``python -m pkg`` (a ``__main__`` module it skips) and an interactive session;
+    a script (``python train.py``) or another module might convert again when imported, so its runs keep the
+    workers that start as a command."""
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return name == "__main__" or name.endswith(".__main__")
+    return getattr(main, "__file__", None) is None
+
+
+class _Descriptor:
+    """One of the launcher's file descriptors, handed to the forked worker as multiprocessing hands them."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self):
+        return _received, (reduction.DupFd(self.fd),)  # only while the Process is pickled for the forkserver
+
+
+def _received(handle):
+    return handle
+
+
+def run_forked(env: dict, cwd: str, stdout, stderr) -> None:
+    """A forked worker's body: the launcher's environment, folder and output, then the worker's main."""
+    for signum in _STOP_SIGNALS:  # ignored (a pending one discarded) before the forkserver's mask is lifted
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    from beam_jobs.runtime import local_worker
+
+    os.dup2(stdout.detach(), 1)
+    os.dup2(stderr.detach(), 2)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    import tempfile
+
+    tempfile.tempdir = None  # from TMPDIR, as a new process would
+    local_worker.main()
+
+
+class ForkedSdkWorker:
+    """One worker forked from the forkserver, run as Beam's ``SubprocessSdkWorker`` runs its subprocess: a
+    logging server for it, the channels in its environment, and an error if it exits with a failure."""
+
+    def __init__(self, control_address: str, provision_info, worker_id: Optional[str]) -> None:
+        self._control_address = control_address
+        self._provision_info = provision_info
+        self._worker_id = worker_id
+
+    def run(self) -> None:
+        import grpc
+        from apache_beam.portability.api import beam_fn_api_pb2_grpc, endpoints_pb2
+        from apache_beam.runners.portability.local_job_service import BeamFnLoggingServicer
+        from apache_beam.utils import thread_pool_executor
+        from google.protobuf import json_format, text_format
+
+        server = grpc.server(thread_pool_executor.shared_unbounded_instance(),
+                             options=[("grpc.http2.max_pings_without_data", 0), ("grpc.http2.max_ping_strikes", 0)])
+        port = server.add_insecure_port("[::]:0")
+        server.start()
+        beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(BeamFnLoggingServicer(), server)
+
+        def descriptor(url: str) -> str:
+            return text_format.MessageToString(endpoints_pb2.ApiServiceDescriptor(url=url))
+
+        env = dict(os.environ, CONTROL_API_SERVICE_DESCRIPTOR=descriptor(self._control_address),
+                   LOGGING_API_SERVICE_DESCRIPTOR=descriptor(f"localhost:{port}"),
+                   PIPELINE_OPTIONS=json_format.MessageToJson(self._provision_info.provision_info.pipeline_options))
+        if self._worker_id:
+            env["WORKER_ID"] = self._worker_id
+        process = _context.Process(target=run_forked, args=(env, os.getcwd(), _Descriptor(1), _Descriptor(2)),
+                                   daemon=False)
+        try:
+            process.start()
+            process.join()
+            if process.exitcode:
+                raise RuntimeError(f"Worker subprocess exited with return code {process.exitcode}")
+        finally:
+            if process.is_alive():
+                process.kill()
+            server.stop(0)

@@ -1,0 +1,194 @@
+"""``python -m bench.compare REV``: this checkout's converter against a git revision's, on the same photos.
+
+    python -m bench.compare 9b497c0                        # 3,000 and 12,000 photos, 3 alternating rounds
+    python -m bench.compare HEAD~5 --sizes 600,3000 --rounds 5 --data /tmp/photos   # photos kept for the next run
+
+REV is checked out into a temporary git worktree (removed afterwards); both
+converters run as real subprocesses (``python -m converter ... --shards 16``),
+each from its own tree, on the same generated photos (``bench/data.py``: 300-500
+px JPEGs, passed through), alternating which goes first round by round. For
+each size it reports the medians and the current checkout's time over REV's
+(end to end), and per image the median over rounds of the slope between the
+smallest and the largest size, with each ratio's spread over the rounds.
+A ratio above 1 means this checkout is slower. CPU is what the converter's
+process tree reports to its parent: workers forked from a forkserver are not
+its children and are not counted, so compare CPU only between like releases. Absolute times on a shared
+machine swing; ratios taken in one run, rounds alternated, do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = ("current", "rev")
+Timer = Callable[[str, str, str], tuple[float, float]]  # (tree, src, out) -> (wall s, CPU s)
+
+
+def converter_command(src: str, out: str, shards: int, extra: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "converter", "--src", src, "--out", out, "--shards", str(shards), "--overwrite",
+            "--no-progress", *extra]
+
+
+def run_converter(tree: str, src: str, out: str, shards: int = 16, extra: Sequence[str] = ()) -> tuple[float, float]:
+    """Wall and CPU seconds (the whole process tree) of one conversion by the converter in ``tree``."""
+    env = {**os.environ, "PYTHONPATH": tree, "TF_CPP_MIN_LOG_LEVEL": "3"}  # the tree's packages first
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.run(converter_command(src, out, shards, extra), cwd=tree, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the converter in {tree} failed: {proc.stderr[-2000:]}")
+    return wall, after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
+
+
+def measure(trees: dict[str, str], sets: dict[int, str], rounds: int, work: str, timer: Timer) -> dict:
+    """Every round's wall and CPU seconds, per tool and size: ``{tool: {size: {"wall": [...], "cpu": [...]}}}``.
+
+    Even rounds run the current checkout first, odd ones REV first; within a round each tool runs its sizes
+    back to back, so a slope's two runs share the machine's momentary speed.
+    """
+    times = {tool: {size: {"wall": [], "cpu": []} for size in sets} for tool in trees}
+    for index in range(rounds):
+        for tool in (TOOLS if index % 2 == 0 else TOOLS[::-1]):
+            for size, src in sorted(sets.items()):
+                out = os.path.join(work, f"out-{tool}-{size}")
+                wall, cpu = timer(trees[tool], src, out)
+                print(f"round {index + 1}: {tool} {size} photos {wall:.2f} s", file=sys.stderr, flush=True)
+                shutil.rmtree(out, ignore_errors=True)
+                times[tool][size]["wall"].append(wall)
+                times[tool][size]["cpu"].append(cpu)
+    return times
+
+
+def _ratio(value: float, reference: float) -> float:
+    return value / reference if reference > 0 else float("nan")
+
+
+def _spread(values: Sequence[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize(times: dict) -> dict:
+    """Medians, and the current checkout's over REV's: end to end at each size (the ratio of the medians, and the
+    spread of the rounds' own ratios) and per image (each round's slope between the smallest and largest size)."""
+    sizes = sorted(times["current"])
+    summary: dict = {"sizes": sizes, "end_to_end": {}, "median_s": {}}
+    for tool in TOOLS:
+        summary["median_s"][tool] = {size: statistics.median(times[tool][size]["wall"]) for size in sizes}
+    for size in sizes:
+        paired = [c / r for c, r in zip(times["current"][size]["wall"], times["rev"][size]["wall"])]
+        summary["end_to_end"][size] = {
+            "ratio": summary["median_s"]["current"][size] / summary["median_s"]["rev"][size],
+            "rounds": _spread(paired)}
+    if len(sizes) > 1:
+        small, large = sizes[0], sizes[-1]
+        slopes = {tool: {kind: [(b - a) / (large - small) * 1000 for a, b in
+                                zip(times[tool][small][kind], times[tool][large][kind])] for kind in ("wall", "cpu")}
+                  for tool in TOOLS}
+        ms = {tool: statistics.median(slopes[tool]["wall"]) for tool in TOOLS}
+        summary["per_image"] = {
+            "ms": ms, "cpu_ms": {tool: statistics.median(slopes[tool]["cpu"]) for tool in TOOLS},
+            "ratio": _ratio(ms["current"], ms["rev"]),  # nan where a slope is noise at or below 0 (sizes too close)
+            "rounds": _spread([_ratio(c, r) for c, r in zip(slopes["current"]["wall"], slopes["rev"]["wall"])]),
+        }
+    return summary
+
+
+def report(rev: str, summary: dict) -> str:
+    """The summary as lines for the terminal."""
+    lines = [f"this checkout over {rev} (above 1: this checkout is slower)"]
+    for size in summary["sizes"]:
+        e2e, medians = summary["end_to_end"][size], summary["median_s"]
+        lines.append(f"  {size} photos end to end: {medians['current'][size]:.2f} s against {medians['rev'][size]:.2f} s"
+                     f" = {e2e['ratio']:.2f}x (rounds {e2e['rounds']['min']:.2f}-{e2e['rounds']['max']:.2f})")
+    if "per_image" in summary:
+        per = summary["per_image"]
+        lines.append(f"  per image: {per['ms']['current']:.3f} ms against {per['ms']['rev']:.3f} ms = {per['ratio']:.2f}x"
+                     f" (rounds {per['rounds']['min']:.2f}-{per['rounds']['max']:.2f}); CPU "
+                     f"{per['cpu_ms']['current']:.3f} against {per['cpu_ms']['rev']:.3f} ms")
+    return "\n".join(lines)
+
+
+def add_worktree(rev: str, parent: str) -> str:
+    """A detached worktree of ``rev`` under ``parent`` (``git worktree add``); remove it with remove_worktree."""
+    path = os.path.join(parent, "wt-" + "".join(c if c.isalnum() else "-" for c in rev))
+    subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", "--quiet", path, rev], check=True,
+                   stdout=subprocess.DEVNULL)
+    return path
+
+
+def remove_worktree(path: str) -> None:
+    subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", path], check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def photo_sets(sizes: Sequence[int], folder: str) -> dict[int, str]:
+    """The photo folders of each size under ``folder``, made once (a kept ``--data`` folder is reused)."""
+    from bench.data import make_photo_dataset
+
+    sets = {}
+    for size in sizes:
+        path, done = os.path.join(folder, f"photos-{size}"), os.path.join(folder, f"photos-{size}.done")
+        if not os.path.exists(done):
+            shutil.rmtree(path, ignore_errors=True)
+            make_photo_dataset(path, size, seed=size)
+            open(done, "w", encoding="utf-8").close()
+        sets[size] = path
+    return sets
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.splitlines()[0])
+    parser.add_argument("rev", help="the git revision to compare against (a commit, tag or branch)")
+    parser.add_argument("--sizes", default="3000,12000", help="photo counts, comma-separated (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default: %(default)s)")
+    parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--data", help="a folder for the photos, kept and reused (default: a temporary one)")
+    parser.add_argument("--json", help="write every round's times and the summary here")
+    args, extra = parser.parse_known_args(argv)
+    try:
+        args.sizes = sorted({int(size) for size in args.sizes.split(",") if size.strip()})
+    except ValueError:
+        parser.error(f"--sizes takes whole numbers, e.g. 3000,12000 (got {args.sizes!r})")
+    if not args.sizes or min(args.sizes) < 1 or args.rounds < 1:
+        parser.error("--sizes needs at least one positive count and --rounds at least 1")
+    args.extra = extra  # further converter flags, given to both (e.g. --max-side 256)
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None, timer: Optional[Timer] = None) -> int:
+    args = parse_args(argv)
+    work = tempfile.mkdtemp(prefix="imgshards-compare-")
+    tree = None
+    try:
+        tree = add_worktree(args.rev, work)
+        sets = photo_sets(args.sizes, args.data or work)
+        timer = timer or (lambda tree_, src, out: run_converter(tree_, src, out, args.shards, args.extra))
+        times = measure({"current": REPO, "rev": tree}, sets, args.rounds, work, timer)
+    finally:
+        if tree:
+            remove_worktree(tree)
+        shutil.rmtree(work, ignore_errors=True)
+    summary = summarize(times)
+    print(report(args.rev, summary))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"rev": args.rev, "rounds": args.rounds, "times": times, "summary": summary}, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
