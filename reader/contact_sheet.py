@@ -146,7 +146,8 @@ def _tile(info: DatasetInfo, feature, side: int, fonts: LabelFonts, tag_fonts: L
     draw = ImageDraw.Draw(tile)
     filename = _values(feature, record_schema.FILENAME)
     top = image.height + 2  # the caption right under its image
-    fonts.draw(draw, (2, top), fonts.fit(filename[0].decode("utf-8", "replace") if filename else "?", side - 4))
+    fonts.draw(draw, (2, top), fonts.fit(filename[0].decode("utf-8", "replace") if filename else "?", side - 4,
+                                         keep_end=True))
     _draw_caption(draw, (2, top + fonts.line_height), caption, side - 4, fonts)
     return tile
 
@@ -303,10 +304,15 @@ class LabelFonts:
     def width(self, text: str) -> float:
         return sum(self.for_char(char).getlength(char) for char in text)
 
-    def fit(self, text: str, width: float) -> str:
-        """``text``, cut to ``width`` pixels with an ellipsis if it is wider."""
+    def fit(self, text: str, width: float, keep_end: bool = False) -> str:
+        """``text``, cut to ``width`` pixels with an ellipsis if it is wider; ``keep_end``: cut from the left (a
+        path's file name is what tells two tiles apart)."""
         if self.width(text) <= width:
             return text
+        if keep_end:
+            while text and self.width("…" + text) > width:
+                text = text[1:]
+            return "…" + text
         while text and self.width(text + "…") > width:
             text = text[:-1]
         return text + "…"
