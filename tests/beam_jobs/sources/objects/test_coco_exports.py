@@ -47,26 +47,6 @@ def _roboflow_split(root, split, files):
         "categories": categories, "images": images, "annotations": anns}))
 
 
-def test_a_roboflow_coco_export_converts_its_three_splits_without_the_project_category(tmp_path):
-    root = tmp_path / "pets.v1i.coco"
-    write_file(str(root / "README.roboflow.txt"), "Exported via roboflow.com\n")
-    _roboflow_split(root, "train", [("a_jpg.rf.1f2e.jpg", [((4, 4, 30, 20), 1), ((36, 20, 60, 44), 2)]),
-                                    ("b_jpg.rf.3c4d.jpg", [])])
-    _roboflow_split(root, "valid", [("c_jpg.rf.5e6f.jpg", [((10, 10, 40, 40), 2)])])
-    _roboflow_split(root, "test", [("d_jpg.rf.7a8b.jpg", [((0, 0, 20, 20), 1)])])
-    out = tmp_path / "ds"
-    run(ConvertOptions(src=str(root), out=str(out), shards=1), FAST, show_progress=False)
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["classes"] == ["", "cat", "dog"] and manifest["class_id_offset"] == 0
-    assert {split: s["num_examples"] for split, s in manifest["splits"].items()} == \
-        {"train": 2, "validation": 1, "test": 1}
-    assert "pets" not in (out / "label_map.pbtxt").read_text()
-    record = object_records(out)["train/a_jpg.rf.1f2e.jpg"]
-    assert record["image/object/class/label"] == [1, 2] and record["image/source_id"] == [b"0"]
-    for box in record["boxes"]:
-        assert red_fraction(record["pixels"], box) > 0.9
-
-
 def test_cvat_coco_1_0_export_reads_instances_default_beside_images(tmp_path):
     root = tmp_path / "task_1-coco"
     write_file(str(root / "images/frame_000000.jpg"), jpeg(picture(32, 32, [(2, 2, 20, 20)])))
