@@ -39,10 +39,15 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
          scratch: Optional[str] = None) -> InputPlan:
     """The plan of an image folder beside its mask folder (see the module's docstring)."""
     src = options.src
+    mask_folder = next(name for name in MASK_FOLDERS if name in _top_folders(listing))
+    texts = sum(1 for path in listing.files if path.startswith(mask_folder + "/") and path.endswith(".txt"))
+    if texts and not any(path.startswith(mask_folder + "/") and path.lower().endswith(".png") for path in listing.files):
+        raise InputError(f"{display_path(src)}/{mask_folder}/ holds {texts} .txt files and no mask: YOLO's labels? "
+                         f"Ultralytics reads them from labels/ beside images/: rename {mask_folder}/ to labels/ and put "
+                         "the dataset's yaml (names:, train:) beside them")
     if labels is None:
         raise InputError(f"{src} is images/ beside a mask folder (semantic segmentation): name the classes with "
                          "--labels FILE (line i names the class whose pixels are i in the masks)")
-    mask_folder = next(name for name in MASK_FOLDERS if name in _top_folders(listing))
     located = dict(listing.entries())
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
     masks_by_stem = {posixpath.splitext(path[len(mask_folder) + 1:])[0]: path for path in located

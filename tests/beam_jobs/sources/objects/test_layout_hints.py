@@ -87,3 +87,13 @@ def test_voc_beside_other_datasets_is_refused_naming_them_all_not_converted_alon
     with pytest.raises(InputError, match=r"holds datasets, not classes: VOC2012/ \(Pascal VOC\), coco/ \(COCO\), "
                                          r"coco8/ \(YOLO\), cvc/ \(COCO\), ls/ \(YOLO\) and 2 more"):
         _plan(datasets)
+
+
+def test_yolo_labels_in_a_folder_named_annotations_are_not_read_as_masks(tmp_path):
+    """images/ beside annotations/ is the masks layout: its .txt files said 'name the classes with --labels'."""
+    write_file(str(tmp_path / "pets/pets.yaml"), "train: images/train\nnames: [cat]\n")
+    write_file(str(tmp_path / "pets/images/train/a.jpg"), jpeg(picture(16, 16, [])))
+    write_file(str(tmp_path / "pets/annotations/train/a.txt"), "0 0.5 0.5 0.5 0.5\n")
+    with pytest.raises(InputError, match=r"annotations/ holds 1 .txt files and no mask: YOLO's labels\? .* rename "
+                                         r"annotations/ to labels/"):
+        _plan(tmp_path / "pets")
