@@ -1,5 +1,5 @@
 """Install with ``pip install .`` (``.[test]`` for the tests, ``.[bench]``, ``.[dask]``, ``.[heif]``, ``.[aws]``,
-``.[gcp]``, ``.[dali]``, ``.[tfds]``).
+``.[gcp]``, ``.[dali]``, ``.[tfds]``, ``.[report]``).
 
 A ``setup.py`` (not only pyproject) because Beam ships a multi-module job to
 remote workers with ``--setup_file=./setup.py``.
@@ -15,6 +15,7 @@ DASK = ["apache-beam[dask]>=2.77", "dask[distributed]>=2024.8"]
 HEIF = ["pillow-heif>=1.0"]  # HEIC/HEIF phone photos
 TFDS = ["tensorflow-datasets>=4.9.10"]  # python -m converter tfds-metadata
 MASKS = ["pycocotools>=2.0.8"]  # COCO's polygons and RLE as instance masks (--masks)
+REPORT = ["matplotlib>=3.9"]  # python -m converter report: the figures of the HTML report
 DETECTION = ["keras-hub>=0.32", "pycocotools>=2.0.8"]  # KerasHub detectors; COCO evaluation (examples/train_detector.py)
 # NVIDIA DALI (Linux x86-64 wheels only); the tests run its CPU pipeline on the .idx record index of every shard.
 DALI = ["nvidia-dali-cuda120>=2.0; platform_system == 'Linux' and platform_machine == 'x86_64'"]
@@ -55,6 +56,7 @@ setup(
         "masks": MASKS,
         # The detectors the reader's object targets are shaped for (examples/train_detector.py).
         "detection": DETECTION,
+        "report": REPORT,
         # The tests also smoke-test the benchmark, run a real Dask cluster, a real S3 server (moto's) and a
         # GCS emulator, DALI's CPU pipeline and TFDS's loader.
         # datasets writes Parquet exactly as the Hugging Face Hub does, for the tests of that source.
@@ -63,6 +65,9 @@ setup(
         # fits on the reader's detection batches.
         "test": ["pytest>=9.0", "pytest-timeout>=2.3", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff>=0.6",
                  "gcp-storage-emulator>=2026.7", "datasets>=5.2", "gin-config>=0.5", "opencv-python-headless>=4.10",
-                 "pycocotools>=2.0.8"] + BENCH + DASK + HEIF + DALI + TFDS + GCP + DETECTION,
+                 "pycocotools>=2.0.8",
+                 # mlcroissant validates the Croissant card; selenium drives Debian's Chromium (installed by .ci/run)
+                 # through its chromedriver to check the report renders.
+                 "mlcroissant>=1.1.1", "selenium>=4.51"] + REPORT + BENCH + DASK + HEIF + DALI + TFDS + GCP + DETECTION,
     },
 )

@@ -10,6 +10,8 @@ its labels drawn on it, its file name under it:
 - segmentation: the class mask tinted over the image, a color per class id (void, 255, and a class
   named "background" or unnamed are left clear); the caption names the classes present;
 - multi-label: the caption names the image's classes.
+
+The report's contact sheets per class (``reader/report.py``) are rows of the same tiles (:func:`record_tile`).
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ def _record_grid(info: DatasetInfo, split: SplitInfo, columns: int, side: int, f
     """The first records of ``split`` as tiles of ``side`` pixels, ``columns`` to a row."""
     rows = min(max(sum(1 for name in info.classes if name), 1), MAX_ROWS)
     tag_fonts = LabelFonts(size=11)
-    tiles = [_tile(info, feature, side, fonts, tag_fonts)
+    tiles = [record_tile(info, feature, side, fonts, tag_fonts)
              for feature in itertools.islice(_examples(info, split), columns * rows)]
     height = side + CAPTION_LINES * fonts.line_height + GAP
     sheet = Image.new("RGB", (GAP + columns * (side + GAP), GAP + max(1, -(-len(tiles) // columns)) * (height + GAP)),
@@ -130,8 +132,11 @@ def _record_grid(info: DatasetInfo, split: SplitInfo, columns: int, side: int, f
     return sheet
 
 
-def _tile(info: DatasetInfo, feature, side: int, fonts: LabelFonts, tag_fonts: LabelFonts) -> Image.Image:
-    """One record: its image fitted into ``side`` pixels with its labels drawn on, its caption under it."""
+def record_tile(info: DatasetInfo, feature, side: int, fonts: LabelFonts, tag_fonts: LabelFonts) -> Image.Image:
+    """One record (its parsed features) as a tile: the image fitted into ``side`` pixels with what its task labels
+    drawn on (boxes and class names, the class mask, or the class names in the caption), its file name under
+    it. The grid and the report's contact sheets per class are made of these; ``tag_fonts`` draw the names on
+    the boxes (smaller than ``fonts``, the caption's)."""
     image = ImageOps.contain(_decode(_values(feature, record_schema.IMAGE_ENCODED)[0]).convert("RGB"), (side, side))
     names = _names(info)
     if info.task == record_schema.TASK_OBJECTS:
@@ -219,6 +224,19 @@ def _tint(image: Image.Image, where: np.ndarray, colors) -> None:
     image.paste(Image.fromarray(np.round(pixels).astype(np.uint8)))
 
 
+def mask_classes(info: DatasetInfo, feature) -> list[int]:
+    """The class ids a segmentation record's mask holds (its PNG decoded), without void (255) and the classes
+    left clear on a tile (named "background", or unnamed): what the report files the record under."""
+    encoded = _values(feature, record_schema.SEGMENTATION_ENCODED)
+    if not encoded:
+        return []
+    mask = _decode(encoded[0])
+    ids = np.unique(np.asarray(mask if mask.mode in ("L", "P") else mask.convert("L")))
+    names = _names(info)
+    return [int(i) for i in ids
+            if i != VOID and not (i < len(names) and names[i].strip().lower() in ("", "background", "_background_"))]
+
+
 def _draw_class_mask(image: Image.Image, feature, names: list[str]) -> Caption:
     """The class mask tinted over ``image``, a color per class id; the caption names the classes present."""
     encoded = _values(feature, record_schema.SEGMENTATION_ENCODED)
@@ -273,6 +291,7 @@ class LabelFonts:
         self.line_height = size + 3
         self._loaded: dict[str, ImageFont.FreeTypeFont] = {}
         self._by_char: dict[str, ImageFont.ImageFont] = {}
+        self._widths: dict[str, float] = {}  # each character's advance, measured once (Pillow: ~40 us a call)
         self.missing: set[str] = set()
 
     def _font(self, path: str):
@@ -301,8 +320,13 @@ class LabelFonts:
             self._by_char[char] = chosen
         return self._by_char[char]
 
+    def char_width(self, char: str) -> float:
+        if char not in self._widths:
+            self._widths[char] = self.for_char(char).getlength(char)
+        return self._widths[char]
+
     def width(self, text: str) -> float:
-        return sum(self.for_char(char).getlength(char) for char in text)
+        return sum(self.char_width(char) for char in text)
 
     def fit(self, text: str, width: float, keep_end: bool = False) -> str:
         """``text``, cut to ``width`` pixels with an ellipsis if it is wider; ``keep_end``: cut from the left (a
@@ -322,7 +346,7 @@ class LabelFonts:
         for char in text:
             font = self.for_char(char)
             draw.text((x, y), char, fill=fill, font=font)
-            x += font.getlength(char)
+            x += self.char_width(char)
 
 
 def _has_glyph(font, char: str) -> bool:

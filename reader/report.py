@@ -1,0 +1,198 @@
+"""``report``: a converted dataset as one HTML page a person reads in a browser, and the same figures as JSON.
+
+In: a dataset folder (manifest.json, the shards, rejected.jsonl, duplicates.jsonl, croissant.json if any).
+Out: ``report.html`` (self-contained: images inline, no script, nothing fetched) and ``report.json`` in the
+dataset folder, or in ``dest``.
+
+The figures come from what the conversion recorded (the manifest's counts and re-encodings, the rejections
+and duplicate groups) plus one pass over the records that parses their features and decodes no image, but
+the few drawn: a contact sheet's tiles, the thumbnails of duplicates shown. Memory is bounded by the
+number of classes shown, never by the number of images (:mod:`reader.report_stats`). Modules, in the order
+the data flows: :mod:`reader.report_inputs` (the files beside the shards), :mod:`reader.report_stats` (the
+pass), :mod:`reader.report_figures` (matplotlib), :mod:`reader.report_sections` (what each section says),
+:mod:`reader.report_html` (the page).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import logging
+import os
+import sys
+from typing import Optional, Sequence
+
+import tensorflow as tf
+from PIL import Image
+
+import record_schema
+from reader import report_inputs, report_sections, storage
+from reader.contact_sheet import LabelFonts, mask_classes, record_tile
+from reader.info import DatasetInfo, dataset_info
+from reader.options import ReportOptions
+from reader.report_stats import SplitStats
+from reader.verify import iter_records
+from record_files.croissant import CROISSANT_FILE
+from record_files.tfrecord import FrameError
+
+logger = logging.getLogger(__name__)
+
+HTML_FILE = "report.html"
+JSON_FILE = "report.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportPaths:
+    """The files written."""
+
+    html: str
+    json: str
+
+
+def write_report(data_dir: str, dest: Optional[str] = None, options: ReportOptions = ReportOptions()) -> ReportPaths:
+    """Write ``report.html`` and ``report.json`` of the dataset in ``data_dir`` into ``dest`` (default: it).
+
+    Raises:
+      DatasetNotFoundError: no manifest in ``data_dir``.
+      ValueError: ``dest`` is not a folder; a shard is damaged, or rejected.jsonl / duplicates.jsonl has a line
+        that does not parse (each naming the file and the record or line).
+      ImportError: matplotlib is not installed (``pip install ".[report]"``).
+    """
+    info = dataset_info(data_dir)
+    dest = dest or data_dir
+    if not storage.isdir(dest):
+        raise ValueError(f"cannot write the report into {dest}: not a folder (create it, or leave out --dest)")
+    rejections = report_inputs.read_rejections(os.path.join(data_dir, record_schema.REJECTED_FILE),
+                                               options.rejections_shown)
+    duplicates = report_inputs.read_duplicates(os.path.join(data_dir, record_schema.DUPLICATES_FILE),
+                                               options.duplicate_groups_shown)
+    wanted = {image["path"] for group in duplicates.shown for image in group["images"][:report_sections.GROUP_SHOWN]}
+    passed = one_pass(info, options, wanted)
+    src = (info.manifest.get("options") or {}).get("src")
+    rejected_thumbs = [report_inputs.source_thumbnail(src, entry.get("path", ""), options.thumb)
+                       for entry in rejections.first]
+    croissant = os.path.join(data_dir, CROISSANT_FILE)
+    findings = report_sections.Findings(
+        info=info, splits=passed.splits, rejections=rejections, rejected_thumbs=rejected_thumbs,
+        duplicates=duplicates, duplicate_thumbs=passed.thumbs, sheets=passed.sheets,
+        sheet_classes_left=passed.sheet_classes_left, masks_read=passed.masks_read, options=options,
+        croissant=_href(croissant, dest) if storage.exists(croissant) else None,
+        manifest=_href(os.path.join(data_dir, record_schema.MANIFEST_FILE), dest))
+    page, figures = report_sections.render(findings)
+    paths = ReportPaths(os.path.join(dest, HTML_FILE), os.path.join(dest, JSON_FILE))
+    storage.write_bytes(paths.json, json.dumps(figures, indent=1, ensure_ascii=False).encode("utf-8"))
+    storage.write_bytes(paths.html, page.encode("utf-8"))
+    return paths
+
+
+def _href(path: str, dest: str) -> str:
+    """A link from a page in ``dest`` to ``path``: relative when both are local, else the path as it is."""
+    if "://" in path or "://" in dest:
+        return path
+    return os.path.relpath(path, dest)
+
+
+@dataclasses.dataclass
+class Pass:
+    """What the pass over the records gives: stats per split, contact-sheet tiles per class id, thumbnails of
+    duplicates by path, how many classes got no sheet, and how many segmentation masks were decoded to file
+    their records under the classes they hold."""
+
+    splits: dict[str, SplitStats]
+    sheets: dict[int, list[Image.Image]]
+    thumbs: dict[str, Image.Image]
+    sheet_classes_left: int
+    masks_read: int = 0
+
+
+def one_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str]) -> Pass:
+    """Every record of every split, read once: features counted, a few records drawn.
+
+    Raises:
+      ValueError: a shard is damaged (naming it and the record).
+    """
+    fonts, tag_fonts = LabelFonts(), LabelFonts(size=11)
+    named = [label for label, name in enumerate(info.classes) if name or info.task != record_schema.TASK_OBJECTS]
+    segmentation = info.task == record_schema.TASK_SEGMENTATION
+    drawn = [label for label in named if not (segmentation and info.classes[label].strip().lower() in (
+        "background", "_background_"))]  # a mask's background is left clear: no sheet of its own
+    sheet_ids = drawn[:options.max_sheet_classes]
+    room = {class_id: options.per_class for class_id in sheet_ids}
+    masks_read = 0
+    sheets: dict[int, list[Image.Image]] = collections.defaultdict(list)
+    wanted = {path.encode("utf-8"): path for path in wanted_paths}
+    thumbs: dict[str, Image.Image] = {}
+    splits = {}
+    for name, split in info.splits.items():
+        stats = SplitStats(name)
+        for feature in _features(info, split):
+            classes = stats.add(feature, info.task)
+            if segmentation and masks_read < options.masks_read and any(room.values()):
+                classes, masks_read = mask_classes(info, feature), masks_read + 1  # the PNG decoded
+            needing = [c for c in dict.fromkeys(classes) if room.get(c, 0) > 0]
+            if needing:
+                tile = record_tile(info, feature, options.tile, fonts, tag_fonts)
+                for class_id in needing:
+                    sheets[class_id].append(tile)
+                    room[class_id] -= 1
+            if wanted:
+                filename = feature[record_schema.FILENAME].bytes_list.value[0] \
+                    if record_schema.FILENAME in feature else b""
+                if filename in wanted:
+                    thumbs[wanted.pop(filename)] = _thumbnail(feature, options.thumb)
+        splits[name] = stats.finish()
+    if fonts.missing or tag_fonts.missing:
+        logger.warning("the report's contact sheets draw %s as boxes: no installed font has them",
+                       " ".join(sorted(fonts.missing | tag_fonts.missing)))
+    return Pass(splits, dict(sheets), thumbs, max(len(drawn) - len(sheet_ids), 0), masks_read)
+
+
+def _features(info: DatasetInfo, split):
+    for shard in split.shards:
+        try:
+            for data in iter_records(shard.path):
+                yield tf.train.Example.FromString(data).features.feature
+        except FrameError as err:
+            raise ValueError(f"cannot write the report: {err}. python -m converter verify {info.data_dir} "
+                             "checks every shard") from None
+
+
+def _thumbnail(feature, side: int) -> Image.Image:
+    import io
+
+    with Image.open(io.BytesIO(feature[record_schema.IMAGE_ENCODED].bytes_list.value[0])) as image:
+        image.draft("RGB", (side, side))
+        thumb = image.convert("RGB")
+    thumb.thumbnail((side, side))
+    return thumb
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m converter report OUT [--dest DIR] [--open]``: write the report, print where; 2 on a usage
+    error, 1 when the dataset cannot be reported (the message names the file at fault)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m converter report",
+        description="Write report.html (one self-contained page: splits, classes, objects, image sizes, "
+                    "rejections, contact sheets, duplicates) and report.json beside a converted dataset.")
+    parser.add_argument("data_dir", metavar="OUT", help="the converted dataset's folder (holding manifest.json)")
+    parser.add_argument("--dest", metavar="DIR", help="write the two files here instead (an existing folder)")
+    parser.add_argument("--open", action="store_true", help="open the page in a web browser when written")
+    args = parser.parse_args(list(argv))
+    try:
+        paths = write_report(args.data_dir, args.dest)
+    except (ValueError, OSError, ImportError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {paths.html}\nwrote {paths.json}")
+    if args.open:
+        import pathlib
+        import webbrowser
+
+        webbrowser.open(pathlib.Path(os.path.abspath(paths.html)).as_uri())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
