@@ -1,0 +1,63 @@
+"""``python -m converter card OUT``: write (or rewrite) a converted dataset's Croissant card.
+
+In: a published local dataset folder (its ``manifest.json``) and the card's flags: ``--card FILE`` (YAML
+or JSON: name, description, license, citation, url, version, date_published, creators, keywords),
+``--license``, ``--citation`` (these two win over the file's). Out: ``OUT/croissant.json``, written
+atomically; with ``--check``, what mlcroissant finds in it. Exit status: 0 written (and valid), 1
+``--check`` found errors, 2 a usage error (a bad card file, no dataset at OUT).
+
+The converter writes the same card at every conversion (``--card``...); this command adds a license or a
+citation to a dataset converted without one, without converting again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from record_files import croissant
+from record_files.dataset_card import CardError, card_from_flags
+
+
+def add_card_flags(parser: argparse.ArgumentParser) -> None:
+    """``--card``, ``--license``, ``--citation``: shared by ``convert`` and ``card``."""
+    group = parser.add_argument_group("Croissant card (croissant.json)")
+    group.add_argument("--card", metavar="FILE", default=None,
+                       help="a YAML or JSON file: name, description, license, citation, url, version, "
+                            "date_published, creators, keywords")
+    group.add_argument("--license", action="append", default=None, metavar="SPDX_OR_URL",
+                       help="the dataset's license (an SPDX id or a URL); repeat for several")
+    group.add_argument("--citation", default=None, metavar="TEXT", help="how to cite the dataset (BibTeX)")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``python -m converter card``; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m converter card",
+        description="Write a converted dataset's Croissant card (MLCommons' JSON-LD metadata) as OUT/croissant.json.")
+    parser.add_argument("out", help="the dataset folder (local)")
+    add_card_flags(parser)
+    parser.add_argument("--check", action="store_true",
+                        help="validate the card with mlcroissant (pip install mlcroissant) and print what it finds")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        card = card_from_flags(args.card, args.license, args.citation)
+        path = croissant.write_croissant(args.out, card)
+    except CardError as err:
+        parser.error(str(err))
+    except FileNotFoundError as err:
+        parser.error(str(err))
+    print(f"wrote {path}")
+    if not args.check:
+        return 0
+    try:
+        errors, warnings = croissant.croissant_issues(path)
+    except ImportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for line in errors:
+        print(f"error: {line}", file=sys.stderr)
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    return 1 if errors else 0
