@@ -4,6 +4,9 @@
 >>> info = reader.dataset_info("shapes-tfrecords")
 >>> ds = reader.build_dataset("shapes-tfrecords", split="train", batch_size=64, image_size=224)
 
+Several datasets read as one, each its exact share of every batch, their
+classes united by name: ``reader.build_mixture([(dir_a, 0.7), (dir_b, 0.3)], ...)``.
+
 Training resumes exactly from a step, on any number of input pipelines:
 ``build_dataset(..., seed=7, start=step)`` (or a :class:`Position`, or Keras'
 ``model.optimizer.iterations`` with :class:`ExactResume`).
@@ -37,6 +40,10 @@ from reader.info import (
     steps_per_epoch,
 )
 from reader.boxes import boxes_to_source
+from reader.label_space import LabelSpace
+from reader.mixture import Mixture, MixturePosition, mixture
+from reader.mixture_pipeline import build_mixture
+from reader.repeat_factor import RepeatFactor
 from reader.options import Augmentation, BoxAugmentation, FeatureKeys, ObjectTargets, ReadOptions
 from reader.order import Position
 from reader.pipeline import build_dataset, distributed_dataset, position
@@ -61,13 +68,18 @@ __all__ = [
     "DatasetNotFoundError",
     "ExactResume",
     "FeatureKeys",
+    "LabelSpace",
+    "Mixture",
+    "MixturePosition",
     "ObjectTargets",
     "Position",
     "ReadOptions",
+    "RepeatFactor",
     "ShardInfo",
     "SplitInfo",
     "boxes_to_source",
     "build_dataset",
+    "build_mixture",
     "dataset_info",
     "distributed_dataset",
     "eval_image",
@@ -75,6 +87,7 @@ __all__ = [
     "foreign_dataset_info",
     "finish",
     "interleave_records",
+    "mixture",
     "parse_record",
     "parse_records",
     "position",

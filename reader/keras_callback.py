@@ -23,11 +23,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from typing import Optional, Union
 
 import keras
 import tensorflow as tf
 
 from reader.info import dataset_info
+from reader.mixture import Mixture, MixturePosition
 from reader.options import ReadOptions
 from reader.order import Position
 from reader.pipeline import position
@@ -40,26 +42,40 @@ class ExactResume(keras.callbacks.Callback):
 
     Args:
       path: where the run's position is kept (a JSON file beside the backup).
-      data_dir, split, batch_size, seed, options: what ``build_dataset`` was given.
+      data_dir, split, batch_size, seed, options: what ``build_dataset`` was given; for a mixture,
+        ``data_dir`` is the :class:`reader.Mixture` ``build_mixture`` read (``split``, ``batch_size``: its own).
       epochs: the ``epochs`` given to ``fit``.
+      steps_per_epoch: the ``steps_per_epoch`` given to ``fit``: a mixture's
+        (``mixture.steps_for(1, name)``, or any); a dataset's is its own.
     """
 
-    def __init__(self, path: str, data_dir: str, split: str, batch_size: int, seed: int, epochs: int,
-                 options: ReadOptions = ReadOptions()) -> None:
+    def __init__(self, path: str, data_dir: Union[str, Mixture], split: str, batch_size: int, seed: int, epochs: int,
+                 options: ReadOptions = ReadOptions(), steps_per_epoch: Optional[int] = None) -> None:
         super().__init__()
+        if isinstance(data_dir, Mixture) and not steps_per_epoch:
+            raise ValueError("ExactResume over a mixture needs steps_per_epoch=, the one given to fit (a mixture "
+                             "has no epoch of its own: mixture.steps_for(passes, source) sizes one)")
         self.path = path
         self._args = (data_dir, split, batch_size, seed)
         self._options = options
         self._epochs = epochs
+        self._steps_per_epoch = steps_per_epoch
         self._total = 0
 
-    def _position(self) -> Position:
+    def _position(self) -> Union[Position, MixturePosition]:
         step = int(tf.convert_to_tensor(self.model.optimizer.iterations))
+        if isinstance(self._args[0], Mixture):
+            return self._args[0].position(self._args[3], step)
         return position(*self._args, step, options=self._options)
 
     def on_train_begin(self, logs=None) -> None:
         now = self._position()
-        self._total = self._epochs * now.steps_per_epoch
+        if isinstance(now, MixturePosition):
+            self._total = self._epochs * self._steps_per_epoch
+            self._check_mixture(now)
+            self._save(now)
+            return
+        self._total = self._epochs * (self._steps_per_epoch or now.steps_per_epoch)
         if tf.io.gfile.exists(self.path):
             with tf.io.gfile.GFile(self.path, "r") as handle:
                 saved = Position.from_json(handle.read())
@@ -80,6 +96,23 @@ class ExactResume(keras.callbacks.Callback):
                 logger.info("resuming at epoch %d, step %d (global step %d)", now.epoch, now.step, now.global_step)
         self._save(now)
 
+    def _check_mixture(self, now: MixturePosition) -> None:
+        """A restart of a mixture run on another mixture (sources, versions, weights, seed) is refused, named."""
+        if not tf.io.gfile.exists(self.path):
+            return
+        with tf.io.gfile.GFile(self.path, "r") as handle:
+            text = handle.read()
+        try:
+            saved = MixturePosition.from_json(text)
+        except ValueError:
+            raise ValueError(f"{self.path}: this run was trained on one dataset, not a mixture ({text[:200]})") from None
+        mismatch = self._args[0].mismatch(saved, now.seed)
+        if mismatch:
+            raise ValueError(f"{self.path}: this run cannot resume on this mixture: {mismatch}. Point it at the "
+                             "mixture it was trained on, or start a new run in a new backup folder")
+        if now.step:
+            logger.info("resuming the mixture at global step %d", now.step)
+
     def on_epoch_end(self, epoch, logs=None) -> None:
         self._save(self._position())
 
@@ -87,7 +120,7 @@ class ExactResume(keras.callbacks.Callback):
         if int(tf.convert_to_tensor(self.model.optimizer.iterations)) >= self._total:
             self.model.stop_training = True
 
-    def _save(self, now: Position) -> None:
+    def _save(self, now: Union[Position, MixturePosition]) -> None:
         folder = os.path.dirname(self.path)
         if folder:
             tf.io.gfile.makedirs(folder)

@@ -1,0 +1,178 @@
+"""``python -m bench.read_mixture``: a mixture of 3 datasets against one dataset of the same images (issue #50).
+
+    python -m bench.read_mixture                      # 3,000 photos, about 10 minutes on 2 cores
+    python -m bench.read_mixture --photos 300 --rounds 2 --batches 5   # a quick look
+
+Measured in this one run, on the same photos (300-500 px JPEGs, bench/data.py):
+
+- throughput: images/s of the training preset (224 px, batch 64, seeded) reading
+  one dataset of all the photos, and reading the mixture of three datasets that
+  split them 50 / 30 / 20 with weights 0.5 / 0.3 / 0.2; rounds alternated, each
+  a fresh pipeline timed after its first batch; the ratio of the medians;
+- quotas: per-batch counts of each source over 10,000 steps of the schedule,
+  the worst distance from ``batch * weight`` in one batch and in the running
+  totals; and the pipeline's own batches (its records' sources, nothing
+  decoded) checked against the schedule over the first steps;
+- start-up: CPU seconds to build a pipeline over 10 sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "bench", "results", "read_mixture.json")
+SIZE, BATCH = 224, 64
+WEIGHTS = (0.5, 0.3, 0.2)
+
+
+def make_data(work: str, photos: int) -> tuple[str, list[str]]:
+    """One converted dataset of ``photos`` photos, and three that split the same photos 50 / 30 / 20."""
+    from bench.data import make_photo_dataset
+
+    src = os.path.join(work, "photos")
+    if not os.path.isdir(src):
+        make_photo_dataset(src, photos, seed=5)
+    files = sorted(os.path.join(label, name) for label in sorted(os.listdir(src))
+                   for name in os.listdir(os.path.join(src, label)))
+    bounds = np.cumsum([0] + [round(w * len(files)) for w in WEIGHTS[:-1]] + [len(files)])
+    bounds[-1] = len(files)
+    parts = []
+    for index in range(3):
+        part = os.path.join(work, f"part{index}")
+        if not os.path.isdir(part):
+            for rel in files[bounds[index]:bounds[index + 1]]:
+                os.makedirs(os.path.join(part, os.path.dirname(rel)), exist_ok=True)
+                shutil.copy2(os.path.join(src, rel), os.path.join(part, rel))
+        parts.append(part)
+    outs = [_convert(folder, f"{folder}-tfrecords", shards) for folder, shards in
+            [(src, 16), *((part, max(2, round(16 * w))) for part, w in zip(parts, WEIGHTS))]]
+    return outs[0], outs[1:]
+
+
+def _convert(src: str, out: str, shards: int) -> str:
+    if not os.path.exists(os.path.join(out, "manifest.json")):
+        subprocess.run([sys.executable, "-m", "converter", "--src", src, "--out", out, "--shards", str(shards),
+                        "--val-fraction", "0", "--no-progress"], cwd=REPO, check=True, capture_output=True)
+    return out
+
+
+def _rate(make, batches: int) -> float:
+    """Images/s of a fresh pipeline over ``batches`` batches after its first."""
+    iterator = iter(make())
+    next(iterator)
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    return batches * BATCH / (time.perf_counter() - start)
+
+
+def throughput(single: str, parts: Sequence[str], rounds: int, batches: int) -> dict:
+    import reader
+
+    plan = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH)
+    makers = {"one_dataset": lambda: reader.build_dataset(single, "train", BATCH, SIZE, seed=1),
+              "mixture_of_3": lambda: reader.build_mixture(plan, "train", BATCH, SIZE, seed=1)}
+    rates = {name: [] for name in makers}
+    for number in range(rounds):
+        for name in (list(makers) if number % 2 == 0 else list(makers)[::-1]):  # alternated
+            rates[name].append(_rate(makers[name], batches))
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    return {"images_per_s": {name: round(value, 1) for name, value in medians.items()},
+            "rounds": {name: [round(v, 1) for v in values] for name, values in rates.items()},
+            "ratio_mixture_over_one": round(medians["mixture_of_3"] / medians["one_dataset"], 3)}
+
+
+def quotas(parts: Sequence[str], steps: int, checked_steps: int) -> dict:
+    import tensorflow as tf
+
+    import reader
+    from reader.mixture_pipeline import _mixed_records, _present
+
+    plan = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH)
+    shares = np.array([float(s) for s in plan.quotas.shares])
+    table = np.stack([plan.counts(step) for step in range(steps)])
+    drift = np.abs(np.cumsum(table, axis=0) - np.arange(1, steps + 1)[:, None] * shares)
+    splits = [_present(source) for source in plan.sources]
+    records = _mixed_records(plan, splits, 1, lambda: tf.constant(0, tf.int64), checked_steps, (0, BATCH))
+    sources = np.concatenate([s for _, _, s in records.batch(BATCH * 64).as_numpy_iterator()])
+    pipeline = np.stack([np.bincount(row, minlength=3) for row in sources.reshape(checked_steps, BATCH)])
+    return {"steps": steps, "weights": list(WEIGHTS), "share_per_batch": [round(s, 2) for s in shares],
+            "counts_seen": [sorted(set(int(c) for c in table[:, k])) for k in range(3)],
+            "worst_batch_distance": round(float(np.abs(table - shares).max()), 3),
+            "worst_running_drift": round(float(drift.max()), 3),
+            "pipeline_steps_checked": checked_steps,
+            "pipeline_matches_schedule": bool((pipeline == table[:checked_steps]).all())}
+
+
+def startup(parts: Sequence[str]) -> dict:
+    import reader
+
+    sources = [(parts[k % 3], 1 + k, f"source{k}") for k in range(10)]
+    reader.build_mixture(sources[:2], "train", BATCH, SIZE, seed=1)  # TensorFlow's own first-use costs
+    start = time.process_time()
+    reader.build_mixture(sources, "train", BATCH, SIZE, seed=1)
+    return {"sources": 10, "build_cpu_s": round(time.process_time() - start, 2)}
+
+
+def format_table(results: dict) -> str:
+    t, q = results["throughput"], results["quotas"]
+    rows = [
+        "| measure | value |",
+        "|---|---|",
+        f"| one dataset, images/s | {t['images_per_s']['one_dataset']} |",
+        f"| mixture of 3 (0.5 / 0.3 / 0.2), images/s | {t['images_per_s']['mixture_of_3']} |",
+        f"| ratio mixture / one (medians of alternated rounds) | {t['ratio_mixture_over_one']} |",
+        f"| per-batch counts over {q['steps']:,} steps (share {' / '.join(map(str, q['share_per_batch']))}) | "
+        f"{' / '.join('-'.join(map(str, c)) for c in q['counts_seen'])} |",
+        f"| worst distance from the share, one batch / running totals | {q['worst_batch_distance']} / "
+        f"{q['worst_running_drift']} |",
+        f"| pipeline's batches match the schedule ({q['pipeline_steps_checked']} steps) | "
+        f"{'yes' if q['pipeline_matches_schedule'] else 'NO'} |",
+        f"| CPU to build a pipeline over {results['startup']['sources']} sources | "
+        f"{results['startup']['build_cpu_s']} s |",
+    ]
+    return "\n".join(rows)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--photos", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=30, help="timed batches a round (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=10_000, help="schedule steps checked (default: %(default)s)")
+    parser.add_argument("--checked-steps", type=int, default=200, help="pipeline steps checked (default: %(default)s)")
+    parser.add_argument("--work", default=None, help="keep the generated data here (default: a temporary folder)")
+    parser.add_argument("--results", default=RESULTS)
+    args = parser.parse_args(argv)
+    work = args.work or tempfile.mkdtemp(prefix="read-mixture-")
+    try:
+        import reader  # noqa: F401  (before TensorFlow: its start-up lines stay quiet)
+
+        single, parts = make_data(work, args.photos)
+        results = {"photos": args.photos, "image_size": SIZE, "batch_size": BATCH,
+                   "throughput": throughput(single, parts, args.rounds, args.batches),
+                   "quotas": quotas(parts, args.steps, args.checked_steps), "startup": startup(parts)}
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+    with open(args.results, "w", encoding="utf-8") as handle:
+        json.dump(results, handle, indent=2)
+    print(format_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Repeat-factor sampling (LVIS): images of rare classes more often, the order still a pure function of (seed, step).
+
+Data in: a split's records (one pass over their labels, no image decoded) and
+:class:`RepeatFactor`. Data out: each record's repeat factor
+``r = max(1, sqrt(t / f(c)))`` of its rarest class (f(c): the fraction of the
+split's images holding class c; Detectron2's ``RepeatFactorTrainingSampler``,
+t = 0.001 by default), a report of the classes' frequencies before and after,
+and :func:`repeated_records`, a source's record sequence with each record
+repeated its count of times an epoch.
+
+Counts are a stochastic rounding of r, deterministic per (seed, epoch), by
+systematic sampling: with the factors scaled to sum to E = ceil(sum r) and
+their running sums ``S_i`` in record order, record i appears
+``floor(S_i + u) - floor(S_{i-1} + u)`` times (u uniform, keyed by (seed,
+epoch)): the floor or the ceiling of its factor, its factor on average, and
+exactly E records every epoch, so where a run is stays O(1) arithmetic. An
+epoch reads its shards in a permuted order, as the streams order does, in
+windows of W records; each window's records are repeated and then shuffled
+together, so copies of an image spread over a window. This costs O(N) small
+integers per epoch (the counts), computed in the graph when the epoch starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+import record_schema
+from reader.info import DatasetInfo, SplitInfo
+from reader.order import StreamLayout, _segments, shard_order, window_permutation
+
+_COUNTS = 0x4EF5  # salts the rounding's uniform away from the order's keys
+LABEL_BATCH = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class RepeatFactor:
+    """Repeat-factor sampling of each source's training images.
+
+    Attributes:
+      threshold: t: a class in fewer than this fraction of images is repeated
+        (LVIS's 0.001; a class at f(c) = t / 4 doubles its images).
+    """
+
+    threshold: float = 0.001
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"RepeatFactor(threshold={self.threshold!r}) must be in (0, 1]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Factors:
+    """A split's repeat factors and what they do.
+
+    Attributes:
+      factors: float64 ``[N]``, by record id (manifest order).
+      epoch_records: E, records an epoch with repeats (``ceil(sum(factors))``).
+      report: per class name, images holding it and the fraction of an
+        epoch's images holding it before and after (expected).
+    """
+
+    factors: np.ndarray
+    epoch_records: int
+    report: dict
+
+
+def image_classes(info: DatasetInfo, split: SplitInfo) -> list[np.ndarray]:
+    """Each record's class ids (unique), in record-id order: one pass reading labels only.
+
+    Reading is what it costs: no image is decoded, about a hundred thousand
+    records a second from local disk; a process computes it once a split.
+    """
+    key = record_schema.OBJECT_LABEL if info.task == record_schema.TASK_OBJECTS else record_schema.LABEL
+    if info.task == record_schema.TASK_SEGMENTATION:
+        raise ValueError(f"{info.data_dir}: repeat-factor sampling needs classes an image; a segmentation "
+                         "dataset's classes are in its masks")
+    spec = {key: tf.io.RaggedFeature(tf.int64)}
+    records = tf.data.TFRecordDataset(split.files).batch(LABEL_BATCH)
+    labels = records.map(lambda batch: tf.io.parse_example(batch, spec)[key], num_parallel_calls=tf.data.AUTOTUNE)
+    found = []
+    for batch in labels.as_numpy_iterator():
+        found.extend(np.unique(row) for row in batch)
+    if len(found) != split.num_examples:
+        raise ValueError(f"{info.data_dir}: split {split.name!r} has {len(found)} records and its manifest says "
+                         f"{split.num_examples}")
+    return found
+
+
+def repeat_factors(classes: Sequence[np.ndarray], names: Sequence[str], threshold: float) -> Factors:
+    """``max(1, sqrt(t / f(c)))`` of each image's rarest class (1 for an image without classes), and the report."""
+    count = len(classes)
+    flat = np.concatenate([np.asarray(c, np.int64) for c in classes] + [np.zeros(0, np.int64)])
+    images = np.bincount(flat, minlength=len(names)).astype(np.float64)
+    fraction = images / max(count, 1)
+    with np.errstate(divide="ignore"):
+        per_class = np.maximum(1.0, np.sqrt(threshold / np.where(fraction > 0, fraction, np.inf)))
+    factors = np.array([per_class[c].max() if len(c) else 1.0 for c in classes], np.float64)
+    epoch = max(1, math.ceil(factors.sum() - 1e-9))
+    scaled = factors * epoch / factors.sum()
+    holding = np.zeros(len(names))
+    for c, weight in zip(classes, scaled):
+        holding[c] += weight
+    report = {name: {"images": int(images[i]), "before": float(fraction[i]), "after": float(holding[i] / epoch),
+                     "factor": float(per_class[i])}
+              for i, name in enumerate(names) if name and images[i]}
+    return Factors(factors, epoch, report)
+
+
+def epoch_counts(factors: tf.Tensor, epoch_records: int, seed: int, epoch: tf.Tensor) -> tf.Tensor:
+    """int64 ``[N]``: each record's copies in ``epoch`` (systematic sampling; they sum to ``epoch_records``)."""
+    scaled = factors * (epoch_records / tf.reduce_sum(factors))
+    key = tf.random.experimental.stateless_fold_in(tf.constant([seed, _COUNTS], tf.int64), epoch)
+    u = tf.random.stateless_uniform([], key, dtype=tf.float64)
+    ends = tf.floor(tf.cumsum(scaled) + u)
+    starts = tf.concat([[tf.floor(u)], ends[:-1]], 0)
+    counts = tf.cast(ends - starts, tf.int64)
+    return counts + tf.one_hot(tf.size(counts) - 1, tf.size(counts), dtype=tf.int64) * (
+        epoch_records - tf.reduce_sum(counts))  # float rounding of the last sum: the total is exact
+
+
+def repeated_records(files: Sequence[str], counts: Sequence[int], index_files: Sequence[str], factors: np.ndarray,
+                     epoch_records: int, window: int, seed: int, start: tf.Tensor, read_segment) -> tf.data.Dataset:
+    """``(record, key)`` of a source with repeats, from its record ``start`` (of E a epoch) on, without end.
+
+    ``read_segment(path, index_path, first, count)`` as ``order.host_records`` takes it. Keys are unique per
+    copy (epoch * E + copy's place in the epoch), so two copies of an image are augmented differently.
+    """
+    indexes = tf.constant(list(index_files), tf.string)
+    sizes = tf.constant(list(counts), tf.int64)
+    bases = tf.constant([sum(counts[:i]) for i in range(len(counts))], tf.int64)
+    paths = tf.constant(list(files), tf.string)
+    table = tf.constant(factors, tf.float64)
+    records = int(sum(counts))
+    layout = StreamLayout(records, 1, 1, window)
+    first_epoch = start // epoch_records
+
+    def one_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
+        begin = tf.where(tf.equal(epoch, first_epoch), start % epoch_records, tf.constant(0, tf.int64))
+        order = shard_order(len(files), seed, epoch)
+        ids = tf.ragged.range(tf.gather(bases, order), tf.gather(bases + sizes, order)).flat_values
+        copies = tf.gather(epoch_counts(table, epoch_records, seed, epoch), ids)  # by position in the epoch
+        ends = tf.cumsum(tf.math.segment_sum(copies, tf.range(records, dtype=tf.int64) // window))
+        first_window = tf.searchsorted(ends, begin[None], side="right", out_type=tf.int64)[0]
+        window_start = tf.concat([[0], ends], 0)
+        shard, first, count = _segments(sizes, layout, seed, epoch, tf.constant(0, tf.int64), first_window * window)
+
+        def segment(shard_index, first_record, number):
+            return read_segment(tf.gather(paths, shard_index), tf.gather(indexes, shard_index), first_record, number)
+
+        def expand(number: tf.Tensor, batch: tf.Tensor) -> tuple:
+            low = number * window
+            repeated = tf.repeat(batch, copies[low:low + tf.size(batch, out_type=tf.int64)])
+            size = tf.size(repeated, out_type=tf.int64)
+            permutation = window_permutation(size, seed, epoch, tf.constant(0, tf.int64), number)
+            offset = window_start[number]
+            keys = epoch * epoch_records + offset + permutation
+            drop = tf.where(tf.equal(number, first_window), begin - offset, 0)
+            return tf.gather(repeated, permutation)[drop:], keys[drop:]
+
+        stream = tf.data.Dataset.from_tensor_slices((shard, first, count)).flat_map(segment)
+        return stream.batch(window).enumerate(start=first_window).map(expand).unbatch()
+
+    return tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(one_epoch)

@@ -1,0 +1,90 @@
+"""Repeat-factor sampling: rare-class images come back as LVIS's formula says, every epoch the same length,
+the order a pure function of (seed, step).
+
+A skewed dataset: 40 images of "common", 4 of "rare" (f = 40/44 and 4/44). At t = 0.5, r(rare) =
+sqrt(0.5 / (4/44)) = 2.345 and r(common) = 1: an epoch of ceil(40 + 4 * 2.345) = 50 records.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import reader
+from beam_jobs.options import ConvertOptions
+from beam_jobs.pipeline import run
+from converter.demo import draw_shape
+from reader.mixture_pipeline import _mixed_records, _present
+
+FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+THRESHOLD = 0.5
+
+
+@pytest.fixture(scope="module")
+def skewed(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("skewed")
+    rng = np.random.default_rng(4)
+    for name, shape, count in (("common", "circle", 40), ("rare", "square", 4)):
+        os.makedirs(root / "src" / name)
+        for index in range(count):
+            draw_shape(rng, shape, 32, 32).save(root / "src" / name / f"{index:03d}.jpg", quality=90)
+    out = str(root / "out")
+    run(ConvertOptions(src=str(root / "src"), out=out, shards=3, seed=1), FAST, show_progress=False)
+    return out
+
+
+def _order(plan, start: int, steps: int) -> list:
+    splits = [_present(source) for source in plan.sources]
+    records = _mixed_records(plan, splits, 9, lambda: tf.constant(start, tf.int64), start + steps,
+                             (0, plan.batch_size))
+    return [(record, key) for record, key, _ in records.as_numpy_iterator()]
+
+
+def test_factors_epochs_and_frequencies_follow_the_formula(skewed):
+    plan = reader.mixture([(skewed, 1)], "train", 10, repeat_factor=reader.RepeatFactor(THRESHOLD))
+    factors = plan.sources[0].factors
+    rare = math.sqrt(THRESHOLD / (4 / 44))
+    assert factors.report["rare"]["factor"] == pytest.approx(rare) and factors.report["common"]["factor"] == 1
+    assert factors.epoch_records == math.ceil(40 + 4 * rare) == 50
+    assert factors.report["rare"]["before"] == pytest.approx(4 / 44)
+    assert factors.report["rare"]["after"] == pytest.approx(4 * rare / (40 + 4 * rare))
+    labels = {}
+    for raw in tf.data.TFRecordDataset(reader.dataset_info(skewed).split("train").files):
+        example = tf.train.Example.FromString(raw.numpy())
+        labels[raw.numpy()] = example.features.feature["image/class/label"].int64_list.value[0]
+    epochs = 20
+    sequence = _order(plan, 0, epochs * 5)  # 5 steps of 10: one epoch of 50
+    scaled = {0: 1 * 50 / (40 + 4 * rare), 1: rare * 50 / (40 + 4 * rare)}
+    rare_share = []
+    for epoch in range(epochs):
+        chunk = sequence[epoch * 50:(epoch + 1) * 50]
+        assert all(key // 50 == epoch for _, key in chunk) and len({key for _, key in chunk}) == 50
+        copies = {}
+        for record, _ in chunk:
+            copies[record] = copies.get(record, 0) + 1
+        assert len(copies) == 44  # every image at least once an epoch (r >= 1)
+        for record, count in copies.items():  # stochastic rounding: the floor or the ceiling of its factor
+            assert math.floor(scaled[labels[record]]) <= count <= math.ceil(scaled[labels[record]])
+        rare_share.append(sum(count for record, count in copies.items() if labels[record] == 1) / 50)
+    assert np.mean(rare_share) == pytest.approx(factors.report["rare"]["after"], abs=0.02)
+
+
+def test_the_order_with_repeats_resumes_at_any_step_and_across_an_epoch(skewed):
+    plan = reader.mixture([(skewed, 1)], "train", 10, repeat_factor=reader.RepeatFactor(THRESHOLD))
+    full = _order(plan, 0, 12)
+    for step in (4, 5, 6):  # an epoch is 5 steps: before, at and after its end
+        assert _order(plan, step, 12 - step) == full[step * 10:], step
+
+
+@pytest.mark.slow
+def test_decoded_batches_with_repeats_resume_element_for_element(skewed):
+    plan = reader.mixture([(skewed, 1)], "train", 10, repeat_factor=reader.RepeatFactor(THRESHOLD))
+    batches = reader.build_mixture(plan, "train", 10, 16, seed=2, num_steps=12, dtype=tf.uint8)
+    resumed = reader.build_mixture(plan, "train", 10, 16, start=plan.position(2, 7), num_steps=12, dtype=tf.uint8)
+    expected = [images.numpy() for images, _ in batches][7:]
+    assert all(np.array_equal(a, images.numpy()) for a, (images, _) in zip(expected, resumed))
+    assert len(expected) == 5
