@@ -19,6 +19,18 @@ the image on average, classification) costs.
 
 All pipelines run in this one process, batch 64, alternating in rounds (``read_bench``), warm page
 cache; ratios of medians, and the paired per-round ratios beside them.
+
+``--stages`` adds, in the same rounds, the detection pipeline with one stage taken away at a time (the
+profile issue #49 §4 asked for before any change; ``stages`` in the JSON, CPU ms an image):
+
+* ``no_flip``: the flip turned off (``BoxAugmentation(flip=False)``): what the flip costs;
+* ``resized_to_output``: the window resized straight to the output size (no aspect kept, so no padding,
+  and no flip): what padding and the flip cost together, the larger resize included;
+* ``zero_image``: the image path replaced by a constant (no decode, resize, flip or padding): records read,
+  parsed, the draw and placement, the objects carried and their targets made;
+* ``zero_image_no_objects``: the same without the objects and their targets: reading and parsing alone;
+* ``bound_on_shards``: the bound's decode (whole JPEG, resized) on our records read from the shards:
+  what reading the shards costs over the bound's bytes in memory.
 """
 
 from __future__ import annotations
@@ -91,6 +103,66 @@ def images_only(dataset_dir: str, batch: int, size: int):
         tasks.objects = boxes
 
 
+def stage_variants(dataset_dir: str, batch: int, size: int) -> dict:
+    """name -> factory of the detection training pipeline with one stage taken away (``--stages``)."""
+    import tensorflow as tf
+
+    import reader
+    from reader import tasks
+    from record_schema import IMAGE_ENCODED as IMAGE
+
+    boxes, placed = tasks.objects, tasks._placed_image
+
+    def placement(parsed, geometry, images):
+        return tasks.box_ops.place(tasks._stored_hw(parsed), images.size, geometry.scale, geometry.offset)
+
+    def zero_image(parsed, geometry, images):  # a constant: batched like an image, never computed
+        return tf.zeros([size, size, 3]), placement(parsed, geometry, images)
+
+    def straight(parsed, geometry, images):
+        where = placement(parsed, geometry, images)
+        decoded = tasks.preprocess.crop_and_decode(parsed[IMAGE], lambda shape: where.window, True, None)
+        return images.finish(tf.image.resize(decoded, images.size)), where
+
+    def no_objects(targets, images, classes=()):
+        task = boxes(targets, images, classes)
+        # the record still parsed: its image's length is the label
+        return tasks.Task(task.parse, lambda parsed, seed: (tf.zeros([size, size, 3]),
+                                                            tf.strings.length(parsed[IMAGE])),
+                          task.eval, tasks.plain_batch)
+
+    def patched(objects=boxes, image=placed, **kwargs):
+        def make():
+            tasks.objects, tasks._placed_image = objects, image  # read while the pipeline is built; put back at once
+            try:
+                return reader.build_dataset(dataset_dir, "train", batch, size, seed=0, **kwargs)
+            finally:
+                tasks.objects, tasks._placed_image = boxes, placed
+        return make
+
+    info = reader.dataset_info(dataset_dir)
+
+    def bound_on_shards():
+        spec = {IMAGE: tf.io.FixedLenFeature([], tf.string)}
+
+        def decode(record):
+            encoded = tf.io.parse_single_example(record, spec)[IMAGE]
+            return tf.image.resize(tf.io.decode_jpeg(encoded, channels=3), (size, size)), 0
+
+        files = tf.data.Dataset.from_tensor_slices(info.split("train").files)
+        records = files.interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
+        return (records.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(batch).prefetch(tf.data.AUTOTUNE)
+                .repeat())
+
+    return {
+        "no_flip": patched(augment=reader.BoxAugmentation(flip=False)),
+        "resized_to_output": patched(image=straight),
+        "zero_image": patched(image=zero_image),
+        "zero_image_no_objects": patched(objects=no_objects),
+        "bound_on_shards": bound_on_shards,
+    }
+
+
 # (output px, photos' longer side): today's 224 px on 300-500 px photos, and issue #49's 384 px on 480-640 px
 CONFIGS = {"224": (224, (300, 500)), "384": (384, (480, 640))}
 
@@ -109,7 +181,7 @@ def decode_bound(photos: list[str], size: int, batch: int):
 
 
 def measure(images: int, rounds: int, batches: int, work: str, size: int = 224,
-            sides: tuple[int, int] = (300, 500)) -> dict:
+            sides: tuple[int, int] = (300, 500), stages: bool = False) -> dict:
     from beam_jobs.options import ConvertOptions
     from beam_jobs.pipeline import run
     from bench import data, read_bench
@@ -133,10 +205,13 @@ def measure(images: int, rounds: int, batches: int, work: str, size: int = 224,
         "detection_images_only": lambda: images_only(converted["objects"], batch, size),
         "decode_bound_in_memory": lambda: decode_bound(photos, size, batch),
     }
+    if stages:
+        makers.update(stage_variants(converted["objects"], batch, size))
     measured = read_bench.alternating_rounds(makers, rounds, lambda name: batches)
+    stage_rows = {name: measured.pop(name) for name in STAGES if name in measured}
     speed = {name: round(row["images_per_s"], 1) for name, row in measured.items()}
     spread = {name: [round(min(row["samples"]), 1), round(max(row["samples"]), 1)] for name, row in measured.items()}
-    return {
+    found = {
         "images": images, "photo_sides": list(sides), "objects": objects, "rounds": rounds, "batches": batches,
         "image_size": size, "batch": batch, "images_per_s": speed, "images_per_s_min_max": spread,
         "cpu_ms_per_image": {name: round(row["cpu_ms_per_image"], 3) for name, row in measured.items()},
@@ -155,6 +230,28 @@ def measure(images: int, rounds: int, batches: int, work: str, size: int = 224,
         "detection_cpu_over_decode_bound": round(measured["decode_bound_in_memory"]["cpu_ms_per_image"]
                                                  / measured["detection_train"]["cpu_ms_per_image"], 3),
     }
+    if stage_rows:
+        found["stages"] = stage_costs(measured, stage_rows)
+    return found
+
+
+# the stage variants' names (--stages), in the order they are reported
+STAGES = ("no_flip", "resized_to_output", "zero_image", "zero_image_no_objects", "bound_on_shards")
+
+
+def stage_costs(measured: dict, stage_rows: dict) -> dict:
+    """The stage variants' CPU ms an image and images/s, and what each stage costs (CPU ms an image): the
+    pipeline's over the variant without it."""
+    cpu = {name: row["cpu_ms_per_image"] for name, row in {**measured, **stage_rows}.items()}
+    costs = {"flip": ("detection_train", "no_flip"), "padding_and_flip": ("detection_train", "resized_to_output"),
+             "image_path": ("detection_train", "zero_image"), "objects": ("zero_image", "zero_image_no_objects"),
+             "reading_shards_over_memory": ("bound_on_shards", "decode_bound_in_memory")}
+    return {
+        "cpu_ms_per_image": {name: round(value, 3) for name, value in cpu.items() if name in stage_rows},
+        "images_per_s": {name: round(row["images_per_s"], 1) for name, row in stage_rows.items()},
+        "cost_cpu_ms_per_image": {name: round(cpu[a] - cpu[b], 3) for name, (a, b) in costs.items()
+                                  if a in cpu and b in cpu},
+    }
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -165,12 +262,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", default=RESULTS, help="where to write the results")
     parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=sorted(CONFIGS),
                         help="224: 224 px on 300-500 px photos; 384: 384 px on 480-640 px photos (issue #49)")
+    parser.add_argument("--stages", action="store_true",
+                        help="also measure the detection pipeline with one stage taken away at a time (the profile)")
     args = parser.parse_args(argv)
     by_config = {}
     for name in args.configs:
         work = tempfile.mkdtemp(prefix="bench-read-objects-")
         try:
-            by_config[name] = measure(args.images, args.rounds, args.batches, work, *CONFIGS[name])
+            by_config[name] = measure(args.images, args.rounds, args.batches, work, *CONFIGS[name], args.stages)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         found = by_config[name]
@@ -181,6 +280,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"classification preset (target >= {TARGETS['detection_over_classification']}, which is itself "
               f"{found['classification_over_decode_bound']}x the bound); the boxes themselves cost "
               f"{found['boxes_cost']:+.1%}; images/s {found['images_per_s']}")
+        if "stages" in found:
+            print(f"  CPU ms an image: {found['cpu_ms_per_image']} {found['stages']['cpu_ms_per_image']}; what each "
+                  f"stage costs: {found['stages']['cost_cpu_ms_per_image']}")
     # The first configuration's numbers at the top level (where they have always been), every one by name
     result = {**by_config[args.configs[0]], "by_config": by_config, "targets": TARGETS}
     os.makedirs(os.path.dirname(args.json), exist_ok=True)

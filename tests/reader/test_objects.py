@@ -365,3 +365,18 @@ def test_a_class_mask_beside_boxes_moves_with_them_and_difficult_objects_are_out
     assert count == {"out": 2, "kept": 4}
     with pytest.raises(ValueError, match="convert COCO with --masks"):
         reader.build_dataset(objects_dataset, "train", targets=reader.ObjectTargets(mask_size=28))
+
+
+@pytest.mark.slow
+def test_the_detection_profile_takes_away_one_stage_at_a_time_and_leaves_the_reader_as_it_was(objects_dataset):
+    """``bench.read_objects --stages``: the variants that patch the reader's internals yield batches of the
+    pipeline's shapes, and what they patch is back afterwards (a later pipeline decodes and carries boxes)."""
+    from bench.read_objects import STAGES, stage_variants
+
+    variants = stage_variants(objects_dataset, 4, 64)
+    assert tuple(variants) == STAGES
+    for name in ("resized_to_output", "zero_image_no_objects"):  # the two ways the reader is patched
+        images, _ = next(iter(variants[name]()))
+        assert images.shape == (4, 64, 64, 3), name
+    images, targets = next(iter(reader.build_dataset(objects_dataset, "train", batch_size=4, image_size=64, seed=0)))
+    assert images.numpy().any() and (targets["labels"].numpy() >= 0).any()
