@@ -132,6 +132,8 @@ def shard_filename(split: str, index: int, count: int) -> str:
 # What ``python -m converter tfds-metadata`` adds (reader/tfds_metadata.py): TFDS's own files.
 TFDS_NAME: Final = "imgshards"
 TFDS_METADATA_FILES: Final = ("dataset_info.json", "features.json", "image-class-label.labels.txt")
+# ``python -m converter report OUT``'s files: made from the dataset, so a conversion over it replaces them.
+REPORT_FILES: Final = ("report.html", "report.json")
 
 def parse_shard_filename(name: str) -> tuple[str, int, int] | None:
     """Inverse of :func:`shard_filename`: ``(split, index, count)`` or None."""

@@ -13,6 +13,8 @@ import os
 import posixpath
 from typing import Optional
 
+from record_files.dataset_card import DatasetCard
+
 DEFAULT_SHARDS = 64
 AUTO = "auto"  # --shards auto
 DEFAULT_QUALITY = 95
@@ -30,6 +32,10 @@ DEFAULT_MAX_PIXELS = 100_000_000
 # Real collections carry a few broken files; more than 5% usually means the
 # wrong folder or a broken copy, which should stop the run, not be published.
 DEFAULT_MAX_BAD_FRACTION = 0.05
+# --near-distance: perceptual hashes (64 bits) this many bits apart or fewer are near-duplicates. Measured by
+# bench/near_duplicates.py on planted copies of real photos (resized, re-encoded, slightly cropped) among distinct ones.
+DEFAULT_NEAR_DISTANCE = 10
+MAX_NEAR_DISTANCE = 12  # beam_jobs.stages.perceptual_hash.MAX_DISTANCE: past it the search's bands are too narrow
 OUT_SUFFIX = "-tfrecords"
 
 
@@ -98,6 +104,8 @@ class EncodeOptions:
         size cannot tell (EXIF orientations 2-4, a square image, normalized coordinates, no size given):
         ``stored`` (the pixels as the file holds them: COCO's tools, Model Garden's scripts), ``upright``
         (EXIF applied: CVAT, Label Studio, Roboflow, Ultralytics), or ``auto`` (each source's convention).
+      perceptual_hash: take each accepted image's perceptual hash from the decode the validation does anyway
+        (the near-duplicate search needs it); ``--no-near-duplicates`` turns it off.
     """
 
     quality: int = DEFAULT_QUALITY
@@ -106,6 +114,7 @@ class EncodeOptions:
     min_side: Optional[int] = None
     local_paths: bool = False
     annotation_frame: str = ANNOTATION_FRAMES[0]
+    perceptual_hash: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
@@ -180,6 +189,13 @@ class ConvertOptions:
         over the run's workers; ``"launcher"``, this process, before they
         start; ``"auto"``: the workers when the tars hold 4 GiB or more. It
         never changes the output.
+      near_distance: ``--near-distance``: images whose perceptual hashes differ in at most this many of
+        their 64 bits are near-duplicates (``duplicates.jsonl``'s near groups); 0..12.
+      drop_leaks: ``--drop-leaks``: an image of an evaluation split (validation, test) that is a copy (exact
+        or near) of an image in an earlier split (train, then validation) is not written; the manifest's
+        ``duplicates.dropped`` lists each one.
+      card: ``--card``, ``--license``, ``--citation``: what only the user knows of the dataset, for its
+        Croissant card (``croissant.json``); never changes the shards.
     """
 
     src: str
@@ -205,6 +221,9 @@ class ConvertOptions:
     label_column: Optional[str] = None
     bbox_format: Optional[str] = None  # a Parquet dataset's objects: coco (default), pascal_voc or yolo boxes
     masks: bool = False  # COCO: each object's segmentation as a PNG mask in its record (pycocotools, .[masks])
+    near_distance: int = DEFAULT_NEAR_DISTANCE
+    drop_leaks: bool = False
+    card: Optional[DatasetCard] = None
 
     def __post_init__(self) -> None:
         if not self.src:
@@ -235,6 +254,10 @@ class ConvertOptions:
             raise ValueError(f"--val-fraction must be in [0, 1), got {self.val_fraction!r}")
         if self.part_size is not None and (not isinstance(self.part_size, int) or self.part_size < 1):
             raise ValueError(f"--part-size must be a positive integer, got {self.part_size!r}")
+        if not isinstance(self.near_distance, int) or isinstance(self.near_distance, bool) \
+                or not 0 <= self.near_distance <= MAX_NEAR_DISTANCE:
+            raise ValueError(f"--near-distance must be an integer in 0..{MAX_NEAR_DISTANCE} (bits of the 64-bit "
+                             f"perceptual hash), got {self.near_distance!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"--seed must be a non-negative integer, got {self.seed!r}")
         if not (

@@ -39,7 +39,9 @@ from beam_jobs.stages.manifest import ConvertSummary, build_manifest, check_resu
 from beam_jobs.stages.order_bucket import BucketCountError
 from beam_jobs.stages.write import ShardResult, SourceChangedError
 from beam_jobs.transforms import COUNTS_FILE, DUPLICATES_SUMMARY_FILE, ConvertImages
+from record_files import croissant
 from record_files import staging as staging_names
+from record_files.dataset_card import DatasetCard
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +97,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
     started = time.monotonic()
     choice = runners.choose_runner(_with_worker_log_level(pipeline_args))
     if runners.starts_workers(choice):  # their Beam is imported while SRC is listed (docs/design.md)
-        worker_start.start_early()
+        worker_start.start_for(options.src, pipeline_args, downsizing=options.encode.max_side is not None)
     # The launcher lists SRC and publishes OUT itself: object stores need the
     # pipeline's flags (--s3_endpoint_url, credentials) before any path is touched.
     FileSystems.set_options(choice.options)
@@ -113,7 +115,8 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
                 plan = _plan(options, scratch, _archive_scanner(options, staging, choice))
                 choice = runners.sized_for(choice, _work_of(options, plan))
                 part_size = list_parts.choose_part_size(len(plan.refs), options.part_size, plan.read_unit)
-                layout = work_layout.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size)
+                layout = work_layout.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size,
+                                                 _near_bands(options))
                 record = resume.record_for(options, plan, part_size,
                                            list_parts.write_parts(layout, plan.refs, part_size))
                 resumed = resume.choose(leftovers, record)
@@ -124,6 +127,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
                     resume.save(layout.work, record)  # from here on, a killed run can be resumed
                 compressed.place_inflated(plan.inflated, publish.work_dir(staging))
                 manifest, processed = _convert(options, plan, record, staging, bool(resumed), choice, show_progress)
+                _write_card(staging, out, manifest, options.card)
             faults.point("before-commit")
             with interrupt.deferred():  # a signal now takes effect once the dataset is whole
                 publish.commit(staging, out, manifest)
@@ -195,7 +199,7 @@ def _convert(
     """
     work = publish.work_dir(staging)
     planned = None if options.shards == AUTO else plan_shard_counts(plan.split_sizes(), options.shards)
-    layout = work_layout.plan_layout(work, plan.split_sizes(), record.part_size)
+    layout = work_layout.plan_layout(work, plan.split_sizes(), record.part_size, _near_bands(options))
     if resumed:
         _log_resume(layout)
     filesystems.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
@@ -246,11 +250,27 @@ def _convert(
             "or python -m converter inspect)",
             duplicates["num_cross_label"], duplicates["num_cross_split"], record_schema.DUPLICATES_FILE,
         )
+    if duplicates["num_near_cross_split"]:
+        logger.info("%d groups of near-duplicates (perceptual hashes within %d bits) span splits (see %s)%s",
+                    duplicates["num_near_cross_split"], duplicates["near_threshold"], record_schema.DUPLICATES_FILE,
+                    "" if options.drop_leaks else "; --drop-leaks leaves their evaluation copies out")
     # A resumed run: what it processed (its busiest phase), and the images the stopped run had validated.
     processed = (max(read_progress(work, phase) - read_progress(work, phase, resumed=True) for phase in PHASES),
                  read_progress(work, PHASES[0], resumed=True)) if resumed else None
     return build_manifest(plan, results, counts.rejected_by_reason(), options, duplicates,
                           runner=choice.description, counts=counts), processed
+
+
+def _near_bands(options: ConvertOptions) -> int:
+    """Bands the near search compares perceptual hashes by (``--near-distance`` + 1); 0: no near search."""
+    return options.near_distance + 1 if options.encode.perceptual_hash else 0
+
+
+def _write_card(staging: str, out: str, manifest: dict, card: Optional[DatasetCard]) -> None:
+    """``croissant.json`` into staging beside the manifest the commit writes: published with it or not at all."""
+    name = os.path.basename(out.rstrip("/"))
+    text = croissant.croissant_text(croissant.build_croissant(manifest, card, folder_name=name))
+    filesystems.write_text(FileSystems.join(staging, croissant.CROISSANT_FILE), text)
 
 
 def label_map(classes: Sequence[str]) -> str:
@@ -281,6 +301,8 @@ def _work_is_sound(err: BaseException) -> bool:
 
 def _warn_about_empty_classes(plan: discover.InputPlan, results: Sequence[ShardResult]) -> None:
     """A class whose every file was rejected is published with no records: say so, naming it."""
+    if plan.task == record_schema.TASK_SEGMENTATION:
+        return  # a mask's classes are its pixels' values: the records count none, so nothing here says "empty"
     written: set[int] = set()
     for result in results:
         written.update(label for label, count in result.label_counts.items() if count)

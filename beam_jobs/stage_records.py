@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 
 class ImageRef(NamedTuple):
@@ -50,6 +50,8 @@ class Accepted(NamedTuple):
       spill: where a re-encoded image's JPEG bytes wait for the writer:
         (chunk id, byte offset, length) in the chunk's spill file; () when
         stored byte for byte.
+      perceptual_hash: the stored pixels' 64-bit perceptual hash (:mod:`beam_jobs.stages.perceptual_hash`), for
+        the near-duplicate search; None when the run takes none (``--no-near-duplicates``).
     """
 
     ref: ImageRef
@@ -60,6 +62,7 @@ class Accepted(NamedTuple):
     spill: tuple = ()
     channels: int = 3
     stored_bytes: int = 0  # bytes of the JPEG the record will hold (sizes shards for --shards auto)
+    perceptual_hash: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

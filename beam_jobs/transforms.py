@@ -4,17 +4,23 @@ Data flow (PCollection elements in comments; per-image records move through file
 in the work folder, never through a shuffle, see :mod:`beam_jobs.files.work_records`)::
 
     part ids                         N / part_size ints           (stage 1, list_parts, in the launcher)
-      | ValidateParts                PartCounts per part          (stage 2, validate_part: runs, content, rejected files)
+      | ValidateParts                PartCounts per part          (stage 2, validate_part: runs, content, near,
+      |                                                            rejected files)
       | CountBuckets                 one PartCounts, summed       (stage 3, count)
       |-> MergeRejections            rejected.jsonl in staging    (stage 6, merge_reports)
-      |-> WriteCounts                counts.json in the work folder, for the launcher
     part ids again, with CountBuckets as a side input (so after it), each dealing its share of:
+      |-> ListSearches, SpreadSearches, FindDuplicates   per content-hash range a DuplicateSummary (stage 6,
+      |     |                        merge_reports), per band range the near links (stage 6, near_duplicates)
+      |     | SumDuplicates, GroupNear   (DuplicateSummary, NearSummary): the exact and the near groups
+      |     | WriteDuplicates        duplicates.jsonl in staging, the summary in the work folder
+      |   (--drop-leaks) CollectDrops, DropLeaks   the counts less the dropped images (drop_leaks): the
+      |                              buckets and shards below then wait for the duplicate searches
+      |-> WriteCounts                counts.json in the work folder, for the launcher
+    part ids again, with the counts as a side input, each dealing its share of:
       |-> ListBuckets, SpreadBuckets BucketTask per key bucket
-      |     | OrderBuckets           ((split, shard, n), (bucket, records))  (stage 4, order_bucket: slice files)
-      |     | GroupSlices            ((split, shard, n), [(bucket, records)])  a few per shard
-      |     | WriteShards            ShardResult JSON             (stage 5, write: the shard file in staging)
-      |-> ListHashRanges, SpreadHashRanges, FindDuplicates   DuplicateSummary per hash range (stage 6)
-            | SumDuplicates, WriteDuplicates   duplicates.jsonl in staging, the summary in the work folder
+            | OrderBuckets           ((split, shard, n), (bucket, records))  (stage 4, order_bucket: slice files)
+            | GroupSlices            ((split, shard, n), [(bucket, records)])  a few per shard
+            | WriteShards            ShardResult JSON             (stage 5, write: the shard file in staging)
 
 Every PCollection holds at most N / part_size + buckets + shards small
 elements, so no runner holds per-image data in one process (Beam's local
@@ -39,8 +45,8 @@ from beam_jobs.files import filesystems, publish, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.runtime.progress import ProgressWriter
-from beam_jobs.stages import merge_reports
-from beam_jobs.stages.count import BucketTask, PartCounts, SumCounts, bucket_tasks
+from beam_jobs.stages import drop_leaks, merge_reports, near_duplicates
+from beam_jobs.stages.count import BucketTask, PartCounts, SumCounts, bucket_tasks, without
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages.order_bucket import order_bucket
 from beam_jobs.stages.validate_part import validate_part
@@ -83,10 +89,29 @@ def deal_buckets(part: int, totals: PartCounts, planned: Optional[Mapping[str, i
             yield task
 
 
-def deal_hash_ranges(part: int, totals: PartCounts, layout: WorkLayout) -> Iterator[int]:
-    """Part ``part``'s share of the content-hash ranges (``totals`` only orders this after validation)."""
+def deal_searches(part: int, totals: PartCounts, layout: WorkLayout) -> Iterator[tuple[str, int]]:
+    """Part ``part``'s share of the searches' tasks: ``("exact", content-hash range)`` and ``("near", band
+    range)`` (``totals`` only orders this after validation). One list, so one shuffle spreads both."""
     del totals
-    yield from range(part, layout.hash_ranges, layout.num_parts)
+    yield from (("exact", r) for r in range(part, layout.hash_ranges, layout.num_parts))
+    yield from (("near", r) for r in range(part, layout.near_ranges, layout.num_parts))
+
+
+def search(task: tuple[str, int], layout: WorkLayout, classes: Sequence[str],
+           distance: int) -> merge_reports.DuplicateSummary:
+    """One search task: an exact range's summary, or a band range's links written (an empty summary)."""
+    kind, index = task
+    if kind == "exact":
+        return merge_reports.find_duplicates(layout, index, classes)
+    near_duplicates.find_pairs(layout, index, distance)
+    return merge_reports.DuplicateSummary()
+
+
+def group_near(exact: merge_reports.DuplicateSummary, layout: WorkLayout, classes: Sequence[str],
+               distance: int) -> tuple[merge_reports.DuplicateSummary, near_duplicates.NearSummary]:
+    """After every search task: the near groups (an empty summary when the run took no perceptual hashes)."""
+    near = near_duplicates.group_near(layout, distance, classes) if layout.near_bands else near_duplicates.NearSummary()
+    return exact, near
 
 
 def order(task: BucketTask, layout: WorkLayout) -> Iterator[tuple[tuple[str, int, int], tuple[int, int]]]:
@@ -95,12 +120,19 @@ def order(task: BucketTask, layout: WorkLayout) -> Iterator[tuple[tuple[str, int
         yield (task.split, shard, task.num_shards), (task.bucket, count)
 
 
-def write_duplicates(summary: merge_reports.DuplicateSummary, layout: WorkLayout, staging: str,
-                     classes: Sequence[str]) -> None:
-    """``duplicates.jsonl`` into staging (every group), and the manifest's summary into the work folder."""
+def write_duplicates(summaries: tuple, layout: WorkLayout, staging: str, classes: Sequence[str],
+                     dropped: Optional[PartCounts] = None) -> None:
+    """``duplicates.jsonl`` into staging (every group), and the manifest's summary into the work folder.
+
+    ``summaries``: the exact and the near search's. ``dropped`` (``--drop-leaks``' counts, only waited for)
+    orders this after the dropped list is written.
+    """
+    del dropped
+    summary, near = summaries
     merge_reports.join_duplicates(layout, FileSystems.join(staging, record_schema.DUPLICATES_FILE))
-    summary_json = json.dumps(summary.to_manifest(classes, record_schema.DUPLICATES_FILE), sort_keys=True)
-    filesystems.write_text(FileSystems.join(layout.work, DUPLICATES_SUMMARY_FILE), summary_json)
+    entry = {**summary.to_manifest(classes, record_schema.DUPLICATES_FILE), **near.to_manifest(),
+             **drop_leaks.manifest_entry(layout)}
+    filesystems.write_text(FileSystems.join(layout.work, DUPLICATES_SUMMARY_FILE), json.dumps(entry, sort_keys=True))
 
 
 class WriteShardFn(beam.DoFn):
@@ -167,11 +199,27 @@ class ConvertImages(beam.PTransform):
 
     def expand(self, parts: beam.PCollection) -> beam.PCollection:
         opts, layout, staging = self._options, self._layout, self._staging
-        totals = (
+        validated = (
             parts
             | "ValidateParts" >> beam.ParDo(ValidatePartFn(opts.src, layout, opts.seed, opts.encode))
             | "CountBuckets" >> beam.CombineGlobally(SumCounts())
         )
+        searched = (
+            parts
+            | "ListSearches" >> beam.FlatMap(deal_searches, beam.pvalue.AsSingleton(validated), layout)
+            | "SpreadSearches" >> beam.Reshuffle()
+            | "FindDuplicates" >> beam.Map(search, layout, list(self._classes), opts.near_distance)
+            | "SumDuplicates" >> beam.CombineGlobally(merge_reports.SumDuplicates())
+            | "GroupNear" >> beam.Map(group_near, layout, list(self._classes), opts.near_distance)
+        )
+        totals, dropped = validated, None
+        if opts.drop_leaks:
+            dropped = searched | "CollectDrops" >> beam.Map(
+                lambda _, classes: drop_leaks.collect_drops(layout, opts.seed, classes), list(self._classes))
+            totals = validated | "DropLeaks" >> beam.Map(without, beam.pvalue.AsSingleton(dropped))
+        duplicates_written = searched | "WriteDuplicates" >> beam.Map(
+            write_duplicates, layout, staging, self._classes,
+            beam.pvalue.AsSingleton(dropped) if dropped is not None else None)
         counts_written = totals | "WriteCounts" >> beam.Map(
             lambda counts, path: filesystems.write_text(path, counts.to_json()), FileSystems.join(layout.work, COUNTS_FILE)
         )
@@ -187,18 +235,9 @@ class ConvertImages(beam.PTransform):
             | "GroupSlices" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, staging, layout, self._class_text, opts.encode))
         )
-        rejections_written = totals | "MergeRejections" >> beam.Map(
+        rejections_written = validated | "MergeRejections" >> beam.Map(
             lambda _, path: merge_reports.merge_rejections(layout, path),
             FileSystems.join(staging, record_schema.REJECTED_FILE),
-        )
-        duplicates_written = (
-            parts
-            | "ListHashRanges" >> beam.FlatMap(deal_hash_ranges, beam.pvalue.AsSingleton(totals), layout)
-            | "SpreadHashRanges" >> beam.Reshuffle()
-            | "FindDuplicates" >> beam.Map(lambda r, classes: merge_reports.find_duplicates(layout, r, classes),
-                                           self._classes)
-            | "SumDuplicates" >> beam.CombineGlobally(merge_reports.SumDuplicates())
-            | "WriteDuplicates" >> beam.Map(write_duplicates, layout, staging, self._classes)
         )
         # One terminal step that depends on every branch: Beam's DaskRunner computes only the
         # graph behind the last transform, so side branches would silently not run there.

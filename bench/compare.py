@@ -10,10 +10,12 @@ px JPEGs, passed through), alternating which goes first round by round. For
 each size it reports the medians and the current checkout's time over REV's
 (end to end), and per image the median over rounds of the slope between the
 smallest and the largest size, with each ratio's spread over the rounds.
-A ratio above 1 means this checkout is slower. CPU is what the converter's
-process tree reports to its parent: workers forked from a forkserver are not
-its children and are not counted, so compare CPU only between like releases. Absolute times on a shared
-machine swing; ratios taken in one run, rounds alternated, do not.
+A ratio above 1 means this checkout is slower. The wall time ends when the
+launcher exits; the CPU is the whole process tree's: this process adopts the
+orphans a run leaves (a forkserver, workers forked from it or from a zygote)
+and waits for them, so their CPU counts too. Absolute times on a shared
+machine swing; ratios taken in one run, rounds alternated, do not, and the CPU
+swings least.
 """
 
 from __future__ import annotations
@@ -40,18 +42,49 @@ def converter_command(src: str, out: str, shards: int, extra: Sequence[str] = ()
             "--no-progress", *extra]
 
 
+def adopt_orphans() -> None:
+    """Make this process the subreaper of its descendants (Linux; elsewhere nothing): a run's forkserver and the
+    workers forked from it, orphaned when the launcher exits, become this process's children, so
+    :func:`tree_cpu` can wait for them and count their CPU with the run's."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    except (OSError, AttributeError):
+        pass
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def tree_cpu(before: resource.struct_rusage) -> float:
+    """CPU seconds of every child process that ended since ``before``, after waiting for the orphans this process
+    adopted (:func:`adopt_orphans`): a run's whole process tree, forkserver and forked workers included. Waits for
+    every child, so only for a process whose one child is the run."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
 def run_converter(tree: str, src: str, out: str, shards: int = 16, extra: Sequence[str] = ()) -> tuple[float, float]:
-    """Wall and CPU seconds (the whole process tree) of one conversion by the converter in ``tree``."""
+    """Wall seconds of one conversion by the converter in ``tree`` (until the launcher exits) and the CPU seconds
+    of its whole process tree (forked workers included once :func:`adopt_orphans` has run)."""
     env = {**os.environ, "PYTHONPATH": tree, "TF_CPP_MIN_LOG_LEVEL": "3"}  # the tree's packages first
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = subprocess.run(converter_command(src, out, shards, extra), cwd=tree, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the converter in {tree} failed: {proc.stderr[-2000:]}")
-    return wall, after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
+    with tempfile.TemporaryFile() as errors:  # not a pipe: forked workers hold it until they end
+        proc = subprocess.run(converter_command(src, out, shards, extra), cwd=tree, env=env,
+                              stdout=subprocess.DEVNULL, stderr=errors)
+        wall = time.perf_counter() - started
+        cpu = tree_cpu(usage)
+        if proc.returncode != 0:
+            errors.seek(0)
+            raise RuntimeError(f"the converter in {tree} failed: {errors.read().decode(errors='replace')[-2000:]}")
+    return wall, cpu
 
 
 def measure(trees: dict[str, str], sets: dict[int, str], rounds: int, work: str, timer: Timer) -> dict:
@@ -158,6 +191,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--data", help="a folder for the photos, kept and reused (default: a temporary one)")
     parser.add_argument("--json", help="write every round's times and the summary here")
+    parser.add_argument("--tree", default=REPO,
+                        help="the converter's tree measured against REV (default: this checkout; e.g. a copy with a "
+                        "change not yet made here)")
     args, extra = parser.parse_known_args(argv)
     try:
         args.sizes = sorted({int(size) for size in args.sizes.split(",") if size.strip()})
@@ -171,13 +207,15 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None, timer: Optional[Timer] = None) -> int:
     args = parse_args(argv)
+    if timer is None:  # real runs: count their forked workers' CPU (never in a caller's process that passed a timer)
+        adopt_orphans()
     work = tempfile.mkdtemp(prefix="imgshards-compare-")
     tree = None
     try:
         tree = add_worktree(args.rev, work)
         sets = photo_sets(args.sizes, args.data or work)
         timer = timer or (lambda tree_, src, out: run_converter(tree_, src, out, args.shards, args.extra))
-        times = measure({"current": REPO, "rev": tree}, sets, args.rounds, work, timer)
+        times = measure({"current": os.path.abspath(args.tree), "rev": tree}, sets, args.rounds, work, timer)
     finally:
         if tree:
             remove_worktree(tree)

@@ -12,6 +12,10 @@ And the other end of the rule that runs small runs in one process (issue #42): 9
 1200-1600 px downsized (``--max-side 256``) with the default rule, forced into one process, and on two
 worker processes (``--photos 0`` skips it). At the small end (no target): the 600 images on two worker
 processes against the default rule's one process, what the rule saves there.
+
+Where the rule's threshold belongs (issue #49, ``--rule-sizes``): photo sets of 300-500 px around it, each
+converted in one process and on two workers, alternating; beside each, the work the rule estimates
+(``beam_jobs.runtime.work_size``). Workers pay off where their median is below one process's.
 """
 
 from __future__ import annotations
@@ -94,6 +98,34 @@ def measure_large(photos: int, rounds: int, work: str) -> dict:
             "default_over_two_workers": medians["default rule"] / medians["2 workers"]}
 
 
+def measure_rule(sizes: Sequence[int], rounds: int, work: str) -> dict:
+    """Each photo set (300-500 px JPEGs) converted in one process and on two workers: medians, the workers' over
+    one process's, and the rule's estimate of the work (one core's seconds) and its choice."""
+    from bench.data import make_photo_dataset
+
+    from beam_jobs.runtime import work_size
+
+    rows = []
+    for size in sizes:
+        src, out = os.path.join(work, f"rule-{size}"), os.path.join(work, "rule-out")
+        make_photo_dataset(src, size, seed=size)
+        common = [sys.executable, "-m", "converter", "--src", src, "--out", out, "--shards", "4", "--overwrite",
+                  "--no-progress"]
+        commands = {"one process": [*common, "--direct_running_mode=in_memory", "--direct_num_workers=1"],
+                    "2 workers": [*common, "--direct_num_workers=2"]}
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for index in range(rounds):
+            for name in (list(commands) if index % 2 == 0 else list(commands)[::-1]):
+                times[name].append(_timed(commands[name]))
+        medians = {name: statistics.median(values) for name, values in times.items()}
+        estimate = work_size.glance(src)
+        rows.append({"photos": size, "median_s": medians, "workers_over_one": medians["2 workers"] / medians["one process"],
+                     "estimated_work_s": estimate.seconds() if estimate else None,
+                     "rule_chooses_workers": bool(estimate and work_size.wants_workers(estimate))})
+        shutil.rmtree(src, ignore_errors=True)
+    return {"rounds": rounds, "threshold_s": work_size.WORKERS_FROM_S, "sizes": rows}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=600)
@@ -101,12 +133,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", default=RESULTS, help="where to write the results (default: %(default)s)")
     parser.add_argument("--photos", type=int, default=900,
                         help="large photos downsized, the other end of the small-run rule (0: skip)")
+    parser.add_argument("--rule-sizes", default="",
+                        help="photo sets (e.g. 500,1000,2000,4000) converted in one process and on two workers: where "
+                        "the rule's threshold belongs")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="imgshards-startup-")
     try:
         results = measure(args.images, args.rounds, work)
         if args.photos:
             results["large_photos"] = measure_large(args.photos, max(1, min(args.rounds, 3)), work)
+        if args.rule_sizes:
+            results["rule"] = measure_rule([int(v) for v in args.rule_sizes.split(",")], max(1, min(args.rounds, 3)),
+                                           work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     with open(args.json, "w", encoding="utf-8") as handle:
@@ -118,6 +156,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         large = results["large_photos"]
         print(f"{large['photos']} large photos, --max-side 256: " + ", ".join(
             f"{name} {seconds:.1f} s" for name, seconds in large["median_s"].items()))
+    for row in results.get("rule", {}).get("sizes", []):
+        print(f"{row['photos']} photos (the rule's estimate {row['estimated_work_s']:.1f} s of work, "
+              f"{'workers' if row['rule_chooses_workers'] else 'one process'}): one process "
+              f"{row['median_s']['one process']:.2f} s, 2 workers {row['median_s']['2 workers']:.2f} s "
+              f"= {row['workers_over_one']:.2f}x")
     return 0
 
 

@@ -19,17 +19,21 @@ import traceback
 from typing import Callable, Optional, Sequence
 
 from beam_jobs import options as opts
+from converter.card import add_card_flags, main as card_main
 from beam_jobs.runtime import interrupt
 from beam_jobs.runtime.log_filters import not_beam_noise
+from record_files.dataset_card import card_from_flags
 
 logger = logging.getLogger("converter")
 
-SUBCOMMANDS = ("convert", "verify", "inspect", "reindex", "tfds-metadata")
+SUBCOMMANDS = ("convert", "verify", "inspect", "report", "card", "reindex", "tfds-metadata")
 
 _EPILOG = """\
 Other commands:
   python -m converter verify OUT [--sample N]     check every shard and record against the manifest
   python -m converter inspect OUT [--grid F.png]  classes by split, shard sizes, rejections, duplicates
+  python -m converter report OUT [--dest DIR]     report.html + report.json: figures, contact sheets, duplicates
+  python -m converter card OUT [--card F]         write OUT/croissant.json (Croissant metadata)
   python -m converter reindex OUT [--all]         rebuild missing or damaged record indexes (.idx) from the shards
   python -m converter tfds-metadata OUT           write TFDS's metadata: tfds.builder_from_directory(OUT)
 
@@ -123,6 +127,14 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--max-bad-fraction", type=float, default=opts.DEFAULT_MAX_BAD_FRACTION,
         help="fail and publish nothing when more than this fraction of the images is rejected "
         "(default: %(default)s)")
+    add("--near-distance", type=int, default=opts.DEFAULT_NEAR_DISTANCE, metavar="BITS",
+        help="images whose 64-bit perceptual hashes differ in at most BITS bits are near-duplicates, listed in "
+        f"duplicates.jsonl with their distance (0..{opts.MAX_NEAR_DISTANCE}; default: %(default)s)")
+    add("--no-near-duplicates", dest="near_duplicates", action="store_false",
+        help="no perceptual hash and no near-duplicate search (identical files are still found)")
+    add("--drop-leaks", action="store_true",
+        help="do not write the validation and test images that duplicate (exactly or nearly) an image of an "
+        "earlier split (train, then validation); the manifest's duplicates.dropped lists them")
     add("--dali-index", action="store_true", default=None, help=argparse.SUPPRESS)  # deprecated: always on
     add("--part-size", type=int, default=None,
         help="images per unit of work (validation, and the ordering stage's memory: ~200 bytes per image); "
@@ -131,6 +143,7 @@ def build_convert_parser() -> argparse.ArgumentParser:
         help="replace a dataset already in --out, once the new one is complete (default: refuse)")
     add("--no-progress", dest="progress", action="store_false", help="no progress bars (on a terminal) or progress lines (into a pipe or a log file)")
     add("-v", "--verbose", action="store_true", help="log every rejected file and Beam's own messages")
+    add_card_flags(parser)
     return parser
 
 
@@ -179,7 +192,8 @@ def convert(argv: Sequence[str]) -> int:
             labels_file=args.labels_file,
             encode=opts.EncodeOptions(quality=args.quality, max_side=args.max_side, max_pixels=args.max_pixels,
                                       min_side=args.min_side, local_paths=args.local_paths,
-                                      annotation_frame=args.annotation_frame),
+                                      annotation_frame=args.annotation_frame,
+                                      perceptual_hash=args.near_duplicates),
             max_bad_fraction=args.max_bad_fraction,
             overwrite=args.overwrite,
             annotations=args.annotations,
@@ -195,6 +209,9 @@ def convert(argv: Sequence[str]) -> int:
             label_column=args.label_column,
             bbox_format=args.bbox_format,
             masks=args.masks,
+            near_distance=args.near_distance,
+            drop_leaks=args.drop_leaks,
+            card=card_from_flags(args.card, args.license, args.citation),
         )
     except ValueError as err:
         parser.error(str(err))
@@ -203,7 +220,8 @@ def convert(argv: Sequence[str]) -> int:
     if not any(arg.startswith(("--runner", "--direct_running_mode")) for arg in pipeline_args):
         from beam_jobs.runtime import worker_start
 
-        worker_start.start_early()  # the workers' Beam loads beside the launcher's (worker_start)
+        # only for runs with workers, whose Beam then loads beside the launcher's (worker_start)
+        worker_start.start_for(options.src, pipeline_args, downsizing=options.encode.max_side is not None)
     from beam_jobs import pipeline  # Beam loads only now, after logging is set
     from beam_jobs.files import publish
     from beam_jobs.planning import discover
@@ -413,6 +431,15 @@ def tfds_metadata(argv: Sequence[str]) -> int:
     return _on_dataset(parser.parse_args(argv), write, also=(ImportError,))
 
 
+def report(argv: Sequence[str]) -> int:
+    """``python -m converter report OUT [--dest DIR] [--open]``: the dataset's HTML report and report.json."""
+    _configure_logging(verbose=False)
+    _quiet_tensorflow()
+    from reader.report import main as report_main
+
+    return report_main(argv)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the process exit status.
 
@@ -426,7 +453,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rest = argv[1:] if argv and argv[0] in SUBCOMMANDS else argv
     try:
         return {"convert": convert, "verify": verify, "inspect": inspect, "reindex": reindex,
-                "tfds-metadata": tfds_metadata}[command](rest)
+                "report": report, "card": card_main, "tfds-metadata": tfds_metadata}[command](rest)
     except KeyboardInterrupt as err:  # before or after the run itself (while loading, verifying...)
         stop = err if isinstance(err, interrupt.Interrupted) else interrupt.Interrupted(signal.SIGINT)
         with contextlib.suppress(OSError):

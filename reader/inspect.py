@@ -132,6 +132,12 @@ def _duplicates(info: DatasetInfo) -> list[str]:
         lines.append(f"  {title}: {duplicates.get('num_' + key, len(groups))}")
         for group in groups[:10]:
             lines.append("    " + "  =  ".join(f"{m['split']}/{m['label']}: {m['path']}" for m in group))
+    if duplicates.get("near_threshold") is not None:  # None: converted with --no-near-duplicates, or before #48
+        lines.append(f"near-duplicates (within {duplicates['near_threshold']} bits): "
+                     f"{duplicates.get('num_near_within_split', 0)} groups within a split, "
+                     f"{duplicates.get('num_near_cross_split', 0)} across splits (leakage)")
+    if duplicates.get("num_dropped"):
+        lines.append(f"  left out of the evaluation splits (--drop-leaks): {duplicates['num_dropped']}")
     return lines
 
 

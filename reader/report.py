@@ -39,8 +39,7 @@ from record_files.tfrecord import FrameError
 
 logger = logging.getLogger(__name__)
 
-HTML_FILE = "report.html"
-JSON_FILE = "report.json"
+HTML_FILE, JSON_FILE = record_schema.REPORT_FILES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -75,7 +75,7 @@ GIVEN = {"imagenet": _imagenet, "imagenet-tars": _imagenet_tars, "webdataset": _
 
 # The pages of docs/, in the order their blocks run (after the README's).
 DOCS = ("docs/converter.md", "docs/format.md", "docs/reader.md", "docs/scaling.md", "docs/benchmarks.md",
-        "docs/design.md")
+        "docs/report.md", "docs/design.md")
 
 SKIP = re.compile(r"<!-- readme-test: skip: (.+?) -->\n$")
 GIVEN_MARK = re.compile(r"<!-- readme-test: given: (\S+) -->\n$")

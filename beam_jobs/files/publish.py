@@ -41,7 +41,7 @@ from beam_jobs.files.filesystems import (
     remove_folder,
     write_text,
 )
-from record_files import idx
+from record_files import croissant, idx
 from record_files import staging as staging_names
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 # Our files in a published dataset folder; anything else there is not ours.
 _DATASET_FILES = {record_schema.MANIFEST_FILE, record_schema.LABELS_FILE, record_schema.LABEL_MAP_FILE,
                   record_schema.REJECTED_FILE,
-                  record_schema.DUPLICATES_FILE}
+                  record_schema.DUPLICATES_FILE, croissant.CROISSANT_FILE}
 
 
 class PublishError(RuntimeError):
@@ -206,6 +206,7 @@ def check_out(out: str, overwrite: bool) -> None:
     if not names:
         return
     foreign = sorted(n for n in names if n not in _DATASET_FILES and n not in record_schema.TFDS_METADATA_FILES
+                     and n not in record_schema.REPORT_FILES
                      and record_schema.parse_shard_filename(
         n.removesuffix(idx.SUFFIX)) is None)
     if foreign and record_schema.MANIFEST_FILE in names:

@@ -30,12 +30,17 @@ class WorkLayout:
       num_parts: part files ``0..num_parts-1``.
       buckets: key buckets per split (only splits with listed images).
       hash_ranges: content-hash ranges the duplicate search is cut into.
+      near_bands: bands of the perceptual hash the near search compares by (``--near-distance`` + 1); 0 when
+        the run takes no perceptual hashes.
+      near_ranges: band ranges the near search is cut into (0 without one).
     """
 
     work: str
     num_parts: int
     buckets: Mapping[str, int]
     hash_ranges: int
+    near_bands: int = 0
+    near_ranges: int = 0
 
     def part_counts(self, part: int) -> str:
         """Written last by a validated part: its counts (and the mark that its files are complete)."""
@@ -66,17 +71,63 @@ class WorkLayout:
     def duplicates(self, hash_range: int) -> str:
         return FileSystems.join(self.work, "duplicates", f"range-{hash_range:06d}.jsonl")
 
+    def duplicates_dropped(self, hash_range: int) -> str:
+        """The exact groups' images ``--drop-leaks`` leaves out, of one hash range (JSON)."""
+        return FileSystems.join(self.work, "duplicates", f"range-{hash_range:06d}.dropped.json")
+
+    def near(self, part: int) -> str:
+        """A part's NEAR records: one per band of each image's perceptual hash."""
+        return FileSystems.join(self.work, "near", f"part-{part:06d}")
+
+    def near_pairs(self, near_range: int) -> str:
+        return FileSystems.join(self.work, "near", f"pairs-{near_range:06d}.jsonl")
+
+    def near_groups(self) -> str:
+        return FileSystems.join(self.work, "near", "groups.jsonl")
+
+    def near_dropped(self) -> str:
+        return FileSystems.join(self.work, "near", "dropped.json")
+
+    def near_summary(self) -> str:
+        """Written last by the near grouping: its summary (and the mark that its files are complete)."""
+        return FileSystems.join(self.work, "near", "summary.json")
+
+    def dropped(self, split: str) -> str:
+        """DROPPED records of a split (``--drop-leaks``), bucketed as its runs."""
+        return FileSystems.join(self.work, "dropped", f"{split}")
+
+    def dropped_list(self) -> str:
+        """Every image ``--drop-leaks`` left out, as the manifest lists them (JSON)."""
+        return FileSystems.join(self.work, "dropped", "dropped.json")
+
     def folders(self) -> list[str]:
         return [FileSystems.join(self.work, name) for name in
-                ("parts", "runs", "content", "rejected", "counts", "slices", "duplicates")]
+                ("parts", "runs", "content", "rejected", "counts", "slices", "duplicates", "near", "dropped")]
 
 
-def plan_layout(work: str, split_sizes: Mapping[str, int], part_size: int) -> WorkLayout:
-    """The layout of a run's work folder: a function of the split sizes and the part size only."""
+def plan_layout(work: str, split_sizes: Mapping[str, int], part_size: int, near_bands: int = 0) -> WorkLayout:
+    """The layout of a run's work folder: a function of the split sizes, the part size and the near bands only."""
     total = sum(split_sizes.values())
     return WorkLayout(
         work=work,
         num_parts=max(1, math.ceil(total / part_size)),
         buckets={split: max(1, math.ceil(n / part_size)) for split, n in split_sizes.items() if n},
         hash_ranges=max(1, math.ceil(total / part_size)),
+        near_bands=near_bands,
+        near_ranges=near_ranges(total, part_size, near_bands),
     )
+
+
+# Band records a near range holds at least (about 1.5 MB): fewer, larger tasks for a small run.
+MIN_NEAR_RANGE = 16384
+
+
+def near_ranges(total: int, part_size: int, bands: int) -> int:
+    """Band ranges of the near search (a band record per band of each image): about 4 parts' worth of records
+    each, and no fewer than MIN_NEAR_RANGE records each. Each task opens every part's file once, so ranges of
+    a part's worth (as the exact search's) would open 4 times as many files: at 3,000 images, most of the
+    search's time."""
+    if not bands:
+        return 0
+    records = total * bands
+    return max(1, min(math.ceil(records / (4 * part_size)), math.ceil(records / MIN_NEAR_RANGE)))

@@ -25,8 +25,14 @@ Kinds of record (all big-endian):
   height, width, channels, spill part, offset and length, stored bytes, re-encode reason,
   and NUL and the source locator when there is one, then NUL and the placed annotation.
   Sorting the raw bytes sorts by (key, path): the records' final order.
-* ``CONTENT``: one accepted image for the duplicate search: the first 16 bytes
-  of its SHA-256, split code, label, path.
+* ``CONTENT``: one accepted image for the duplicate searches: the first 16 bytes
+  of its SHA-256, split code, label, whether it has a perceptual hash (u8) and the hash (u64), stored
+  bytes (u64), objects (u32), path. Sorted by SHA-256 (the exact search's hash ranges).
+* ``NEAR``: one band of one image's perceptual hash, for the near search: the band's position (u64:
+  the band, then its value, spread over the key space so buckets are ranges of band values), then the
+  image's CONTENT record. Each image has one per band (:mod:`beam_jobs.stages.near_duplicates`).
+* ``DROPPED``: an evaluation image ``--drop-leaks`` leaves out: its ACCEPTED key (16 B), then its path;
+  sorted, bucketed as its split's runs, so the ordering stage skips it.
 * ``PATH`` and ``MEMBER``: the launcher's scratch lists while it plans (stage
   1): a listed file's path; an image's split code (u8), class name (u16
   length, then UTF-8) and path. Both end with NUL and the source locator when there is one.
@@ -39,7 +45,7 @@ name is not UTF-8 round-trips to the same ``str`` the listing produced. About
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO, Callable, Generic, Iterable, Iterator, NamedTuple, TypeVar
+from typing import BinaryIO, Callable, Generic, Iterable, Iterator, NamedTuple, Optional, TypeVar
 
 from apache_beam.io.filesystem import CompressionTypes
 
@@ -50,15 +56,16 @@ from beam_jobs.stage_records import Accepted, ImageRef
 
 MAGIC = b"IMGSHARDS-WORK"
 END = b"WORK-END"
-VERSION = 3  # 2: source locators (archive members); 3: annotations (an image's objects)
-LISTED, ACCEPTED, CONTENT, PATH, MEMBER = 1, 2, 3, 4, 5
+VERSION = 4  # 2: source locators (archive members); 3: annotations (an image's objects); 4: perceptual hashes
+LISTED, ACCEPTED, CONTENT, PATH, MEMBER, NEAR, DROPPED = 1, 2, 3, 4, 5, 6, 7
 
 _HEADER = struct.Struct(">14sBBI")
 _TRAILER = struct.Struct(">Q8s")
 _LENGTH = struct.Struct(">I")
 _LISTED = struct.Struct(">BI")
 _ACCEPTED = struct.Struct(">I32sIIBIQIQ")
-_CONTENT = struct.Struct(">16sBI")
+_CONTENT = struct.Struct(">16sBIBQQI")
+_NEAR = struct.Struct(">Q")
 _MEMBER = struct.Struct(">BH")
 _NO_SPILL = 0xFFFFFFFF
 KEY_BYTES = 16
@@ -141,22 +148,58 @@ def decode_accepted(record: bytes, split: str) -> Accepted:
 
 
 class Content(NamedTuple):
-    """An accepted image as the duplicate search sees it."""
+    """An accepted image as the duplicate searches see it."""
 
     sha: bytes  # the first 16 bytes of the source file's SHA-256: plenty to tell files apart
     split: str
     label: int
     relpath: str
+    perceptual_hash: Optional[int] = None
+    stored_bytes: int = 0  # what leaving it out (--drop-leaks) takes off its split's counts
+    objects: int = 0
 
 
-def encode_content(item: Accepted) -> bytes:
+def encode_content(item: Accepted, objects: int = 0) -> bytes:
+    """``item`` for the duplicate searches; ``objects``: how many its record holds."""
     ref = item.ref
-    return _CONTENT.pack(item.source_sha256[:KEY_BYTES], split_code(ref.split), ref.label) + _path_bytes(ref.relpath)
+    hashed = item.perceptual_hash is not None
+    return _CONTENT.pack(item.source_sha256[:KEY_BYTES], split_code(ref.split), ref.label, hashed,
+                         item.perceptual_hash if hashed else 0, item.stored_bytes, objects) + _path_bytes(ref.relpath)
 
 
 def decode_content(record: bytes) -> Content:
-    sha, code, label = _CONTENT.unpack_from(record)
-    return Content(sha, record_schema.SPLITS[code], label, _path_text(record[_CONTENT.size:]))
+    sha, code, label, hashed, phash, stored, objects = _CONTENT.unpack_from(record)
+    return Content(sha, record_schema.SPLITS[code], label, _path_text(record[_CONTENT.size:]),
+                   phash if hashed else None, stored, objects)
+
+
+def encode_near(position: int, content: bytes) -> bytes:
+    """A NEAR record: a band's ``position`` (u64, the key its file is sorted and bucketed by), then a CONTENT record."""
+    return _NEAR.pack(position) + content
+
+
+_NEAR_HEAD = struct.Struct(">Q16sBIBQ")
+
+
+def near_head(record: bytes) -> tuple[int, bytes, int]:
+    """``(position, sha, perceptual hash)`` of a NEAR record, without decoding the rest (the search's inner loop)."""
+    position, sha, _, _, _, phash = _NEAR_HEAD.unpack_from(record)
+    return position, sha, phash
+
+
+def decode_near(record: bytes) -> tuple[int, Content]:
+    """``(position, content)`` of a NEAR record."""
+    return _NEAR.unpack_from(record)[0], decode_content(record[_NEAR.size:])
+
+
+def encode_dropped(key: bytes, relpath: str) -> bytes:
+    """A DROPPED record: the image's ACCEPTED key and path, which its ACCEPTED record starts with (then NUL)."""
+    return key + _path_bytes(relpath)
+
+
+def accepted_prefix(record: bytes) -> bytes:
+    """The key and path an ACCEPTED record starts with: what a DROPPED record holds."""
+    return record[:record.index(b"\0", KEY_BYTES)]
 
 
 def encode_path(relpath: str, source: str = "") -> bytes:

@@ -46,7 +46,7 @@ from record_files import staging as staging_names
 logger = logging.getLogger(__name__)
 
 # Options that do not change the output.
-_IGNORED = ("overwrite", "archive_scan")
+_IGNORED = ("overwrite", "archive_scan", "card")  # none changes the shards
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,6 +27,8 @@ from apache_beam.portability import python_urns
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import SubprocessSdkWorkerHandler, WorkerHandler
 
 from beam_jobs.runtime import log_filters, worker_start
+from beam_jobs.runtime.work_size import (  # noqa: F401 - the rule's figures, named here as before
+    CHECK_BYTES_PER_S, DOWNSIZE_BYTES_PER_S, PER_IMAGE_S, WORKERS_FROM_S, Work, wants_workers)
 
 # The runner names that mean "the local runner we test".
 _LOCAL_NAMES = ("directrunner", "fnapirunner")
@@ -121,36 +123,11 @@ def choose_runner(pipeline_args: Sequence[str]) -> RunnerChoice:
     return RunnerChoice(options, None, str(runner).rsplit(".", 1)[-1], local=name == "prismrunner")
 
 
-@dataclasses.dataclass(frozen=True)
-class Work:
-    """What a run's images ask of the workers, estimated before any is read: how many, their bytes (as stored
-    in SRC; an estimate where sizes are unknown), and whether they will be decoded to be downsized."""
-
-    images: int
-    input_bytes: int
-    downsizing: bool = False
-
-    def seconds(self) -> float:
-        """One core's seconds for this work: a fixed cost an image (read, hash, check, write again) and a cost a
-        byte, decoding being the most of it. Measured on 2-core machines (docs/design.md, "Who converts a small
-        run"): about 2 ms an image; 35 MB/s validating JPEGs stored as they are, 15 MB/s decoding to downsize."""
-        return self.images * PER_IMAGE_S + self.input_bytes / (DOWNSIZE_BYTES_PER_S if self.downsizing
-                                                                else CHECK_BYTES_PER_S)
-
-
-PER_IMAGE_S = 0.002
-CHECK_BYTES_PER_S = 35e6
-DOWNSIZE_BYTES_PER_S = 15e6
-# Local workers pay off once the work outlasts what starting them costs: each imports Beam first, 2-3 s of
-# CPU before it reads an image (docs/design.md, "Who converts a small run").
-WORKERS_FROM_S = 6.0
-
-
 def sized_for(choice: RunnerChoice, work: Work) -> RunnerChoice:
     """``choice``, or, for a local run whose mode the user left to us and whose work is too small to pay for
     starting worker processes, the in-process runner. Never changes the output (every runner writes the same
     bytes)."""
-    if choice.sizable_args is None or work.seconds() > WORKERS_FROM_S:
+    if choice.sizable_args is None or wants_workers(work):
         return choice
     options = PipelineOptions([*choice.sizable_args, "--direct_num_workers=1", "--direct_running_mode=in_memory"])
     runner, description = _local_runner(options)

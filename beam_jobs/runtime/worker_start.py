@@ -29,7 +29,9 @@ import signal
 import sys
 import threading
 from multiprocessing import reduction
-from typing import Optional
+from typing import Optional, Sequence
+
+from beam_jobs.runtime import work_size
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +43,26 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 _context: Optional[multiprocessing.context.BaseContext] = None
 # The worker command (runners.py) that a forked worker stands in for; set by runners at import.
 FORKED_COMMAND: Optional[str] = None
+
+
+def start_for(src: Optional[str], pipeline_args: Sequence[str] = (), downsizing: bool = False) -> None:
+    """:func:`start_early`, unless the run will stay in the launcher's process: its flags leave the worker count
+    and mode to the size rule (``runners.sized_for``) and a glance at a local SRC finds less work than workers pay
+    for (:func:`beam_jobs.runtime.work_size.glance`). Flags that ask for workers, a remote SRC, an archive, a tree
+    too large to glance at: started. ``downsizing``: ``--max-side`` is given (the images will be decoded).
+
+    Started for nothing, the forkserver would import Beam on the other core beside the small run, and hold the
+    run's stdout and stderr open until its import ends. Where the glance says small and the plan then disagrees,
+    the workers start as commands (:class:`beam_jobs.runtime.runners.ForkedOrSubprocessHandler`): slower, the
+    same bytes.
+    """
+    sized = not any(arg.startswith(("--direct_running_mode", "--direct_num_workers")) for arg in pipeline_args)
+    if sized and src is not None:
+        work = work_size.glance(src, downsizing)
+        if work is not None and not work_size.wants_workers(work):
+            logger.debug("no forkserver: %s is about %.1f s of work", src, work.seconds())
+            return
+    start_early()
 
 
 def start_early() -> None:

@@ -176,3 +176,13 @@ def _by_reason(table: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
     for reasons in table.values():
         totals = _add(totals, reasons)
     return dict(sorted(totals.items()))
+
+
+def without(totals: PartCounts, dropped: PartCounts) -> PartCounts:
+    """``totals`` less the images ``--drop-leaks`` leaves out (their buckets' counts, bytes and objects)."""
+    accepted = {split: tuple(a - b for a, b in zip(counts, dropped.accepted.get(split, (0,) * len(counts))))
+                for split, counts in totals.accepted.items()}
+    return dataclasses.replace(
+        totals, accepted=accepted,
+        stored_bytes={s: n - dropped.stored_bytes.get(s, 0) for s, n in totals.stored_bytes.items()},
+        objects={s: n - dropped.objects.get(s, 0) for s, n in totals.objects.items()})

@@ -8,7 +8,8 @@ Policy, in the words of the contract:
 
 * A JPEG whose pixels are RGB or grayscale, with no EXIF rotation, that decodes
   without a libjpeg warning and fits ``max_side`` is stored byte for byte.
-  It is validated by a 1/8-scale decode (libjpeg's DCT scaling still parses the
+  It is validated by a 1/8-scale decode (a larger n/8 for images under 256 px a side, whose perceptual
+  hash needs 32 px; libjpeg's DCT scaling still parses the
   whole entropy-coded stream, so truncation and corrupt data are caught at a
   fraction of a full decode's cost); ``simplejpeg``'s strict mode turns
   libjpeg's recoverable warnings ("Corrupt JPEG data: ...") into errors, which
@@ -16,6 +17,8 @@ Policy, in the words of the contract:
 * Everything else that decodes fully with Pillow is re-encoded as RGB JPEG.
 * Empty files, non-images, undecodable or truncated images, zero-sized images
   and images with more than ``max_pixels`` pixels are rejected with a reason.
+* Every accepted image gets its perceptual hash (the near-duplicate search's) from the pixels this
+  decoded anyway: the 1/8-scale check of a JPEG stored as it is, the stored pixels of a re-encoded one.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from PIL import Image, ImageOps
 
 from beam_jobs import formats, image_headers
 from beam_jobs.options import EncodeOptions
-from beam_jobs.stages import stable_decode
+from beam_jobs.stages import perceptual_hash, stable_decode
 
 # What Pillow raises on malformed input. Pillow's own fuzzers treat this same
 # family as "expected" failures; anything else is a bug worth crashing on.
@@ -74,6 +77,9 @@ class Encoded:
       orientation: the EXIF orientation turned upright by re-encoding (1: none), and
       source_size: the input's ``(width, height)`` as stored, before any turn or resize (``()``: the
         stored image's own); what places an image's objects (:func:`beam_jobs.annotations.place`).
+      perceptual_hash: the stored pixels' 64-bit DCT hash (:mod:`beam_jobs.stages.perceptual_hash`), from the
+        decode the validation did anyway (the 1/8-scale one of a JPEG stored as it is); None when
+        ``EncodeOptions.perceptual_hash`` is off.
     """
 
     data: bytes
@@ -84,6 +90,7 @@ class Encoded:
     channels: int = 3
     orientation: int = 1
     source_size: tuple = ()
+    perceptual_hash: Optional[int] = None
 
     @property
     def input_size(self) -> tuple[int, int]:
@@ -175,9 +182,10 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
         return Rejected("too-small", f"{width}x{height}: the shorter side is under --min-side {options.min_side}")
     fits = options.max_side is None or max(width, height) <= options.max_side
     if fmt == "jpeg" and fits and img.mode in ("RGB", "L") and _orientation(img) in (None, 1):
-        warning = _libjpeg_warning(data, img.mode)
+        warning, pixels = _libjpeg_check(data, img.mode, options.perceptual_hash)
         if warning is None:
-            return Encoded(data, height, width, fmt, channels=1 if img.mode == "L" else 3)
+            return Encoded(data, height, width, fmt, channels=1 if img.mode == "L" else 3,
+                           perceptual_hash=_hash_of(pixels, options))
         return _reencode(img, data, fmt, options, because="corrupt-data")
     return _reencode(img, data, fmt, options, because=_reencode_reason(img, fmt, fits))
 
@@ -255,9 +263,11 @@ def _clean_jpeg(data: bytes, options: EncodeOptions) -> Optional[Encoded]:
         return None  # the general path rejects it
     if image_headers.jpeg_orientation(data) != 1:
         return None
-    if _libjpeg_warning(data, "L" if colorspace == "Gray" else "RGB") is not None:
+    warning, pixels = _libjpeg_check(data, "L" if colorspace == "Gray" else "RGB", options.perceptual_hash)
+    if warning is not None:
         return None
-    return Encoded(data, height, width, "jpeg", channels=1 if colorspace == "Gray" else 3)
+    return Encoded(data, height, width, "jpeg", channels=1 if colorspace == "Gray" else 3,
+                   perceptual_hash=_hash_of(pixels, options))
 
 
 def _orientation(img: Image.Image) -> Optional[int]:
@@ -268,20 +278,39 @@ def _orientation(img: Image.Image) -> Optional[int]:
         return None
 
 
-def _libjpeg_warning(data: bytes, mode: str) -> Optional[str]:
-    """libjpeg's first warning or error for ``data``, None when it decodes cleanly."""
+def _libjpeg_check(data: bytes, mode: str, hashed: bool = False) -> tuple[Optional[str], Optional[np.ndarray]]:
+    """``(warning, pixels)``: libjpeg's first warning or error for ``data`` (None when it decodes cleanly), and the
+    pixels the check decoded (None when it failed), which the perceptual hash is taken from.
+
+    The check decodes at 1/8 scale; when the pixels are ``hashed``, at the smallest of libjpeg's scales (n/8)
+    that keeps both sides at 32 px or more, so a small image's hash is not taken from a dozen pixels: 1/8
+    still for any image of 256 px or more a side.
+    """
+    least = perceptual_hash.SIDE if hashed else 1
     try:
-        simplejpeg.decode_jpeg(
+        pixels = simplejpeg.decode_jpeg(
             data,
             colorspace="GRAY" if mode == "L" else "RGB",
-            min_height=1,
-            min_width=1,
-            min_factor=8,
+            min_height=least,
+            min_width=least,
+            min_factor=1 if hashed else 8,
             strict=True,
         )
     except ValueError as err:
-        return str(err)
-    return None
+        return str(err), None
+    return None, pixels
+
+
+def _libjpeg_warning(data: bytes, mode: str) -> Optional[str]:
+    """libjpeg's first warning or error for ``data``, None when it decodes cleanly."""
+    return _libjpeg_check(data, mode)[0]
+
+
+def _hash_of(pixels: Optional[np.ndarray], options: EncodeOptions) -> Optional[int]:
+    """The perceptual hash of a pass-through JPEG's checked pixels, when the options ask for one."""
+    if not options.perceptual_hash or pixels is None:
+        return None
+    return perceptual_hash.of_scaled(pixels)
 
 
 def _reencode_reason(img: Image.Image, fmt: str, fits: bool) -> str:
@@ -330,7 +359,9 @@ def _reencode(img: Image.Image, data: bytes, fmt: str, options: EncodeOptions, b
     except DECODE_ERRORS as err:  # a malformed TIFF can decode "successfully" yet fail in the encoder
         return Rejected("undecodable", f"{fmt} data could not be converted to JPEG: {err}")
     width, height = rgb.size
-    return Encoded(out.getvalue(), height, width, fmt, because, orientation=orientation, source_size=stored)
+    phash = perceptual_hash.of_image(rgb) if options.perceptual_hash else None  # the stored pixels
+    return Encoded(out.getvalue(), height, width, fmt, because, orientation=orientation, source_size=stored,
+                   perceptual_hash=phash)
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:

@@ -124,7 +124,9 @@ def build_manifest(
 
 def _no_duplicates() -> dict:
     return {"num_groups": 0, "num_duplicate_images": 0, "num_cross_label": 0, "num_cross_split": 0,
-            "cross_label": [], "cross_split": [], "file": record_schema.DUPLICATES_FILE}
+            "cross_label": [], "cross_split": [], "file": record_schema.DUPLICATES_FILE,
+            "near_threshold": None, "num_near_groups": 0, "num_near_images": 0, "num_near_within_split": 0,
+            "num_near_cross_split": 0, "near_cross_split": [], "num_dropped": 0, "dropped": []}
 
 
 def _beam_version() -> str:
@@ -152,6 +154,7 @@ class ConvertSummary:
     kept: Optional[int] = None  # and the images the stopped run had validated
     objects: Optional[int] = None  # an object dataset's objects written (None: a classification dataset)
     rejected_objects: int = 0
+    dropped: int = 0  # evaluation images --drop-leaks left out
 
     @classmethod
     def from_manifest(cls, out: str, manifest: dict, elapsed_s: float,
@@ -173,6 +176,7 @@ class ConvertSummary:
             kept=kept,
             objects=sum(s["num_objects"] for s in splits.values()) if manifest.get("task") == record_schema.TASK_OBJECTS else None,
             rejected_objects=manifest.get("num_rejected_objects", 0),
+            dropped=manifest["duplicates"].get("num_dropped", 0),
         )
 
     @property
@@ -203,6 +207,8 @@ class ConvertSummary:
                 f"  re-encoded: {self.reencoded}   rejected: {self.rejected}   skipped: {self.skipped}",
                 *([f"  objects:    {self.objects} written, {self.rejected_objects} rejected"]
                   if self.objects is not None else []),
+                *([f"  dropped:    {_count(self.dropped, 'evaluation image')} copying an earlier split's "
+                   "(--drop-leaks; listed in manifest.json's duplicates.dropped)"] if self.dropped else []),
                 f"  bytes:      {self.num_bytes:,}",
                 f"  elapsed:    {self.elapsed_s:.1f} s   ({self.images_per_second:.1f} images/s"
                 + (f", {self.processed} processed by this run; the stopped run it resumed had validated {self.kept})"

@@ -8,12 +8,14 @@ Rejections.
 Duplicates (one task per content-hash range, as datatrove's exact dedup).
   In:  range ``r`` of every part's ``content/part-P`` (sorted by SHA-256).
   Out: ``duplicates/range-r.jsonl``: one line per group of identical images
-       (a JSON list of ``{"split", "label", "path"}``, sorted), and a
+       (``{"kind": "exact", "images": [{"split", "label", "path"}, ...]}``, the images sorted, the lines
+       sorted), ``range-r.dropped.json`` (the images of evaluation splits ``--drop-leaks`` leaves out), and a
        :class:`DuplicateSummary`: the counts and the first few groups that
        carry two labels or sit in two splits, also saved as ``range-r.json``.
        Memory: one range's records.
   The summaries add up (:class:`SumDuplicates`) into the manifest's
-  ``duplicates``; the range files are joined into ``duplicates.jsonl``.
+  ``duplicates``; the range files and the near search's groups
+  (:mod:`beam_jobs.stages.near_duplicates`) are merged into ``duplicates.jsonl``, its lines sorted.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from beam_jobs.files import filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.planning.discover import display_path
 from beam_jobs.files.work_layout import WorkLayout
+from beam_jobs.stages.near_duplicates import leaked
 
 # Files merged at once; more are merged in rounds (each open file holds a buffer and a descriptor).
 MAX_FAN_IN = 128
@@ -146,23 +149,26 @@ def find_duplicates(layout: WorkLayout, hash_range: int, classes: Sequence[str])
     for part in range(layout.num_parts):
         records += work_records.read_bucket(layout.content(part), work_records.CONTENT, hash_range)
     records.sort()
-    groups, members, previous = [], [], None
-    for record in records:
-        item = work_records.decode_content(record)
-        if item.sha != previous and len(members) > 1:
-            groups.append(tuple(sorted(members)))
+    groups, members, previous, dropped = [], [], None, []
+    for record in records + [None]:
+        item = work_records.decode_content(record) if record is not None else None
+        if (item is None or item.sha != previous) and len(members) > 1:
+            groups.append(tuple(sorted((split, label, display_path(relpath)) for split, label, relpath, *_ in members)))
+            if len({member[0] for member in members}) > 1:
+                dropped += leaked(members)
+        if item is None:
+            break
         if item.sha != previous:
             members, previous = [], item.sha
-        members.append((item.split, item.label, display_path(item.relpath)))
-    if len(members) > 1:
-        groups.append(tuple(sorted(members)))
+        members.append([item.split, item.label, item.relpath, item.perceptual_hash, item.sha.hex(),
+                        item.stored_bytes, item.objects])
     groups.sort()
     cross_label = [g for g in groups if len({label for _, label, _ in g}) > 1]
     cross_split = [g for g in groups if len({split for split, _, _ in g}) > 1]
+    lines = sorted(json.dumps(exact_line(group, classes), ensure_ascii=False) for group in groups)
     with filesystems.whole_file(layout.duplicates(hash_range)) as handle:
-        for group in groups:
-            line = [{"split": split, "label": classes[label], "path": path} for split, label, path in group]
-            handle.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
+        handle.write("".join(line + "\n" for line in lines).encode("utf-8"))
+    filesystems.write_text(layout.duplicates_dropped(hash_range), json.dumps(sorted(dropped)))
     summary = DuplicateSummary(len(groups), sum(len(g) - 1 for g in groups), len(cross_label), len(cross_split),
                                tuple(cross_label[:MAX_LISTED_DUPLICATES]), tuple(cross_split[:MAX_LISTED_DUPLICATES]))
     filesystems.write_text(done, summary.to_json())
@@ -170,13 +176,15 @@ def find_duplicates(layout: WorkLayout, hash_range: int, classes: Sequence[str])
     return summary
 
 
+def exact_line(group: Sequence[tuple], classes: Sequence[str]) -> dict:
+    """A group of identical images as ``duplicates.jsonl`` holds it."""
+    return {"kind": "exact",
+            "images": [{"split": split, "label": classes[label], "path": path} for split, label, path in group]}
+
+
 def join_duplicates(layout: WorkLayout, out: str) -> None:
-    """Every range's groups, one after another, into ``out`` (ordered by hash range, sorted inside one)."""
-    with filesystems.whole_file(out) as handle:
-        for hash_range in range(layout.hash_ranges):
-            with FileSystems.open(layout.duplicates(hash_range), compression_type=CompressionTypes.UNCOMPRESSED) as f:
-                while True:
-                    data = f.read(1 << 20)
-                    if not data:
-                        break
-                    handle.write(data)
+    """Every range's exact groups and the near search's groups (when it ran) merged into ``out``, lines sorted."""
+    paths = [layout.duplicates(hash_range) for hash_range in range(layout.hash_ranges)]
+    if layout.near_bands:
+        paths.append(layout.near_groups())
+    merge_sorted_lines(paths, out, FileSystems.join(layout.work, "duplicates"))

@@ -1,7 +1,8 @@
 """Stage 4: put one key bucket of one split in its final order and cut it at the shard boundaries.
 
 In:  a :class:`beam_jobs.stages.count.BucketTask`, and bucket ``b`` of every part's
-     ``runs/<split>-P`` (one seek per file).
+     ``runs/<split>-P`` (one seek per file), less the images ``--drop-leaks`` leaves out
+     (bucket ``b`` of ``dropped/<split>``, :mod:`beam_jobs.stages.drop_leaks`).
 Out: ``slices/<split>-S-b``: the bucket's records of shard S, in order (ACCEPTED
      records), then ``slices/<split>-b.done``; returns ``(shard, records)`` for each slice.
      Memory: one bucket's records (about a part's worth).
@@ -17,6 +18,7 @@ from beam_jobs import faults
 from beam_jobs.files import filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.stages.count import BucketTask
+from beam_jobs.stages.drop_leaks import dropped_keys
 from beam_jobs.files.work_layout import WorkLayout
 
 
@@ -35,6 +37,9 @@ def order_bucket(layout: WorkLayout, task: BucketTask) -> list[tuple[int, int]]:
     records: list[bytes] = []
     for part in range(layout.num_parts):
         records += work_records.read_bucket(layout.run(task.split, part), work_records.ACCEPTED, task.bucket)
+    dropped = dropped_keys(layout, task.split, task.bucket)
+    if dropped:
+        records = [record for record in records if work_records.accepted_prefix(record) not in dropped]
     if len(records) != task.count:
         raise BucketCountError(f"bucket {task.bucket} of split {task.split} holds {len(records)} records, "
                                f"the counts said {task.count}")

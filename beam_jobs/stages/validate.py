@@ -101,7 +101,7 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
                                    options.max_pixels)
         ref = ref._replace(annotation=annotations.encode(placed))
     accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
-                        channels=result.channels, stored_bytes=len(result.data))
+                        channels=result.channels, stored_bytes=len(result.data), perceptual_hash=result.perceptual_hash)
     return accepted, result
 
 

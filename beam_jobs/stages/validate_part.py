@@ -4,7 +4,11 @@ In:  ``parts/part-P`` (LISTED records, see :mod:`beam_jobs.files.work_records`).
 Out: files, each written whole (temporary name, then renamed):
      - ``runs/<split>-P``: the part's accepted images of each split, ACCEPTED
        records sorted by (keyed hash, path) with an index at every key bucket;
-     - ``content/part-P``: CONTENT records sorted by SHA-256, indexed by hash range;
+     - ``content/part-P``: CONTENT records sorted by SHA-256, indexed by hash range (each with the image's
+       perceptual hash, taken by the validation from the decode it did anyway);
+     - ``near/part-P``: when the run searches near-duplicates (``layout.near_bands``), NEAR records, one per
+       band of each image's perceptual hash, sorted, indexed by band range
+       (:func:`beam_jobs.stages.near_duplicates.near_records`);
      - ``rejected/part-P.jsonl``: its lines of ``rejected.jsonl`` (rejected images, and the rejected
        objects of written ones), sorted;
      - ``spill-P``: the JPEG bytes of images that had to be re-encoded.
@@ -27,6 +31,7 @@ from beam_jobs.options import EncodeOptions
 from beam_jobs.planning.carve import keyed_hash
 from beam_jobs.stage_records import RejectedInput
 from beam_jobs.stages.count import PartCounts
+from beam_jobs.stages.near_duplicates import near_records
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages.validate import assumed_frame, count_objects, rejected_objects as rejected_objects_of, validate_chunk
 
@@ -60,8 +65,9 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
             reasons = rejected_counts.setdefault(ref.split, {})
             reasons[result.reason] = reasons.get(result.reason, 0) + 1
             continue
+        placed = count_objects(result) if result.ref.annotation else 0
         if result.ref.annotation:
-            objects[ref.split] = objects.get(ref.split, 0) + count_objects(result)
+            objects[ref.split] = objects.get(ref.split, 0) + placed
             for refused in rejected_objects_of(result):
                 rejected.append(refused.to_json())
                 reasons = rejected_objects.setdefault(ref.split, {})
@@ -73,13 +79,16 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
                 seen[1] = sorted(seen[1] + [ref.relpath])[:3]
         runs[ref.split].append(work_records.encode_accepted(keyed_hash(seed, ref.relpath), result))
         stored[ref.split] = stored.get(ref.split, 0) + result.stored_bytes
-        content.append(work_records.encode_content(result))
+        content.append(work_records.encode_content(result, placed))
     accepted = {}
     for split, records in runs.items():
         counts = work_records.write_file(layout.run(split, part), work_records.ACCEPTED, sorted(records),
                                          layout.buckets[split])
         accepted[split] = tuple(counts)
     work_records.write_file(layout.content(part), work_records.CONTENT, sorted(content), layout.hash_ranges)
+    if layout.near_bands:
+        work_records.write_file(layout.near(part), work_records.NEAR, near_records(content, layout.near_bands - 1),
+                                layout.near_ranges)
     _write_lines(layout.rejected(part), sorted(rejected))
     counts = PartCounts(accepted, rejected_counts, stored, objects, rejected_objects, assumed)
     filesystems.write_text(done, counts.to_json())  # last: the part is complete

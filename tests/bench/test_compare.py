@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -63,3 +65,25 @@ def test_the_revision_runs_from_its_own_worktree_which_is_removed_afterwards(tmp
     assert not os.path.exists(worktree)
     assert "10 photos end to end: 3.00 s against 2.00 s = 1.50x" in capsys.readouterr().out
     assert (tmp_path / "c.json").exists()
+
+
+_ORPHAN_CPU = """
+import resource, subprocess, sys, time
+from bench import compare
+compare.adopt_orphans()
+before = resource.getrusage(resource.RUSAGE_CHILDREN)
+# The child starts a grandchild that burns CPU after the child has exited, as a forkserver outlives its launcher.
+burn = "import time\\nend = time.process_time() + 0.4\\nwhile time.process_time() < end: pass"
+subprocess.run([sys.executable, "-c", f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {burn!r}])"],
+               check=True)
+print(compare.tree_cpu(before))
+"""
+
+
+@pytest.mark.e2e  # processes whose parent exits first
+def test_the_cpu_of_a_run_counts_the_processes_it_leaves_behind():
+    """Workers forked from a forkserver are not the launcher's children: adopted, their CPU is counted."""
+    proc = subprocess.run([sys.executable, "-c", _ORPHAN_CPU], cwd=compare.REPO, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": compare.REPO})
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout) >= 0.4

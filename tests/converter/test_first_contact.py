@@ -277,6 +277,13 @@ def test_a_dataset_folder_holding_a_user_file_is_named_as_such(tmp_path, demo_sr
     assert proc.returncode == 1
     assert "holds a dataset and also 1 files that are not part of it (['notes.txt'])" in proc.stderr
     assert (out / "notes.txt").read_text() == "mine"
+    # The report and the card are made from the dataset: a conversion over it replaces them with it.
+    (out / "notes.txt").unlink()
+    for name in record_schema.REPORT_FILES:
+        (out / name).write_text("made by python -m converter report")
+    converter("--src", demo_src, "--out", str(out), "--overwrite", *FAST, check=True)
+    assert not any((out / name).exists() for name in record_schema.REPORT_FILES)
+    assert (out / "croissant.json").exists()
 
 
 @pytest.mark.e2e

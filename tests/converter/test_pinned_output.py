@@ -32,7 +32,8 @@ ARGS = ["--shards", "3", "--val-fraction", "0.25", "--seed", "7", "--max-bad-fra
 
 # sha256 of each file the conversion writes (manifest.json holds times and paths, so it is not pinned here).
 PINNED = {
-    "duplicates.jsonl": "afd2d53aa80ddc97a918b46812f3591f504c73eed702d775bb1eceb067752f37",
+    "croissant.json": "cf68d9f476659e16ebb7e8c66a245b58c9010f52e6283c1a1c560268bd525579",  # the card (#48), same every run
+    "duplicates.jsonl": "e1f5b665f2033d4dbef9e87a0e7e43af708d6a987cca3b9b8fbe9a8ada93cbba",  # lines {"kind", "images"} since #48
     "labels.txt": "ce09cc9a875f311dac7683caff6c9e1979dac0fea02c6adf9f074a4bea7ebfaa",
     "rejected.jsonl": "3cd90d5cf45eac720ff492af8cd8b6f82bbdc853596756f94c58156c7d07b958",
     "train-00000-of-00003.tfrecord": "b582f70c9e8c99a7b6f36ecb6d9b722980140a9d94333e4206e31c376a3c5da3",

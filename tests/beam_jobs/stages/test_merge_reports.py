@@ -49,7 +49,9 @@ def test_identical_images_in_different_parts_are_grouped_whatever_the_ranges(tmp
         assert (total.num_groups, total.num_duplicate_images, total.num_cross_label, total.num_cross_split) == (2, 3, 1, 1)
         out = tmp_path / f"dups{ranges}.jsonl"
         merge_reports.join_duplicates(layout, str(out))
-        groups = [json.loads(line) for line in out.read_text().splitlines()]
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [line["kind"] for line in lines] == ["exact", "exact"]
+        groups = [line["images"] for line in lines]
         assert groups[0] == [{"split": "train", "label": "cat", "path": "c/1.jpg"},
                              {"split": "train", "label": "dog", "path": "b/1.jpg"},
                              {"split": "validation", "label": "cat", "path": "a/1.jpg"}]

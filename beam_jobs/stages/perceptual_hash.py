@@ -1,0 +1,159 @@
+"""A 64-bit perceptual hash of an image (a DCT hash), and the bands that find near pairs by exact matches.
+
+In:  pixels the validation decoded anyway: the 1/8-scale decode that checks a JPEG stored as it is
+     (``simplejpeg``'s array: :func:`of_scaled`), or the decoded image of one that is re-encoded (a Pillow
+     image: :func:`of_image`, which first averages it in blocks, as that decode does).
+Out: an ``int`` in ``[0, 2**64)``; :func:`distance` (Hamming); :func:`bands` and :func:`band_values`,
+     the cut of the 64 bits into ``d + 1`` disjoint bands by which the near search finds every pair within
+     distance ``d`` (two hashes differing in at most ``d`` bits agree exactly on at least one band:
+     pigeonhole).
+
+The hash is the DCT hash (pHash as the ``imagehash`` library computes it): the image in gray, averaged
+down to 32x32, its 2-D DCT-II, the 8x8 lowest frequencies, each bit set when its coefficient is above
+their median. It survives resizing, JPEG re-encoding and small crops (``bench/near_duplicates.py``
+measures how far); it does not claim flips or rotations (a flipped image is another image to it).
+
+Which pixels: libjpeg's 1/8-scale decode gives each 8x8 block's mean (its DCT's DC term), so that is what
+every image is hashed from: a JPEG stored as it is from the check's own decode (no second decode), any
+other image from its decoded pixels averaged in 8x8 blocks. An image under 256 px a side is scaled less
+(:func:`scaled_size`: the smallest n/8 keeping 32 px, as libjpeg's check decodes such a JPEG, a small
+image's cheap decode), so its hash is taken from at least 32x32 pixels. The DCT hash's bits near the
+median flip under small changes of the pixels: the same picture decoded two ways (a 320 px photo's scaled
+decode and its full decode averaged down) hashes 0-8 bits apart, most often 0-2, a 100 px one up to 10
+(``tests/beam_jobs/stages/test_perceptual_hash.py``); the default distance (10) allows for most of it, and
+``bench/near_duplicates.py`` measures what it finds.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import numpy as np
+from PIL import Image
+
+SIDE = 32  # the gray image the DCT runs on
+LOW = 8  # the 8x8 lowest frequencies: 64 bits
+BITS = LOW * LOW
+MAX_DISTANCE = 12  # the bands of a larger distance are too few bits: every band's bucket would hold too many
+
+
+@functools.lru_cache(maxsize=1)
+def _dct_matrix() -> np.ndarray:
+    """The orthonormal DCT-II rows 0..LOW-1 of length SIDE: ``M @ x @ M.T`` is the low corner of the 2-D DCT."""
+    n = np.arange(SIDE)
+    k = np.arange(LOW)[:, None]
+    matrix = np.cos(np.pi * (2 * n + 1) * k / (2 * SIDE)) * np.sqrt(2.0 / SIDE)
+    matrix[0] /= np.sqrt(2.0)
+    return matrix
+
+
+def scaled_size(width: int, height: int) -> tuple[int, int]:
+    """The size libjpeg's check decodes a ``width`` x ``height`` JPEG at, which every image's hash is taken at:
+    the smallest of its scales n/8 (n = 1..8, sides rounded up) keeping both sides >= SIDE px; 1/8 for any
+    image of 256 px or more a side."""
+    for eighths in range(1, 8):
+        size = (-(-width * eighths // 8), -(-height * eighths // 8))
+        if min(size) >= SIDE:
+            return size
+    return width, height
+
+
+def of_image(image: Image.Image) -> int:
+    """The hash of a decoded image at full scale (mode ``RGB`` or ``L``; others are converted first): averaged
+    down to :func:`scaled_size` (8x8 block means when it is 1/8, as a 1/8-scale JPEG decode gives them)."""
+    if image.mode not in ("RGB", "L"):
+        image = image.convert("RGB")
+    size = scaled_size(*image.size)
+    if size == (-(-image.width // 8), -(-image.height // 8)):
+        image = image.reduce(8)
+    elif size != image.size:
+        image = image.resize(size, Image.Resampling.BOX)
+    return of_scaled(np.asarray(image))
+
+
+def of_scaled(pixels: np.ndarray) -> int:
+    """The hash of a scaled decode's pixels (:func:`scaled_size`): ``(H, W, 3)`` RGB or ``(H, W)`` / ``(H, W, 1)``
+    gray, uint8.
+
+    In gray (ITU-R 601 weights, as Pillow's ``L``), averaged to SIDE x SIDE by area and the low corner of its
+    DCT taken in one product, ``A @ gray @ B.T``, whose matrices depend on the size only (cached): a few
+    microseconds of arithmetic on the 1/8-scale pixels.
+    """
+    height, width = pixels.shape[:2]
+    if pixels.ndim == 3 and pixels.shape[2] == 3:  # the gray weights folded into the columns' matrix
+        low = _low_rows(height) @ (pixels.reshape(height, width * 3) @ _low_columns_rgb(width))
+    else:
+        low = _low_rows(height) @ pixels.reshape(height, width) @ _low_rows(width).T
+    return _bits(low.ravel())
+
+
+_GRAY = np.array([0.299, 0.587, 0.114])
+
+
+@functools.lru_cache(maxsize=1024)
+def _low_rows(length: int) -> np.ndarray:
+    """``(LOW, length)``: the area average of ``length`` samples down (or up) to SIDE, then the DCT's first rows."""
+    edges = np.arange(SIDE + 1) * (length / SIDE)
+    starts, stops = edges[:-1, None], edges[1:, None]
+    samples = np.arange(length)[None, :]
+    overlap = np.clip(np.minimum(stops, samples + 1) - np.maximum(starts, samples), 0, None)
+    return _dct_matrix() @ (overlap / (length / SIDE))
+
+
+@functools.lru_cache(maxsize=1024)
+def _low_columns_rgb(width: int) -> np.ndarray:
+    """``(width * 3, LOW)``: :func:`_low_rows` of the columns, transposed, with the gray weights of each channel."""
+    return np.einsum("kw,c->wck", _low_rows(width), _GRAY).reshape(width * 3, LOW)
+
+
+def of_gray(gray: np.ndarray) -> int:
+    """The hash of a SIDE x SIDE gray image (floats)."""
+    matrix = _dct_matrix()
+    return _bits((matrix @ gray @ matrix.T).ravel())
+
+
+def _bits(low: np.ndarray) -> int:
+    """Bit ``i`` (from the top) set where coefficient ``i`` is above the 64 coefficients' median."""
+    middle = np.partition(low, (BITS // 2 - 1, BITS // 2))  # np.median, ten times faster on 64 values
+    bits = low > (middle[BITS // 2 - 1] + middle[BITS // 2]) / 2
+    return int.from_bytes(np.packbits(bits).tobytes(), "big")
+
+
+def band_masks(max_distance: int) -> tuple[int, ...]:
+    """Each band of :func:`bands` as a mask of the hash's bits: two hashes agree on band ``b`` when
+    ``(a ^ b) & mask == 0``."""
+    return tuple(sum(1 << (BITS - 1 - position) for position in positions) for positions in bands(max_distance))
+
+
+def distance(a: int, b: int) -> int:
+    """Bits in which two hashes differ (Hamming distance)."""
+    return (a ^ b).bit_count()
+
+
+def bands(max_distance: int) -> tuple[tuple[int, ...], ...]:
+    """The 64 bit positions cut into ``max_distance + 1`` disjoint bands, bit ``i`` in band ``i % bands``.
+
+    Interleaved, not contiguous: neighbouring DCT coefficients are correlated, so a band of spread-out
+    bits splits the images more evenly (smaller buckets to compare within).
+    """
+    if not 0 <= max_distance <= MAX_DISTANCE:
+        raise ValueError(f"a near-duplicate distance must be in 0..{MAX_DISTANCE}, got {max_distance}")
+    count = max_distance + 1
+    return tuple(tuple(range(band, BITS, count)) for band in range(count))
+
+
+def band_values(hashes: Sequence[int], cut: Sequence[Sequence[int]]) -> np.ndarray:
+    """``(len(hashes), len(cut))`` uint64: each hash's value on each band (its bits there, high bit first)."""
+    array = np.asarray(list(hashes), dtype=np.uint64).reshape(-1)
+    values = np.zeros((array.size, len(cut)), dtype=np.uint64)
+    for column, positions in enumerate(cut):
+        for position in positions:  # bit i of the hash is 2**(63 - i): the first coefficient is the top bit
+            bit = (array >> np.uint64(BITS - 1 - position)) & np.uint64(1)
+            values[:, column] = (values[:, column] << np.uint64(1)) | bit
+    return values
+
+
+def pairwise_distances(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``(len(left), len(right))`` Hamming distances of two uint64 arrays of hashes."""
+    return np.bitwise_count(left[:, None] ^ right[None, :])

@@ -1,0 +1,113 @@
+"""The perceptual hash: stable under resizing, re-encoding and the 1/8-scale decode, far apart for other photos;
+the bands find every pair within the distance; the validation takes it from the decode it does anyway."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import random
+
+import numpy as np
+import pytest
+import simplejpeg
+from PIL import Image
+
+from bench.data import source_photos
+from beam_jobs.stages import perceptual_hash
+from beam_jobs.options import DEFAULT_NEAR_DISTANCE, EncodeOptions
+from beam_jobs.stages.encode import Encoded, encode_image
+
+
+@pytest.fixture(autouse=True)
+def _no_pillow_limit(monkeypatch):
+    """encode_image sets Pillow's pixel limit from its options; another test's small one must not leak here."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)
+
+
+@pytest.fixture(scope="module")
+def photos() -> list[Image.Image]:
+    """Real photos (scikit-image's, scikit-learn's), 320 px on the longer side; the stereo twin (7) left out."""
+    limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None  # encode_image sets it: other tests' limits
+    try:
+        return [p.resize((round(p.width * 320 / max(p.size)), round(p.height * 320 / max(p.size))))
+                for index, p in enumerate(source_photos()) if index != 7]
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+
+
+def _jpeg(image: Image.Image, quality: int = 90) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=quality)
+    return out.getvalue()
+
+
+def test_a_hash_is_64_bits_and_the_same_for_the_same_pixels(photos):
+    hashes = [perceptual_hash.of_image(p) for p in photos]
+    assert all(0 <= h < 1 << 64 for h in hashes)
+    assert hashes == [perceptual_hash.of_image(p.copy()) for p in photos]
+    assert perceptual_hash.of_scaled(np.asarray(photos[0].reduce(8))) == hashes[0]  # 320 px: 1/8 is 40 px
+
+
+def test_resized_and_reencoded_copies_are_near_and_other_photos_far(photos):
+    for photo in photos:
+        original = perceptual_hash.of_image(photo)
+        half = photo.resize((photo.width // 2, photo.height // 2), Image.Resampling.BILINEAR)
+        assert perceptual_hash.distance(original, perceptual_hash.of_image(half)) <= 8
+        requantized = Image.open(io.BytesIO(_jpeg(photo, 50)))
+        assert perceptual_hash.distance(original, perceptual_hash.of_image(requantized)) <= 8
+    hashes = [perceptual_hash.of_image(p) for p in photos]
+    assert min(perceptual_hash.distance(a, b) for a, b in itertools.combinations(hashes, 2)) > 16
+
+
+def test_the_eighth_scale_decode_and_a_full_decode_hash_alike(photos):
+    for photo in photos:
+        data = _jpeg(photo)
+        full = perceptual_hash.of_image(Image.open(io.BytesIO(data)))
+        scaled = simplejpeg.decode_jpeg(data, min_height=32, min_width=32)  # as the validation's check does
+        assert scaled.shape[1::-1] == perceptual_hash.scaled_size(*photo.size)
+        assert perceptual_hash.distance(full, perceptual_hash.of_scaled(scaled)) <= 8
+        small = photo.resize((photo.width // 3, photo.height // 3))  # about 100 px: decoded at 3/8 to 5/8
+        scaled = simplejpeg.decode_jpeg(_jpeg(small), min_height=32, min_width=32)
+        assert scaled.shape[1::-1] == perceptual_hash.scaled_size(*small.size)
+        # a small image hashes less steadily (perceptual_hash's docstring says so): up to 10 bits measured
+        assert perceptual_hash.distance(perceptual_hash.of_image(small), perceptual_hash.of_scaled(scaled)) <= 12
+
+
+def test_every_pair_within_the_distance_agrees_on_a_band():
+    rng = random.Random(0)
+    for distance in (0, 1, 5, 10, 12):
+        cut = perceptual_hash.bands(distance)
+        assert sorted(itertools.chain(*cut)) == list(range(64)) and len(cut) == distance + 1
+        for _ in range(200):
+            a = rng.getrandbits(64)
+            b = a
+            for bit in rng.sample(range(64), rng.randint(0, distance)):
+                b ^= 1 << bit
+            values = perceptual_hash.band_values([a, b], cut)
+            assert (values[0] == values[1]).any()
+    with pytest.raises(ValueError, match="0..12"):
+        perceptual_hash.bands(13)
+
+
+def test_band_values_hold_the_bands_bits():
+    cut = perceptual_hash.bands(3)  # bit i in band i % 4
+    value = perceptual_hash.band_values([1 << 63], cut)  # the first bit (position 0) alone
+    assert value.tolist() == [[1 << 15, 0, 0, 0]]
+    assert perceptual_hash.pairwise_distances(np.array([0, 7], np.uint64), np.array([1, 0], np.uint64)).tolist() \
+        == [[1, 0], [2, 3]]
+
+
+def test_validation_hashes_jpegs_stored_as_they_are_and_reencoded_images_unless_told_not_to(photos):
+    jpeg = _jpeg(photos[0])
+    png = io.BytesIO()
+    photos[0].save(png, format="PNG")
+    stored, reencoded = encode_image(jpeg, EncodeOptions()), encode_image(png.getvalue(), EncodeOptions())
+    assert isinstance(stored, Encoded) and not stored.reencoded and stored.data == jpeg
+    assert isinstance(reencoded, Encoded) and reencoded.reencoded_because == "png"
+    # the PNG and its JPEG copy: near-duplicates at the default distance
+    assert perceptual_hash.distance(stored.perceptual_hash, reencoded.perceptual_hash) <= DEFAULT_NEAR_DISTANCE
+    gray = _jpeg(photos[0].convert("L"))
+    assert encode_image(gray, EncodeOptions()).perceptual_hash is not None
+    off = EncodeOptions(perceptual_hash=False)
+    assert encode_image(jpeg, off).perceptual_hash is None and encode_image(png.getvalue(), off).perceptual_hash is None
+    assert encode_image(jpeg, off).data == stored.data  # the hash never changes what is stored

@@ -1,0 +1,34 @@
+"""A tiny run of bench.near_duplicates (its numbers mean little at this size; the code path is the benchmark's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.e2e  # runs the benchmark's command line, which runs the converter's
+
+
+def test_the_near_duplicate_benchmark_scores_planted_copies_and_times_the_hash(tmp_path):
+    out = tmp_path / "near.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.near_duplicates", "--grid", "1", "--photos", "16", "--rounds", "1",
+         "--json", str(out)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    quality = results["quality"]
+    assert quality["images"] == 5 * quality["tiles"] and quality["tiles"] >= 15
+    assert set(quality["recall"]) == {"resized to half", "re-encoded at quality 40", "cropped 2% on every side",
+                                      "cropped 5% on one side"}
+    assert quality["recall"]["resized to half"] >= 0.9 and quality["recall"]["re-encoded at quality 40"] >= 0.9
+    assert 0 <= quality["false_pairs"] < quality["pairs_of_different_tiles"]
+    cost = results["cost"]
+    assert cost["photos"] == 16 and cost["wall_ratio"] > 0 and cost["cpu_ratio"] > 0
+    assert "recall" in proc.stdout and "--no-near-duplicates" in proc.stdout
