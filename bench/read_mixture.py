@@ -2,6 +2,7 @@
 
     python -m bench.read_mixture                      # 3,000 photos, about 10 minutes on 2 cores
     python -m bench.read_mixture --photos 300 --rounds 2 --batches 5   # a quick look
+    python -m bench.read_mixture --smoke --results /tmp/m.json   # the test suite's run: seconds, numbers meaningless
 
 Measured in this one run, on the same photos (300-500 px JPEGs, bench/data.py):
 
@@ -35,10 +36,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results", "read_mixture.json")
 SIZE, BATCH = 224, 64
 WEIGHTS = (0.5, 0.3, 0.2)
+SMOKE = {"photos": 30, "rounds": 1, "batches": 1, "checked_steps": 20}  # --smoke
 
 
-def make_data(work: str, photos: int) -> tuple[str, list[str]]:
-    """One converted dataset of ``photos`` photos, and three that split the same photos 50 / 30 / 20."""
+def make_data(work: str, photos: int, in_process: bool = False) -> tuple[str, list[str]]:
+    """One converted dataset of ``photos`` photos, and three that split the same photos 50 / 30 / 20 (converted in
+    this process when ``in_process``)."""
     from bench.data import make_photo_dataset
 
     src = os.path.join(work, "photos")
@@ -56,13 +59,23 @@ def make_data(work: str, photos: int) -> tuple[str, list[str]]:
                 os.makedirs(os.path.join(part, os.path.dirname(rel)), exist_ok=True)
                 shutil.copy2(os.path.join(src, rel), os.path.join(part, rel))
         parts.append(part)
-    outs = [_convert(folder, f"{folder}-tfrecords", shards) for folder, shards in
+    outs = [_convert(folder, f"{folder}-tfrecords", shards, in_process) for folder, shards in
             [(src, 16), *((part, max(2, round(16 * w))) for part, w in zip(parts, WEIGHTS))]]
     return outs[0], outs[1:]
 
 
-def _convert(src: str, out: str, shards: int) -> str:
-    if not os.path.exists(os.path.join(out, "manifest.json")):
+def _convert(src: str, out: str, shards: int, in_process: bool = False) -> str:
+    """``python -m converter`` in a process of its own; or, for the smoke run, the same job in this process on
+    Beam's in-memory runner (a converter process's start-up would cost more than its few photos)."""
+    if os.path.exists(os.path.join(out, "manifest.json")):
+        return out
+    if in_process:
+        from beam_jobs.options import ConvertOptions
+        from beam_jobs.pipeline import run
+
+        run(ConvertOptions(src=src, out=out, shards=shards, val_fraction=0.0),
+            ["--direct_running_mode=in_memory", "--direct_num_workers=1"], show_progress=False)
+    else:
         subprocess.run([sys.executable, "-m", "converter", "--src", src, "--out", out, "--shards", str(shards),
                         "--val-fraction", "0", "--no-progress"], cwd=REPO, check=True, capture_output=True)
     return out
@@ -155,12 +168,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--checked-steps", type=int, default=200, help="pipeline steps checked (default: %(default)s)")
     parser.add_argument("--work", default=None, help="keep the generated data here (default: a temporary folder)")
     parser.add_argument("--results", default=RESULTS)
+    parser.add_argument("--smoke", action="store_true", help=f"the smallest run, for the tests: {SMOKE['photos']} "
+                        "photos converted in this process, 1 round of 1 batch, "
+                        f"{SMOKE['checked_steps']} pipeline steps checked (its numbers mean nothing)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        for name, value in SMOKE.items():
+            setattr(args, name, value)
     work = args.work or tempfile.mkdtemp(prefix="read-mixture-")
     try:
         import reader  # noqa: F401  (before TensorFlow: its start-up lines stay quiet)
 
-        single, parts = make_data(work, args.photos)
+        single, parts = make_data(work, args.photos, in_process=args.smoke)
         results = {"photos": args.photos, "image_size": SIZE, "batch_size": BATCH,
                    "throughput": throughput(single, parts, args.rounds, args.batches),
                    "quotas": quotas(parts, args.steps, args.checked_steps), "startup": startup(parts)}

@@ -81,9 +81,15 @@ def _keys_and_sources(plan, steps: int, slots=(0, BATCH), start: int = 0) -> tup
     return np.concatenate(keys).reshape(steps, -1), np.concatenate(which).reshape(steps, -1)
 
 
-def test_the_order_gives_each_batch_its_quota_and_each_source_whole_epochs_in_a_new_order(plan):
+@pytest.fixture(scope="module")
+def order(plan) -> tuple[np.ndarray, np.ndarray]:
+    """The global order of the first 300 steps, built once (each pipeline built costs seconds, not its steps)."""
+    return _keys_and_sources(plan, 300)
+
+
+def test_the_order_gives_each_batch_its_quota_and_each_source_whole_epochs_in_a_new_order(plan, order):
     steps = 300
-    keys, which = _keys_and_sources(plan, steps)
+    keys, which = order
     for step in range(steps):
         assert (np.bincount(which[step], minlength=3) == plan.counts(step)).all()
     for k, source in enumerate(plan.sources):
@@ -102,9 +108,10 @@ def test_the_order_gives_each_batch_its_quota_and_each_source_whole_epochs_in_a_
         assert all(one != following for one, following in zip(orders, orders[1:]))  # each pass in a new order
 
 
-@pytest.mark.parametrize("pipelines", [2, pytest.param(4, marks=pytest.mark.slow)])
-def test_the_pipelines_slices_concatenated_are_the_global_batch(plan, pipelines):
-    keys, which = _keys_and_sources(plan, 40)
+@pytest.mark.slow  # a pipeline built per slice: 15-30 s on 2 busy cores
+@pytest.mark.parametrize("pipelines", [2, 4])
+def test_the_pipelines_slices_concatenated_are_the_global_batch(plan, order, pipelines):
+    keys, which = order[0][:40], order[1][:40]  # the first 40 steps of the global order
     per = BATCH // pipelines
     parts = [_keys_and_sources(plan, 40, (h * per, (h + 1) * per)) for h in range(pipelines)]
     assert (np.concatenate([p[0] for p in parts], axis=1) == keys).all()
@@ -127,6 +134,7 @@ def uninterrupted(plan):
     return _batches(plan, 16)
 
 
+@pytest.mark.slow  # 5 decoded pipelines built: 20 s and more on 2 busy cores
 def test_resuming_before_at_and_after_a_small_sources_wrap_gives_the_same_batches(plan, uninterrupted):
     wrap = plan.steps_for(1, "c")  # c's second pass starts inside this step
     assert 0 < wrap < 14
@@ -219,6 +227,7 @@ def coco_and_voc(tmp_path_factory) -> tuple[str, str]:
     return coco, voc_out
 
 
+@pytest.mark.slow  # two conversions' label spaces and 3 pipelines: about 20 s on 2 busy cores
 def test_objects_of_coco_and_voc_meet_by_name_renamed_or_dropped_in_one_label_map(coco_and_voc, tmp_path):
     coco, voc = coco_and_voc
     space = reader.LabelSpace(rename={"motorbike": "motorcycle", "dog": None})

@@ -69,8 +69,8 @@ def _check_page(driver, url: str, sections: list[str]) -> None:
 def test_the_reports_of_a_classification_and_an_object_dataset_render_every_section_in_chromium(tmp_path):
     from converter.demo import write_demo, write_object_demo
 
-    write_demo(str(tmp_path / "shapes"), per_class=12, seed=1)
-    write_object_demo(str(tmp_path / "coco"), "coco", images=24, seed=1)
+    write_demo(str(tmp_path / "shapes"), per_class=4, seed=1)  # every section still drawn
+    write_object_demo(str(tmp_path / "coco"), "coco", images=10, seed=1)
     pages = []
     for name, extra in (("shapes", {"val_fraction": 0.25}), ("coco", {})):
         out = str(tmp_path / f"{name}-out")
