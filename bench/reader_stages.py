@@ -15,6 +15,12 @@ variant adds or removes one stage:
 - ``shards_plain_eval``: shards through a plain interleave (no count check), our eval map.
 - ``ours_eval`` / ``ours_train``: ``reader.build_dataset``, as users call it.
 - ``ours_*_parse_each``: the same with one parse call per record instead of 64.
+- ``plain_read_constant`` / ``order_read_constant``: a constant image for every record, so only reading is
+  left: the shards through a plain interleave, and through the training order (``order.host_records``:
+  streams, windows, the checked segment reads), both parsed 64 records per call. Their difference is
+  what the order costs an image (issue #49 §4). Run with ``--order`` (or named in ``--only``)::
+
+    python -m bench.reader_stages --images 640 --rounds 8 --order --only plain_read_constant order_read_constant
 
     python -m bench.reader_stages --images 2000 --rounds 6
 """
@@ -32,8 +38,10 @@ import tensorflow as tf
 import reader
 from bench import convert_bench, data, read_bench
 from reader import pipeline as reader_pipeline
-from reader import preprocess
-from reader.options import Augmentation
+from reader import preprocess, tasks
+from reader import records as reader_records
+from reader.options import Augmentation, FeatureKeys, ObjectTargets
+from reader.order import stream_layout
 from reader.records import parse_record
 
 SIZE, BATCH = read_bench.SIZE, read_bench.BATCH
@@ -41,6 +49,8 @@ AUTOTUNE = tf.data.AUTOTUNE
 # The names variants() returns, known before any data is made (so --only is checked at once).
 VARIANTS = ("bound", "memory_eval_fn", "memory_train_fn", "shards_bound", "shards_plain_eval", "ours_eval", "ours_train",
             "ours_eval_parse_each", "ours_train_parse_each")
+# Run only when asked (--order, or by name in --only): what the training order costs over a plain read.
+ORDER_VARIANTS = ("plain_read_constant", "order_read_constant")
 
 
 def variants(shards: str) -> dict:
@@ -75,6 +85,20 @@ def variants(shards: str) -> dict:
     def image_of(record):
         return parse_record(record)[0]
 
+    constant = tasks.Task(tasks.for_dataset(info.task, info.classes, FeatureKeys(), 0, ObjectTargets(), None).parse,
+                          lambda parsed, seed: (tf.zeros([SIZE, SIZE, 3]), parsed[FeatureKeys().label]),
+                          None, tasks.plain_batch)
+
+    def order_read_constant():
+        source = reader_records.Source(info, split, FeatureKeys(), 0, False)
+        layout = stream_layout(split.num_examples, BATCH)
+        records = reader_pipeline._stream_records(source, layout, 0, lambda: tf.constant(0, tf.int64), None, 1, 0)
+        return reader_pipeline._train_batches(records, constant, 0, True, BATCH).prefetch(AUTOTUNE)
+
+    def plain_read_constant():
+        records = plain_records().repeat().map(lambda record: (record, tf.constant(0, tf.int64)))
+        return reader_pipeline._train_batches(records, constant, 0, True, BATCH).prefetch(AUTOTUNE)
+
     return {
         "bound": lambda: batched(in_memory(), lambda b: (full_decode(b), 0)),
         "memory_eval_fn": lambda: batched(in_memory(), lambda b: (eval_fn(b), 0)),
@@ -87,6 +111,8 @@ def variants(shards: str) -> dict:
             shards, "train", BATCH, SIZE, training=False, info=info).repeat()),
         "ours_train_parse_each": lambda: _parsing_each(lambda: reader.build_dataset(
             shards, "train", BATCH, SIZE, training=True, info=info)),
+        "plain_read_constant": plain_read_constant,
+        "order_read_constant": order_read_constant,
     }
 
 
@@ -108,8 +134,11 @@ def main(argv=None) -> int:
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--batches", type=int, default=60)
-    parser.add_argument("--only", nargs="*", choices=VARIANTS, metavar="VARIANT",
-                        help=f"variants to run (default: all): {', '.join(VARIANTS)}")
+    parser.add_argument("--only", nargs="*", choices=VARIANTS + ORDER_VARIANTS, metavar="VARIANT",
+                        help=f"variants to run (default: all but the --order ones): "
+                             f"{', '.join(VARIANTS + ORDER_VARIANTS)}")
+    parser.add_argument("--order", action="store_true",
+                        help=f"also run {' and '.join(ORDER_VARIANTS)}: what the training order costs an image")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="reader-stages-") as work:
@@ -117,8 +146,8 @@ def main(argv=None) -> int:
         data.make_photo_dataset(images, args.images, seed=2)
         convert_bench.timed_run(convert_bench.ours(images, shards, 16))
         makers = variants(shards)
-        if args.only:
-            makers = {name: makers[name] for name in args.only}
+        chosen = args.only or [*VARIANTS, *(ORDER_VARIANTS if args.order else ())]
+        makers = {name: makers[name] for name in chosen}
         measured = read_bench.alternating_rounds(makers, args.rounds, lambda _: args.batches)
     bound = measured.get("bound")
     print(f"{'variant':<22} {'images/s':>8} {'min':>6} {'max':>6}  over bound  paired  CPU ms/image  "

@@ -309,9 +309,10 @@ def _remap(plan: Mixture):
             ids = lookup(parsed[record_schema.LABEL], source)
             parsed[record_schema.LABEL] = tf.boolean_mask(ids, ids >= 0)
         elif plan.task == record_schema.TASK_OBJECTS:
-            rows = parsed[tasks._OBJECTS]  # [N, 7]: box, class id, is_crowd, difficult (reader/tasks.py)
-            ids = tf.cast(lookup(tf.cast(rows[:, 4], tf.int64), source), rows.dtype)
-            parsed[tasks._OBJECTS] = tf.concat([rows[:, :4], ids[:, None], rows[:, 5:]], axis=1)
+            rows = parsed[tasks.OBJECTS_KEY]  # [N, 7]: box, class id, is_crowd, difficult (reader/tasks.py)
+            column = tasks.OBJECT_CLASS_COLUMN
+            ids = tf.cast(lookup(tf.cast(rows[:, column], tf.int64), source), rows.dtype)
+            parsed[tasks.OBJECTS_KEY] = tf.concat([rows[:, :column], ids[:, None], rows[:, column + 1:]], axis=1)
         return parsed
 
     return remap

@@ -213,8 +213,22 @@ def host_records(
     mine = tf.data.Dataset.range(pipeline_id * per_pipeline, (pipeline_id + 1) * per_pipeline)
     rows = mine.interleave(stream, cycle_length=per_pipeline, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
                            deterministic=True).batch(per_pipeline)
-    return rows.map(lambda records, keys: (_round_robin(records, per_pipeline, layout.block),
-                                           _round_robin(keys, per_pipeline, layout.block))).unbatch()
+    return rows.map(lambda records, keys, picks: _row_in_batch_order(records, keys, picks, per_pipeline,
+                                                                      layout.block)).unbatch()
+
+
+def _row_in_batch_order(records: tf.Tensor, keys: tf.Tensor, picks: tf.Tensor, streams: int, block: int) -> tuple:
+    """A row of windows as read (``[streams, n]``) -> its records and keys in batch order, in one gather.
+
+    ``picks[i]``: stream i's window order (its permutation, the records before the start dropped). The
+    permutation and the round-robin are composed on indexes, so each record's bytes are copied once, where
+    a gather, then the round-robin's unstack and stack copied them three times (the same records, in the
+    same order; its CPU an image was within the noise of the old form's, ``bench.reader_stages --order``).
+    """
+    size = tf.shape(records, out_type=tf.int64)[1]
+    flat = picks + tf.range(streams, dtype=tf.int64)[:, None] * size  # stream i's window starts at i * n
+    order = _round_robin(flat, streams, block)
+    return tf.gather(tf.reshape(records, [-1]), order), tf.gather(tf.reshape(keys, [-1]), order)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,7 +244,8 @@ class _Shards:
 
 def _stream_windows(shards: _Shards, layout: StreamLayout, seed: int, start_step: tf.Tensor, index: tf.Tensor,
                     epoch: tf.Tensor) -> tf.data.Dataset:
-    """Stream ``index``'s shuffled windows of ``epoch`` as ``(records, keys)``, the first cut at the start step."""
+    """Stream ``index``'s windows of ``epoch`` as ``(records, keys, order)``: read, and the order they are taken in
+    (the window's permutation, the first window's records before the start step dropped)."""
     window = layout.window
     position = tf.where(tf.equal(epoch, start_step // layout.steps_per_epoch),
                         start_step % layout.steps_per_epoch * layout.block, tf.constant(0, tf.int64))
@@ -243,11 +258,11 @@ def _stream_windows(shards: _Shards, layout: StreamLayout, seed: int, start_step
         return tf.data.Dataset.zip((records, tf.data.Dataset.range(key, key + count)))
 
     def shuffle(number: tf.Tensor, window_records: tuple) -> tuple:
-        records, keys = window_records
+        records, keys = window_records  # left in reading order: the row gathers them (_row_in_batch_order)
         size = tf.shape(keys, out_type=tf.int64)[0]
         permutation = window_permutation(size, seed, epoch, index, number)
         drop = tf.where(tf.equal(number, first_window), position - first_window * window, 0)
-        return tf.gather(records, permutation)[drop:], tf.gather(keys, permutation)[drop:]
+        return records, keys, permutation[drop:]
 
     records = tf.data.Dataset.from_tensor_slices((shard, first, count)).flat_map(segment)
     return records.batch(window).enumerate(start=first_window).map(shuffle)
@@ -256,13 +271,28 @@ def _stream_windows(shards: _Shards, layout: StreamLayout, seed: int, start_step
 def _segments(sizes: tf.Tensor, layout: StreamLayout, seed: int, epoch: tf.Tensor, index: tf.Tensor,
               begin_at: tf.Tensor) -> tuple:
     """``(shard, first record, count)`` runs making stream ``index`` of ``epoch`` from its record ``begin_at``."""
-    num_shards = sizes.shape[0]
-    order = shard_order(num_shards, seed, epoch)
+    return _segments_graph(tf.cast(sizes, tf.int64), tf.constant(layout.stream_length, tf.int64),
+                           tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64), tf.cast(index, tf.int64),
+                           tf.cast(begin_at, tf.int64))
+
+
+# The order's pure tensor functions are traced once a process and called from every stream's graph: traced in
+# each, they were about a quarter of the 0.25 s of CPU a mixture's source took to build (issue #50 §4).
+_SCALAR = tf.TensorSpec([], tf.int64)
+
+
+@tf.function(input_signature=[tf.TensorSpec([None], tf.int64)] + [_SCALAR] * 5, autograph=False)
+def _segments_graph(sizes: tf.Tensor, stream_length: tf.Tensor, seed: tf.Tensor, epoch: tf.Tensor,
+                    index: tf.Tensor, begin_at: tf.Tensor) -> tuple:
+    """:func:`_segments`' graph, the layout reduced to the stream length."""
+    num_shards = tf.size(sizes, out_type=tf.int64)
+    key = tf.random.experimental.stateless_fold_in(tf.stack([seed, tf.constant(_SHARDS, tf.int64)]), epoch)
+    order = tf.random.experimental.index_shuffle(tf.range(num_shards), key, num_shards - 1)  # shard_order's
     ordered = tf.gather(sizes, order)
     ends = tf.cumsum(ordered)
     starts = ends - ordered
-    begin = index * layout.stream_length + begin_at
-    end = (index + 1) * layout.stream_length
+    begin = index * stream_length + begin_at
+    end = (index + 1) * stream_length
     hit = tf.where(tf.logical_and(starts < end, ends > begin))[:, 0]
     first = tf.maximum(begin - tf.gather(starts, hit), 0)
     count = tf.minimum(end - tf.gather(starts, hit), tf.gather(ordered, hit)) - first
@@ -287,9 +317,17 @@ def shard_order(num_shards: int, seed: int, epoch: tf.Tensor) -> tf.Tensor:
 def window_permutation(size: tf.Tensor, seed: int, epoch: tf.Tensor, stream: tf.Tensor,
                        window: tf.Tensor) -> tf.Tensor:
     """The order of a window of ``size`` records, keyed by (seed, epoch, stream, window)."""
-    key = tf.constant([seed, _WINDOWS], tf.int64)
+    return _window_permutation(tf.cast(size, tf.int64), tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64),
+                               tf.cast(stream, tf.int64), tf.cast(window, tf.int64))
+
+
+@tf.function(input_signature=[_SCALAR] * 5, autograph=False)
+def _window_permutation(size: tf.Tensor, seed: tf.Tensor, epoch: tf.Tensor, stream: tf.Tensor,
+                        window: tf.Tensor) -> tf.Tensor:
+    """:func:`window_permutation`'s graph."""
+    key = tf.stack([seed, tf.constant(_WINDOWS, tf.int64)])
     for data in (epoch, stream, window):
-        key = tf.random.experimental.stateless_fold_in(key, tf.cast(data, tf.int64))
+        key = tf.random.experimental.stateless_fold_in(key, data)
     return tf.random.experimental.index_shuffle(tf.range(size), key, size - 1)
 
 

@@ -11,6 +11,7 @@ warning naming it and the number of records lost.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from typing import Optional, Sequence
 
@@ -122,7 +123,17 @@ def record_offset(index_path: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
     Record 0 starts at byte 0 and needs no index. The index of one shard is
     about 15 bytes per record; it is read only where a stream starts inside a
     shard (C times per epoch, and on a resume).
+
+    Its graph (three conds) is traced once a process and called from every
+    segment's: traced in each, it was about half of a segment read's CPU to
+    build (a mixture of 10 sources builds 10 orders; issue #50).
     """
+    return _record_offset(tf.convert_to_tensor(index_path, tf.string), tf.cast(record, tf.int64))
+
+
+@tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)], autograph=False)
+def _record_offset(index_path: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
+    """:func:`record_offset`'s graph."""
 
     def lookup() -> tf.Tensor:
         # Checked as record_files.idx.offset_of checks it: a copy's damaged index means reading through.
@@ -165,17 +176,37 @@ def _checked(records: tf.data.Dataset, path: tf.Tensor, num_records: tf.Tensor, 
     """``records``, failing (or warning) at their end unless there were ``num_records`` (< 0: any number)."""
     batches = records.batch(CHECK_BATCH)
     end = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
-    if first is None:
-        template, extra = "shard {} is corrupt or truncated: read {} of its {} records", ()
-    else:
-        template, extra = "shard {} is corrupt or truncated: read {} of the {} records from record {}", (first,)
+    step = _check_step(skip_corrupt, first is not None, labels)
+    start = tf.constant(0, tf.int64) if first is None else tf.cast(first, tf.int64)
+    path, num_records = tf.convert_to_tensor(path, tf.string), tf.cast(num_records, tf.int64)
+    checked = batches.concatenate(end).scan(tf.constant(0, tf.int64),
+                                            lambda count, batch: step(count, batch, path, num_records, start)).unbatch()
+    return checked if s3 else _if_present(path, checked, skip_corrupt)
 
-    def step(count: tf.Tensor, batch: tf.Tensor) -> tuple:
+
+@functools.lru_cache(maxsize=None)
+def _check_step(skip_corrupt: bool, segment: bool, labels: Optional[LabelRange]):
+    """The count check's scan step ``(count, batch, path, num_records, first) -> (count, batch)``.
+
+    Traced once a process for each kind of check and called from every
+    shard's and segment's scan (traced in each, it cost a third of the
+    check's CPU to build). ``segment``: the records are a run from record
+    ``first`` (the message says so).
+    """
+    if segment:
+        template = "shard {} is corrupt or truncated: read {} of the {} records from record {}"
+    else:
+        template = "shard {} is corrupt or truncated: read {} of its {} records"
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int64), tf.TensorSpec([None], tf.string),
+                                  tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
+                                  tf.TensorSpec([], tf.int64)], autograph=False)
+    def step(count: tf.Tensor, batch: tf.Tensor, path: tf.Tensor, num_records: tf.Tensor, first: tf.Tensor) -> tuple:
         size = tf.size(batch, out_type=tf.int64)
 
         def at_end() -> tf.Tensor:
             complete = tf.logical_or(num_records < 0, tf.equal(count, num_records))
-            message = tf.strings.format(template, (path, count, num_records, *extra))
+            message = tf.strings.format(template, (path, count, num_records, *((first,) if segment else ())))
             if skip_corrupt:
                 check = tf.cond(
                     complete,
@@ -190,11 +221,9 @@ def _checked(records: tf.data.Dataset, path: tf.Tensor, num_records: tf.Tensor, 
         if labels is None:
             return count + size, tf.cond(tf.equal(size, 0), at_end, lambda: batch)
         return count + size, tf.cond(tf.equal(size, 0), at_end,
-                                     lambda: _check_labels(batch, path, count + start, labels, skip_corrupt))
+                                     lambda: _check_labels(batch, path, count + first, labels, skip_corrupt))
 
-    start = tf.constant(0, tf.int64) if first is None else first
-    checked = batches.concatenate(end).scan(tf.constant(0, tf.int64), step).unbatch()
-    return checked if s3 else _if_present(path, checked, skip_corrupt)
+    return step
 
 
 def _check_labels(batch: tf.Tensor, path: tf.Tensor, first: tf.Tensor, labels: LabelRange,

@@ -140,7 +140,9 @@ _OBJECT_SPEC = {
 # An example's objects travel as one float32 row an object, stacked when 64 records are parsed: the box as the
 # records hold it, then the class id (exact in float32 below 2**24), is_crowd and difficult. One ragged component
 # through unbatch, the map and the batch, where there were seven (and four more made per example).
-_OBJECTS = "objects"
+OBJECTS_KEY = "objects"  # the parsed features' key of those rows (public: a mixture remaps their class ids)
+OBJECT_CLASS_COLUMN = 4  # the class id's column in a row
+_OBJECTS = OBJECTS_KEY
 _OBJECT_COLUMNS = (record_schema.BBOX_YMIN, record_schema.BBOX_XMIN, record_schema.BBOX_YMAX, record_schema.BBOX_XMAX,
                    record_schema.OBJECT_LABEL, record_schema.OBJECT_IS_CROWD, record_schema.OBJECT_DIFFICULT)
 _CLASS_MASK_SPEC = {record_schema.SEGMENTATION_ENCODED: tf.io.FixedLenFeature([], tf.string)}
