@@ -24,6 +24,7 @@ import pytest
 from beam_jobs import faults
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
+from record_files.croissant import CROISSANT_FILE
 from tests.archive_data import imagenet_archives, tar_folder, tar_of_tars, zip_folder
 from tests.conftest import run_converter, write_imagenet_tree
 
@@ -47,6 +48,10 @@ def dataset_contents(out) -> dict[str, object]:
             for field in OPTION_FIELDS:
                 manifest["options"].pop(field)
             contents[name] = manifest
+        elif name == CROISSANT_FILE:
+            card = json.loads(data)
+            card.pop("name")  # the card's default name is OUT's folder name, which each run compared has its own
+            contents[name] = card
         else:
             contents[name] = hashlib.sha256(data).hexdigest()
     return contents
