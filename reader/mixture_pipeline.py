@@ -43,7 +43,7 @@ from reader.options import (
 from reader.order import Position, host_records
 from reader.pipeline import PARSE_BATCH, _check_seed, _check_shards_present, _check_targets, _deliver, _options
 from reader.repeat_factor import RepeatFactor, repeated_records
-from reader.records import AUTOTUNE, Source, file_order, interleave_records, read_segment
+from reader.records import AUTOTUNE, SegmentReader, Source, file_order, interleave_records
 
 _SOURCE_SEED = 0x6D1C  # salts a source's order seed away from the run's seed (two copies of a dataset differ)
 
@@ -275,9 +275,7 @@ def _source_records(source, split, seed: int, consumed: tf.Tensor, index: int) -
     layout = source.layout
     reader_source = Source(source.info, split, FeatureKeys(), 0, False)
 
-    def segment(path, index_path, first, count):
-        return read_segment(path, index_path, first, count, False, None, reader_source.s3, reader_source.read_buffer)
-
+    segment = SegmentReader(s3=reader_source.s3, read_buffer=reader_source.read_buffer)
     index_files = [s.index_path for s in split.shards]
     if source.factors is not None:
         records = repeated_records(split.files, reader_source.counts, index_files, source.factors.factors,

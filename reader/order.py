@@ -31,6 +31,7 @@ records before it (datasets written before indexes, documented as slower).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from typing import Callable, Optional, Sequence
@@ -195,29 +196,86 @@ def host_records(
     Each stream runs through the epochs itself and reads its next window
     while its current one is consumed (the interleave reads ahead), so
     neither a window's end nor an epoch's stalls the round-robin.
+
+    The pipeline's graph takes the split, the layout and the seed as tensors:
+    for a ``read_segment`` that compares by value (``records.SegmentReader``)
+    it is traced once a process and every later call, another split or
+    another source of a mixture, builds in a few milliseconds (traced each
+    time, it was 0.25 s of CPU a source: issue #50's start-up).
     """
-    shards = _Shards(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
-                     tf.constant(list(index_files), tf.string),
-                     tf.constant([sum(counts[:i]) for i in range(len(files))], tf.int64), read_segment)
-    start_step = tf.cast(start_step, tf.int64)
-    first_epoch = start_step // layout.steps_per_epoch
-    last_epoch = num_epochs if num_epochs is not None else 1 << 62
+    graph = reading_graph(_HOST_GRAPHS, read_segment, _host_records_graph, _HOST_SIGNATURE)
+    return graph(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
+                 tf.constant(list(index_files), tf.string),
+                 tf.constant([layout.num_records, layout.batch_size, layout.streams, layout.window], tf.int64),
+                 tf.constant(seed, tf.int64), tf.cast(start_step, tf.int64),
+                 tf.constant(num_epochs if num_epochs is not None else 1 << 62, tf.int64),
+                 tf.constant(layout.streams // pipelines, tf.int64), tf.constant(pipeline_id, tf.int64))
+
+
+def reading_graph(cache: dict, read_segment, body: Callable[..., tf.data.Dataset], signature: list):
+    """``body(*tensors, read_segment=read_segment)`` as a ``tf.function`` of ``signature``, returning its dataset.
+
+    Traced once a process for a ``read_segment`` that compares by value (a frozen dataclass such as
+    ``records.SegmentReader``: kept in ``cache``), else once a call.
+    """
+    by_value = dataclasses.is_dataclass(read_segment) and getattr(read_segment, "__hash__", None) is not None
+    graph = cache.get(read_segment) if by_value else None
+    if graph is None:
+        graph = tf.function(functools.partial(body, read_segment=read_segment), input_signature=signature,
+                            autograph=False)
+        if by_value:
+            cache[read_segment] = graph
+    return graph
+
+
+_HOST_SIGNATURE = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64),
+                   tf.TensorSpec([None], tf.string), tf.TensorSpec([4], tf.int64)] + [tf.TensorSpec([], tf.int64)] * 5
+_HOST_GRAPHS: dict = {}  # read_segment -> host_records' traced graph
+
+
+def _host_records_graph(files: tf.Tensor, counts: tf.Tensor, index_files: tf.Tensor, layout: tf.Tensor,
+                        seed: tf.Tensor, start_step: tf.Tensor, last_epoch: tf.Tensor, per_pipeline: tf.Tensor,
+                        pipeline_id: tf.Tensor, read_segment) -> tf.data.Dataset:
+    """:func:`host_records` with every number a tensor (``layout``: N, G, C, W)."""
+    shards = _Shards(files, counts, index_files, tf.cumsum(counts, exclusive=True), read_segment)
+    grid = _LayoutTensors(*tf.unstack(layout, num=4))
+    first_epoch = start_step // grid.steps_per_epoch
 
     def stream(index: tf.Tensor) -> tf.data.Dataset:
         epochs = tf.data.Dataset.range(first_epoch, last_epoch)
-        return epochs.flat_map(lambda epoch: _stream_windows(shards, layout, seed, start_step, index, epoch))
+        return epochs.flat_map(lambda epoch: _stream_windows(shards, grid, seed, start_step, index, epoch))
 
-    per_pipeline = layout.streams // pipelines
     # Windows, not records, go through the interleave (a record at a time cost 0.2 ms of CPU each): every
     # stream's windows have the same sizes at the same batches, so a row of them is cut into batches at once.
     mine = tf.data.Dataset.range(pipeline_id * per_pipeline, (pipeline_id + 1) * per_pipeline)
     rows = mine.interleave(stream, cycle_length=per_pipeline, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
                            deterministic=True).batch(per_pipeline)
-    return rows.map(lambda records, keys, picks: _row_in_batch_order(records, keys, picks, per_pipeline,
-                                                                      layout.block)).unbatch()
+    return rows.map(lambda records, keys, picks: _row_in_batch_order(records, keys, picks, grid.block)).unbatch()
 
 
-def _row_in_batch_order(records: tf.Tensor, keys: tf.Tensor, picks: tf.Tensor, streams: int, block: int) -> tuple:
+@dataclasses.dataclass(frozen=True)
+class _LayoutTensors:
+    """A :class:`StreamLayout` as scalar tensors, in a graph that serves every layout."""
+
+    num_records: tf.Tensor
+    batch_size: tf.Tensor
+    streams: tf.Tensor
+    window: tf.Tensor
+
+    @property
+    def steps_per_epoch(self) -> tf.Tensor:
+        return self.num_records // self.batch_size
+
+    @property
+    def block(self) -> tf.Tensor:
+        return self.batch_size // self.streams
+
+    @property
+    def stream_length(self) -> tf.Tensor:
+        return self.steps_per_epoch * self.block
+
+
+def _row_in_batch_order(records: tf.Tensor, keys: tf.Tensor, picks: tf.Tensor, block: tf.Tensor) -> tuple:
     """A row of windows as read (``[streams, n]``) -> its records and keys in batch order, in one gather.
 
     ``picks[i]``: stream i's window order (its permutation, the records before the start dropped). The
@@ -226,14 +284,15 @@ def _row_in_batch_order(records: tf.Tensor, keys: tf.Tensor, picks: tf.Tensor, s
     same order; its CPU an image was within the noise of the old form's, ``bench.reader_stages --order``).
     """
     size = tf.shape(records, out_type=tf.int64)[1]
+    streams = tf.shape(picks, out_type=tf.int64)[0]
     flat = picks + tf.range(streams, dtype=tf.int64)[:, None] * size  # stream i's window starts at i * n
-    order = _round_robin(flat, streams, block)
+    order = tf.gather(tf.reshape(flat, [-1]), _round_robin(streams, tf.shape(picks, out_type=tf.int64)[1], block))
     return tf.gather(tf.reshape(records, [-1]), order), tf.gather(tf.reshape(keys, [-1]), order)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Shards:
-    """A split's shards as graph constants (in manifest order), and how to read a run of records of one."""
+    """A split's shards as graph tensors (in manifest order), and how to read a run of records of one."""
 
     paths: tf.Tensor
     sizes: tf.Tensor
@@ -242,19 +301,19 @@ class _Shards:
     read_segment: Callable[..., tf.data.Dataset]
 
 
-def _stream_windows(shards: _Shards, layout: StreamLayout, seed: int, start_step: tf.Tensor, index: tf.Tensor,
+def _stream_windows(shards: _Shards, grid: _LayoutTensors, seed: tf.Tensor, start_step: tf.Tensor, index: tf.Tensor,
                     epoch: tf.Tensor) -> tf.data.Dataset:
     """Stream ``index``'s windows of ``epoch`` as ``(records, keys, order)``: read, and the order they are taken in
     (the window's permutation, the first window's records before the start step dropped)."""
-    window = layout.window
-    position = tf.where(tf.equal(epoch, start_step // layout.steps_per_epoch),
-                        start_step % layout.steps_per_epoch * layout.block, tf.constant(0, tf.int64))
+    window = grid.window
+    position = tf.where(tf.equal(epoch, start_step // grid.steps_per_epoch),
+                        start_step % grid.steps_per_epoch * grid.block, tf.constant(0, tf.int64))
     first_window = position // window
-    shard, first, count = _segments(shards.sizes, layout, seed, epoch, index, first_window * window)
+    shard, first, count = stream_segments(shards.sizes, grid.stream_length, seed, epoch, index, first_window * window)
 
     def segment(shard: tf.Tensor, first: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
         records = shards.read_segment(tf.gather(shards.paths, shard), tf.gather(shards.indexes, shard), first, count)
-        key = epoch * layout.num_records + tf.gather(shards.bases, shard) + first
+        key = epoch * grid.num_records + tf.gather(shards.bases, shard) + first
         return tf.data.Dataset.zip((records, tf.data.Dataset.range(key, key + count)))
 
     def shuffle(number: tf.Tensor, window_records: tuple) -> tuple:
@@ -268,26 +327,18 @@ def _stream_windows(shards: _Shards, layout: StreamLayout, seed: int, start_step
     return records.batch(window).enumerate(start=first_window).map(shuffle)
 
 
-def _segments(sizes: tf.Tensor, layout: StreamLayout, seed: int, epoch: tf.Tensor, index: tf.Tensor,
-              begin_at: tf.Tensor) -> tuple:
-    """``(shard, first record, count)`` runs making stream ``index`` of ``epoch`` from its record ``begin_at``."""
-    return _segments_graph(tf.cast(sizes, tf.int64), tf.constant(layout.stream_length, tf.int64),
-                           tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64), tf.cast(index, tf.int64),
-                           tf.cast(begin_at, tf.int64))
-
-
 # The order's pure tensor functions are traced once a process and called from every stream's graph: traced in
 # each, they were about a quarter of the 0.25 s of CPU a mixture's source took to build (issue #50 §4).
 _SCALAR = tf.TensorSpec([], tf.int64)
 
 
 @tf.function(input_signature=[tf.TensorSpec([None], tf.int64)] + [_SCALAR] * 5, autograph=False)
-def _segments_graph(sizes: tf.Tensor, stream_length: tf.Tensor, seed: tf.Tensor, epoch: tf.Tensor,
+def stream_segments(sizes: tf.Tensor, stream_length: tf.Tensor, seed: tf.Tensor, epoch: tf.Tensor,
                     index: tf.Tensor, begin_at: tf.Tensor) -> tuple:
-    """:func:`_segments`' graph, the layout reduced to the stream length."""
-    num_shards = tf.size(sizes, out_type=tf.int64)
-    key = tf.random.experimental.stateless_fold_in(tf.stack([seed, tf.constant(_SHARDS, tf.int64)]), epoch)
-    order = tf.random.experimental.index_shuffle(tf.range(num_shards), key, num_shards - 1)  # shard_order's
+    """``(shard, first record, count)`` runs making stream ``index`` of ``epoch`` from its record ``begin_at``:
+    the shards (``sizes``: records each, manifest order) in :func:`shard_order`, cut into streams of
+    ``stream_length`` records."""
+    order = shard_order(tf.size(sizes, out_type=tf.int64), seed, epoch)
     ordered = tf.gather(sizes, order)
     ends = tf.cumsum(ordered)
     starts = ends - ordered
@@ -299,25 +350,27 @@ def _segments_graph(sizes: tf.Tensor, stream_length: tf.Tensor, seed: tf.Tensor,
     return tf.gather(order, hit), first, count
 
 
-def _round_robin(values: tf.Tensor, streams: int, block: int) -> tf.Tensor:
-    """A row of windows, one per stream (``[streams, n]``), in batch order: ``block`` values of each in turn."""
-    blocks = tf.reshape(values, [streams, -1, block])
-    # Stacked, not transposed: a transpose of the int64 keys logs oneDNN's "supports DT_INT64 only on platforms
-    # with AVX-512" as an error line that no log level hides (TensorFlow 2.21); the order is the same.
-    return tf.reshape(tf.stack(tf.unstack(blocks, num=streams), axis=1), [-1])
+def _round_robin(streams: tf.Tensor, length: tf.Tensor, block: tf.Tensor) -> tf.Tensor:
+    """Indexes into a row of windows, one per stream (``[streams, length]`` flattened), in batch order: ``block``
+    values of each stream in turn. Arithmetic, not a transpose: the same for every layout, and a transpose of
+    int64 logs oneDNN's "supports DT_INT64 only on platforms with AVX-512" as an error line (TensorFlow 2.21)."""
+    place = tf.range(streams * length, dtype=tf.int64)
+    turn, within = place // block, place % block
+    return (turn % streams) * length + (turn // streams) * block + within
 
 
-def shard_order(num_shards: int, seed: int, epoch: tf.Tensor) -> tf.Tensor:
+def shard_order(num_shards: "int | tf.Tensor", seed: "int | tf.Tensor", epoch: tf.Tensor) -> tf.Tensor:
     """The shards of ``epoch`` in their order: a stateless permutation keyed by (seed, epoch)."""
-    key = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHARDS], tf.int64), epoch)
-    return tf.random.experimental.index_shuffle(tf.range(num_shards, dtype=tf.int64), key,
-                                                tf.constant(num_shards - 1, tf.int64))
+    num_shards = tf.cast(num_shards, tf.int64)
+    key = tf.random.experimental.stateless_fold_in(
+        tf.stack([tf.cast(seed, tf.int64), tf.constant(_SHARDS, tf.int64)]), tf.cast(epoch, tf.int64))
+    return tf.random.experimental.index_shuffle(tf.range(num_shards, dtype=tf.int64), key, num_shards - 1)
 
 
-def window_permutation(size: tf.Tensor, seed: int, epoch: tf.Tensor, stream: tf.Tensor,
+def window_permutation(size: tf.Tensor, seed: "int | tf.Tensor", epoch: tf.Tensor, stream: tf.Tensor,
                        window: tf.Tensor) -> tf.Tensor:
     """The order of a window of ``size`` records, keyed by (seed, epoch, stream, window)."""
-    return _window_permutation(tf.cast(size, tf.int64), tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64),
+    return _window_permutation(tf.cast(size, tf.int64), tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64),
                                tf.cast(stream, tf.int64), tf.cast(window, tf.int64))
 
 

@@ -47,7 +47,7 @@ from reader.options import (
     image_hw,
 )
 from reader.order import Position, StreamLayout, check_pipelines, host_records, stream_layout
-from reader.records import AUTOTUNE, Source, read_segment
+from reader.records import AUTOTUNE, SegmentReader, Source
 
 logger = logging.getLogger(__name__)
 
@@ -192,13 +192,7 @@ def _stream_records(source: Source, layout: StreamLayout, seed: int, start_step:
                     num_epochs: Optional[int], pipelines: int, pipeline_id: int) -> tf.data.Dataset:
     """``(record, key)`` of this pipeline in the "streams" order, from global step ``start_step`` on."""
     split = source.split
-
-    def segment(path, index_path, first, count):
-        records = read_segment(path, index_path, first, count, source.skip_corrupt, source.labels, source.s3,
-                               source.read_buffer)
-        if source.skip_corrupt:  # skipped records keep their places (empty), so every window has its planned size
-            records = records.concatenate(tf.data.Dataset.from_tensors(tf.constant(b"")).repeat()).take(count)
-        return records
+    segment = SegmentReader(source.skip_corrupt, source.labels, source.s3, source.read_buffer)
 
     def from_step(step: tf.Tensor) -> tf.data.Dataset:
         return host_records(split.files, source.counts, [shard.index_path for shard in split.shards], layout, seed,

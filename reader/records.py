@@ -117,6 +117,29 @@ def read_segment(path: tf.Tensor, index_path: tf.Tensor, first: tf.Tensor, count
     return _checked(records.take(count), path, count, skip_corrupt, labels, s3, first)
 
 
+@dataclasses.dataclass(frozen=True)
+class SegmentReader:
+    """``(path, index_path, first, count) -> records``: :func:`read_segment` with its checks fixed, as the
+    training order (``order.host_records``) reads its windows.
+
+    A frozen value, so every split and mixture source read the same way shares one traced order graph.
+    ``skip_corrupt``: a corrupt shard's lost records keep their places as empty records, so every window
+    has its planned size (the pipeline drops them after the order; later batches shift, documented).
+    """
+
+    skip_corrupt: bool = False
+    labels: Optional[LabelRange] = None
+    s3: bool = False
+    read_buffer: Optional[int] = None
+
+    def __call__(self, path: tf.Tensor, index_path: tf.Tensor, first: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
+        records = read_segment(path, index_path, first, count, self.skip_corrupt, self.labels, self.s3,
+                               self.read_buffer)
+        if self.skip_corrupt:
+            records = records.concatenate(tf.data.Dataset.from_tensors(tf.constant(b"")).repeat()).take(count)
+        return records
+
+
 def record_offset(index_path: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
     """Byte offset of ``record`` in its shard from the shard's ``.idx`` file ("offset size" lines); -1 without one.
 

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 import record_schema
 from reader.info import DatasetInfo, SplitInfo
-from reader.order import StreamLayout, _segments, shard_order, window_permutation
+from reader.order import reading_graph, shard_order, stream_segments, window_permutation
 
 _COUNTS = 0x4EF5  # salts the rounding's uniform away from the order's keys
 LABEL_BATCH = 1024
@@ -111,10 +111,13 @@ def repeat_factors(classes: Sequence[np.ndarray], names: Sequence[str], threshol
     return Factors(factors, epoch, report)
 
 
-def epoch_counts(factors: tf.Tensor, epoch_records: int, seed: int, epoch: tf.Tensor) -> tf.Tensor:
+def epoch_counts(factors: tf.Tensor, epoch_records: "int | tf.Tensor", seed: "int | tf.Tensor",
+                 epoch: tf.Tensor) -> tf.Tensor:
     """int64 ``[N]``: each record's copies in ``epoch`` (systematic sampling; they sum to ``epoch_records``)."""
-    scaled = factors * (epoch_records / tf.reduce_sum(factors))
-    key = tf.random.experimental.stateless_fold_in(tf.constant([seed, _COUNTS], tf.int64), epoch)
+    epoch_records = tf.cast(epoch_records, tf.int64)
+    scaled = factors * (tf.cast(epoch_records, tf.float64) / tf.reduce_sum(factors))
+    key = tf.random.experimental.stateless_fold_in(
+        tf.stack([tf.cast(seed, tf.int64), tf.constant(_COUNTS, tf.int64)]), tf.cast(epoch, tf.int64))
     u = tf.random.stateless_uniform([], key, dtype=tf.float64)
     ends = tf.floor(tf.cumsum(scaled) + u)
     starts = tf.concat([[tf.floor(u)], ends[:-1]], 0)
@@ -127,27 +130,42 @@ def repeated_records(files: Sequence[str], counts: Sequence[int], index_files: S
                      epoch_records: int, window: int, seed: int, start: tf.Tensor, read_segment) -> tf.data.Dataset:
     """``(record, key)`` of a source with repeats, from its record ``start`` (of E a epoch) on, without end.
 
-    ``read_segment(path, index_path, first, count)`` as ``order.host_records`` takes it. Keys are unique per
-    copy (epoch * E + copy's place in the epoch), so two copies of an image are augmented differently.
+    ``read_segment(path, index_path, first, count)`` as ``order.host_records`` takes it (and, as there, a
+    ``records.SegmentReader`` has its graph traced once a process). Keys are unique per copy (epoch * E +
+    copy's place in the epoch), so two copies of an image are augmented differently.
     """
-    indexes = tf.constant(list(index_files), tf.string)
-    sizes = tf.constant(list(counts), tf.int64)
-    bases = tf.constant([sum(counts[:i]) for i in range(len(counts))], tf.int64)
-    paths = tf.constant(list(files), tf.string)
-    table = tf.constant(factors, tf.float64)
-    records = int(sum(counts))
-    layout = StreamLayout(records, 1, 1, window)
+    graph = reading_graph(_REPEATED_GRAPHS, read_segment, _repeated_graph, _REPEATED_SIGNATURE)
+    return graph(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
+                 tf.constant(list(index_files), tf.string), tf.constant(factors, tf.float64),
+                 tf.constant(epoch_records, tf.int64), tf.constant(window, tf.int64), tf.constant(seed, tf.int64),
+                 tf.cast(start, tf.int64))
+
+
+_REPEATED_SIGNATURE = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64),
+                       tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.float64)] + \
+    [tf.TensorSpec([], tf.int64)] * 4
+_REPEATED_GRAPHS: dict = {}  # read_segment -> repeated_records' traced graph
+
+
+def _repeated_graph(paths: tf.Tensor, sizes: tf.Tensor, indexes: tf.Tensor, table: tf.Tensor,
+                    epoch_records: tf.Tensor, window: tf.Tensor, seed: tf.Tensor, start: tf.Tensor,
+                    read_segment) -> tf.data.Dataset:
+    """:func:`repeated_records` with every number a tensor."""
+    bases = tf.cumsum(sizes, exclusive=True)
+    records = tf.reduce_sum(sizes)
     first_epoch = start // epoch_records
 
     def one_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
         begin = tf.where(tf.equal(epoch, first_epoch), start % epoch_records, tf.constant(0, tf.int64))
-        order = shard_order(len(files), seed, epoch)
+        order = shard_order(tf.size(sizes, out_type=tf.int64), seed, epoch)
         ids = tf.ragged.range(tf.gather(bases, order), tf.gather(bases + sizes, order)).flat_values
         copies = tf.gather(epoch_counts(table, epoch_records, seed, epoch), ids)  # by position in the epoch
         ends = tf.cumsum(tf.math.segment_sum(copies, tf.range(records, dtype=tf.int64) // window))
         first_window = tf.searchsorted(ends, begin[None], side="right", out_type=tf.int64)[0]
         window_start = tf.concat([[0], ends], 0)
-        shard, first, count = _segments(sizes, layout, seed, epoch, tf.constant(0, tf.int64), first_window * window)
+        # One stream of the whole epoch (a layout of batch 1, one stream): its stream length is N.
+        shard, first, count = stream_segments(sizes, records, seed, epoch, tf.constant(0, tf.int64),
+                                              first_window * window)
 
         def segment(shard_index, first_record, number):
             return read_segment(tf.gather(paths, shard_index), tf.gather(indexes, shard_index), first_record, number)
