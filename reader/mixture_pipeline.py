@@ -252,14 +252,17 @@ def _mixed_records(plan: Mixture, splits, seed: int, start_step, num_steps: Opti
     @tf.autograph.experimental.do_not_convert  # plain graph code: converting it cost about 1 s of CPU a source
     def from_step(step: tf.Tensor) -> tf.data.Dataset:
         used = _consumed(plan, step)
-        streams = [_source_records(source, split, seeds[k], used[k], k)
+        streams = [_source_records(source, split, seeds[k], used[k])
                    for k, (source, split) in enumerate(zip(plan.sources, splits))]
         table = tf.constant(plan.quotas.step_table())
         indexes = tf.range(len(plan.sources), dtype=tf.int64)
         end = num_steps if num_steps is not None else 1 << 62
         choice = tf.data.Dataset.range(step, tf.maximum(step, end)).map(
             lambda t: _slot_sources(indexes, table, t, plan)).unbatch()
-        return tf.data.Dataset.choose_from_datasets(streams, choice)
+        # Each record tagged with its source from the choices themselves: one map, not one a source.
+        mixed = tf.data.Dataset.choose_from_datasets(streams, choice)
+        return tf.data.Dataset.zip((mixed, choice)).map(
+            lambda record_key, source: (*record_key, tf.cast(source, tf.int32)))
 
     first = tf.data.Dataset.from_tensors(0).map(lambda _: tf.cast(start_step(), tf.int64))
     records = first.flat_map(from_step)
@@ -270,21 +273,18 @@ def _mixed_records(plan: Mixture, splits, seed: int, start_step, num_steps: Opti
         lambda record, key, source: (record[lo:hi], key[lo:hi], source[lo:hi])).unbatch()
 
 
-def _source_records(source, split, seed: int, consumed: tf.Tensor, index: int) -> tf.data.Dataset:
-    """Source ``index``'s sequence from its record ``consumed`` on, as ``(record, key, index)``, without end."""
+def _source_records(source, split, seed: int, consumed: tf.Tensor) -> tf.data.Dataset:
+    """The source's ``(record, key)`` sequence from its record ``consumed`` on, without end."""
     layout = source.layout
     reader_source = Source(source.info, split, FeatureKeys(), 0, False)
-
     segment = SegmentReader(s3=reader_source.s3, read_buffer=reader_source.read_buffer)
     index_files = [s.index_path for s in split.shards]
     if source.factors is not None:
-        records = repeated_records(split.files, reader_source.counts, index_files, source.factors.factors,
-                                   source.factors.epoch_records, layout.window, seed, consumed, segment)
-        return records.map(lambda record, key: (record, key, tf.constant(index, tf.int32)))
+        return repeated_records(split.files, reader_source.counts, index_files, source.factors.factors,
+                                source.factors.epoch_records, layout.window, seed, consumed, segment)
     records = host_records(split.files, reader_source.counts, index_files, layout, seed,
                            consumed // layout.batch_size, None, 1, 0, segment)
-    constant = tf.constant(index, tf.int32)
-    return records.skip(consumed % layout.batch_size).map(lambda record, key: (record, key, constant))
+    return records.skip(consumed % layout.batch_size)
 
 
 def _remap(plan: Mixture):
