@@ -82,14 +82,16 @@ def _convert(src: str, out: str, shards: int, in_process: bool = False) -> str:
     return out
 
 
-def _rate(make, batches: int) -> float:
-    """Images/s of a fresh pipeline over ``batches`` batches after its first."""
+def _rate(make, batches: int) -> tuple[float, float]:
+    """(images/s, CPU ms an image) of a fresh pipeline over ``batches`` batches after its first. The CPU is the
+    process's (TensorFlow's threads included): on a shared machine it moves less than the wall time."""
     iterator = iter(make())
     next(iterator)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(batches):
         next(iterator)
-    return batches * BATCH / (time.perf_counter() - start)
+    images = batches * BATCH
+    return images / (time.perf_counter() - start), (time.process_time() - cpu) * 1000 / images
 
 
 def throughput(single: str, parts: Sequence[str], rounds: int, batches: int) -> dict:
@@ -99,13 +101,20 @@ def throughput(single: str, parts: Sequence[str], rounds: int, batches: int) -> 
     makers = {"one_dataset": lambda: reader.build_dataset(single, "train", BATCH, SIZE, seed=1),
               "mixture_of_3": lambda: reader.build_mixture(plan, "train", BATCH, SIZE, seed=1)}
     rates = {name: [] for name in makers}
+    cpu = {name: [] for name in makers}
     for number in range(rounds):
         for name in (list(makers) if number % 2 == 0 else list(makers)[::-1]):  # alternated
-            rates[name].append(_rate(makers[name], batches))
+            rate, ms = _rate(makers[name], batches)
+            rates[name].append(rate)
+            cpu[name].append(ms)
     medians = {name: statistics.median(values) for name, values in rates.items()}
+    cpu_medians = {name: statistics.median(values) for name, values in cpu.items()}
     return {"images_per_s": {name: round(value, 1) for name, value in medians.items()},
             "rounds": {name: [round(v, 1) for v in values] for name, values in rates.items()},
-            "ratio_mixture_over_one": round(medians["mixture_of_3"] / medians["one_dataset"], 3)}
+            "ratio_mixture_over_one": round(medians["mixture_of_3"] / medians["one_dataset"], 3),
+            "cpu_ms_per_image": {name: round(value, 3) for name, value in cpu_medians.items()},
+            "cpu_ratio_one_over_mixture": round(cpu_medians["one_dataset"] / cpu_medians["mixture_of_3"], 3),
+            "load_average": round(os.getloadavg()[0], 1)}
 
 
 def quotas(parts: Sequence[str], steps: int, checked_steps: int) -> dict:
@@ -130,18 +139,22 @@ def quotas(parts: Sequence[str], steps: int, checked_steps: int) -> dict:
             "pipeline_matches_schedule": bool((pipeline == table[:checked_steps]).all())}
 
 
-def startup(parts: Sequence[str]) -> dict:
+def startup(parts: Sequence[str], rounds: int = 3) -> dict:
+    """CPU seconds to build a pipeline over 10 sources and over 1 (medians of alternated rounds, after
+    TensorFlow's own first use), and what each source adds."""
     import reader
 
     sources = [(parts[k % 3], 1 + k, f"source{k}") for k in range(10)]
     reader.build_mixture(sources[:2], "train", BATCH, SIZE, seed=1)  # TensorFlow's own first-use costs
-    start = time.process_time()
-    reader.build_mixture(sources, "train", BATCH, SIZE, seed=1)
-    ten = time.process_time() - start
-    start = time.process_time()
-    reader.build_mixture(sources[:1], "train", BATCH, SIZE, seed=1)
-    one = time.process_time() - start
-    return {"sources": 10, "build_cpu_s": round(ten, 2), "per_source_cpu_s": round((ten - one) / 9, 3)}
+    builds = {1: [], 10: []}
+    for _ in range(rounds):
+        for count in (10, 1):
+            start = time.process_time()
+            reader.build_mixture(sources[:count], "train", BATCH, SIZE, seed=1)
+            builds[count].append(time.process_time() - start)
+    ten, one = statistics.median(builds[10]), statistics.median(builds[1])
+    return {"sources": 10, "build_cpu_s": round(ten, 2), "one_source_build_cpu_s": round(one, 2),
+            "per_source_cpu_s": round((ten - one) / 9, 3)}
 
 
 def format_table(results: dict) -> str:
@@ -151,7 +164,11 @@ def format_table(results: dict) -> str:
         "|---|---|",
         f"| one dataset, images/s | {t['images_per_s']['one_dataset']} |",
         f"| mixture of 3 (0.5 / 0.3 / 0.2), images/s | {t['images_per_s']['mixture_of_3']} |",
-        f"| ratio mixture / one (medians of alternated rounds) | {t['ratio_mixture_over_one']} |",
+        f"| ratio mixture / one (medians of alternated rounds; load average {t['load_average']}) | "
+        f"{t['ratio_mixture_over_one']} |",
+        f"| CPU ms an image, one / mixture (its ratio: the images/s the CPU allows) | "
+        f"{t['cpu_ms_per_image']['one_dataset']} / {t['cpu_ms_per_image']['mixture_of_3']} "
+        f"({t['cpu_ratio_one_over_mixture']}) |",
         f"| per-batch counts over {q['steps']:,} steps (share {' / '.join(map(str, q['share_per_batch']))}) | "
         f"{' / '.join('-'.join(map(str, c)) for c in q['counts_seen'])} |",
         f"| worst distance from the share, one batch / running totals | {q['worst_batch_distance']} / "
@@ -188,7 +205,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         single, parts = make_data(work, args.photos, in_process=args.smoke)
         results = {"photos": args.photos, "image_size": SIZE, "batch_size": BATCH,
                    "throughput": throughput(single, parts, args.rounds, args.batches),
-                   "quotas": quotas(parts, args.steps, args.checked_steps), "startup": startup(parts)}
+                   "quotas": quotas(parts, args.steps, args.checked_steps), "startup": startup(parts, min(3, args.rounds))}
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
