@@ -43,8 +43,8 @@ class Accepted(NamedTuple):
 
     Attributes:
       ref: the image.
-      source_sha256: SHA-256 digest (32 bytes) of the input file, so the writer can tell if
-        the file changed between the two reads.
+      source_sha256: SHA-256 digest (32 bytes) of the input file: the duplicate searches' key, the
+        record's ``image/key/sha256``, and how the writer tells if the file changed between the two reads.
       reencoded_because: "" when stored byte for byte.
       height, width: size of the stored image.
       spill: where a re-encoded image's JPEG bytes wait for the writer:
@@ -52,6 +52,9 @@ class Accepted(NamedTuple):
         stored byte for byte.
       perceptual_hash: the stored pixels' 64-bit perceptual hash (:mod:`beam_jobs.stages.perceptual_hash`), for
         the near-duplicate search; None when the run takes none (``--no-near-duplicates``).
+      stamp: the version of the local file validation read (:func:`beam_jobs.stages.validate.file_stamp`, 16
+        bytes): the shard writer reads the file again and, when its stamp is the same, does not hash it again;
+        b"" when there is none (then it hashes).
     """
 
     ref: ImageRef
@@ -63,6 +66,7 @@ class Accepted(NamedTuple):
     channels: int = 3
     stored_bytes: int = 0  # bytes of the JPEG the record will hold (sizes shards for --shards auto)
     perceptual_hash: Optional[int] = None
+    stamp: bytes = b""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -4,11 +4,22 @@ Both converters run as real subprocesses on the same files, alternating, at two
 dataset sizes. Per-image cost is the slope between the sizes (the median of the
 rounds' slopes); start-up is what is left at the small size. Peak memory is the largest sum of RSS over the
 process tree (the converter's workers are separate processes).
+
+Where the converter's CPU goes, step by step (issue #49 §3)::
+
+    python -m bench.convert_bench steps SRC        # a class-folder tree of images; prints CPU us per image
+
+runs the per-image stages (validation, ordering, shard writing) in this one
+process, without Beam, and times each step with the thread's CPU clock.
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
+import contextlib
 import functools
+import hashlib
 import multiprocessing
 import os
 import resource
@@ -16,8 +27,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import psutil
 
@@ -147,3 +159,144 @@ def bench_converter(small: tuple[str, int], large: tuple[str, int], work: str, r
         "one_core": hardware_bound(large[0], 1, _max_side(extra)),
     }
     return result
+
+
+# (module, function, step): each call's thread CPU time is added to its step. The writer's and validation's
+# SHA-256 are timed through their modules' ``hashlib`` (see _timed_hashlib).
+_STEPS = (
+    ("beam_jobs.stages.validate", "read_stamped", "validate: read"),
+    ("beam_jobs.stages.encode", "_libjpeg_check", "validate: libjpeg check (reduced-scale decode)"),
+    ("beam_jobs.stages.perceptual_hash", "of_scaled", "validate: perceptual hash"),
+    ("beam_jobs.stages.validate", "encode_image", "validate: encode_image (the check, the hash, headers)"),
+    ("beam_jobs.stages.validate_part", "near_records", "validate: near-search records"),
+    ("beam_jobs.files.work_records", "write_file", "validate + order: work files written"),
+    ("beam_jobs.stages.write", "read_stamped", "write: read"),
+    ("beam_jobs.stages.write", "build_example", "write: Example serialized"),
+    ("beam_jobs.stages.write", "frame_parts", "write: TFRecord frame (CRC32C)"),
+    ("beam_jobs.files.work_records", "decode_accepted", "write: work records decoded"),
+)
+
+
+_SHA_STEPS = ("validate: SHA-256", "write: SHA-256 check (when the stamp cannot tell)")
+
+
+class _TimedHashlib:
+    """A module's ``hashlib`` whose ``sha256`` adds its thread CPU time to a step."""
+
+    def __init__(self, spent: collections.Counter, step: str) -> None:
+        self._spent, self._step = spent, step
+
+    def sha256(self, data: bytes = b""):
+        started = time.thread_time()
+        digest = hashlib.sha256(data)
+        self._spent[self._step] += time.thread_time() - started
+        return digest
+
+    def __getattr__(self, name: str):
+        return getattr(hashlib, name)
+
+
+@contextlib.contextmanager
+def _timed_steps(spent: collections.Counter) -> Iterator[None]:
+    """Inside: every function of :data:`_STEPS` adds its thread CPU time to ``spent``; restored on exit."""
+    import importlib
+
+    saved = []
+
+    def timed(function, step):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            started = time.thread_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[step] += time.thread_time() - started
+        return wrapper
+
+    for module_name, name, step in _STEPS:
+        module = importlib.import_module(module_name)
+        saved.append((module, name, getattr(module, name)))
+        setattr(module, name, timed(getattr(module, name), step))
+    for module_name, step in zip(("beam_jobs.stages.validate", "beam_jobs.stages.write"), _SHA_STEPS):
+        module = importlib.import_module(module_name)
+        saved.append((module, "hashlib", module.hashlib))
+        module.hashlib = _TimedHashlib(spent, step)
+    try:
+        yield
+    finally:
+        for module, name, original in reversed(saved):
+            setattr(module, name, original)
+
+
+def step_costs(src: str, part_size: int = 125, shards: int = 16) -> dict[str, float]:
+    """CPU microseconds per image of each step of converting the class folders of ``src`` (JPEGs stored as they
+    are), the stages run one after another in this process as the pipeline runs them on each worker (no Beam;
+    the listing, start-up and duplicate searches left out). A stage's ``..., all`` row holds its other rows;
+    encode_image holds the libjpeg check and the perceptual hash."""
+    from beam_jobs.files import work_layout, work_records
+    from beam_jobs.options import EncodeOptions
+    from beam_jobs.planning.shard import plan_shard_counts
+    from beam_jobs.stage_records import ImageRef
+    from beam_jobs.stages import list_parts, order_bucket, validate_part, write
+    from beam_jobs.stages.count import SumCounts, bucket_tasks
+
+    classes = sorted(name for name in os.listdir(src) if os.path.isdir(os.path.join(src, name)))
+    refs = [ImageRef("train", f"{name}/{file}", label) for label, name in enumerate(classes)
+            for file in sorted(os.listdir(os.path.join(src, name)))]
+    spent: collections.Counter = collections.Counter()
+    with tempfile.TemporaryDirectory(prefix="convert-steps-") as scratch:
+        out = os.path.join(scratch, "out")
+        os.makedirs(out)
+        layout = work_layout.plan_layout(os.path.join(scratch, "work"), {"train": len(refs)}, part_size, 11)
+        for folder in layout.folders():
+            os.makedirs(folder)
+        list_parts.write_parts(layout, refs, part_size)
+        with _timed_steps(spent):
+            started = time.thread_time()
+            counts = [validate_part.validate_part(src, layout, part, 0, EncodeOptions())
+                      for part in range(layout.num_parts)]
+            spent["validate: validate_part, all"] = time.thread_time() - started
+            combine = SumCounts()
+            totals = combine.extract_output(functools.reduce(combine.add_input, counts, combine.create_accumulator()))
+            started = time.thread_time()
+            slices: dict = collections.defaultdict(list)
+            for task in bucket_tasks(totals, plan_shard_counts({"train": len(refs)}, shards)):
+                for shard, _ in order_bucket.order_bucket(layout, task):
+                    slices[(task.split, shard, task.num_shards)].append(task.bucket)
+            spent["order: order_bucket, all"] = time.thread_time() - started
+            started = time.thread_time()
+            for (split, index, num_shards), buckets in sorted(slices.items()):
+                items = (work_records.decode_accepted(record, split) for bucket in sorted(buckets)
+                         for record in work_records.iter_file(layout.slice(split, index, bucket), work_records.ACCEPTED))
+                write.write_shard(src, out, split, index, num_shards, items, classes, EncodeOptions(),
+                                  work=layout.work)
+            spent["write: write_shard, all"] = time.thread_time() - started
+    declared = [step for _, _, step in _STEPS] + list(_SHA_STEPS)
+    steps = sorted(set(declared) | set(spent),
+                   key=lambda step: (*_data_flow(step), declared.index(step) if step in declared else 0))
+    return {step: spent[step] / len(refs) * 1e6 for step in steps}
+
+
+_STAGES = ("validate: ", "validate + order: ", "order: ", "write: ")
+
+
+def _data_flow(step: str) -> tuple[int, bool]:
+    """Steps in the order the data meets them: validation, ordering, writing; each stage's total after its steps."""
+    return next(i for i, prefix in enumerate(_STAGES) if step.startswith(prefix)), step.endswith(", all")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.convert_bench", description="the converter's CPU per "
+                                     "image, step by step (the benchmark itself runs from python -m bench)")
+    parser.add_argument("command", choices=["steps"])
+    parser.add_argument("src", help="class folders of images, e.g. made by bench.data.make_photo_dataset")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.src):
+        parser.error(f"SRC {args.src} is not a folder")
+    for step, micros in step_costs(args.src).items():
+        print(f"{step:55s} {micros:8.1f} us/image")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -22,7 +22,8 @@ Kinds of record (all big-endian):
   :mod:`beam_jobs.annotations`). Unsorted (no buckets).
 * ``ACCEPTED``: a validated image, keyed by the keyed hash of its path that
   orders the records: key (16 B), path, NUL, then label, source SHA-256,
-  height, width, channels, spill part, offset and length, stored bytes, re-encode reason,
+  height, width, channels, spill part, offset and length, stored bytes, the file's stamp (16 B, zeros for
+  none), re-encode reason,
   and NUL and the source locator when there is one, then NUL and the placed annotation.
   Sorting the raw bytes sorts by (key, path): the records' final order.
 * ``CONTENT``: one accepted image for the duplicate searches: the first 16 bytes
@@ -56,19 +57,23 @@ from beam_jobs.stage_records import Accepted, ImageRef
 
 MAGIC = b"IMGSHARDS-WORK"
 END = b"WORK-END"
-VERSION = 4  # 2: source locators (archive members); 3: annotations (an image's objects); 4: perceptual hashes
+# 2: source locators (archive members); 3: annotations (an image's objects); 4: perceptual hashes;
+# 5: the file's stamp in ACCEPTED records
+VERSION = 5
 LISTED, ACCEPTED, CONTENT, PATH, MEMBER, NEAR, DROPPED = 1, 2, 3, 4, 5, 6, 7
 
 _HEADER = struct.Struct(">14sBBI")
 _TRAILER = struct.Struct(">Q8s")
 _LENGTH = struct.Struct(">I")
 _LISTED = struct.Struct(">BI")
-_ACCEPTED = struct.Struct(">I32sIIBIQIQ")
+_ACCEPTED = struct.Struct(">I32sIIBIQIQ16s")
+_NO_STAMP = bytes(16)
 _CONTENT = struct.Struct(">16sBIBQQI")
 _NEAR = struct.Struct(">Q")
 _MEMBER = struct.Struct(">BH")
 _NO_SPILL = 0xFFFFFFFF
 KEY_BYTES = 16
+_WRITE_CHUNK = 1 << 20
 T = TypeVar("T")
 
 
@@ -133,7 +138,7 @@ def encode_accepted(key: bytes, item: Accepted) -> bytes:
     """``item`` keyed by ``key`` (its keyed hash): the raw bytes sort in the records' final order."""
     part, offset, length = item.spill if item.spill else (_NO_SPILL, 0, 0)
     fields = _ACCEPTED.pack(item.ref.label, item.source_sha256, item.height, item.width, item.channels,
-                            part, offset, length, item.stored_bytes)
+                            part, offset, length, item.stored_bytes, item.stamp or _NO_STAMP)
     return (key + _path_bytes(item.ref.relpath) + b"\0" + fields
             + _with_source(item.reencoded_because.encode("utf-8"), item.ref.source, item.ref.annotation))
 
@@ -141,10 +146,11 @@ def encode_accepted(key: bytes, item: Accepted) -> bytes:
 def decode_accepted(record: bytes, split: str) -> Accepted:
     end = record.index(b"\0", KEY_BYTES)
     relpath = _path_text(record[KEY_BYTES:end])
-    label, sha, height, width, channels, part, offset, length, stored = _ACCEPTED.unpack_from(record, end + 1)
+    label, sha, height, width, channels, part, offset, length, stored, stamp = _ACCEPTED.unpack_from(record, end + 1)
     because, source, annotation = _and_annotation(record[end + 1 + _ACCEPTED.size:])
     spill = () if part == _NO_SPILL else (part, offset, length)
-    return Accepted(ImageRef(split, relpath, label, source, annotation), sha, because, height, width, spill, channels, stored)
+    return Accepted(ImageRef(split, relpath, label, source, annotation), sha, because, height, width, spill, channels,
+                    stored, stamp=b"" if stamp == _NO_STAMP else stamp)
 
 
 class Content(NamedTuple):
@@ -243,6 +249,9 @@ def write_file(path: str, kind: int, records: Iterable[bytes], buckets: int = 0)
         handle.write(_HEADER.pack(MAGIC, VERSION, kind, buckets))
         position = _HEADER.size
         bucket = 0
+        pending: list[bytes] = []  # written a chunk at a time: two writes per record cost more than the records
+        flushed = position + _WRITE_CHUNK
+        pack = _LENGTH.pack
         for record in records:
             if buckets:
                 current = bucket_of(record, buckets)
@@ -250,9 +259,14 @@ def write_file(path: str, kind: int, records: Iterable[bytes], buckets: int = 0)
                     bucket += 1
                     offsets[bucket] = position
                 counts[current] += 1
-            handle.write(_LENGTH.pack(len(record)))
-            handle.write(record)
+            pending.append(pack(len(record)))
+            pending.append(record)
             position += _LENGTH.size + len(record)
+            if position >= flushed:
+                handle.write(b"".join(pending))
+                pending.clear()
+                flushed = position + _WRITE_CHUNK
+        handle.write(b"".join(pending))
         while bucket < buckets:
             bucket += 1
             offsets[bucket] = position

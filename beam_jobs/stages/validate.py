@@ -3,20 +3,25 @@
 The validation pass keeps no image bytes in the pipeline: an accepted image
 travels as its path, source checksum and size only, so every grouping step
 stays small and peak memory does not grow with the bytes of the dataset on any
-runner. An image stored byte for byte is read again by the shard writer. An
-image that had to be re-encoded is not decoded and encoded a second time: its
-JPEG bytes are spilled, one file per chunk of images, into the run's work
-folder (removed before the dataset is published), and the writer copies them
-from there. So each image is decoded at most once and encoded at most once.
+runner. An image stored byte for byte is read again by the shard writer, which
+hashes it again only when it cannot tell from the file's stamp (:func:`file_stamp`)
+that the file is the one validated. An image that had to be re-encoded is not
+decoded and encoded a second time: its JPEG bytes are spilled, one file per
+chunk of images, into the run's work folder (removed before the dataset is
+published), and the writer copies them from there. So each image is decoded at
+most once and encoded at most once.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
+import time
 from typing import Callable, Optional, Sequence, Union
 
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
+from apache_beam.io.localfilesystem import LocalFileSystem
 
 from beam_jobs import annotations, formats, masks
 from beam_jobs.files.filesystems import FileSystems
@@ -55,15 +60,53 @@ def read_source(src: str, relpath: str, source: str = "", work: str = "",
     archive member's bytes are not what its archive declared or a Parquet row has no image. Read as stored:
     an image is never decompressed because its name ends in ``.gz``.
     """
+    return read_stamped(src, relpath, source, work, members)[0]
+
+
+def read_stamped(src: str, relpath: str, source: str = "", work: str = "",
+                 members: Optional[MemberReader] = None) -> tuple[bytes, bytes]:
+    """``(bytes, stamp)`` of one input (:func:`read_source`): the stamp names the version of a local file
+    that was read (:func:`file_stamp`); b"" for an archive member, a file in an object store, or a local
+    file changed too recently for its stamp to tell a later change."""
     if source:
         if members is not None:
-            return members.read(source)
+            return members.read(source), b""
         with MemberReader(src, work) as alone:
-            return alone.read(source)
+            return alone.read(source), b""
     path = source_path(src, relpath)
+    filesystem = source_filesystem(src)
+    if isinstance(filesystem, LocalFileSystem):
+        # What Beam's LocalFileSystem.open does (io.open), without its per-call checks, and unbuffered: a
+        # whole file read at once needs no buffer. The open file is stat-ed after the read, so a change
+        # made before the stat shows in the stamp.
+        with open(path, "rb", buffering=0) as handle:
+            data = handle.readall()
+            return data, file_stamp(os.fstat(handle.fileno()), time.time_ns())
     # S3 reuses one boto3 client per process (beam_jobs.files.filesystems), not one per image.
-    with source_filesystem(src).open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return handle.read()
+    with filesystem.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return handle.read(), b""
+
+
+# A file whose inode changed less than this before it was read gets no stamp: a second change in the same
+# tick of the file system's clock (1 ns to 2 s, by file system) could leave its ctime as it was.
+RACY_NS = 3_000_000_000
+STAMP_BYTES = 16
+
+
+def file_stamp(stat: os.stat_result, now_ns: int) -> bytes:
+    """16 bytes that change whenever the file's content does: a digest of its device, inode, size, mtime and
+    ctime. b"" when the ctime is missing (0) or within :data:`RACY_NS` of ``now_ns`` (the read's time).
+
+    The kernel sets a file's ctime on every change to its content or its metadata, and no call sets it back
+    (``utime`` sets the mtime, and moves the ctime to now); a file replaced by another is another inode. So
+    a file read again whose stat still gives the same stamp holds the bytes read before: the shard writer
+    checks that instead of hashing the bytes a second time (git's index and make rely on the same; the
+    racy-time rule is git's too).
+    """
+    if stat.st_ctime_ns <= 0 or stat.st_ctime_ns > now_ns - RACY_NS:
+        return b""
+    identity = f"{stat.st_dev}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}".encode("ascii")
+    return hashlib.blake2b(identity, digest_size=STAMP_BYTES).digest()
 
 
 def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = "",
@@ -78,7 +121,7 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
         refused = archive_members.parse_locator(ref.source)
         return RejectedInput(display_path(ref.relpath), refused.reason, refused.detail)
     try:
-        data = read_source(src, ref.relpath, ref.source, work, members)
+        data, stamp = read_stamped(src, ref.relpath, ref.source, work, members)
     except archive_members.UnreadableItem as err:
         return RejectedInput(display_path(ref.relpath), err.reason, display_path(str(err)))
     except OSError as err:  # Beam's BeamIOError is an OSError too
@@ -101,7 +144,8 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
                                    options.max_pixels)
         ref = ref._replace(annotation=annotations.encode(placed))
     accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
-                        channels=result.channels, stored_bytes=len(result.data), perceptual_hash=result.perceptual_hash)
+                        channels=result.channels, stored_bytes=len(result.data), perceptual_hash=result.perceptual_hash,
+                        stamp=stamp)
     return accepted, result
 
 

@@ -94,3 +94,23 @@ def test_a_file_of_another_kind_version_or_a_truncated_one_is_refused(tmp_path):
 def test_a_path_with_a_nul_character_is_refused_by_name():
     with pytest.raises(ValueError, match="NUL"):
         work_records.encode_listed(ImageRef("train", "a\0b.jpg", 0))
+
+
+def test_an_accepted_record_keeps_the_files_stamp_and_no_stamp_reads_as_none():
+    item = _accepted("a/b.jpg")._replace(stamp=bytes(range(1, 17)))
+    record = work_records.encode_accepted(b"k" * 16, item)
+    assert work_records.decode_accepted(record, "train") == item
+    assert work_records.decode_accepted(work_records.encode_accepted(b"k" * 16, item._replace(stamp=b"")),
+                                        "train").stamp == b""
+
+
+def test_a_file_written_in_several_chunks_has_every_record_and_bucket_where_it_was(tmp_path):
+    rng = random.Random(5)  # ~3 MB of records: several of write_file's 1 MB chunks, buckets across their seams
+    records = sorted(rng.randbytes(16) + rng.randbytes(rng.randrange(0, 3000)) for _ in range(2000))
+    path = str(tmp_path / "big")
+    counts = work_records.write_file(path, work_records.ACCEPTED, records, 16)
+    assert work_records.read_all(path, work_records.ACCEPTED) == records
+    assert list(work_records.iter_file(path, work_records.ACCEPTED)) == records
+    by_bucket = [work_records.read_bucket(path, work_records.ACCEPTED, b) for b in range(16)]
+    assert [len(got) for got in by_bucket] == counts and sum(by_bucket, []) == records
+    assert all(work_records.bucket_of(r, 16) == b for b, got in enumerate(by_bucket) for r in got)
