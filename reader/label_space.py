@@ -19,6 +19,7 @@ is absent from its images: for a detector, that source's images teach
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -112,7 +113,10 @@ def unite(task: str, classes: Sequence[Sequence[str]], sources: Sequence[str], s
         return _same_classes(classes, sources, space)
     renamed = [[space.renamed(name) if name else None for name in names] for names in classes]
     found = sorted({name for names in renamed for name in names if name})
+    _check_names(space, {name for names in classes for name in names if name}, set(found))
     names = space.labels if space.labels is not None else tuple(found)
+    if not names:
+        raise ValueError("LabelSpace(rename=...) drops every class of the mixture: nothing would be left to learn")
     first_id = 1 if task == record_schema.TASK_OBJECTS and not contiguous_ids else 0
     ids = {name: first_id + index for index, name in enumerate(names)}
     tables, holders = [], {name: [] for name in names}
@@ -124,7 +128,7 @@ def unite(task: str, classes: Sequence[Sequence[str]], sources: Sequence[str], s
             if name is None or name not in ids:
                 if task == record_schema.TASK_CLASSIFICATION:
                     why = "dropped by LabelSpace(rename=...)" if name is None else "not in LabelSpace(labels=...)"
-                    raise ValueError(f"source {source!r}'s class {was!r} is {why}: a classification source's images "
+                    raise ValueError(f"source {source!r}: its class {was!r} is {why}: a classification source's images "
                                      "each need a label (and dropping them would break the batch quotas); map it to "
                                      "a class of the mixture, or convert the source without it")
                 continue
@@ -133,6 +137,25 @@ def unite(task: str, classes: Sequence[Sequence[str]], sources: Sequence[str], s
                 holders[name].append(source)
         tables.append(table)
     return LabelMap(tuple(names), first_id, tuple(tables), {name: tuple(held) for name, held in holders.items()})
+
+
+def _check_names(space: LabelSpace, held: set, united: set) -> None:
+    """A name in ``rename`` or ``labels`` that no source holds is a mistake (a misspelling most often): it
+    would be ignored, and the class it meant would stay apart or leave the targets. ``ValueError`` naming it
+    and the closest class."""
+    for name, _ in space.rename:
+        if name not in held:
+            raise ValueError(f"LabelSpace(rename=...) renames {name!r}, which no source holds"
+                             f"{_closest(name, held)}; the sources' classes: {sorted(held)}")
+    for name in space.labels or ():
+        if name not in united:
+            raise ValueError(f"LabelSpace(labels=...) names {name!r}, which no source holds after renaming"
+                             f"{_closest(name, united)}; the mixture's classes: {sorted(united)}")
+
+
+def _closest(name: str, names: set) -> str:
+    close = difflib.get_close_matches(name, sorted(names), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _same_classes(classes: Sequence[Sequence[str]], sources: Sequence[str], space: LabelSpace) -> LabelMap:

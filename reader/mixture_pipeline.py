@@ -113,7 +113,7 @@ def build_mixture(
         sources, split, batch_size, labels, targets.contiguous_ids, options.window, repeat_factor if training else None)
     if isinstance(sources, Mixture) and not training:  # evaluation: any split and batch of the same sources
         plan = plan.replanned(plan.sources[0].info.split(split).name, batch_size)
-    _check_plan(plan, split, batch_size, labels, targets)
+    _check_plan(plan, split, batch_size, labels, targets, repeat_factor if training else None)
     size = image_hw(image_size)
     dtype = check_output(dtype, normalization)
     augment = tasks.default_augment(plan.task, augment)
@@ -157,7 +157,8 @@ def build_mixture(
     return _deliver(dataset.with_options(_options(deterministic, input_context, options.private_threads)), options)
 
 
-def _check_plan(plan: Mixture, split: str, batch_size: int, labels: LabelSpace, targets: ObjectTargets) -> None:
+def _check_plan(plan: Mixture, split: str, batch_size: int, labels: LabelSpace, targets: ObjectTargets,
+                repeat_factor: Optional[RepeatFactor]) -> None:
     """A Mixture given whole must be the one the other arguments describe."""
     if plan.batch_size != batch_size:
         raise ValueError(f"the mixture was planned for batch_size={plan.batch_size} and build_mixture got "
@@ -168,7 +169,13 @@ def _check_plan(plan: Mixture, split: str, batch_size: int, labels: LabelSpace, 
         raise ValueError(f"the mixture numbers objects with contiguous_ids={plan.contiguous_ids} and targets has "
                          f"contiguous_ids={targets.contiguous_ids}: plan it with reader.mixture(..., "
                          f"contiguous_ids={targets.contiguous_ids})")
-    del labels  # a Mixture carries its own label space
+    # A Mixture carries its own label space and repeat factors: other ones given beside it would be ignored.
+    if labels != LabelSpace() and labels != plan.space:
+        raise ValueError(f"build_mixture got labels={labels!r} and a mixture planned with labels={plan.space!r}: "
+                         "plan it with reader.mixture(..., labels=...) instead")
+    if repeat_factor is not None and repeat_factor != plan.repeat_factor:
+        raise ValueError(f"build_mixture got repeat_factor={repeat_factor!r} and a mixture planned with "
+                         f"repeat_factor={plan.repeat_factor!r}: plan it with reader.mixture(..., repeat_factor=...)")
 
 
 def _present(source):

@@ -190,10 +190,23 @@ def test_classes_unite_by_name_and_evaluation_reads_each_source_once_saying_whic
 def test_a_label_list_orders_the_ids_and_a_class_it_lacks_is_named(sources):
     plan = reader.mixture(sources, "train", BATCH, reader.LabelSpace(labels=["triangle", "star", "square", "circle"]))
     assert plan.classes == ("triangle", "star", "square", "circle")
-    with pytest.raises(ValueError, match=r"source 'c''s class 'star' is not in LabelSpace\(labels=...\)"):
+    with pytest.raises(ValueError, match=r"source 'c': its class 'star' is not in LabelSpace\(labels=...\)"):
         reader.mixture(sources, "train", BATCH, reader.LabelSpace(labels=["triangle", "square", "circle"]))
     renamed = reader.mixture(sources, "train", BATCH, reader.LabelSpace(rename={"star": "triangle"}))
     assert renamed.classes == ("circle", "square", "triangle")
+
+
+def test_a_misspelt_class_in_a_label_space_is_refused_naming_the_closest(sources, plan):
+    with pytest.raises(ValueError, match=r"renames 'strar', which no source holds \(did you mean 'star'\?\)"):
+        reader.mixture(sources, "train", BATCH, reader.LabelSpace(rename={"strar": "triangle"}))
+    with pytest.raises(ValueError, match=r"names 'sqare', which no source holds after renaming \(did you mean "
+                                         r"'square'\?\)"):
+        reader.mixture(sources, "train", BATCH, reader.LabelSpace(labels=["triangle", "star", "sqare", "circle"]))
+    with pytest.raises(ValueError, match=r"labels=LabelSpace\(labels=\('circle',.*plan it with reader.mixture"):
+        reader.build_mixture(plan, "train", BATCH, 16, labels=reader.LabelSpace(labels=["circle", "square", "star",
+                                                                                         "triangle"]))
+    with pytest.raises(ValueError, match=r"repeat_factor=RepeatFactor.*planned with repeat_factor=None"):
+        reader.build_mixture(plan, "train", BATCH, 16, repeat_factor=reader.RepeatFactor(0.5))
 
 
 @pytest.fixture(scope="module")
