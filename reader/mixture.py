@@ -214,9 +214,11 @@ class Mixture:
             source = self.sources[now.index(new)]
             for index, field in enumerate(fields):
                 if tuple(old)[index] != new[index] and not (field == "version" and source.info.is_version(old[1])):
+                    shown = [value or "none" if field == "repeat factor threshold" else value
+                             for value in (old[index], new[index])]
                     what = (f"version {old[1]} and {source.info.data_dir or 'its data'} is version {new[1]} "
                             "(another dataset, or reconverted or changed since)" if field == "version"
-                            else f"{field} {old[index]} and this mixture gives it {new[index]}")
+                            else f"{field} {shown[0]} and this mixture gives it {shown[1]}")
                     return f"source {old[0]!r} had {what}"
         for name, old, new in (("split", position.split, self.split), ("batch_size", position.batch_size,
                                                                          self.batch_size),
@@ -252,8 +254,11 @@ class MixturePosition:
         """The position ``to_json`` wrote; ``ValueError`` naming what is wrong with anything else."""
         try:
             raw = json.loads(text)
-            if raw.get("version") != MIXTURE_POSITION_VERSION:
-                raise ValueError(f"mixture position version {raw.get('version')!r}; this reader reads "
+            missing = sorted({field.name for field in dataclasses.fields(cls)} - set(raw))
+            if missing:
+                raise ValueError(f"not a mixture position: it has no {', '.join(missing)}")
+            if raw["version"] != MIXTURE_POSITION_VERSION:
+                raise ValueError(f"mixture position version {raw['version']!r}; this reader reads "
                                  f"{MIXTURE_POSITION_VERSION}")
             raw["sources"] = tuple(tuple(source) for source in raw["sources"])
             return cls(**raw)
@@ -298,6 +303,9 @@ def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int
     for index, spec in enumerate(sources):
         if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3):
             raise ValueError(f"source {index} must be (data_dir, weight) or (data_dir, weight, name), got {spec!r}")
+        if isinstance(spec[1], str) or (len(spec) == 3 and not isinstance(spec[2], str)):
+            raise ValueError(f"source {index} must be (data_dir, weight) or (data_dir, weight, name), a number for "
+                             f"the weight and text for the name, got {spec!r}")
         where = spec[0]
         info = where if isinstance(where, DatasetInfo) else dataset_info(where)
         if not info.converted:

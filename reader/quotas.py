@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from decimal import Decimal
 from fractions import Fraction
 from typing import Sequence
 
@@ -68,11 +69,11 @@ class Quotas:
 
     def counts(self, step: int) -> np.ndarray:
         """Examples of each source in global batch ``step``."""
-        return np.asarray(self.base, np.int64) + self.extras[step % self.period]
+        return np.asarray(self.base, np.int64) + self.extras[_step(step) % self.period]
 
     def consumed(self, step: int) -> np.ndarray:
         """Examples of each source in global batches ``0 .. step - 1``: O(1), from one row of the table."""
-        periods, within = divmod(int(step), self.period)
+        periods, within = divmod(_step(step), self.period)
         base = np.asarray(self.base, np.int64)
         return step * base + periods * self.cumulative[-1] + self.cumulative[within]
 
@@ -81,15 +82,26 @@ class Quotas:
         return np.asarray(self.base, np.int64)[None, :] + self.extras
 
 
+def _step(step: int) -> int:
+    """A global step (an integer >= 0), or ``ValueError``."""
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"a global step must be an integer >= 0, got {step!r}")
+    return int(step)
+
+
 def as_fractions(weights: Sequence[float], what: Sequence[str]) -> list[Fraction]:
     """Weights as exact fractions, as they print (0.3 is 3/10); ``ValueError`` naming a bad one by ``what``."""
     fractions = []
     for weight, name in zip(weights, what):
-        if isinstance(weight, bool) or not isinstance(weight, (int, float, Fraction, np.integer, np.floating)):
+        if isinstance(weight, bool) or not isinstance(weight, (int, float, Fraction, Decimal, np.integer,
+                                                               np.floating)):
             raise ValueError(f"the weight of {name} must be a number, got {type(weight).__name__} {weight!r}")
         if not math.isfinite(float(weight)) or weight < 0:
             raise ValueError(f"the weight of {name} must be a finite number >= 0, got {weight!r}")
-        fractions.append(weight if isinstance(weight, Fraction) else Fraction(repr(float(weight))))
+        # As the weight prints: str() of a NumPy float is its shortest form (np.float32(0.3) prints 0.3).
+        exact = isinstance(weight, (Fraction, Decimal, int, np.integer))
+        fractions.append(Fraction(weight) if exact else Fraction(str(float(weight)) if isinstance(weight, float)
+                                                                 else str(weight)))
     if sum(fractions) <= 0:
         raise ValueError(f"the weights {list(weights)} sum to 0: give at least one source a positive weight")
     return fractions

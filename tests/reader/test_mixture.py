@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+from decimal import Decimal
 
 import numpy as np
 import pytest
@@ -333,3 +334,17 @@ def test_the_mixture_detector_example_trains_and_scores_each_source(coco_and_voc
     assert found["sources"]["voc-out"]["objects"] == 4  # the dogs are not in the label list
     assert all(0 <= scores["AP"] <= 1 for scores in found["sources"].values())
     assert (tmp_path / "labels" / "label_map.pbtxt").read_text().count("item {") == 3
+
+
+def test_weights_read_as_they_print_and_mistakes_in_a_source_or_position_are_named(sources, plan):
+    weights = [np.float32(0.5), Decimal("0.3"), 0.2]
+    typed = reader.mixture([(data, w) for (data, _), w in zip(sources, weights)], "train", BATCH)
+    printed = reader.mixture([(data, w) for (data, _), w in zip(sources, (0.5, 0.3, 0.2))], "train", BATCH)
+    assert typed.quotas.shares == printed.quotas.shares and typed.quotas.period == printed.quotas.period
+    with pytest.raises(ValueError, match=r"source 0 must be .*a number for the weight and text for the name"):
+        reader.mixture([(sources[0][0], "a", 0.5), (sources[1][0], "b", 0.5)], "train", BATCH)
+    with pytest.raises(ValueError, match=r"a global step must be an integer >= 0, got -1"):
+        plan.counts(-1)
+    with pytest.raises(ValueError, match=r"not a mixture position: it has no batch_size, seed, sources, split, "
+                                         r"version"):
+        reader.MixturePosition.from_json('{"step": 3}')
