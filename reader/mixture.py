@@ -25,6 +25,7 @@ decodes: see docs/reader.md, "Mixtures".
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from fractions import Fraction
@@ -196,7 +197,16 @@ class Mixture:
             raise ValueError(f"step must be a global step >= 0, got {step!r}")
         if as_int(seed) is None:
             raise ValueError("a position needs the run's seed (a run without one has an order nobody can repeat)")
-        return MixturePosition(self.split, int(seed), self.batch_size, self._identity(), step)
+        return MixturePosition(self.split, int(seed), self.batch_size, self._identity(), step,
+                               labels=self.labels_digest())
+
+    def labels_digest(self) -> str:
+        """12 hex digits naming the label ids: the classes in id order and each source's record id -> id table.
+        A run resumed under other ids would learn on relabelled data without a word."""
+        digest = hashlib.sha256("\n".join(self.classes).encode("utf-8"))
+        for table in self.labels.tables:
+            digest.update(np.asarray(table, np.int64).tobytes())
+        return digest.hexdigest()[:12]
 
     def _identity(self) -> tuple:
         """Per source what the order depends on: name, version, weight, streams, window, repeat threshold."""
@@ -225,6 +235,9 @@ class Mixture:
                                ("seed", position.seed, position.seed if seed is None else seed)):
             if old != new:
                 return f"it was taken with {name}={old!r} and this pipeline has {name}={new!r}"
+        if position.labels and position.labels != self.labels_digest():
+            return (f"it was taken with other label ids (classes and renames; digest {position.labels}, this "
+                    f"mixture's {self.labels_digest()}: its classes are {list(self.classes)})")
         return ""
 
 
@@ -241,6 +254,7 @@ class MixturePosition:
     sources: tuple
     step: int
     version: int = MIXTURE_POSITION_VERSION
+    labels: str = ""  # Mixture.labels_digest(); "" in positions written before it was kept
 
     @property
     def global_step(self) -> int:
@@ -254,7 +268,7 @@ class MixturePosition:
         """The position ``to_json`` wrote; ``ValueError`` naming what is wrong with anything else."""
         try:
             raw = json.loads(text)
-            missing = sorted({field.name for field in dataclasses.fields(cls)} - set(raw))
+            missing = sorted({field.name for field in dataclasses.fields(cls) if field.name != "labels"} - set(raw))
             if missing:
                 raise ValueError(f"not a mixture position: it has no {', '.join(missing)}")
             if raw["version"] != MIXTURE_POSITION_VERSION:

@@ -348,3 +348,11 @@ def test_weights_read_as_they_print_and_mistakes_in_a_source_or_position_are_nam
     with pytest.raises(ValueError, match=r"not a mixture position: it has no batch_size, seed, sources, split, "
                                          r"version"):
         reader.MixturePosition.from_json('{"step": 3}')
+
+
+def test_a_position_taken_under_other_label_ids_is_refused(sources, plan):
+    position = plan.position(5, 3)
+    assert reader.MixturePosition.from_json(position.to_json()) == position
+    renamed = reader.mixture(sources, "train", BATCH, reader.LabelSpace(rename={"star": "triangle"}))
+    with pytest.raises(ValueError, match=r"other label ids .*its classes are \['circle', 'square', 'triangle'\]"):
+        reader.build_mixture(renamed, "train", BATCH, 16, start=position)
