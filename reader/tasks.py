@@ -166,23 +166,43 @@ def _draw(seed: tf.Tensor, augment: BoxAugmentation) -> _Geometry:
     low, high = augment.scale_range
     scale = tf.random.stateless_uniform([], scale_seed, low, high)
     offset = tf.random.stateless_uniform([2], offset_seed)
-    flip = tf.logical_and(augment.flip, tf.random.stateless_uniform([], flip_seed) < 0.5)
+    flip = tf.random.stateless_uniform([], flip_seed) < 0.5 if augment.flip else tf.constant(False)
     return _Geometry(scale, offset, flip)
 
 
+_STORED_HW = "stored_hw"  # the parsed features' key of the stored image's int32 [height, width]
+
+
+def _with_stored_hw(parsed: dict) -> dict:
+    """Parsed features ``[B]`` with the stored height and width (two int64 features) as one int32 ``[B, 2]``:
+    made once per parse call, not per example (one component, no stack or casts in the example's map)."""
+    sides = (record_schema.HEIGHT, record_schema.WIDTH)
+    stored_hw = tf.cast(tf.stack([parsed[side] for side in sides], axis=1), tf.int32)
+    return {**{key: value for key, value in parsed.items() if key not in sides}, _STORED_HW: stored_hw}
+
+
 def _stored_hw(parsed: dict) -> tf.Tensor:
-    return tf.cast(tf.stack([parsed[record_schema.HEIGHT], parsed[record_schema.WIDTH]]), tf.int32)
+    """One example's stored int32 [height, width] (:func:`_with_stored_hw`)."""
+    return parsed[_STORED_HW]
 
 
 def _placed_image(parsed: dict, geometry: _Geometry, images: ImageChoices):
     """The image's window decoded, resized, flipped and finished (not yet padded); and its placement."""
     placement = box_ops.place(_stored_hw(parsed), images.size, geometry.scale, geometry.offset)
-    scale_to = tf.unstack(placement.size) if images.decode["scaled_decode"] else None
+    scale_to = placement.size if images.decode["scaled_decode"] else None
     image = preprocess.crop_and_decode(parsed[record_schema.IMAGE_ENCODED], lambda shape: placement.window,
                                        images.decode["all_jpeg"], scale_to)
     image = tf.image.resize(image, placement.size, method="bilinear")
-    image = tf.cond(geometry.flip, lambda: tf.reverse(image, [1]), lambda: image)
-    return images.finish(image), placement
+    return images.finish(_flipped(image, geometry.flip)), placement
+
+
+def _flipped(image: tf.Tensor, flip: tf.Tensor, axis: int = 1) -> tf.Tensor:
+    """``image`` reversed along ``axis`` (its width) where ``flip``; no conditional at all where ``flip`` is
+    known False (evaluation, ``BoxAugmentation(flip=False)``)."""
+    known = tf.get_static_value(flip)
+    if known is not None and not known:
+        return image
+    return tf.cond(flip, lambda: tf.reverse(image, [axis]), lambda: image)
 
 
 def _placed_class_mask(png: tf.Tensor, placement: box_ops.Placement, geometry: _Geometry,
@@ -191,8 +211,7 @@ def _placed_class_mask(png: tf.Tensor, placement: box_ops.Placement, geometry: _
     y, x, height, width = tf.unstack(placement.window)
     mask = tf.io.decode_png(png, channels=1)[y:y + height, x:x + width]
     mask = tf.image.resize(mask, placement.size, method="nearest")
-    mask = tf.cond(geometry.flip, lambda: tf.reverse(mask, [1]), lambda: mask)
-    return _pad(tf.cast(mask, tf.int32), size, IGNORE_LABEL)
+    return _pad(tf.cast(_flipped(mask, geometry.flip), tf.int32), size, IGNORE_LABEL)
 
 
 def _instance_masks(pngs: tf.Tensor, boxes: tf.Tensor, stored_hw: tf.Tensor, placement: box_ops.Placement,
@@ -209,7 +228,7 @@ def _instance_masks(pngs: tf.Tensor, boxes: tf.Tensor, stored_hw: tf.Tensor, pla
                           fn_output_signature=tf.TensorSpec([None, None, 1], tf.uint8))
         cropped = tf.image.crop_and_resize(tf.cast(masks, tf.float32), box_ops.to_stored(boxes, stored_hw, placement),
                                            tf.range(tf.shape(pngs)[0]), [mask_size, mask_size])[..., 0]
-        return tf.cond(flip, lambda: tf.reverse(cropped, [2]), lambda: cropped)
+        return _flipped(cropped, flip, axis=2)
 
     # map_fn cannot stack no masks of unknown size: an image without objects gets an empty stack itself
     return tf.cond(tf.size(pngs) > 0, crops, lambda: tf.zeros([0, mask_size, mask_size]))
@@ -245,7 +264,7 @@ def objects(targets: ObjectTargets, images: ImageChoices, classes: Sequence[str]
         columns = [parsed.pop(key) for key in _OBJECT_COLUMNS[:4]]
         columns += [tf.cast(parsed.pop(key), tf.float32) for key in _OBJECT_COLUMNS[4:]]
         parsed[_OBJECTS] = tf.stack(columns, axis=2)  # ragged [B, None, 7]: one component, not seven
-        return parsed
+        return _with_stored_hw(parsed)
 
     def example(parsed: dict, geometry: _Geometry) -> tuple:
         image, placement = _placed_image(parsed, geometry, images)
@@ -345,7 +364,7 @@ def segmentation(images: ImageChoices) -> Task:
         mask = _placed_class_mask(parsed[record_schema.SEGMENTATION_ENCODED], placement, geometry, images.size)
         return _pad(image, images.size), mask
 
-    return Task(_parser(spec), lambda parsed, seed: example(parsed, _draw(seed, images.augment)),
+    return Task(lambda records: _with_stored_hw(tf.io.parse_example(records, spec)), lambda parsed, seed: example(parsed, _draw(seed, images.augment)),
                 lambda parsed: example(parsed, _eval_geometry()), plain_batch)
 
 
