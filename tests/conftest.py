@@ -23,14 +23,46 @@ from PIL import Image
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The longest tests (minutes each), started first: with two test processes (pytest.ini) the other one works
-# through the rest meanwhile, instead of one of these running alone at the end.
-LONGEST_FIRST = ("tests/test_readme.py::test_every_readme_block", "tests/bench/test_smoke.py::",
-                 "tests/converter/test_signals.py::", "tests/bench/test_resume.py::test_the_resume_benchmark")
+# The longest tests (a minute or more each), started first, dealt out in this order to the test processes
+# (pytest.ini) in turn, so that each starts on its share, instead of one running them all in a row or one of them
+# running alone at the end. The README chains (tests/test_readme.py) share one set-up, made by the first chain
+# to ask while the other process starts on a benchmark, so neither waits for it.
+_README = "tests/test_readme.py::test_every_readme_block_runs_as_written_after_the_setup_commands"
+LONGEST_FIRST = (f"{_README}[objects]", "tests/bench/test_smoke.py::test_the_benchmark_runs_end_to_end",
+                 f"{_README}[the-rest]", f"{_README}[classifier]", f"{_README}[folders]", f"{_README}[keras]",
+                 "tests/bench/test_smoke.py::test_the_detection_reading_benchmark",
+                 "tests/reader/test_resume_training.py::test_a_killed_run_restarts",
+                 "tests/bench/test_resume.py::test_the_resume_benchmark",
+                 "tests/bench/test_smoke.py::test_the_archive_benchmark",
+                 "tests/reader/test_mixture.py::test_resuming_before_at_and_after",
+                 "tests/test_packaging.py::test_the_installed_wheel",
+                 "tests/reader/test_mixture.py::test_decoded_batches_of_several_pipelines",
+                 "tests/reader/test_keras.py::test_mobilenet_example_trains_under_mirrored",
+                 "tests/reader/test_objects.py::test_training_resumes_exactly",
+                 "tests/bench/test_smoke.py::", "tests/converter/test_signals.py::")
 
 
+def _start_rank(item) -> int:
+    return next((rank for rank, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)),
+                len(LONGEST_FIRST))
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected: the sizes below are of what runs
 def pytest_collection_modifyitems(items: list) -> None:
-    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable: the rest keep their order
+    items.sort(key=_start_rank)  # stable: the rest keep their order
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    longest = sum(_start_rank(item) < len(LONGEST_FIRST) for item in items)
+    # pytest-xdist's --dist load first sends each process a run of consecutive tests, a quarter of its share
+    # (every process collects and sorts alike): each run is made to start with every workers-th longest test.
+    # Were the scheduler to change, the tests would still all run, only in a worse order.
+    chunk = max(len(items) // max(workers, 1) // 4, 2)
+    if workers > 1 and longest and chunk * workers <= len(items) and -(-longest // workers) <= chunk:
+        long, rest = items[:longest], iter(items[longest:])
+        dealt = []
+        for worker in range(workers):
+            share = long[worker::workers]
+            dealt += share + [next(rest) for _ in range(chunk - len(share))]
+        items[:] = dealt + list(rest)
 
 
 # The fast tier (-m "not e2e and not slow") leaves out every test marked e2e: one that runs the converter's

@@ -1,6 +1,6 @@
-"""The README and docs/ are executed: the set-up commands (twice), then every code block in order, as written.
+"""The README and docs/ are executed: the set-up commands (twice), then every code block, as written.
 
-The README's blocks run first, then each page of ``DOCS`` in that order (a
+The README's blocks come first, then each page of ``DOCS`` in that order (a
 page may use what an earlier block made: the demo dataset, ``demo/...``).
 
 A block that needs what this machine lacks (a cloud project, a cluster, twenty
@@ -9,13 +9,24 @@ names the test that covers it instead. A block whose inputs a user downloads
 (ImageNet) is preceded by ``<!-- readme-test: given: NAME -->`` and runs as
 written on a miniature of those inputs that the test generates (``GIVEN``).
 Everything else runs in a copy of this checkout, where a new user would run it.
+
+The set-up command runs once per test run (twice in a row, checked; the two
+test processes share it through a lock file), then the blocks run in a few
+independent chains (``CHAINS``), side by side: each chain in its own copy of
+the checkout as the set-up command left it, its blocks in the pages' order.
+A block joins the first chain naming one of its words (what it reads that only
+that chain's blocks make), else the last chain. A block that needs what another
+chain made fails loudly (a missing file); the fix is a word in ``CHAINS``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from typing import Optional
@@ -165,33 +176,95 @@ def _shards(folder):
             for name in sorted(os.listdir(folder)) if name.endswith(".tfrecord")}
 
 
-@pytest.mark.e2e
-def test_every_readme_block_runs_as_written_after_the_setup_commands(tmp_path, sample_images, s3_server):
-    checkout = checkout_copy(tmp_path / "checkout")
-    readme = _read("README.md")
-    install_and_run, test_command = _setup_commands(readme)[:2]
-    # Set-up command 1, twice: the second run must succeed too, with the same bytes.
-    first = _run("bash", install_and_run, checkout)
-    assert first.returncode == 0, first.stdout + first.stderr
-    dataset = os.path.join(checkout, "demo", "shapes-tfrecords")
-    shards = _shards(dataset)
-    assert len(shards) == 10  # 8 train + 2 validation
-    second = _run("bash", install_and_run, checkout)
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert _shards(dataset) == shards
+# The chains of blocks, each run in its own copy of the set-up checkout: (name, words). A block joins the first
+# chain whose words it holds (the files only that chain's blocks make or train on), else the last one.
+# Five: the two test processes then stay busy to the end (train_classifier.py alone takes as long as a chain).
+CHAINS = (("objects", ("shapes-coco", "shapes-yolo")),
+          ("classifier", ("train_classifier.py",)),
+          ("keras", (".fit(", "apply_gradients(")),
+          ("folders", ("folders-tfrecords",)),
+          ("the-rest", ()))
 
+
+def _chain_of(code: str) -> str:
+    return next(name for name, words in CHAINS if not words or any(word in code for word in words))
+
+
+def runnable_blocks() -> list[tuple[str, str, str, str]]:
+    """``(page, language, code, given)`` of every block the tests run, in the pages' order."""
+    commands = _setup_commands(_read("README.md"))[:2]
+    return [(name, language, code, _given(page, code)) for name, page in _pages()
+            for language, code, reason in readme_blocks(page)
+            if language != "text" and not reason and code not in commands]
+
+
+def test_every_runnable_block_is_in_exactly_one_chain_and_every_chain_runs_some():
+    chains = [_chain_of(code) for _, _, code, _ in runnable_blocks()]
+    assert len(chains) >= 6
+    assert sorted(set(chains)) == sorted(name for name, _ in CHAINS), chains
+
+
+def _lock(path: str):
+    """An exclusive lock on ``path`` (fcntl, released when the file closes): one test process at a time."""
+    handle = open(path, "a+")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+@pytest.fixture(scope="session")
+def setup_checkout(tmp_path_factory) -> dict:
+    """A copy of this checkout after set-up command 1 ran there twice: its folder, both runs' results, the shards.
+
+    Made once per test run: the two test processes (pytest-xdist) share it through a lock (two ``pip install .``
+    at once would write one environment's site-packages together); a single process keeps it in its own folder.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, record = str(shared / "readme-setup"), str(shared / "readme-setup.json")
+    with _lock(str(shared / "readme-setup.lock")):
+        if not os.path.exists(record):
+            checkout = checkout_copy(folder)
+            install_and_run = _setup_commands(_read("README.md"))[0]
+            dataset = os.path.join(checkout, "demo", "shapes-tfrecords")
+            runs = []
+            for _ in range(2):  # the second run must succeed too, with the same bytes
+                proc = _run("bash", install_and_run, checkout)
+                runs.append({"returncode": proc.returncode, "output": proc.stdout + proc.stderr,
+                             "shards": _shards(dataset) if os.path.isdir(dataset) else {}})
+            with open(record + ".tmp", "w") as handle:
+                json.dump({"checkout": checkout, "runs": runs}, handle)
+            os.rename(record + ".tmp", record)
+        with open(record) as handle:
+            return json.load(handle)
+
+
+@pytest.mark.e2e
+def test_setup_command_one_runs_twice_with_the_same_bytes(setup_checkout):
+    first, second = setup_checkout["runs"]
+    assert first["returncode"] == 0, first["output"]
+    assert len(first["shards"]) == 10  # 8 train + 2 validation
+    assert second["returncode"] == 0, second["output"]
+    assert second["shards"] == first["shards"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("chain", [name for name, _ in CHAINS])
+def test_every_readme_block_runs_as_written_after_the_setup_commands(chain, tmp_path, sample_images, request,
+                                                                       setup_checkout):
+    assert all(run["returncode"] == 0 for run in setup_checkout["runs"]), "set-up command 1 failed (test above)"
+    checkout = str(tmp_path / "checkout")
+    shutil.copytree(setup_checkout["checkout"], checkout, symlinks=True)
     ran = 0
-    for name, page in _pages():
-        for language, code, reason in readme_blocks(page):
-            if language == "text" or reason or code in (install_and_run, test_command):
-                continue
-            given = _given(page, code)
-            extra_env = GIVEN[given](checkout, sample_images, s3_server) if given else {}
-            proc = _run(language, code, checkout, extra_env)
-            assert proc.returncode == 0, (f"{name} block failed:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n"
-                                          f"{proc.stderr}")
-            if "train_classifier.py" in code and "--mirrored" not in code:
-                accuracy = float(re.findall(r'"val_accuracy": ([0-9.]+)', proc.stdout)[-1])
-                assert accuracy >= 0.9, proc.stdout  # the demo trains to a clearly useful accuracy
-            ran += 1
-    assert ran >= 6
+    for name, language, code, given in runnable_blocks():
+        if _chain_of(code) != chain:
+            continue
+        s3_server = request.getfixturevalue("s3_server") if given == "s3" else None
+        extra_env = GIVEN[given](checkout, sample_images, s3_server) if given else {}
+        proc = _run(language, code, checkout, extra_env)
+        assert proc.returncode == 0, (f"{name} block failed:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n"
+                                      f"{proc.stderr}")
+        if "train_classifier.py" in code and "--mirrored" not in code:
+            accuracy = float(re.findall(r'"val_accuracy": ([0-9.]+)', proc.stdout)[-1])
+            assert accuracy >= 0.9, proc.stdout  # the demo trains to a clearly useful accuracy
+        ran += 1
+    assert ran >= 1

@@ -32,7 +32,9 @@ def test_the_benchmark_runs_end_to_end_and_writes_json_markdown_and_a_chart(tmp_
     assert isinstance(results["convert"]["ratio_ceiling_all_cores"], float)
     assert set(results["read"]["pipelines"]) == {"ours_train", "ours_eval", "image_dataset_from_directory",
                                                  "image_data_generator", "article_tf_data", "decode_bound_in_memory"}
-    assert all(r["warm"]["cpu_ms_per_image"] > 0 for r in results["read"]["pipelines"].values())
+    # A smoke round's few batches can all be ready before the clock starts (prefetched during the warm-up): a
+    # CPU of 0 is possible here, so only a measured, non-negative number is checked.
+    assert all(r["warm"]["cpu_ms_per_image"] >= 0 for r in results["read"]["pipelines"].values())
     assert set(results["read"]["bound_context_warm"]) == {
         "train_over_decode_bound_paired", "eval_over_decode_bound_paired",
         "train_cpu_efficiency_over_decode_bound", "eval_cpu_efficiency_over_decode_bound"}
