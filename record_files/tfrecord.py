@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import struct
-from typing import BinaryIO, Iterator, Mapping, Optional, Union
+from typing import BinaryIO, Iterator, Mapping, Optional, Sequence, Union
 
 import google_crc32c
 
@@ -99,8 +99,8 @@ def _entry_parts(key: str, value: FeatureValue) -> list[bytes]:
     record rather than once per nesting level (five levels deep).
     """
     if isinstance(value, bytes):
-        kind, inner = 1, [_header(1, len(value)), value]  # Feature.bytes_list { value: ... }
-    elif isinstance(value, int) and not isinstance(value, bool):
+        return [bytes_entry_head(key, len(value)), value]
+    if isinstance(value, int) and not isinstance(value, bool):
         kind, inner = 3, _packed(_varint(value))  # Feature.int64_list { packed value }
     elif isinstance(value, Floats):
         kind, inner = 2, _packed(struct.pack(f"<{len(value)}f", *value))  # Feature.float_list { packed value }
@@ -119,6 +119,19 @@ def _entry_parts(key: str, value: FeatureValue) -> list[bytes]:
     return [entry_header, key, value_header, feature_header, *inner]
 
 
+def bytes_entry_head(key: str, length: int) -> bytes:
+    """Every byte of a one-value bytes map entry before its ``length`` bytes of value: a writer that knows
+    the value's length can put the value after it without building the entry (``Feature.bytes_list``)."""
+    value_header = _header(1, length)  # BytesList.value
+    feature_length = len(value_header) + length
+    feature_header = _header(1, feature_length)  # Feature.bytes_list
+    entry_value_length = len(feature_header) + feature_length
+    entry_value_header = _header(2, entry_value_length)  # MapEntry.value
+    key = _key_field(key)
+    entry_header = _header(1, len(key) + len(entry_value_header) + entry_value_length)  # Features.feature
+    return entry_header + key + entry_value_header + feature_header + value_header
+
+
 def _packed(payload: bytes) -> list[bytes]:
     """A packed repeated field 1 holding ``payload``; an empty one is left out, as protobuf does."""
     return [_header(1, len(payload)), payload] if payload else []
@@ -133,15 +146,22 @@ def serialize_example(features: Mapping[str, FeatureValue]) -> bytes:
     for key in sorted(features):
         value = features[key]
         if isinstance(value, int):  # bools too: _entry_parts rejects them, as it rejects any other type
-            parts.append(_repeated_entry(key, value))
+            parts.append(repeated_entry(key, value))
         else:
             parts.extend(_entry_parts(key, value))
-    return _header(1, sum(map(len, parts))) + b"".join(parts)
+    return example_of_entries(parts)
+
+
+def example_of_entries(entries: Sequence[bytes]) -> bytes:
+    """The serialized Example whose ``Features.feature`` map entries are ``entries``, already in key order
+    (as :func:`serialize_example` sorts them)."""
+    return _header(1, sum(map(len, entries))) + b"".join(entries)
 
 
 @functools.lru_cache(maxsize=4096, typed=True)  # typed: True must not hit the cached entry of 1
-def _repeated_entry(key: str, value: int) -> bytes:
-    """An int64 entry: labels, sizes and channels take few distinct values, so these repeat."""
+def repeated_entry(key: str, value: Union[int, bytes]) -> bytes:
+    """One map entry of a feature whose value repeats from record to record (labels, sizes, channels, format,
+    class names): cached, so a writer serializes each once a process."""
     return b"".join(_entry_parts(key, value))
 
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import hashlib
 import json
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Callable, Iterable, Optional, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 
@@ -33,7 +32,8 @@ from beam_jobs.stage_records import Accepted
 from beam_jobs.stages.encode import Encoded, encode_image
 from beam_jobs.stages.validate import read_source, read_spilled, read_stamped
 from record_files import idx
-from record_files.tfrecord import ByteStrings, Floats, Ints, frame_parts, serialize_example
+from record_files.tfrecord import (ByteStrings, Floats, Ints, bytes_entry_head, example_of_entries, frame_parts,
+                                   repeated_entry, serialize_example)
 
 
 class SourceChangedError(RuntimeError):
@@ -84,18 +84,17 @@ def build_example(
     data = encoded.data
     name = display_path(relpath).encode("utf-8")
     sha = (sha256_hex or hashlib.sha256(data).hexdigest()).encode("ascii")
-    body = b"".join((  # the entries in key order (CLASSIFICATION_KEYS), as serialize_example sorts them
-        _repeated_entry(record_schema.CHANNELS, encoded.channels),
-        _repeated_entry(record_schema.LABEL, label),
-        _repeated_entry(record_schema.LABEL_TEXT, class_name),
-        _bytes_entry_head(record_schema.IMAGE_ENCODED, len(data)), data,
-        _bytes_entry_head(record_schema.FILENAME, len(name)), name,
-        _repeated_entry(record_schema.IMAGE_FORMAT, record_schema.IMAGE_FORMAT_JPEG),
-        _repeated_entry(record_schema.HEIGHT, encoded.height),
-        _bytes_entry_head(record_schema.SHA256, len(sha)), sha,
-        _repeated_entry(record_schema.WIDTH, encoded.width),
+    return example_of_entries((  # the entries in key order (CLASSIFICATION_KEYS), as serialize_example sorts them
+        repeated_entry(record_schema.CHANNELS, encoded.channels),
+        repeated_entry(record_schema.LABEL, label),
+        repeated_entry(record_schema.LABEL_TEXT, class_name.encode("utf-8")),
+        bytes_entry_head(record_schema.IMAGE_ENCODED, len(data)), data,
+        bytes_entry_head(record_schema.FILENAME, len(name)), name,
+        repeated_entry(record_schema.IMAGE_FORMAT, record_schema.IMAGE_FORMAT_JPEG),
+        repeated_entry(record_schema.HEIGHT, encoded.height),
+        bytes_entry_head(record_schema.SHA256, len(sha)), sha,
+        repeated_entry(record_schema.WIDTH, encoded.width),
     ))
-    return b"\n" + _varint(len(body)) + body  # Example.features (field 1, length-delimited)
 
 
 # The keys of a classification record in the order build_example writes them: sorted, as serialize_example
@@ -103,54 +102,6 @@ def build_example(
 CLASSIFICATION_KEYS = (record_schema.CHANNELS, record_schema.LABEL, record_schema.LABEL_TEXT,
                        record_schema.IMAGE_ENCODED, record_schema.FILENAME, record_schema.IMAGE_FORMAT,
                        record_schema.HEIGHT, record_schema.SHA256, record_schema.WIDTH)
-
-
-def _varint(value: int) -> bytes:
-    """Protobuf's varint of a length (non-negative)."""
-    if value < 0x80:
-        return _SMALL_VARINTS[value]
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_SMALL_VARINTS = [bytes([v]) for v in range(0x80)]
-
-
-@functools.lru_cache(maxsize=256)
-def _key_field(key: str) -> bytes:
-    """``MapEntry.key`` (field 1) of a feature name."""
-    data = key.encode("utf-8")
-    return b"\n" + _varint(len(data)) + data
-
-
-def _bytes_entry_head(key: str, length: int) -> bytes:
-    """Every byte of a one-value ``BytesList`` map entry before its ``length`` bytes of value.
-
-    Nested from the inside out: ``BytesList.value`` (field 1), ``Feature.bytes_list`` (field 1),
-    ``MapEntry.value`` (field 2), the entry itself (``Features.feature``, field 1), each a tag and a length.
-    """
-    value_head = b"\n" + _varint(length)
-    list_length = len(value_head) + length
-    feature_head = b"\n" + _varint(list_length)
-    feature_length = len(feature_head) + list_length
-    entry_value_head = b"\x12" + _varint(feature_length)
-    key_field = _key_field(key)
-    entry_length = len(key_field) + len(entry_value_head) + feature_length
-    return b"\n" + _varint(entry_length) + key_field + entry_value_head + feature_head + value_head
-
-
-@functools.lru_cache(maxsize=4096, typed=True)  # typed: True must never hit the entry of 1
-def _repeated_entry(key: str, value: Union[int, bytes, str]) -> bytes:
-    """The map entry of a feature whose values repeat from record to record (a str is written as UTF-8)."""
-    example = serialize_example({key: value.encode("utf-8") if isinstance(value, str) else value})
-    start = 1  # Example's tag, then the varint length of its features: the one entry follows
-    while example[start] & 0x80:
-        start += 1
-    return example[start + 1:]
 
 
 def build_multilabel_example(encoded: Encoded, relpath: str, ids: Sequence[int], classes: Sequence[str],
