@@ -15,13 +15,22 @@ bands (pigeonhole), so comparing only images that share a band's value finds eve
 band values is a task of bounded size. A pair that agrees on several bands is kept in its first one only,
 so each pair is written once. Byte-identical images (same SHA-256) are compared once: the copies are
 linked to their first copy at distance 0 (they are the exact search's groups too).
+
+How fast (#49): every test on a band value's images is numpy over blocks of their hashes (the distance, the
+"a < b" and the "first common band" filter), and the spanning forest is found in numpy over integer image
+ids (:func:`spanning_links`, the same links a union-find taking the pairs in order writes): Python touches
+only the links written. The comparisons still grow with the square of a band value's images (about n/45
+of them for hashes spread evenly, more for alike photos), at a few ns a pair: ``bench/near_search.py``
+measures it, and what wider bands probed within a radius (multi-index hashing) would save.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 import json
+from json.encoder import encode_basestring_ascii as _json_text
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -82,46 +91,161 @@ def _member(item: work_records.Content) -> list:
             item.objects]
 
 
-def _bucket_pairs(band: int, records: Sequence[bytes], distance: int) -> Iterator[tuple[bytes, bytes]]:
-    """The pairs (NEAR records) of one band value's images within ``distance`` whose first common band is ``band``.
+# The head of a NEAR record as work_records.near_head unpacks it (">Q16sBIBQ": position, then the CONTENT
+# record's SHA-256 prefix, split, label, whether hashed, hash), read for every record at once.
+_HEAD = np.dtype([("position", ">u8"), ("sha", "V16"), ("split", "u1"), ("label", ">u4"), ("hashed", "u1"),
+                  ("phash", ">u8")])
 
-    ``records`` are sorted as bytes: by SHA-256, then the rest of the image's CONTENT record, the same order in
-    every band, so the first copy of a content is the same image in each.
+
+def _heads(records: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(positions, shas, hashes)`` of NEAR records, as :func:`work_records.near_head` gives them one by one:
+    uint64, ``(n, 16)`` uint8, uint64."""
+    joined = b"".join(record[:_HEAD.itemsize] for record in records)
+    heads = np.frombuffer(joined, dtype=_HEAD)
+    shas = np.frombuffer(joined, dtype=np.uint8).reshape(-1, _HEAD.itemsize)[:, 8:24]
+    return heads["position"].astype(np.uint64), shas, heads["phash"].astype(np.uint64)
+
+
+def _bucket_pairs(band: int, shas: np.ndarray, hashes: np.ndarray, distance: int,
+                  block: int = _BLOCK) -> Iterator[np.ndarray]:
+    """The pairs (``(2, k)`` indices into one band value's records) within ``distance`` whose first common band
+    is ``band``, in blocks, in the order a union-find takes them (:func:`find_pairs` keeps that order).
+
+    The records are sorted as bytes: by SHA-256, then the rest of the image's CONTENT record, the same order in
+    every band, so the first copy of a content is the same image in each; each pair is ``(earlier, later)``.
+    Order: the copies' links to their first copy, then blocks of ``block`` x ``block`` hashes (rows, then
+    columns, of the upper triangle), each block's pairs row by row. Every test is numpy over the block.
     """
-    firsts: list[tuple[bytes, int, bytes]] = []
-    for record in records:
-        _, sha, phash = work_records.near_head(record)
-        if firsts and firsts[-1][0] == sha:
-            if band == 0:  # copies share every band: linked once, in the first
-                yield firsts[-1][2], record
-            continue
-        firsts.append((sha, phash, record))
-    if len(firsts) < 2:
+    first = np.ones(len(shas), dtype=bool)
+    first[1:] = (shas[1:] != shas[:-1]).any(axis=1)
+    if band == 0 and not first.all():  # copies share every band: linked once, in the first
+        copies = np.flatnonzero(~first)
+        firsts_of = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
+        yield np.stack([firsts_of[copies], copies])
+    firsts = np.flatnonzero(first)
+    if firsts.size < 2:
         return
-    hashes = np.fromiter((phash for _, phash, _ in firsts), dtype=np.uint64, count=len(firsts))
-    earlier = perceptual_hash.band_masks(distance)[:band]
-    for start in range(0, len(firsts), _BLOCK):
-        for other in range(start, len(firsts), _BLOCK):
-            block = perceptual_hash.pairwise_distances(hashes[start:start + _BLOCK], hashes[other:other + _BLOCK])
-            for i, j in zip(*np.nonzero(block <= distance)):
-                a, b = start + int(i), other + int(j)
-                differ = firsts[a][1] ^ firsts[b][1]
-                if a >= b or any(differ & mask == 0 for mask in earlier):
-                    continue  # itself, the other half of the block, or found in an earlier band
-                yield firsts[a][2], firsts[b][2]
+    values = hashes[firsts]
+    earlier = np.array(perceptual_hash.band_masks(distance)[:band], dtype=np.uint64)
+    for start in range(0, firsts.size, block):
+        for other in range(start, firsts.size, block):
+            rows, columns = _within(values, start, min(start + block, firsts.size),
+                                    other, min(other + block, firsts.size), distance)
+            if earlier.size:  # found in an earlier band: it agrees with it there
+                differ = values[rows] ^ values[columns]
+                keep = ((differ[:, None] & earlier[None, :]) != 0).all(axis=1)
+                rows, columns = rows[keep], columns[keep]
+            if rows.size:
+                yield np.stack([firsts[rows], firsts[columns]])
+
+
+_STRIP = 256  # rows of a diagonal block compared at once, each with the columns from its own on
+
+
+def _within(values: np.ndarray, top: int, bottom: int, left: int, right: int,
+            distance: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, columns)``: the pairs within ``distance`` of rows ``[top, bottom)`` and columns ``[left, right)``
+    of the hashes' distances, row by row; on the diagonal (``top == left``) only the upper triangle (each pair
+    once, not a hash with itself), compared in strips so that about half the block is computed."""
+    if top != left:
+        rows, columns = np.nonzero(perceptual_hash.pairwise_distances(values[top:bottom], values[left:right])
+                                   <= distance)
+        return rows + top, columns + left
+    found = []
+    for strip in range(top, bottom, _STRIP):
+        end = min(strip + _STRIP, bottom)
+        rows, columns = np.nonzero(perceptual_hash.pairwise_distances(values[strip:end], values[strip:right])
+                                   <= distance)
+        upper = rows < columns
+        found.append((rows[upper] + strip, columns[upper] + strip))
+    return np.concatenate([rows for rows, _ in found]), np.concatenate([columns for _, columns in found])
+
+
+def pair_indices(records: Sequence[bytes], bands: int, distance: int, block: int = _BLOCK) -> Iterator[np.ndarray]:
+    """Every pair within ``distance`` among sorted NEAR records, each once (in its first common band), as
+    ``(2, k)`` blocks of indices into ``records``, in the order :func:`find_pairs` joins them."""
+    if not records:
+        return
+    positions, shas, hashes = _heads(records)
+    span = np.uint64((1 << 64) // bands)
+    edges = np.flatnonzero(positions[1:] != positions[:-1]) + 1  # where each band value's bucket starts
+    for start, stop in zip([0, *edges.tolist()], [*edges.tolist(), len(records)]):
+        if stop - start > 1:
+            band = int(positions[start] // span)
+            for pairs in _bucket_pairs(band, shas[start:stop], hashes[start:stop], distance, block):
+                yield pairs + start
 
 
 def near_pairs(records: Sequence[bytes], bands: int, distance: int) -> Iterator[tuple[bytes, bytes]]:
     """Every pair (NEAR records) within ``distance`` among sorted NEAR records, each once: in its first common band."""
-    span = (1 << 64) // bands
-    start = 0
-    while start < len(records):
-        stop = start + 1
-        while stop < len(records) and records[stop][:8] == records[start][:8]:
-            stop += 1
-        if stop - start > 1:
-            yield from _bucket_pairs(work_records.near_head(records[start])[0] // span, records[start:stop], distance)
-        start = stop
+    for block in pair_indices(records, bands, distance):
+        yield from ((records[a], records[b]) for a, b in block.T.tolist())
+
+
+_LINK_BATCH = 1 << 21  # pairs joined at once: about 100 MB of indices and Boruvka's arrays at most
+
+
+def spanning_links(pairs: Iterable[np.ndarray], images: np.ndarray, batch: int = _LINK_BATCH) -> np.ndarray:
+    """The pairs (``(2, k)`` blocks of record indices; ``images[i]`` is record ``i``'s image id) that join two
+    groups of the pairs before them: the links a union-find taking the pairs in order writes, as ``(2, links)``
+    record indices in that order.
+
+    They are the minimum spanning forest of the pairs when the ``i``-th pair weighs ``i`` (distinct weights:
+    one forest, the greedy order's), found by Boruvka's rounds in numpy over batches of pairs, each batch
+    over the groups the earlier ones left: no Python per pair, memory for a batch of pairs.
+    """
+    label = np.arange(int(images.max()) + 1 if images.size else 0)
+    links, waiting, pending = [], [], 0
+    for block in itertools.chain(pairs, [None]):
+        if block is not None:
+            waiting.append(block)
+            pending += block.shape[1]
+            if pending < batch:
+                continue
+        if waiting:
+            joined = np.concatenate(waiting, axis=1)
+            links.append(joined[:, _boruvka(images[joined[0]], images[joined[1]], label)])
+        waiting, pending = [], 0
+    return np.concatenate(links, axis=1) if links else np.zeros((2, 0), dtype=np.int64)
+
+
+def _boruvka(first: np.ndarray, second: np.ndarray, label: np.ndarray) -> np.ndarray:
+    """The positions of the pairs ``(first[i], second[i])`` (weight ``i``) in the minimum spanning forest over
+    the groups ``label`` holds (each image's group's image; updated in place to the groups after the pairs).
+
+    Each round takes every group's lightest pair to another group (all of them in the forest: the cut
+    property) and merges along them: a group points at the group across its pair, the two of a pair that
+    chose each other (the only cycles, of length 2) have the lower one point at itself, and pointer jumping
+    finds each tree's root.
+    """
+    chosen = np.zeros(first.size, dtype=bool)
+    live = np.arange(first.size)
+    none = first.size
+    while live.size:
+        a, b = label[first[live]], label[second[live]]
+        across = a != b
+        live, a, b = live[across], a[across], b[across]
+        if not live.size:
+            break
+        lightest = np.full(label.size, none, dtype=np.int64)
+        np.minimum.at(lightest, a, live)
+        np.minimum.at(lightest, b, live)
+        groups = np.flatnonzero(lightest < none)
+        pair = lightest[groups]
+        chosen[pair] = True
+        ends = label[first[pair]]
+        target = np.where(ends == groups, label[second[pair]], ends)
+        pointer = np.arange(label.size)
+        pointer[groups] = target
+        mutual = (pointer[target] == groups) & (groups < target)
+        pointer[groups[mutual]] = groups[mutual]
+        while True:
+            jumped = pointer[pointer]
+            if np.array_equal(jumped, pointer):
+                break
+            pointer = jumped
+        label[:] = pointer[label]
+    return np.flatnonzero(chosen)
 
 
 def find_pairs(layout: WorkLayout, near_range: int, distance: int) -> int:
@@ -129,8 +253,9 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int) -> int:
 
     A link is a pair within ``distance`` that joins two groups of the range's pairs found so far: a spanning
     forest of the range's pairs, which joins the same groups as all of them (``group_near`` needs no more),
-    so ten photos that all look alike write 9 lines, not 45. A range whose file exists (a killed run this one
-    resumes) is not searched again.
+    so ten photos that all look alike write 9 lines, not 45. The images are integer ids (by CONTENT record),
+    and the forest is found in numpy (:func:`spanning_links`): Python touches only the links written. A range
+    whose file exists (a killed run this one resumes) is not searched again.
     """
     out = layout.near_pairs(near_range)
     if FileSystems.exists(out):
@@ -140,18 +265,27 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int) -> int:
     for part in range(layout.num_parts):
         records += work_records.read_bucket(layout.near(part), work_records.NEAR, near_range)
     records.sort()
-    parent: dict[bytes, bytes] = {}
-    lines = []
-    for a, b in near_pairs(records, layout.near_bands, distance):
-        first, second = _root(parent, a[8:]), _root(parent, b[8:])  # an image: its CONTENT record
-        if first != second:
-            parent[max(first, second)] = min(first, second)
-            # ASCII JSON: a path that is not UTF-8 (surrogate escapes) travels as \udcNN escapes and comes back whole
-            lines.append(json.dumps([_member(work_records.decode_near(a)[1]), _member(work_records.decode_near(b)[1])]))
+    contents = [record[8:] for record in records]  # an image: its CONTENT record
+    ids = {content: index for index, content in enumerate(dict.fromkeys(contents))}
+    images = np.fromiter(map(ids.__getitem__, contents), dtype=np.int64, count=len(contents))
+    halves: dict[bytes, str] = {}
+    lines = [f"[{_half(contents[a], halves)}, {_half(contents[b], halves)}]"  # as json.dumps writes the pair
+             for a, b in spanning_links(pair_indices(records, layout.near_bands, distance), images).T.tolist()]
     lines.sort()
     with filesystems.whole_file(out) as handle:
         handle.write("".join(line + "\n" for line in lines).encode("utf-8"))
     return len(lines)
+
+
+def _half(content: bytes, halves: dict[bytes, str]) -> str:
+    """An image's half of a link line: its :func:`_member` as ``json.dumps`` writes it (a list of strings and
+    ints), made once an image, its strings by json's own ASCII encoder (a path that is not UTF-8, surrogate
+    escapes, travels as \\udcNN escapes and comes back whole)."""
+    if content not in halves:
+        item = work_records.decode_content(content)
+        halves[content] = (f"[{_json_text(item.split)}, {item.label}, {_json_text(item.relpath)}, "
+                           f"{item.perceptual_hash}, \"{item.sha.hex()}\", {item.stored_bytes}, {item.objects}]")
+    return halves[content]
 
 
 def _root(parent: dict, item):
@@ -195,10 +329,10 @@ class NearSummary:
 
 
 def _pairs(layout: WorkLayout) -> Iterator[list]:
+    """Every range's links, a range's file parsed in one ``json.loads`` (its lines joined into one list)."""
     for near_range in range(layout.near_ranges):
         with FileSystems.open(layout.near_pairs(near_range), compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            for line in handle:
-                yield json.loads(line)
+            yield from json.loads(b"[" + b",".join(handle.read().splitlines()) + b"]")
 
 
 def components(pairs: Iterable[Sequence[list]]) -> list[list[list]]:

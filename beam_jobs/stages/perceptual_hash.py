@@ -120,9 +120,10 @@ def _bits(low: np.ndarray) -> int:
     return int.from_bytes(np.packbits(bits).tobytes(), "big")
 
 
+@functools.lru_cache(maxsize=None)
 def band_masks(max_distance: int) -> tuple[int, ...]:
     """Each band of :func:`bands` as a mask of the hash's bits: two hashes agree on band ``b`` when
-    ``(a ^ b) & mask == 0``."""
+    ``(a ^ b) & mask == 0``. Cached: the near search asks for them once a band value."""
     return tuple(sum(1 << (BITS - 1 - position) for position in positions) for positions in bands(max_distance))
 
 

@@ -1,6 +1,8 @@
 """The near search over work files: every pair within the distance found once (as brute force finds them),
 whatever the band ranges; groups with distances to their first image; byte-identical copies left to the exact
-search; --drop-leaks' choice of evaluation copies; the dropped images left out of their buckets."""
+search; --drop-leaks' choice of evaluation copies; the dropped images left out of their buckets; the vectorized
+search (#49) against the release's, kept here as the reference: the same pairs in the same order, the same links,
+the same file bytes."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import itertools
 import json
 import random
 
+import numpy as np
 import pytest
 
 from beam_jobs.stages import perceptual_hash
@@ -130,3 +133,102 @@ def test_collected_drops_take_their_records_counts_bytes_and_objects_off_the_tot
     less = without(totals, dropped)
     assert less.accepted_per_split() == {"train": 8, "validation": 5}
     assert (less.stored_bytes, less.objects) == ({"train": 8000, "validation": 6000 - 1234}, {"validation": 7})
+
+
+# --- the vectorized search against the release's (#49): the same pairs in the same order, the same links ------
+
+def _reference_bucket_pairs(band, records, distance, block):
+    """The release's search of one band value's records, a Python step per candidate pair (the reference)."""
+    firsts = []
+    for record in records:
+        _, sha, phash = work_records.near_head(record)
+        if firsts and firsts[-1][0] == sha:
+            if band == 0:
+                yield firsts[-1][2], record
+            continue
+        firsts.append((sha, phash, record))
+    if len(firsts) < 2:
+        return
+    earlier = perceptual_hash.band_masks(distance)[:band]
+    for start in range(0, len(firsts), block):
+        for other in range(start, len(firsts), block):
+            for a in range(start, min(start + block, len(firsts))):
+                for b in range(other, min(other + block, len(firsts))):
+                    differ = firsts[a][1] ^ firsts[b][1]
+                    if a >= b or differ.bit_count() > distance or any(differ & mask == 0 for mask in earlier):
+                        continue
+                    yield firsts[a][2], firsts[b][2]
+
+
+def _reference_pairs(records, bands, distance, block):
+    span = (1 << 64) // bands
+    for _, bucket in itertools.groupby(records, key=lambda record: record[:8]):
+        bucket = list(bucket)
+        yield from _reference_bucket_pairs(work_records.near_head(bucket[0])[0] // span, bucket, distance, block)
+
+
+def _reference_links(pairs):
+    """The release's links: a union-find keyed by the image's CONTENT bytes, taking the pairs in order."""
+    parent, links = {}, []
+    for a, b in pairs:
+        first, second = near_duplicates._root(parent, a[8:]), near_duplicates._root(parent, b[8:])
+        if first != second:
+            parent[max(first, second)] = min(first, second)
+            links.append((a, b))
+    return links
+
+
+def _planted(seed: int, count: int, copies: int) -> list[bytes]:
+    """Seeded random hashes, half of them in planted clusters (0-12 bits from a centre), and byte copies."""
+    rng = random.Random(seed)
+    centres = [rng.getrandbits(64) for _ in range(8)]
+    hashes = [rng.getrandbits(64) if i % 2 else _flip(rng.choice(centres), rng.sample(range(64), rng.randint(0, 12)))
+              for i in range(count)]
+    records = [_content(f"img{i:04d}.jpg", h) for i, h in enumerate(hashes)]
+    for i in rng.sample(range(count), copies):  # the same bytes, another path: a copy of image i
+        records.append(_content(f"copy{i:04d}.jpg", hashes[i], data=f"img{i:04d}.jpg".encode()))
+    return records
+
+
+@pytest.mark.parametrize("seed, distance, block", [(1, 10, 2048), (2, 10, 7), (3, 4, 5), (4, 12, 16)])
+def test_the_vectorized_search_finds_the_release_searchs_pairs_in_its_order_and_writes_its_links(
+        tmp_path, seed, distance, block):
+    records = _planted(seed, 260, 12)
+    near = sorted(near_duplicates.near_records(records, distance))
+    expected = list(_reference_pairs(near, distance + 1, distance, block))
+    assert len(expected) > 100 and any(a[8:24] == b[8:24] for a, b in expected)  # clusters, and copies
+    found = [block for block in near_duplicates.pair_indices(near, distance + 1, distance, block)]
+    assert [(near[a], near[b]) for chunk in found for a, b in chunk.T.tolist()] == expected
+    contents = [record[8:] for record in near]
+    ids = {content: index for index, content in enumerate(dict.fromkeys(contents))}
+    images = np.array([ids[content] for content in contents])
+    for batch in (1 << 21, 50, 1):  # the forest in one batch, in many, a pair at a time
+        links = near_duplicates.spanning_links(iter(found), images, batch)
+        assert [(near[a], near[b]) for a, b in links.T.tolist()] == _reference_links(expected)
+
+
+def test_find_pairs_writes_the_release_searchs_files_byte_for_byte(tmp_path):
+    records = _planted(5, 300, 20)
+    layout = _layout(tmp_path, "w", [records[0::3], records[1::3], records[2::3]], 10, 3)
+    for near_range in range(layout.near_ranges):
+        ranged = sorted(record for part in range(layout.num_parts)
+                        for record in work_records.read_bucket(layout.near(part), work_records.NEAR, near_range))
+        lines = sorted(json.dumps([near_duplicates._member(work_records.decode_near(a)[1]),
+                                   near_duplicates._member(work_records.decode_near(b)[1])])
+                       for a, b in _reference_links(_reference_pairs(ranged, 11, 10, 2048)))
+        assert near_duplicates.find_pairs(layout, near_range, 10) == len(lines) > 0
+        assert open(layout.near_pairs(near_range), "rb").read() == "".join(line + "\n" for line in lines).encode()
+
+
+def test_the_heads_read_at_once_are_near_head_one_by_one():
+    records = sorted(near_duplicates.near_records(_planted(6, 40, 5), 10))
+    positions, shas, hashes = near_duplicates._heads(records)
+    assert [(int(p), bytes(s), int(h)) for p, s, h in zip(positions, shas, hashes)] == [
+        work_records.near_head(record) for record in records]
+
+
+@pytest.mark.parametrize("relpath", ["train/cat/a.jpg", 'x/"quoted" \\ back.jpg', "x/çà 猫.jpg", "x/bad\udcff.jpg"])
+def test_a_link_lines_half_is_its_member_as_json_dumps_writes_it(relpath):
+    content = _content(relpath, 2**64 - 1, "validation", 7, data=b"pixels")
+    assert near_duplicates._half(content, {}) == json.dumps(
+        near_duplicates._member(work_records.decode_content(content)))
