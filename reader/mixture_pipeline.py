@@ -40,9 +40,9 @@ from reader.options import (
     check_output,
     image_hw,
 )
-from reader.order import Position, host_records
+from reader.order import Position, host_records_graph
 from reader.pipeline import PARSE_BATCH, _check_seed, _check_shards_present, _check_targets, _deliver, _options
-from reader.repeat_factor import RepeatFactor, repeated_records
+from reader.repeat_factor import RepeatFactor, repeated_records_graph
 from reader.records import AUTOTUNE, SegmentReader, Source, file_order, interleave_records
 
 _SOURCE_SEED = 0x6D1C  # salts a source's order seed away from the run's seed (two copies of a dataset differ)
@@ -258,9 +258,7 @@ def _mixed_records(plan: Mixture, splits, seed: int, start_step, num_steps: Opti
 
     @tf.autograph.experimental.do_not_convert  # plain graph code: converting it cost about 1 s of CPU a source
     def from_step(step: tf.Tensor) -> tf.data.Dataset:
-        used = _consumed(plan, step)
-        streams = [_source_records(source, split, seeds[k], used[k])
-                   for k, (source, split) in enumerate(zip(plan.sources, splits))]
+        streams = _source_records(plan, splits, seeds, _consumed(plan, step))
         table = tf.constant(plan.quotas.step_table())
         indexes = tf.range(len(plan.sources), dtype=tf.int64)
         end = num_steps if num_steps is not None else 1 << 62
@@ -280,18 +278,81 @@ def _mixed_records(plan: Mixture, splits, seed: int, start_step, num_steps: Opti
         lambda record, key, source: (record[lo:hi], key[lo:hi], source[lo:hi])).unbatch()
 
 
-def _source_records(source, split, seed: int, consumed: tf.Tensor) -> tf.data.Dataset:
-    """The source's ``(record, key)`` sequence from its record ``consumed`` on, without end."""
-    layout = source.layout
-    reader_source = Source(source.info, split, FeatureKeys(), 0, False)
-    segment = SegmentReader(s3=reader_source.s3, read_buffer=reader_source.read_buffer)
-    index_files = [s.index_path for s in split.shards]
-    if source.factors is not None:
-        return repeated_records(split.files, reader_source.counts, index_files, source.factors.factors,
-                                source.factors.epoch_records, layout.window, seed, consumed, segment)
-    records = host_records(split.files, reader_source.counts, index_files, layout, seed,
-                           consumed // layout.batch_size, None, 1, 0, segment)
-    return records.skip(consumed % layout.batch_size)
+def _source_records(plan: Mixture, splits, seeds: Sequence[int], consumed: tf.Tensor) -> list[tf.data.Dataset]:
+    """Each source's ``(record, key)`` sequence from its record ``consumed[k]`` on, without end.
+
+    Sources read the same way (the same ``SegmentReader``, with or without repeat factors) are built at one site,
+    by :func:`_at_one_site`, from their splits packed as tensors.
+    """
+    groups: dict = {}
+    for k, (source, split) in enumerate(zip(plan.sources, splits)):
+        reader_source = Source(source.info, split, FeatureKeys(), 0, False)
+        segment = SegmentReader(s3=reader_source.s3, read_buffer=reader_source.read_buffer)
+        groups.setdefault((source.factors is not None, segment), []).append(k)
+    streams: list = [None] * len(plan.sources)
+    for (repeated, segment), members in groups.items():
+        sources = [plan.sources[k] for k in members]
+        shards = [splits[k].shards for k in members]
+        files = _Rows([[s.path for s in row] for row in shards], tf.string)
+        counts = _Rows([[s.num_examples for s in row] for row in shards], tf.int64)
+        indexes = _Rows([[s.index_path for s in row] for row in shards], tf.string)
+        seed = tf.constant([seeds[k] for k in members], tf.int64)
+        used = tf.gather(consumed, members)
+        if repeated:
+            graph = repeated_records_graph(segment)
+            factors = _Rows([s.factors.factors for s in sources], tf.float64)
+            sizes = tf.constant([[s.factors.epoch_records, s.layout.window] for s in sources], tf.int64)
+
+            def make(i, graph=graph, files=files, counts=counts, indexes=indexes, factors=factors, sizes=sizes,
+                     seed=seed, used=used):
+                return graph(files.row(i), counts.row(i), indexes.row(i), factors.row(i), sizes[i][0], sizes[i][1],
+                             seed[i], used[i])
+        else:
+            graph = host_records_graph(segment)
+            layouts = tf.constant([[s.layout.num_records, s.layout.batch_size, s.layout.streams, s.layout.window]
+                                   for s in sources], tf.int64)
+
+            def make(i, graph=graph, files=files, counts=counts, indexes=indexes, layouts=layouts, seed=seed,
+                     used=used):
+                layout = layouts[i]  # a source's "batch" is one record a stream: it advances record by record
+                records = graph(files.row(i), counts.row(i), indexes.row(i), layout, seed[i], used[i] // layout[1],
+                                tf.constant(1 << 62, tf.int64), layout[2], tf.constant(0, tf.int64))
+                return records.skip(used[i] % layout[1])
+        for k, dataset in zip(members, _at_one_site(len(members), make)):
+            streams[k] = dataset
+    return streams
+
+
+def _at_one_site(count: int, make) -> list[tf.data.Dataset]:
+    """``[make(0), ..., make(count - 1)]``, every one built by the same dataset function.
+
+    TensorFlow instantiates (and optimizes) the functions of a dataset built inside a dataset function once per
+    op that builds it: sources built by K calls of the order's graph paid K instantiations of each of its
+    functions, 0.5-0.7 s of CPU a source before the first batch. Built by one ``map``, they share one
+    (``bench.read_mixture``: the first batch over 10 sources, see docs/benchmarks.md).
+    """
+    if count == 1:
+        return [make(tf.constant(0, tf.int64))]
+    site = tf.data.Dataset.range(count).map(make)
+    return [site.skip(k).take(1).get_single_element() for k in range(count)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+    """Rows of different lengths as two graph constants (values and row starts), for a row picked by a tensor."""
+
+    values: tf.Tensor
+    starts: tf.Tensor
+
+    def __init__(self, rows: Sequence, dtype: tf.DType) -> None:
+        lengths = [len(row) for row in rows]
+        flat = np.concatenate([np.asarray(row, dtype=dtype.as_numpy_dtype) for row in rows]) if dtype != tf.string \
+            else [value for row in rows for value in row]
+        object.__setattr__(self, "values", tf.constant(flat, dtype))
+        object.__setattr__(self, "starts", tf.constant(np.cumsum([0] + lengths), tf.int64))
+
+    def row(self, index: tf.Tensor) -> tf.Tensor:
+        return self.values[self.starts[index]:self.starts[index + 1]]
 
 
 def _remap(plan: Mixture):

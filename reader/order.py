@@ -203,13 +203,20 @@ def host_records(
     another source of a mixture, builds in a few milliseconds (traced each
     time, it was 0.25 s of CPU a source: issue #50's start-up).
     """
-    graph = reading_graph(_HOST_GRAPHS, read_segment, _host_records_graph, _HOST_SIGNATURE)
-    return graph(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
+    return host_records_graph(read_segment)(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
                  tf.constant(list(index_files), tf.string),
                  tf.constant([layout.num_records, layout.batch_size, layout.streams, layout.window], tf.int64),
                  tf.constant(seed, tf.int64), tf.cast(start_step, tf.int64),
                  tf.constant(num_epochs if num_epochs is not None else 1 << 62, tf.int64),
                  tf.constant(layout.streams // pipelines, tf.int64), tf.constant(pipeline_id, tf.int64))
+
+
+def host_records_graph(read_segment) -> Callable[..., tf.data.Dataset]:
+    """:func:`host_records` as its graph: ``(files, counts, index_files, layout, seed, start_step, last_epoch,
+    per_pipeline, pipeline_id) -> dataset``, every argument a tensor (``layout``: N, G, C, W; ``last_epoch``
+    the epoch to stop before; ``per_pipeline``: streams a pipeline reads), for callers that build several
+    orders at one site (``reader.mixture_pipeline``)."""
+    return reading_graph(_HOST_GRAPHS, read_segment, _host_records_graph, _HOST_SIGNATURE)
 
 
 def reading_graph(cache: dict, read_segment, body: Callable[..., tf.data.Dataset], signature: list):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -134,11 +134,16 @@ def repeated_records(files: Sequence[str], counts: Sequence[int], index_files: S
     ``records.SegmentReader`` has its graph traced once a process). Keys are unique per copy (epoch * E +
     copy's place in the epoch), so two copies of an image are augmented differently.
     """
-    graph = reading_graph(_REPEATED_GRAPHS, read_segment, _repeated_graph, _REPEATED_SIGNATURE)
-    return graph(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
+    return repeated_records_graph(read_segment)(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
                  tf.constant(list(index_files), tf.string), tf.constant(factors, tf.float64),
                  tf.constant(epoch_records, tf.int64), tf.constant(window, tf.int64), tf.constant(seed, tf.int64),
                  tf.cast(start, tf.int64))
+
+
+def repeated_records_graph(read_segment) -> Callable[..., tf.data.Dataset]:
+    """:func:`repeated_records` as its graph: ``(files, counts, index_files, factors, epoch_records, window, seed,
+    start) -> dataset``, every argument a tensor, for callers that build several at one site."""
+    return reading_graph(_REPEATED_GRAPHS, read_segment, _repeated_graph, _REPEATED_SIGNATURE)
 
 
 _REPEATED_SIGNATURE = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64),

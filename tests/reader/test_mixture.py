@@ -109,6 +109,38 @@ def test_the_order_gives_each_batch_its_quota_and_each_source_whole_epochs_in_a_
         assert all(one != following for one, following in zip(orders, orders[1:]))  # each pass in a new order
 
 
+def _pairs(dataset: tf.data.Dataset, count: int) -> list:
+    records, keys = next(iter(dataset.take(count).batch(count)))
+    return list(zip(records.numpy().tolist(), keys.numpy().tolist()))
+
+
+@pytest.mark.parametrize("repeat", [None, reader.RepeatFactor(0.5)], ids=["streams", "repeat-factors"])
+def test_sources_built_at_one_site_each_read_the_order_they_read_built_alone(sources, repeat):
+    # The sources' orders are built by one map over their inputs packed as tensors (start-up: issue #50); each
+    # must be its own inputs' order, from its own place, as a separate build gives it.
+    from reader.mixture_pipeline import _present, _source_records
+    from reader.order import host_records
+    from reader.records import SegmentReader
+    from reader.repeat_factor import repeated_records
+
+    mixed = reader.mixture(sources, "train", BATCH, repeat_factor=repeat)
+    splits = [_present(source) for source in mixed.sources]
+    seeds, consumed = [11, 12, 13], [5, 0, 7]
+    together = _source_records(mixed, splits, seeds, tf.constant(consumed, tf.int64))
+    for k, (source, split) in enumerate(zip(mixed.sources, splits)):
+        files, counts = split.files, [shard.num_examples for shard in split.shards]
+        indexes = [shard.index_path for shard in split.shards]
+        if repeat is None:
+            layout = source.layout
+            alone = host_records(files, counts, indexes, layout, seeds[k], tf.constant(consumed[k] // layout.batch_size),
+                                 None, 1, 0, SegmentReader()).skip(consumed[k] % layout.batch_size)
+        else:
+            alone = repeated_records(files, counts, indexes, source.factors.factors, source.factors.epoch_records,
+                                     source.layout.window, seeds[k], tf.constant(consumed[k]), SegmentReader())
+        count = 2 * split.num_examples + 3  # past a wrap-around
+        assert _pairs(together[k], count) == _pairs(alone, count), source.name
+
+
 @pytest.mark.slow  # a pipeline built per slice: 15-30 s on 2 busy cores
 @pytest.mark.parametrize("pipelines", [2, 4])
 def test_the_pipelines_slices_concatenated_are_the_global_batch(plan, order, pipelines):
