@@ -334,12 +334,11 @@ def _stream_windows(shards: _Shards, grid: _LayoutTensors, seed: tf.Tensor, star
     return records.batch(window).enumerate(start=first_window).map(shuffle)
 
 
-# The order's pure tensor functions are traced once a process and called from every stream's graph: traced in
-# each, they were about a quarter of the 0.25 s of CPU a mixture's source took to build (issue #50 §4).
-_SCALAR = tf.TensorSpec([], tf.int64)
+# The order's pure tensor functions are plain graph code, inlined into the order's graph (traced once a process):
+# as tf.functions called from it, each call was a function TensorFlow instantiated and optimized again as the
+# iterator started, 0.4-0.6 s of CPU of a process's first batch (issue #50).
 
 
-@tf.function(input_signature=[tf.TensorSpec([None], tf.int64)] + [_SCALAR] * 5, autograph=False)
 def stream_segments(sizes: tf.Tensor, stream_length: tf.Tensor, seed: tf.Tensor, epoch: tf.Tensor,
                     index: tf.Tensor, begin_at: tf.Tensor) -> tuple:
     """``(shard, first record, count)`` runs making stream ``index`` of ``epoch`` from its record ``begin_at``:
@@ -381,7 +380,6 @@ def window_permutation(size: tf.Tensor, seed: "int | tf.Tensor", epoch: tf.Tenso
                                tf.cast(stream, tf.int64), tf.cast(window, tf.int64))
 
 
-@tf.function(input_signature=[_SCALAR] * 5, autograph=False)
 def _window_permutation(size: tf.Tensor, seed: tf.Tensor, epoch: tf.Tensor, stream: tf.Tensor,
                         window: tf.Tensor) -> tf.Tensor:
     """:func:`window_permutation`'s graph."""

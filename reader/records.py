@@ -147,14 +147,11 @@ def record_offset(index_path: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
     about 15 bytes per record; it is read only where a stream starts inside a
     shard (C times per epoch, and on a resume).
 
-    Its graph (three conds) is traced once a process and called from every
-    segment's: traced in each, it was about half of a segment read's CPU to
-    build (a mixture of 10 sources builds 10 orders; issue #50).
+    Plain graph code (three conds): the training order, its only caller, is traced once a process.
     """
     return _record_offset(tf.convert_to_tensor(index_path, tf.string), tf.cast(record, tf.int64))
 
 
-@tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)], autograph=False)
 def _record_offset(index_path: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
     """:func:`record_offset`'s graph."""
 
@@ -211,19 +208,17 @@ def _checked(records: tf.data.Dataset, path: tf.Tensor, num_records: tf.Tensor, 
 def _check_step(skip_corrupt: bool, segment: bool, labels: Optional[LabelRange]):
     """The count check's scan step ``(count, batch, path, num_records, first) -> (count, batch)``.
 
-    Traced once a process for each kind of check and called from every
-    shard's and segment's scan (traced in each, it cost a third of the
-    check's CPU to build). ``segment``: the records are a run from record
-    ``first`` (the message says so).
+    For whole shards, a ``tf.function`` traced once a process for each kind of check and called from every
+    shard's scan (traced in each, it cost a third of the check's CPU to build). For segments
+    (``segment``: the records are a run from record ``first``, the message says so), plain graph code:
+    their only caller, the training order, is traced once a process, and a function called from it is
+    instantiated again as each iterator starts (issue #50's first batch).
     """
     if segment:
         template = "shard {} is corrupt or truncated: read {} of the {} records from record {}"
     else:
         template = "shard {} is corrupt or truncated: read {} of its {} records"
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.int64), tf.TensorSpec([None], tf.string),
-                                  tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
-                                  tf.TensorSpec([], tf.int64)], autograph=False)
     def step(count: tf.Tensor, batch: tf.Tensor, path: tf.Tensor, num_records: tf.Tensor, first: tf.Tensor) -> tuple:
         size = tf.size(batch, out_type=tf.int64)
 
@@ -246,7 +241,11 @@ def _check_step(skip_corrupt: bool, segment: bool, labels: Optional[LabelRange])
         return count + size, tf.cond(tf.equal(size, 0), at_end,
                                      lambda: _check_labels(batch, path, count + first, labels, skip_corrupt))
 
-    return step
+    if segment:
+        return step
+    return tf.function(step, input_signature=[tf.TensorSpec([], tf.int64), tf.TensorSpec([None], tf.string),
+                                              tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
+                                              tf.TensorSpec([], tf.int64)], autograph=False)
 
 
 def _check_labels(batch: tf.Tensor, path: tf.Tensor, first: tf.Tensor, labels: LabelRange,
