@@ -2,6 +2,7 @@
 
     python -m bench.compare 9b497c0                        # 3,000 and 12,000 photos, 3 alternating rounds
     python -m bench.compare HEAD~5 --sizes 600,3000 --rounds 5 --data /tmp/photos   # photos kept for the next run
+    python -m bench.compare 9b497c0 --current-flags=--no-near-duplicates   # without a feature REV lacks
 
 REV is checked out into a temporary git worktree (removed afterwards); both
 converters run as real subprocesses (``python -m converter ... --shards 16``),
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -194,6 +196,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--tree", default=REPO,
                         help="the converter's tree measured against REV (default: this checkout; e.g. a copy with a "
                         "change not yet made here)")
+    parser.add_argument("--current-flags", default="",
+                        help="converter flags for this checkout only, e.g. '--no-near-duplicates' to leave out a "
+                        "feature REV lacks (the other flags given go to both)")
     args, extra = parser.parse_known_args(argv)
     try:
         args.sizes = sorted({int(size) for size in args.sizes.split(",") if size.strip()})
@@ -214,8 +219,11 @@ def main(argv: Optional[Sequence[str]] = None, timer: Optional[Timer] = None) ->
     try:
         tree = add_worktree(args.rev, work)
         sets = photo_sets(args.sizes, args.data or work)
-        timer = timer or (lambda tree_, src, out: run_converter(tree_, src, out, args.shards, args.extra))
-        times = measure({"current": os.path.abspath(args.tree), "rev": tree}, sets, args.rounds, work, timer)
+        current = os.path.abspath(args.tree)
+        own = shlex.split(args.current_flags)
+        timer = timer or (lambda tree_, src, out: run_converter(
+            tree_, src, out, args.shards, [*args.extra, *(own if tree_ == current else [])]))
+        times = measure({"current": current, "rev": tree}, sets, args.rounds, work, timer)
     finally:
         if tree:
             remove_worktree(tree)

@@ -44,6 +44,9 @@ def test_rounds_alternate_which_tree_goes_first():
 def test_arguments_sizes_rounds_and_the_converter_flags_passed_on():
     args = compare.parse_args(["HEAD~1", "--sizes", "12000, 3000", "--rounds", "5", "--max-side", "256"])
     assert (args.rev, args.sizes, args.rounds, args.extra) == ("HEAD~1", [3000, 12000], 5, ["--max-side", "256"])
+    assert args.current_flags == ""
+    own = compare.parse_args(["HEAD~1", "--current-flags=--no-near-duplicates --near-distance 4"])
+    assert (own.extra, compare.shlex.split(own.current_flags)) == ([], ["--no-near-duplicates", "--near-distance", "4"])
     for bad in (["X", "--sizes", "a,b"], ["X", "--rounds", "0"], ["X", "--sizes", "0"]):
         with pytest.raises(SystemExit):
             compare.parse_args(bad)
