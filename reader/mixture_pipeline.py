@@ -291,36 +291,42 @@ def _source_records(plan: Mixture, splits, seeds: Sequence[int], consumed: tf.Te
         groups.setdefault((source.factors is not None, segment), []).append(k)
     streams: list = [None] * len(plan.sources)
     for (repeated, segment), members in groups.items():
-        sources = [plan.sources[k] for k in members]
-        shards = [splits[k].shards for k in members]
-        files = _Rows([[s.path for s in row] for row in shards], tf.string)
-        counts = _Rows([[s.num_examples for s in row] for row in shards], tf.int64)
-        indexes = _Rows([[s.index_path for s in row] for row in shards], tf.string)
-        seed = tf.constant([seeds[k] for k in members], tf.int64)
-        used = tf.gather(consumed, members)
-        if repeated:
-            graph = repeated_records_graph(segment)
-            factors = _Rows([s.factors.factors for s in sources], tf.float64)
-            sizes = tf.constant([[s.factors.epoch_records, s.layout.window] for s in sources], tf.int64)
-
-            def make(i, graph=graph, files=files, counts=counts, indexes=indexes, factors=factors, sizes=sizes,
-                     seed=seed, used=used):
-                return graph(files.row(i), counts.row(i), indexes.row(i), factors.row(i), sizes[i][0], sizes[i][1],
-                             seed[i], used[i])
-        else:
-            graph = host_records_graph(segment)
-            layouts = tf.constant([[s.layout.num_records, s.layout.batch_size, s.layout.streams, s.layout.window]
-                                   for s in sources], tf.int64)
-
-            def make(i, graph=graph, files=files, counts=counts, indexes=indexes, layouts=layouts, seed=seed,
-                     used=used):
-                layout = layouts[i]  # a source's "batch" is one record a stream: it advances record by record
-                records = graph(files.row(i), counts.row(i), indexes.row(i), layout, seed[i], used[i] // layout[1],
-                                tf.constant(1 << 62, tf.int64), layout[2], tf.constant(0, tf.int64))
-                return records.skip(used[i] % layout[1])
+        builder = _repeated_builder if repeated else _ordered_builder
+        make = builder([plan.sources[k] for k in members], [splits[k].shards for k in members],
+                       tf.constant([seeds[k] for k in members], tf.int64), tf.gather(consumed, members), segment)
         for k, dataset in zip(members, _at_one_site(len(members), make)):
             streams[k] = dataset
     return streams
+
+
+def _ordered_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, segment: SegmentReader):
+    """``i -> `` the i-th source's streams order from its record ``consumed[i]`` (``order.host_records``)."""
+    graph = host_records_graph(segment)
+    files, counts, indexes = _shard_rows(shards)
+    layouts = tf.constant([[s.layout.num_records, s.layout.batch_size, s.layout.streams, s.layout.window]
+                           for s in sources], tf.int64)
+
+    def make(i: tf.Tensor) -> tf.data.Dataset:
+        layout = layouts[i]  # a source's "batch" is one record a stream: it advances record by record
+        records = graph(files.row(i), counts.row(i), indexes.row(i), layout, seeds[i], consumed[i] // layout[1],
+                        tf.constant(1 << 62, tf.int64), layout[2], tf.constant(0, tf.int64))
+        return records.skip(consumed[i] % layout[1])
+
+    return make
+
+
+def _repeated_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, segment: SegmentReader):
+    """``i -> `` the i-th source's order with repeats from its record ``consumed[i]`` (``repeat_factor``)."""
+    graph = repeated_records_graph(segment)
+    files, counts, indexes = _shard_rows(shards)
+    factors = _Rows.of([s.factors.factors for s in sources], tf.float64)
+    sizes = tf.constant([[s.factors.epoch_records, s.layout.window] for s in sources], tf.int64)
+
+    def make(i: tf.Tensor) -> tf.data.Dataset:
+        return graph(files.row(i), counts.row(i), indexes.row(i), factors.row(i), sizes[i][0], sizes[i][1],
+                     seeds[i], consumed[i])
+
+    return make
 
 
 def _at_one_site(count: int, make) -> list[tf.data.Dataset]:
@@ -344,15 +350,21 @@ class _Rows:
     values: tf.Tensor
     starts: tf.Tensor
 
-    def __init__(self, rows: Sequence, dtype: tf.DType) -> None:
-        lengths = [len(row) for row in rows]
-        flat = np.concatenate([np.asarray(row, dtype=dtype.as_numpy_dtype) for row in rows]) if dtype != tf.string \
-            else [value for row in rows for value in row]
-        object.__setattr__(self, "values", tf.constant(flat, dtype))
-        object.__setattr__(self, "starts", tf.constant(np.cumsum([0] + lengths), tf.int64))
+    @classmethod
+    def of(cls, rows: Sequence[Sequence], dtype: tf.DType) -> "_Rows":
+        flat = [value for row in rows for value in row] if dtype == tf.string else \
+            np.concatenate([np.asarray(row, dtype=dtype.as_numpy_dtype) for row in rows])
+        return cls(tf.constant(flat, dtype), tf.constant(np.cumsum([0] + [len(row) for row in rows]), tf.int64))
 
     def row(self, index: tf.Tensor) -> tf.Tensor:
         return self.values[self.starts[index]:self.starts[index + 1]]
+
+
+def _shard_rows(shards) -> tuple[_Rows, _Rows, _Rows]:
+    """Each source's shard paths, record counts and index paths (manifest order) as rows."""
+    return (_Rows.of([[s.path for s in row] for row in shards], tf.string),
+            _Rows.of([[s.num_examples for s in row] for row in shards], tf.int64),
+            _Rows.of([[s.index_path for s in row] for row in shards], tf.string))
 
 
 def _remap(plan: Mixture):
