@@ -44,8 +44,14 @@ def _children_cpu() -> float:
 
 def timed_run(command: Sequence[str]) -> tuple[float, int, float, int]:
     """Wall time, peak tree RSS (bytes), CPU seconds and the largest single process's peak RSS (bytes)."""
+    from bench.compare import adopt_orphans
+
+    # The converter's forkserver (and the workers forked from it) can outlive the launcher by a moment: as this
+    # process's adopted orphans they are waited for below, so their CPU counts (else it went to init, unseen).
+    adopt_orphans()
     env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"}
     cpu_before = _children_cpu()
+    seen: set[int] = set()
     started = time.perf_counter()
     proc = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     root = psutil.Process(proc.pid)
@@ -53,12 +59,18 @@ def timed_run(command: Sequence[str]) -> tuple[float, int, float, int]:
     while proc.poll() is None:
         try:
             tree = [root] + root.children(recursive=True)
+            seen.update(p.pid for p in tree[1:])
             sizes = [p.memory_info().rss for p in tree if p.is_running()]
             peak, largest = max(peak, sum(sizes)), max([largest] + sizes)
         except psutil.Error:
             pass
         time.sleep(0.05)
     elapsed = time.perf_counter() - started
+    for pid in seen:  # the run's descendants left behind, now this process's children: their CPU with the run's
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
     if proc.returncode != 0:
         raise RuntimeError(f"{command[:4]} failed: {proc.stderr.read().decode()[-2000:]}")
     return elapsed, peak, _children_cpu() - cpu_before, largest
