@@ -6,7 +6,8 @@ request each example's source index as a third element. Training, per input
 pipeline::
 
     start step T (an int, a MixturePosition, or a variable read when iteration begins)
-    -> per source k: its streams order seeded by (seed, k), from record consumed(T)[k]  [order.host_records]
+    -> per source k: its streams order seeded by (seed, k), from record consumed(T)[k]  [order.host_records_graph,
+       every source's built by one map over their packed inputs: _at_one_site]
     -> choose_from_datasets by the quota table: batch t = counts(t)[0] records of source 0, ...
     -> this pipeline's slice of each global batch (before anything is parsed)
     -> parse, 64 records per call -> the source's ids mapped into the mixture's (a lookup)
