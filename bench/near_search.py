@@ -43,7 +43,8 @@ DISTANCE = 10  # the converter's default --near-distance
 
 # --- the baseline: the release's search (commit 6601793), kept only here and in the tests -----------------------
 
-def _baseline_bucket_pairs(band: int, records: Sequence[bytes], distance: int) -> Iterator[tuple[bytes, bytes]]:
+def _baseline_bucket_pairs(band: int, records: Sequence[bytes], distance: int,
+                           block: int = near_duplicates._BLOCK) -> Iterator[tuple[bytes, bytes]]:
     firsts: list[tuple[bytes, int, bytes]] = []
     for record in records:
         _, sha, phash = work_records.near_head(record)
@@ -56,11 +57,10 @@ def _baseline_bucket_pairs(band: int, records: Sequence[bytes], distance: int) -
         return
     hashes = np.fromiter((phash for _, phash, _ in firsts), dtype=np.uint64, count=len(firsts))
     earlier = perceptual_hash.band_masks(distance)[:band]
-    for start in range(0, len(firsts), near_duplicates._BLOCK):
-        for other in range(start, len(firsts), near_duplicates._BLOCK):
-            block = perceptual_hash.pairwise_distances(hashes[start:start + near_duplicates._BLOCK],
-                                                       hashes[other:other + near_duplicates._BLOCK])
-            for i, j in zip(*np.nonzero(block <= distance)):
+    for start in range(0, len(firsts), block):
+        for other in range(start, len(firsts), block):
+            distances = perceptual_hash.pairwise_distances(hashes[start:start + block], hashes[other:other + block])
+            for i, j in zip(*np.nonzero(distances <= distance)):
                 a, b = start + int(i), other + int(j)
                 differ = firsts[a][1] ^ firsts[b][1]
                 if a >= b or any(differ & mask == 0 for mask in earlier):
@@ -68,8 +68,10 @@ def _baseline_bucket_pairs(band: int, records: Sequence[bytes], distance: int) -
                 yield firsts[a][2], firsts[b][2]
 
 
-def baseline_near_pairs(records: Sequence[bytes], bands: int, distance: int) -> Iterator[tuple[bytes, bytes]]:
-    """The release's ``near_pairs``: NEAR record pairs, one Python step per candidate pair."""
+def baseline_near_pairs(records: Sequence[bytes], bands: int, distance: int,
+                        block: int = near_duplicates._BLOCK) -> Iterator[tuple[bytes, bytes]]:
+    """The release's ``near_pairs``: NEAR record pairs, one Python step per candidate pair (``block``: hashes
+    compared at once; the tests' reference takes smaller ones)."""
     span = (1 << 64) // bands
     start = 0
     while start < len(records):
@@ -78,7 +80,7 @@ def baseline_near_pairs(records: Sequence[bytes], bands: int, distance: int) -> 
             stop += 1
         if stop - start > 1:
             band = work_records.near_head(records[start])[0] // span
-            yield from _baseline_bucket_pairs(band, records[start:stop], distance)
+            yield from _baseline_bucket_pairs(band, records[start:stop], distance, block)
         start = stop
 
 

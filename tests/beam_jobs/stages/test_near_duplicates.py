@@ -137,34 +137,11 @@ def test_collected_drops_take_their_records_counts_bytes_and_objects_off_the_tot
 
 # --- the vectorized search against the release's (#49): the same pairs in the same order, the same links ------
 
-def _reference_bucket_pairs(band, records, distance, block):
-    """The release's search of one band value's records, a Python step per candidate pair (the reference)."""
-    firsts = []
-    for record in records:
-        _, sha, phash = work_records.near_head(record)
-        if firsts and firsts[-1][0] == sha:
-            if band == 0:
-                yield firsts[-1][2], record
-            continue
-        firsts.append((sha, phash, record))
-    if len(firsts) < 2:
-        return
-    earlier = perceptual_hash.band_masks(distance)[:band]
-    for start in range(0, len(firsts), block):
-        for other in range(start, len(firsts), block):
-            for a in range(start, min(start + block, len(firsts))):
-                for b in range(other, min(other + block, len(firsts))):
-                    differ = firsts[a][1] ^ firsts[b][1]
-                    if a >= b or differ.bit_count() > distance or any(differ & mask == 0 for mask in earlier):
-                        continue
-                    yield firsts[a][2], firsts[b][2]
-
-
 def _reference_pairs(records, bands, distance, block):
-    span = (1 << 64) // bands
-    for _, bucket in itertools.groupby(records, key=lambda record: record[:8]):
-        bucket = list(bucket)
-        yield from _reference_bucket_pairs(work_records.near_head(bucket[0])[0] // span, bucket, distance, block)
+    """The release's search, a Python step per candidate pair (the bench's baseline: the code as released)."""
+    from bench.near_search import baseline_near_pairs
+
+    return baseline_near_pairs(records, bands, distance, block)
 
 
 def _reference_links(pairs):
