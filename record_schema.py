@@ -104,6 +104,9 @@ LABEL_MAP_FILE: Final = "label_map.pbtxt"
 REJECTED_FILE: Final = "rejected.jsonl"
 # Every group of identical images, one JSON list of {"split", "label", "path"} per line (the manifest lists a few).
 DUPLICATES_FILE: Final = "duplicates.jsonl"
+# --drop-leaks: each evaluation image left out, one JSON object a line: the image, its partner in an earlier split
+# (exact or within --near-distance of it) and their distance (the manifest gives the count and the sha256).
+DROPPED_FILE: Final = "dropped.jsonl"
 
 # Split names, in the order they are reported.
 SPLITS: Final = ("train", "validation", "test")

@@ -32,9 +32,13 @@ DEFAULT_MAX_PIXELS = 100_000_000
 # Real collections carry a few broken files; more than 5% usually means the
 # wrong folder or a broken copy, which should stop the run, not be published.
 DEFAULT_MAX_BAD_FRACTION = 0.05
-# --near-distance: perceptual hashes (64 bits) this many bits apart or fewer are near-duplicates. Measured by
-# bench/near_duplicates.py on planted copies of real photos (resized, re-encoded, slightly cropped) among distinct ones.
-DEFAULT_NEAR_DISTANCE = 10
+# --near-distance: perceptual hashes (64 bits) this many bits apart or fewer are near-duplicates. 3 is four bands of
+# 16 bits: a band value holds N / 65,536 images on average, so the search compares about N**2 / 32,768 pairs (1e9 at
+# 10M images, a few seconds), where 10 (eleven 5-6 bit bands) compared N**2 / 10 (#56). Measured by
+# bench/near_duplicates.py on planted copies of real photos: resized to half and re-encoded at quality 40 found
+# 90-93% at 3 (100% at 6 and 10); crops mostly need more (docs/benchmarks.md). Wider distances are a flag away
+# and warned of with the candidates they cost at the run's size.
+DEFAULT_NEAR_DISTANCE = 3
 MAX_NEAR_DISTANCE = 12  # beam_jobs.stages.perceptual_hash.MAX_DISTANCE: past it the search's bands are too narrow
 OUT_SUFFIX = "-tfrecords"
 

@@ -27,13 +27,14 @@ from beam_jobs import faults, sources
 from beam_jobs.files import filesystems, publish, work_layout
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_records import WorkFileError
-from beam_jobs.options import AUTO, ConvertOptions
+from beam_jobs.options import AUTO, DEFAULT_NEAR_DISTANCE, ConvertOptions
 from beam_jobs.planning import discover, resume
 from beam_jobs.planning.shard import plan_shard_counts, shard_size_warning
 from beam_jobs.runtime import interrupt, runners, worker_start
 from beam_jobs.runtime.progress import PHASES, ProgressBars, choose_mode, read_progress
 from beam_jobs.sources.archives import archive_scan, archives, compressed, member_reads
-from beam_jobs.stages import list_parts
+from beam_jobs.stages import list_parts, perceptual_hash
+from beam_jobs.stages import join_tables
 from beam_jobs.stages.count import PartCounts
 from beam_jobs.stages.manifest import ConvertSummary, build_manifest, check_results
 from beam_jobs.stages.order_bucket import BucketCountError
@@ -202,6 +203,7 @@ def _convert(
     layout = work_layout.plan_layout(work, plan.split_sizes(), record.part_size, _near_bands(options))
     if resumed:
         _log_resume(layout)
+    _warn_about_a_wide_search(options, len(plan.refs))
     filesystems.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
     if plan.task in (record_schema.TASK_OBJECTS, record_schema.TASK_SEGMENTATION):
         filesystems.write_text(FileSystems.join(staging, record_schema.LABEL_MAP_FILE), label_map(plan.classes))
@@ -217,7 +219,7 @@ def _convert(
                     # or partitions on Dask), so no further reshuffle is needed.
                     | "ListParts" >> beam.Create(range(layout.num_parts), reshuffle=True)
                     | "ConvertImages" >> ConvertImages(options, staging, plan.classes, plan.class_text or plan.classes,
-                                                       planned, layout)
+                                                       planned, layout, plan.task)
                 )
         except Exception as err:  # runners re-raise worker errors as assorted types; name the outcome
             # A worker that died of the user's Ctrl-C or SIGTERM (sent to the whole group) is the stop.
@@ -258,7 +260,24 @@ def _convert(
     processed = (max(read_progress(work, phase) - read_progress(work, phase, resumed=True) for phase in PHASES),
                  read_progress(work, PHASES[0], resumed=True)) if resumed else None
     return build_manifest(plan, results, counts.rejected_by_reason(), options, duplicates,
-                          runner=choice.description, counts=counts), processed
+                          runner=choice.description, counts=counts, tables=join_tables.read_entries(layout)), processed
+
+
+def _warn_about_a_wide_search(options: ConvertOptions, images: int) -> None:
+    """A ``--near-distance`` above the default makes the search quadratic in earnest: say what it costs at this size.
+
+    The bands get narrower as the distance grows (64 bits in ``distance + 1`` bands), so a band value holds a
+    larger share of the images and the pairs compared grow as the square of the images with a larger factor
+    (:func:`beam_jobs.stages.perceptual_hash.expected_candidates`).
+    """
+    if not options.encode.perceptual_hash or options.near_distance <= DEFAULT_NEAR_DISTANCE:
+        return
+    wide, default = (perceptual_hash.expected_candidates(max(images, 2), distance)
+                     for distance in (options.near_distance, DEFAULT_NEAR_DISTANCE))
+    logger.warning(
+        "--near-distance %d compares about %.2g pairs of perceptual hashes at %d images, %.0fx the default's (%d), "
+        "and grows with the square of the images; groups also join unrelated photos through chains of near pairs",
+        options.near_distance, wide, images, wide / default, DEFAULT_NEAR_DISTANCE)
 
 
 def _near_bands(options: ConvertOptions) -> int:

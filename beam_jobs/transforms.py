@@ -131,7 +131,7 @@ def write_duplicates(summaries: tuple, layout: WorkLayout, staging: str, classes
     summary, near = summaries
     merge_reports.join_duplicates(layout, FileSystems.join(staging, record_schema.DUPLICATES_FILE))
     entry = {**summary.to_manifest(classes, record_schema.DUPLICATES_FILE), **near.to_manifest(),
-             **drop_leaks.manifest_entry(layout)}
+             **drop_leaks.publish_list(layout, staging)}
     filesystems.write_text(FileSystems.join(layout.work, DUPLICATES_SUMMARY_FILE), json.dumps(entry, sort_keys=True))
 
 

@@ -133,8 +133,10 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--no-near-duplicates", dest="near_duplicates", action="store_false",
         help="no perceptual hash and no near-duplicate search (identical files are still found)")
     add("--drop-leaks", action="store_true",
-        help="do not write the validation and test images that duplicate (exactly or nearly) an image of an "
-        "earlier split (train, then validation); the manifest's duplicates.dropped lists them")
+        help="do not write the validation and test images that are byte-identical copies of an image of an "
+        "earlier split, or within --near-distance of a training image (a direct pair: an image linked to the "
+        "training split only through other near images is kept); dropped.jsonl lists each with its partner "
+        "and distance")
     add("--dali-index", action="store_true", default=None, help=argparse.SUPPRESS)  # deprecated: always on
     add("--part-size", type=int, default=None,
         help="images per unit of work (validation, and the ordering stage's memory: ~200 bytes per image); "

@@ -82,6 +82,11 @@ class WorkLayout:
     def near_pairs(self, near_range: int) -> str:
         return FileSystems.join(self.work, "near", f"pairs-{near_range:06d}.jsonl")
 
+    def near_leaks(self, near_range: int) -> str:
+        """The evaluation images of band range ``near_range`` with a direct near pair in an earlier split: each
+        with its closest such partner (``--drop-leaks`` leaves them out; JSON lines)."""
+        return FileSystems.join(self.work, "near", f"leaks-{near_range:06d}.jsonl")
+
     def near_groups(self) -> str:
         return FileSystems.join(self.work, "near", "groups.jsonl")
 
@@ -97,8 +102,8 @@ class WorkLayout:
         return FileSystems.join(self.work, "dropped", f"{split}")
 
     def dropped_list(self) -> str:
-        """Every image ``--drop-leaks`` left out, as the manifest lists them (JSON)."""
-        return FileSystems.join(self.work, "dropped", "dropped.json")
+        """Every image ``--drop-leaks`` left out with its partner and distance, as ``dropped.jsonl`` holds them."""
+        return FileSystems.join(self.work, "dropped", "dropped.jsonl")
 
     def folders(self) -> list[str]:
         return [FileSystems.join(self.work, name) for name in

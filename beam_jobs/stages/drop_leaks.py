@@ -1,10 +1,13 @@
 """``--drop-leaks``: the evaluation images that copy an earlier split's, gathered before the records are counted.
 
-In:  ``duplicates/range-r.dropped.json`` of every hash range (exact groups) and ``near/dropped.json`` (near
-     groups, when the near search ran): the members of groups spanning splits that sit in an evaluation
-     split (validation, test) after the group's earliest split (:func:`beam_jobs.stages.near_duplicates.leaked`).
+In:  ``duplicates/range-r.dropped.json`` of every hash range (exact groups: the byte-identical copies in an
+     evaluation split after the group's earliest split, :func:`beam_jobs.stages.near_duplicates.leaked`) and
+     ``near/dropped.json`` (when the near search ran: the evaluation images with a direct near pair in the
+     training split), each entry ``[member, partner, distance]``.
 Out: ``dropped/<split>``: DROPPED records (key and path), sorted and bucketed as the split's runs, which the
-     ordering stage leaves out; ``dropped/dropped.json``, the list the manifest gives; and a
+     ordering stage leaves out; ``dropped/dropped.jsonl``, each image with its partner and distance, which
+     :func:`publish_list` puts beside the shards as ``dropped.jsonl`` (the manifest holds its count, name
+     and SHA-256, not the list: every trainer parses the manifest); and a
      :class:`beam_jobs.stages.count.PartCounts` of what they held, which stage 3's totals lose
      (:func:`beam_jobs.stages.count.without`), so the shard counts and cuts are those of the images written.
      Memory: the dropped images.
@@ -15,10 +18,13 @@ on every run and runner.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from typing import Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 
+import record_schema
 from beam_jobs.files import filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
@@ -28,15 +34,27 @@ from beam_jobs.stages.count import PartCounts
 
 
 def _members(layout: WorkLayout) -> dict[str, list]:
-    """Every dropped member, by path (an image in an exact and a near group is dropped once)."""
+    """Every dropped image by path, as ``[member, partner, distance]``: an image both searches drop keeps its
+    closest partner (an exact copy, distance 0, before a near one)."""
     files = [layout.duplicates_dropped(hash_range) for hash_range in range(layout.hash_ranges)]
     if layout.near_bands:
         files.append(layout.near_dropped())
     members: dict[str, list] = {}
     for path in files:
-        for member in json.loads(filesystems.read_text(path)):
-            members[member[2]] = member
+        for member, partner, bits in json.loads(filesystems.read_text(path)):
+            held = members.get(member[2])
+            if held is None or (bits, partner[2]) < (held[2], held[1][2]):
+                members[member[2]] = [member, partner, bits]
     return members
+
+
+def _line(entry: list, classes: Sequence[str]) -> dict:
+    """A ``dropped.jsonl`` line: the image left out, its partner in the training (or an earlier) split, and
+    the bits between their perceptual hashes (0 for a byte-identical copy, or without hashes)."""
+    member, partner, bits = entry
+    return {"split": member[0], "label": classes[member[1]], "path": display_path(member[2]),
+            "partner": {"split": partner[0], "label": classes[partner[1]], "path": display_path(partner[2])},
+            "distance": bits}
 
 
 def collect_drops(layout: WorkLayout, seed: int, classes: list) -> PartCounts:
@@ -46,7 +64,7 @@ def collect_drops(layout: WorkLayout, seed: int, classes: list) -> PartCounts:
     accepted = {split: [0] * buckets for split, buckets in layout.buckets.items()}
     stored: dict[str, int] = {}
     objects: dict[str, int] = {}
-    for split, _, relpath, _, _, stored_bytes, placed in members.values():
+    for (split, _, relpath, _, _, stored_bytes, placed), _, _ in members.values():
         key = keyed_hash(seed, relpath)
         records[split].append(work_records.encode_dropped(key, relpath))
         accepted[split][work_records.bucket_of(key, layout.buckets[split])] += 1
@@ -54,9 +72,9 @@ def collect_drops(layout: WorkLayout, seed: int, classes: list) -> PartCounts:
         objects[split] = objects.get(split, 0) + placed
     for split, found in records.items():
         work_records.write_file(layout.dropped(split), work_records.DROPPED, sorted(found), layout.buckets[split])
-    listed = sorted(({"split": m[0], "label": classes[m[1]], "path": display_path(m[2])} for m in members.values()),
-                    key=lambda entry: (entry["split"], entry["path"]))
-    filesystems.write_text(layout.dropped_list(), json.dumps(listed, ensure_ascii=False))
+    listed = sorted((_line(entry, classes) for entry in members.values()), key=lambda line: (line["split"], line["path"]))
+    with filesystems.whole_file(layout.dropped_list()) as handle:
+        handle.write("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in listed).encode("utf-8"))
     counts = {split: tuple(counts) for split, counts in accepted.items()}
     return PartCounts(counts, {}, stored, {s: n for s, n in objects.items() if n})
 
@@ -69,11 +87,17 @@ def dropped_keys(layout: WorkLayout, split: str, bucket: int) -> frozenset:
     return frozenset(work_records.read_bucket(path, work_records.DROPPED, bucket))
 
 
-def manifest_entry(layout: WorkLayout) -> dict:
-    """The manifest's ``num_dropped`` and ``dropped`` (every image left out, by split and path)."""
+def publish_list(layout: WorkLayout, staging: str) -> dict:
+    """``dropped.jsonl`` into staging (a copy of the work folder's, read in chunks), and the manifest's
+    ``num_dropped``, ``dropped_file`` and ``dropped_sha256`` (``0, None, None`` without ``--drop-leaks``)."""
     path = layout.dropped_list()
     if not FileSystems.exists(path):
-        return {"num_dropped": 0, "dropped": []}
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        listed = json.loads(handle.read().decode("utf-8"))
-    return {"num_dropped": len(listed), "dropped": listed}
+        return {"num_dropped": 0, "dropped_file": None, "dropped_sha256": None}
+    digest, lines = hashlib.sha256(), 0
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as source, \
+            filesystems.whole_file(FileSystems.join(staging, record_schema.DROPPED_FILE)) as out:
+        while chunk := source.read(1 << 20):
+            digest.update(chunk)
+            lines += chunk.count(b"\n")
+            out.write(chunk)
+    return {"num_dropped": lines, "dropped_file": record_schema.DROPPED_FILE, "dropped_sha256": digest.hexdigest()}

@@ -126,7 +126,8 @@ def _no_duplicates() -> dict:
     return {"num_groups": 0, "num_duplicate_images": 0, "num_cross_label": 0, "num_cross_split": 0,
             "cross_label": [], "cross_split": [], "file": record_schema.DUPLICATES_FILE,
             "near_threshold": None, "num_near_groups": 0, "num_near_images": 0, "num_near_within_split": 0,
-            "num_near_cross_split": 0, "near_cross_split": [], "num_dropped": 0, "dropped": []}
+            "num_near_cross_split": 0, "near_cross_split": [], "num_dropped": 0, "dropped_file": None,
+            "dropped_sha256": None}
 
 
 def _beam_version() -> str:
@@ -208,7 +209,7 @@ class ConvertSummary:
                 *([f"  objects:    {self.objects} written, {self.rejected_objects} rejected"]
                   if self.objects is not None else []),
                 *([f"  dropped:    {_count(self.dropped, 'evaluation image')} copying an earlier split's "
-                   "(--drop-leaks; listed in manifest.json's duplicates.dropped)"] if self.dropped else []),
+                   f"(--drop-leaks; each with its partner in {record_schema.DROPPED_FILE})"] if self.dropped else []),
                 f"  bytes:      {self.num_bytes:,}",
                 f"  elapsed:    {self.elapsed_s:.1f} s   ({self.images_per_second:.1f} images/s"
                 + (f", {self.processed} processed by this run; the stopped run it resumed had validated {self.kept})"

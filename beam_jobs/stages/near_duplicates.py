@@ -4,11 +4,13 @@ In:  ``near/part-P`` of every part (NEAR records, written by stage 2 from its CO
      of each image's 64-bit hash, sorted by the band's position: :func:`near_records`).
 Out: per band range ``r`` (:func:`find_pairs`, one task each, as the exact search's hash ranges):
      ``near/pairs-r.jsonl``, the links between the pairs within the distance that first agree on a band of
-     the range (a spanning forest of them: as many lines as images at most).
+     the range (a spanning forest of them: as many lines as images at most), and ``near/leaks-r.jsonl``, each
+     evaluation image with a direct pair in the training split and its closest partner there.
      Memory: the range's records (about a part's worth of images per band range).
      Then once (:func:`group_near`): the links joined into groups (connected components), written as
      ``near/groups.jsonl`` (the near lines of ``duplicates.jsonl``, sorted), with a :class:`NearSummary`
-     and, for ``--drop-leaks``, ``near/dropped.json``. Memory: the images that have a near pair (not all).
+     and, for ``--drop-leaks``, ``near/dropped.json`` (the leaks' lines joined). Memory: the images that have a
+     near pair (not all).
 
 Why bands: two 64-bit hashes within distance ``d`` agree exactly on at least one of ``d + 1`` disjoint
 bands (pigeonhole), so comparing only images that share a band's value finds every pair, and a range of
@@ -22,6 +24,10 @@ ids (:func:`spanning_links`, the same links a union-find taking the pairs in ord
 only the links written. The comparisons still grow with the square of a band value's images (about n/45
 of them for hashes spread evenly, more for alike photos), at a few ns a pair: ``bench/near_search.py``
 measures it, and what wider bands probed within a radius (multi-index hashing) would save.
+
+Why the default distance is 3 (#56): four bands of 16 bits, so a band value holds N / 65,536 images on average
+and the comparisons are about N**2 / 32,768 (1e9 at 10M images) where 10's eleven bands of 5-6 bits held
+N / 64 each (N**2 / 10). :func:`perceptual_hash.expected_candidates` gives the figure for any distance.
 """
 
 from __future__ import annotations
@@ -268,13 +274,74 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int) -> int:
     contents = [record[8:] for record in records]  # an image: its CONTENT record
     ids = {content: index for index, content in enumerate(dict.fromkeys(contents))}
     images = np.fromiter(map(ids.__getitem__, contents), dtype=np.int64, count=len(contents))
+    leaks = _Leaks(records)
     halves: dict[bytes, str] = {}
     lines = [f"[{_half(contents[a], halves)}, {_half(contents[b], halves)}]"  # as json.dumps writes the pair
-             for a, b in spanning_links(pair_indices(records, layout.near_bands, distance), images).T.tolist()]
+             for a, b in spanning_links(map(leaks.see, pair_indices(records, layout.near_bands, distance)),
+                                        images).T.tolist()]
     lines.sort()
+    leak_lines = sorted(f"[{_half(contents[later], halves)}, {_half(contents[partner], halves)}, {bits}]"
+                        for later, (bits, partner) in leaks.closest().items())
+    with filesystems.whole_file(layout.near_leaks(near_range)) as handle:  # before the pairs: they mark the range done
+        handle.write("".join(line + "\n" for line in leak_lines).encode("utf-8"))
     with filesystems.whole_file(out) as handle:
         handle.write("".join(line + "\n" for line in lines).encode("utf-8"))
     return len(lines)
+
+
+class _Leaks:
+    """The direct pairs across splits among a band range's pairs: for each evaluation image (a record index)
+    paired with a training image, its closest such partner (``--drop-leaks`` leaves it out).
+
+    Against the training split only: what a model has seen is what inflates its scores, and a chain of near
+    pairs must not carry a leak on (train T near validation V1, V1 near V2, V2 near test X: V1 alone leaks,
+    though X is within the distance of V2). Byte-identical copies are the exact search's (any earlier split).
+
+    Pairs are between an image's first copy (the same bytes sort together, the earliest split's first), so
+    a leaked image's byte-identical copies in its own or a later split leak with it: its partner is theirs.
+    """
+
+    def __init__(self, records: Sequence[bytes]) -> None:
+        self._records = records
+        heads = np.frombuffer(b"".join(record[:_HEAD.itemsize] for record in records), dtype=_HEAD) \
+            if records else np.zeros(0, dtype=_HEAD)
+        self._ranks = heads["split"].astype(np.int64)  # split codes are record_schema.SPLITS' order
+        self._hashes = heads["phash"].astype(np.uint64)
+        self._found: list[np.ndarray] = []
+
+    def see(self, pairs: np.ndarray) -> np.ndarray:
+        """Note the pairs that cross splits; return them as they came (so the links see them too)."""
+        ranks = self._ranks[pairs]
+        across = (ranks[0] != ranks[1]) & (ranks.min(axis=0) == 0)  # an evaluation image and a training one
+        if across.any():
+            crossing = pairs[:, across]
+            later_first = ranks[0, across] > ranks[1, across]
+            later = np.where(later_first, crossing[0], crossing[1])
+            earlier = np.where(later_first, crossing[1], crossing[0])
+            bits = np.bitwise_count(self._hashes[later] ^ self._hashes[earlier]).astype(np.int64)
+            self._found.append(np.stack([later, earlier, bits]))
+        return pairs
+
+    def closest(self) -> dict[int, tuple[int, int]]:
+        """Each leaked record (and its later copies) -> ``(distance, partner record)``, the closest partner (by
+        distance, then its place in the range's sorted records: the same choice on every run)."""
+        best: dict[int, tuple[int, int]] = {}
+        for later, earlier, bits in (np.concatenate(self._found, axis=1).T.tolist() if self._found else ()):
+            for image in self._with_copies(later, self._ranks[earlier]):
+                if (bits, earlier) < best.get(image, (65, 0)):
+                    best[image] = (bits, earlier)
+        return best
+
+    def _with_copies(self, first: int, partner_rank: int) -> Iterator[int]:
+        """``first`` and the byte-identical copies after it in its band value, those of a split after the
+        partner's (an earlier one's copy is no leak of it)."""
+        yield first
+        head = self._records[first][:24]  # position and SHA-256 prefix
+        index = first + 1
+        while index < len(self._records) and self._records[index][:24] == head:
+            if self._ranks[index] > partner_rank:
+                yield index
+            index += 1
 
 
 def _half(content: bytes, halves: dict[bytes, str]) -> str:
@@ -361,21 +428,40 @@ def near_line(group: Sequence[list], classes: Sequence[str]) -> dict:
 
 
 def leaked(group: Sequence[list]) -> list[list]:
-    """The members ``--drop-leaks`` leaves out of a group: those of an evaluation split after its earliest split."""
+    """The members ``--drop-leaks`` leaves out of a group of byte-identical images (each a direct copy of every
+    other): those of an evaluation split after its earliest split, each as ``[member, partner, 0]``, the partner
+    the group's first image of its earliest split."""
     earliest = min(_rank(member[0]) for member in group)
-    return [m for m in group if _rank(m[0]) > earliest and m[0] in EVALUATION_SPLITS]
+    partner = min((m for m in group if _rank(m[0]) == earliest), key=lambda m: m[2])
+    return [[m, partner, 0] for m in group if _rank(m[0]) > earliest and m[0] in EVALUATION_SPLITS]
+
+
+def _leaks(layout: WorkLayout) -> list[list]:
+    """Every evaluation image with a direct near pair in the training split, with its closest partner over all
+    band ranges, as ``[member, partner, distance]`` sorted by member. Memory: those images."""
+    best: dict[str, list] = {}
+    for near_range in range(layout.near_ranges):
+        with FileSystems.open(layout.near_leaks(near_range), compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            for member, partner, bits in json.loads(b"[" + b",".join(handle.read().splitlines()) + b"]"):
+                held = best.get(member[2])
+                if held is None or (bits, partner[2]) < (held[2], held[1][2]):
+                    best[member[2]] = [member, partner, bits]
+    return [best[path] for path in sorted(best)]
 
 
 def group_near(layout: WorkLayout, distance: int, classes: Sequence[str]) -> NearSummary:
     """Every range's pairs joined into groups: ``near/groups.jsonl``, ``near/dropped.json``, the summary.
 
     A group whose images are all byte-identical is left to the exact search (it is one of its groups).
+    ``near/dropped.json`` is not drawn from the groups: an image is left out only when it is itself near a
+    training image (``near/leaks-r.jsonl``), so a chain train - validation - validation - test, each link near
+    but the ends far apart, leaves out the first validation image alone.
     Written whole, the summary last; a summary found (a killed run this one resumes) is returned as it is.
     """
     done = layout.near_summary()
     if FileSystems.exists(done):
         return NearSummary.from_json(filesystems.read_text(done))
-    lines, within, cross, dropped, extra = [], 0, [], [], 0
+    lines, within, cross, extra = [], 0, [], 0
     for group in components(_pairs(layout)):
         if len({member[4] for member in group}) < 2:
             continue
@@ -384,13 +470,12 @@ def group_near(layout: WorkLayout, distance: int, classes: Sequence[str]) -> Nea
         extra += len(group) - 1
         if len({member[0] for member in group}) > 1:
             cross.append(line)
-            dropped += leaked(group)
         else:
             within += 1
     lines.sort()
     with filesystems.whole_file(layout.near_groups()) as handle:
         handle.write("".join(line + "\n" for line in lines).encode("utf-8"))
-    filesystems.write_text(layout.near_dropped(), json.dumps(sorted(dropped)))
+    filesystems.write_text(layout.near_dropped(), json.dumps(_leaks(layout)))
     summary = NearSummary(distance, len(lines), extra, within, len(cross),
                           tuple(json.loads(line) for line in heapq.nsmallest(MAX_LISTED, cross)))
     filesystems.write_text(done, summary.to_json())

@@ -55,7 +55,10 @@ def planted(tmp_path_factory) -> str:
     return str(src)
 
 
-LEAKED = [("test", "test/a/p2.jpg"), ("test", "test/a/p3_small.jpg"), ("test", "test/b/p1_small.jpg"), ("validation", "validation/b/p1_q50.jpg")]
+# (image, its partner, kind): a byte-identical copy of a training image, and near copies of one. test/a/p3_small.jpg
+# stays: it is near a validation image, not a training one (#56 §2: leaks are judged against what was trained on).
+LEAKED = [("test", "test/a/p2.jpg", "train/a/p2.jpg"), ("test", "test/b/p1_small.jpg", "train/b/p1.jpg"),
+          ("validation", "validation/b/p1_q50.jpg", "train/b/p1.jpg")]
 
 
 def _lines(out) -> list[dict]:
@@ -93,14 +96,15 @@ def test_planted_near_duplicates_are_found_within_and_across_splits_with_their_d
     }
     for group in near.values():
         distances = [image["distance"] for image in group["images"]]
-        assert distances[0] == 0 and all(0 <= d <= 10 for d in distances[1:])
+        assert distances[0] == 0 and all(0 <= d <= 3 for d in distances[1:])
         assert set(group["images"][0]) == {"split", "label", "path", "distance"}
     # the path is the record's image/filename
     assert {"train/a/p0.jpg", "train/a/p0_small.jpg"} <= _filenames(out, "train")
     duplicates = json.loads((out / "manifest.json").read_text())["duplicates"]
     assert (duplicates["num_cross_split"], duplicates["num_near_groups"], duplicates["num_near_within_split"],
-            duplicates["num_near_cross_split"], duplicates["near_threshold"]) == (1, 3, 1, 2, 10)
-    assert duplicates["num_dropped"] == 0 and _filenames(out, "test") >= {"test/a/p2.jpg", "test/b/p1_small.jpg"}
+            duplicates["num_near_cross_split"], duplicates["near_threshold"]) == (1, 3, 1, 2, 3)
+    assert duplicates["num_dropped"] == 0 and duplicates["dropped_file"] is None and \
+        not (out / "dropped.jsonl").exists() and _filenames(out, "test") >= {"test/a/p2.jpg", "test/b/p1_small.jpg"}
 
 
 def test_drop_leaks_leaves_out_exactly_the_evaluation_copies_and_reruns_give_the_same_bytes(planted, tmp_path):
@@ -111,13 +115,18 @@ def test_drop_leaks_leaves_out_exactly_the_evaluation_copies_and_reruns_give_the
         outs.append(out)
     manifest = json.loads((outs[0] / "manifest.json").read_text())
     duplicates = manifest["duplicates"]
-    assert [(d["split"], d["path"]) for d in duplicates["dropped"]] == LEAKED
-    assert duplicates["num_dropped"] == 4
+    listed = (outs[0] / "dropped.jsonl").read_bytes()
+    lines = [json.loads(line) for line in listed.splitlines()]
+    assert [(d["split"], d["path"], d["partner"]["path"]) for d in lines] == LEAKED
+    assert all(d["partner"]["split"] == "train" and 0 <= d["distance"] <= 3 for d in lines)
+    assert lines[0]["distance"] == 0  # the byte-identical copy
+    assert (duplicates["num_dropped"], duplicates["dropped_file"], duplicates["dropped_sha256"]) == \
+        (3, "dropped.jsonl", hashlib.sha256(listed).hexdigest())
     assert {split: s["num_examples"] for split, s in manifest["splits"].items()} == \
-        {"train": 7, "validation": 2, "test": 2}
+        {"train": 7, "validation": 2, "test": 3}
     assert _filenames(outs[0], "validation") == {"validation/a/p3.jpg", "validation/b/p8.jpg"}
-    assert _filenames(outs[0], "test") == {"test/b/p4.jpg", "test/a/p9.jpg"}
-    assert sum(len(_filenames(outs[0], split)) for split in manifest["splits"]) == 11
+    assert _filenames(outs[0], "test") == {"test/b/p4.jpg", "test/a/p9.jpg", "test/a/p3_small.jpg"}
+    assert sum(len(_filenames(outs[0], split)) for split in manifest["splits"]) == 12
     # duplicates.jsonl still shows every group, the dropped copies with them
     assert len(_lines(outs[0])) == 4
     assert _digests(outs[0]) == _digests(outs[1])
@@ -130,8 +139,17 @@ def test_no_near_duplicates_keeps_the_exact_search_and_drop_leaks_its_copies(pla
     assert [g["kind"] for g in _lines(out)] == ["exact"]
     duplicates = json.loads((out / "manifest.json").read_text())["duplicates"]
     assert duplicates["near_threshold"] is None and duplicates["num_near_groups"] == 0
-    assert [(d["split"], d["path"]) for d in duplicates["dropped"]] == [("test", "test/a/p2.jpg")]
+    lines = [json.loads(line) for line in (out / "dropped.jsonl").read_text().splitlines()]
+    assert lines == [{"split": "test", "label": "a", "path": "test/a/p2.jpg",
+                      "partner": {"split": "train", "label": "a", "path": "train/a/p2.jpg"}, "distance": 0}]
     assert "test/a/p2.jpg" not in _filenames(out, "test")
+
+
+def test_a_near_distance_wider_than_the_default_warns_with_the_pairs_it_compares(planted, tmp_path):
+    proc = run_converter("--src", planted, "--out", str(tmp_path / "out"), "--near-distance", "10", *ARGS, check=True)
+    assert "--near-distance 10 compares about" in proc.stderr and "the square of the images" in proc.stderr
+    assert "--near-distance" not in run_converter("--src", planted, "--out", str(tmp_path / "default"), *ARGS,
+                                                  check=True).stderr
 
 
 def test_a_near_distance_out_of_range_is_refused_naming_the_flag(planted, tmp_path):

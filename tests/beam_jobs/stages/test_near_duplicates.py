@@ -97,8 +97,9 @@ def test_groups_hold_distances_to_their_first_image_and_leave_byte_identical_gro
         {"split": "test", "label": "dog", "path": "test/dog/a_copy.jpg", "distance": 0}]}]
     assert (summary.num_groups, summary.num_images, summary.num_within_split, summary.num_cross_split) == (1, 2, 0, 1)
     assert summary.to_manifest()["near_cross_split"] == lines and summary.threshold == 10
-    dropped = json.loads(open(layout.near_dropped()).read())
-    assert [m[2] for m in dropped] == ["test/dog/a_copy.jpg", "validation/cat/a_small.jpg"]
+    dropped = json.loads(open(layout.near_dropped()).read())  # each with its partner in the training split
+    assert [(m[2], partner[2], bits) for m, partner, bits in dropped] == [
+        ("test/dog/a_copy.jpg", "train/cat/a.jpg", 0), ("validation/cat/a_small.jpg", "train/cat/a.jpg", 3)]
     # resumed: the summary found is the summary
     assert near_duplicates.group_near(layout, 10, CLASSES) == summary
 
@@ -109,9 +110,39 @@ def test_groups_hold_distances_to_their_first_image_and_leave_byte_identical_gro
     ([("train", "t"), ("train", "u")], []),
     ([("test", "x"), ("validation", "v")], ["x"]),
 ])
-def test_drop_leaks_leaves_out_the_evaluation_copies_after_the_groups_earliest_split(group, left_out):
+def test_drop_leaks_leaves_out_the_byte_identical_copies_after_the_groups_earliest_split(group, left_out):
     members = [[split, 0, path, 0, "", 0, 0] for split, path in group]
-    assert [m[2] for m in near_duplicates.leaked(members)] == left_out
+    leaked = near_duplicates.leaked(members)
+    assert [m[2] for m, _, _ in leaked] == left_out
+    earliest = min(near_duplicates._rank(split) for split, _ in group)  # each beside the earliest split's first
+    assert all(partner[2] == min(p for s, p in group if near_duplicates._rank(s) == earliest) and bits == 0
+               for _, partner, bits in leaked)
+
+
+def test_drop_leaks_leaves_out_only_evaluation_images_near_a_training_image_not_those_reached_through_a_chain(
+        tmp_path):
+    """#56 §2: train T, validation V1 and V2, test X, each 8 bits from the one before (X is 24 bits from T):
+    V1 alone is near a training image; the chain still makes one group for the report."""
+    base = 0x0F0F_3C3C_5A5A_A5A5
+    chain = [("train", "t/T.jpg", base), ("validation", "v/V1.jpg", _flip(base, range(0, 8))),
+             ("validation", "v/V2.jpg", _flip(base, range(0, 16))), ("test", "x/X.jpg", _flip(base, range(0, 24)))]
+    records = [_content(path, phash, split) for split, path, phash in chain]
+    layout = _layout(tmp_path, "w", [records[:2], records[2:]], 10, 2)
+    for near_range in range(layout.near_ranges):
+        near_duplicates.find_pairs(layout, near_range, 10)
+    summary = near_duplicates.group_near(layout, 10, CLASSES)
+    assert (summary.num_groups, summary.num_cross_split) == (1, 1)
+    (group,) = [json.loads(line) for line in open(layout.near_groups())]
+    assert [image["path"] for image in group["images"]] == ["t/T.jpg", "v/V1.jpg", "v/V2.jpg", "x/X.jpg"]
+    dropped = json.loads(open(layout.near_dropped()).read())
+    assert [(m[2], partner[2], bits) for m, partner, bits in dropped] == [("v/V1.jpg", "t/T.jpg", 8)]
+    for hash_range in range(layout.hash_ranges):  # the exact search found no byte-identical copies
+        open(layout.duplicates_dropped(hash_range), "w").write("[]")
+    counts = drop_leaks.collect_drops(layout, 7, CLASSES)
+    assert counts.accepted_per_split() == {"train": 0, "validation": 1, "test": 0}
+    lines = [json.loads(line) for line in open(layout.dropped_list())]
+    assert lines == [{"split": "validation", "label": "cat", "path": "v/V1.jpg",
+                      "partner": {"split": "train", "label": "cat", "path": "t/T.jpg"}, "distance": 8}]
 
 
 def test_collected_drops_take_their_records_counts_bytes_and_objects_off_the_totals(tmp_path):
@@ -120,14 +151,23 @@ def test_collected_drops_take_their_records_counts_bytes_and_objects_off_the_tot
     for folder in layout.folders():
         (tmp_path / folder).mkdir(parents=True)
     member = ["validation", 1, "validation/dog/x.jpg", 5, "ab", 1234, 3]
-    (tmp_path / "w" / "duplicates" / "range-000000.dropped.json").write_text(json.dumps([member, member]))
+    partner = ["train", 0, "train/cat/y.jpg", 5, "ab", 1000, 0]
+    (tmp_path / "w" / "duplicates" / "range-000000.dropped.json").write_text(
+        json.dumps([[member, partner, 0], [member, partner, 0]]))
     dropped = drop_leaks.collect_drops(layout, 7, CLASSES)
     key = keyed_hash(7, member[2])
     bucket = work_records.bucket_of(key, 3)
     assert dropped.accepted["validation"][bucket] == 1 and sum(dropped.accepted["validation"]) == 1
     assert drop_leaks.dropped_keys(layout, "validation", bucket) == {key + member[2].encode()}
-    assert drop_leaks.manifest_entry(layout) == {
-        "num_dropped": 1, "dropped": [{"split": "validation", "label": "dog", "path": "validation/dog/x.jpg"}]}
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    entry = drop_leaks.publish_list(layout, str(staging))
+    published = (staging / "dropped.jsonl").read_bytes()
+    assert entry == {"num_dropped": 1, "dropped_file": "dropped.jsonl",
+                     "dropped_sha256": hashlib.sha256(published).hexdigest()}
+    assert [json.loads(line) for line in published.splitlines()] == [
+        {"split": "validation", "label": "dog", "path": "validation/dog/x.jpg",
+         "partner": {"split": "train", "label": "cat", "path": "train/cat/y.jpg"}, "distance": 0}]
     totals = PartCounts({"train": (4, 4), "validation": (2, 2, 2)}, {}, {"train": 8000, "validation": 6000},
                         {"validation": 10})
     less = without(totals, dropped)
