@@ -52,6 +52,8 @@ class Accepted(NamedTuple):
         stored byte for byte.
       perceptual_hash: the stored pixels' 64-bit perceptual hash (:mod:`beam_jobs.stages.perceptual_hash`), for
         the near-duplicate search; None when the run takes none (``--no-near-duplicates``).
+      thumbnail: the same pixels' 8x8 gray thumbnail (64 bytes), which verifies the near search's pairs; b""
+        when the run takes no hash.
       stamp: the version of the local file validation read (:func:`beam_jobs.stages.validate.file_stamp`, 16
         bytes): the shard writer reads the file again and, when its stamp is the same, does not hash it again;
         b"" when there is none (then it hashes).
@@ -67,6 +69,7 @@ class Accepted(NamedTuple):
     stored_bytes: int = 0  # bytes of the JPEG the record will hold (sizes shards for --shards auto)
     perceptual_hash: Optional[int] = None
     stamp: bytes = b""
+    thumbnail: bytes = b""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

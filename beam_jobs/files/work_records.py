@@ -28,7 +28,8 @@ Kinds of record (all big-endian):
   Sorting the raw bytes sorts by (key, path): the records' final order.
 * ``CONTENT``: one accepted image for the duplicate searches: the first 16 bytes
   of its SHA-256, split code, label, whether it has a perceptual hash (u8) and the hash (u64), stored
-  bytes (u64), objects (u32), path. Sorted by SHA-256 (the exact search's hash ranges).
+  bytes (u64), objects (u32), the 8x8 gray thumbnail that verifies near pairs (64 B, zeros for none), path.
+  Sorted by SHA-256 (the exact search's hash ranges).
 * ``NEAR``: one band of one image's perceptual hash, for the near search: the band's position (u64:
   the band, then its value, spread over the key space so buckets are ranges of band values), then the
   image's CONTENT record. Each image has one per band (:mod:`beam_jobs.stages.near_duplicates`).
@@ -58,8 +59,8 @@ from beam_jobs.stage_records import Accepted, ImageRef
 MAGIC = b"IMGSHARDS-WORK"
 END = b"WORK-END"
 # 2: source locators (archive members); 3: annotations (an image's objects); 4: perceptual hashes;
-# 5: the file's stamp in ACCEPTED records
-VERSION = 5
+# 5: the file's stamp in ACCEPTED records; 6: the thumbnail that verifies near pairs in CONTENT records
+VERSION = 6
 LISTED, ACCEPTED, CONTENT, PATH, MEMBER, NEAR, DROPPED = 1, 2, 3, 4, 5, 6, 7
 
 _HEADER = struct.Struct(">14sBBI")
@@ -68,7 +69,8 @@ _LENGTH = struct.Struct(">I")
 _LISTED = struct.Struct(">BI")
 _ACCEPTED = struct.Struct(">I32sIIBIQIQ16s")
 _NO_STAMP = bytes(16)
-_CONTENT = struct.Struct(">16sBIBQQI")
+_CONTENT = struct.Struct(">16sBIBQQI64s")
+_NO_THUMBNAIL = bytes(64)
 _NEAR = struct.Struct(">Q")
 _MEMBER = struct.Struct(">BH")
 _NO_SPILL = 0xFFFFFFFF
@@ -163,6 +165,7 @@ class Content(NamedTuple):
     perceptual_hash: Optional[int] = None
     stored_bytes: int = 0  # what leaving it out (--drop-leaks) takes off its split's counts
     objects: int = 0
+    thumbnail: bytes = _NO_THUMBNAIL  # 8x8 gray, which verifies a near pair (zeros: none taken)
 
 
 def encode_content(item: Accepted, objects: int = 0) -> bytes:
@@ -170,13 +173,14 @@ def encode_content(item: Accepted, objects: int = 0) -> bytes:
     ref = item.ref
     hashed = item.perceptual_hash is not None
     return _CONTENT.pack(item.source_sha256[:KEY_BYTES], split_code(ref.split), ref.label, hashed,
-                         item.perceptual_hash if hashed else 0, item.stored_bytes, objects) + _path_bytes(ref.relpath)
+                         item.perceptual_hash if hashed else 0, item.stored_bytes, objects,
+                         item.thumbnail or _NO_THUMBNAIL) + _path_bytes(ref.relpath)
 
 
 def decode_content(record: bytes) -> Content:
-    sha, code, label, hashed, phash, stored, objects = _CONTENT.unpack_from(record)
+    sha, code, label, hashed, phash, stored, objects, thumbnail = _CONTENT.unpack_from(record)
     return Content(sha, record_schema.SPLITS[code], label, _path_text(record[_CONTENT.size:]),
-                   phash if hashed else None, stored, objects)
+                   phash if hashed else None, stored, objects, thumbnail)
 
 
 def encode_near(position: int, content: bytes) -> bytes:
@@ -191,6 +195,14 @@ def near_head(record: bytes) -> tuple[int, bytes, int]:
     """``(position, sha, perceptual hash)`` of a NEAR record, without decoding the rest (the search's inner loop)."""
     position, sha, _, _, _, phash = _NEAR_HEAD.unpack_from(record)
     return position, sha, phash
+
+
+_NEAR_THUMBNAIL = _NEAR.size + _CONTENT.size - len(_NO_THUMBNAIL)  # where a NEAR record's thumbnail starts
+
+
+def near_thumbnails(records: Iterable[bytes]) -> bytes:
+    """The thumbnails of NEAR records, 64 bytes each, joined (for numpy to read at once)."""
+    return b"".join(record[_NEAR_THUMBNAIL:_NEAR_THUMBNAIL + len(_NO_THUMBNAIL)] for record in records)
 
 
 def decode_near(record: bytes) -> tuple[int, Content]:

@@ -80,6 +80,8 @@ class Encoded:
       perceptual_hash: the stored pixels' 64-bit DCT hash (:mod:`beam_jobs.stages.perceptual_hash`), from the
         decode the validation did anyway (the 1/8-scale one of a JPEG stored as it is); None when
         ``EncodeOptions.perceptual_hash`` is off.
+      thumbnail: the stored pixels' 8x8 gray thumbnail (64 bytes, :func:`perceptual_hash.thumbnail_of_scaled`),
+        from the same pixels as the hash, which verifies the near search's pairs; b"" when it takes none.
     """
 
     data: bytes
@@ -91,6 +93,7 @@ class Encoded:
     orientation: int = 1
     source_size: tuple = ()
     perceptual_hash: Optional[int] = None
+    thumbnail: bytes = b""
 
     @property
     def input_size(self) -> tuple[int, int]:
@@ -185,7 +188,7 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
         warning, pixels = _libjpeg_check(data, img.mode, options.perceptual_hash)
         if warning is None:
             return Encoded(data, height, width, fmt, channels=1 if img.mode == "L" else 3,
-                           perceptual_hash=_hash_of(pixels, options))
+                           perceptual_hash=_hash_of(pixels, options), thumbnail=_thumbnail_of(pixels, options))
         return _reencode(img, data, fmt, options, because="corrupt-data")
     return _reencode(img, data, fmt, options, because=_reencode_reason(img, fmt, fits))
 
@@ -267,7 +270,7 @@ def _clean_jpeg(data: bytes, options: EncodeOptions) -> Optional[Encoded]:
     if warning is not None:
         return None
     return Encoded(data, height, width, "jpeg", channels=1 if colorspace == "Gray" else 3,
-                   perceptual_hash=_hash_of(pixels, options))
+                   perceptual_hash=_hash_of(pixels, options), thumbnail=_thumbnail_of(pixels, options))
 
 
 def _orientation(img: Image.Image) -> Optional[int]:
@@ -311,6 +314,13 @@ def _hash_of(pixels: Optional[np.ndarray], options: EncodeOptions) -> Optional[i
     if not options.perceptual_hash or pixels is None:
         return None
     return perceptual_hash.of_scaled(pixels)
+
+
+def _thumbnail_of(pixels: Optional[np.ndarray], options: EncodeOptions) -> bytes:
+    """The thumbnail that verifies near pairs, of the same pixels as :func:`_hash_of` (b"" when it takes none)."""
+    if not options.perceptual_hash or pixels is None:
+        return b""
+    return perceptual_hash.thumbnail_of_scaled(pixels)
 
 
 def _reencode_reason(img: Image.Image, fmt: str, fits: bool) -> str:
@@ -360,8 +370,9 @@ def _reencode(img: Image.Image, data: bytes, fmt: str, options: EncodeOptions, b
         return Rejected("undecodable", f"{fmt} data could not be converted to JPEG: {err}")
     width, height = rgb.size
     phash = perceptual_hash.of_image(rgb) if options.perceptual_hash else None  # the stored pixels
+    thumbnail = perceptual_hash.thumbnail_of_image(rgb) if options.perceptual_hash else b""
     return Encoded(out.getvalue(), height, width, fmt, because, orientation=orientation, source_size=stored,
-                   perceptual_hash=phash)
+                   perceptual_hash=phash, thumbnail=thumbnail)
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:

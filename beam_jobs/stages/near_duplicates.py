@@ -275,10 +275,11 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int) -> int:
     ids = {content: index for index, content in enumerate(dict.fromkeys(contents))}
     images = np.fromiter(map(ids.__getitem__, contents), dtype=np.int64, count=len(contents))
     leaks = _Leaks(records)
+    thumbnails = np.frombuffer(work_records.near_thumbnails(records), np.uint8).reshape(len(records), -1)
+    pairs = verified(pair_indices(records, layout.near_bands, distance), thumbnails)
     halves: dict[bytes, str] = {}
     lines = [f"[{_half(contents[a], halves)}, {_half(contents[b], halves)}]"  # as json.dumps writes the pair
-             for a, b in spanning_links(map(leaks.see, pair_indices(records, layout.near_bands, distance)),
-                                        images).T.tolist()]
+             for a, b in spanning_links(map(leaks.see, pairs), images).T.tolist()]
     lines.sort()
     leak_lines = sorted(f"[{_half(contents[later], halves)}, {_half(contents[partner], halves)}, {bits}]"
                         for later, (bits, partner) in leaks.closest().items())
@@ -287,6 +288,16 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int) -> int:
     with filesystems.whole_file(out) as handle:
         handle.write("".join(line + "\n" for line in lines).encode("utf-8"))
     return len(lines)
+
+
+def verified(pairs: Iterable[np.ndarray], thumbnails: np.ndarray) -> Iterator[np.ndarray]:
+    """The pairs (``(2, k)`` record indices) whose thumbnails (``(n, 64)`` uint8, by record) agree: within
+    :data:`perceptual_hash.MAX_THUMBNAIL_DISTANCE`, as copies are and other photos of one scene are not."""
+    for block in pairs:
+        keep = perceptual_hash.thumbnail_distances(thumbnails[block[0]], thumbnails[block[1]]) \
+            <= perceptual_hash.MAX_THUMBNAIL_DISTANCE
+        if keep.any():
+            yield block[:, keep]
 
 
 class _Leaks:

@@ -145,7 +145,7 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
         ref = ref._replace(annotation=annotations.encode(placed))
     accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
                         channels=result.channels, stored_bytes=len(result.data), perceptual_hash=result.perceptual_hash,
-                        stamp=stamp)
+                        stamp=stamp, thumbnail=result.thumbnail)
     return accepted, result
 
 

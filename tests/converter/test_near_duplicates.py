@@ -9,6 +9,7 @@ import io
 import json
 import os
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -143,6 +144,31 @@ def test_no_near_duplicates_keeps_the_exact_search_and_drop_leaks_its_copies(pla
     assert lines == [{"split": "test", "label": "a", "path": "test/a/p2.jpg",
                       "partner": {"split": "train", "label": "a", "path": "train/a/p2.jpg"}, "distance": 0}]
     assert "test/a/p2.jpg" not in _filenames(out, "test")
+
+
+def test_other_objects_photographed_on_one_background_form_no_group_even_at_a_wide_distance(tmp_path):
+    """#56 §1: ten photos of other objects laid on one patterned cloth hash 6-14 bits apart, so at 10 bits the
+    bands pair many of them; the thumbnail check turns every such pair down: no group, nothing dropped."""
+    from tests.beam_jobs.stages.test_perceptual_hash import _scene
+
+    limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+    try:
+        photos = [_resized(p, 320 / max(p.size)) for index, p in enumerate(source_photos()) if index != 7]
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+    rng = np.random.default_rng(5)
+    checks = np.kron(rng.integers(0, 2, (25, 33)), np.ones((16, 16)))[:384, :512] * 90 + 80
+    cloth = Image.fromarray((checks + rng.normal(0, 12, checks.shape)).clip(0, 255).astype(np.uint8)).convert("RGB")
+    src = tmp_path / "src"
+    for index, photo in enumerate(photos):
+        split = ("train", "validation", "test")[index % 3]
+        os.makedirs(src / split / "shoe", exist_ok=True)
+        (src / split / "shoe" / f"item{index}.jpg").write_bytes(_jpeg(_scene(photo, cloth, index)))
+    out = tmp_path / "out"
+    run_converter("--src", str(src), "--out", str(out), "--near-distance", "10", "--drop-leaks", *ARGS, check=True)
+    duplicates = json.loads((out / "manifest.json").read_text())["duplicates"]
+    assert (duplicates["num_near_groups"], duplicates["num_dropped"]) == (0, 0)
+    assert (out / "duplicates.jsonl").read_text() == ""
 
 
 def test_a_near_distance_wider_than_the_default_warns_with_the_pairs_it_compares(planted, tmp_path):

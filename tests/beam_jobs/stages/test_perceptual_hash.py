@@ -111,3 +111,51 @@ def test_validation_hashes_jpegs_stored_as_they_are_and_reencoded_images_unless_
     off = EncodeOptions(perceptual_hash=False)
     assert encode_image(jpeg, off).perceptual_hash is None and encode_image(png.getvalue(), off).perceptual_hash is None
     assert encode_image(jpeg, off).data == stored.data  # the hash never changes what is stored
+
+
+def _scene(photo: Image.Image, cloth: Image.Image, seed: int) -> Image.Image:
+    """``photo`` (an object) laid on ``cloth`` near its centre, a sixth to a third of the frame, as products are
+    photographed one after another under a fixed camera."""
+    rng = random.Random(seed)
+    scene = cloth.copy()
+    side = rng.randint(170, 230)
+    item = photo.resize((side, round(side * 0.65)))
+    scene.paste(item, (256 - item.width // 2 + rng.randint(-20, 20), 192 - item.height // 2 + rng.randint(-20, 20)))
+    return scene
+
+
+def _thumbnail(data: bytes) -> bytes:
+    result = encode_image(data, EncodeOptions())
+    assert isinstance(result, Encoded) and len(result.thumbnail) == perceptual_hash.THUMB_BYTES
+    return result.thumbnail
+
+
+def test_the_thumbnail_keeps_copies_together_and_tells_other_objects_on_one_background_apart(photos):
+    """#56 §1: the pairs the bands find are checked on the thumbnail. Copies (resized, re-encoded, brighter,
+    another colour balance or contrast) stay within MAX_THUMBNAIL_DISTANCE; other objects on one patterned
+    cloth (their hashes often a few bits apart) do not."""
+    rng = np.random.default_rng(5)
+    checks = np.kron(rng.integers(0, 2, (25, 33)), np.ones((16, 16)))[:384, :512] * 90 + 80
+    cloth = Image.fromarray((checks + rng.normal(0, 12, checks.shape)).clip(0, 255).astype(np.uint8)).convert("RGB")
+    scenes = [_scene(photo, cloth, index) for index, photo in enumerate(photos)]
+    thumbnails = [_thumbnail(_jpeg(scene)) for scene in scenes]
+    apart = [perceptual_hash.thumbnail_distance(a, b) for a, b in itertools.combinations(thumbnails, 2)]
+    assert min(apart) > perceptual_hash.MAX_THUMBNAIL_DISTANCE
+    copies = {
+        "resized to half": lambda im: _jpeg(im.resize((im.width // 2, im.height // 2), Image.Resampling.BILINEAR)),
+        "re-encoded at quality 40": lambda im: _jpeg(im, 40),
+        "brighter": lambda im: _jpeg(im.point(lambda v: min(255, round(v * 1.2)))),
+        "another colour balance": lambda im: _jpeg(Image.merge("RGB", [
+            band.point(lambda v, s=s: min(255, round(v * s))) for band, s in zip(im.split(), (1.15, 1.0, 0.85))])),
+        "a PNG (re-encoded, hashed from its full decode)": lambda im: _png(im),
+    }
+    for image, thumbnail in [*zip(photos, (_thumbnail(_jpeg(p)) for p in photos)), (scenes[0], thumbnails[0])]:
+        for kind, make in copies.items():
+            assert perceptual_hash.thumbnail_distance(thumbnail, _thumbnail(make(image))) \
+                <= perceptual_hash.MAX_THUMBNAIL_DISTANCE, kind
+
+
+def _png(image: Image.Image) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
