@@ -132,6 +132,16 @@ def shard_filename(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
 
 
+# Each split's records table (record_files/records_table.py): every record's place, classes, size and hashes,
+# written once by the converter and listed in the manifest's split entry ("records_table").
+RECORDS_TABLE_SUFFIX: Final = ".records.parquet"
+
+
+def records_table_filename(split: str) -> str:
+    """The file name of ``split``'s records table: ``train.records.parquet``."""
+    return f"{split}{RECORDS_TABLE_SUFFIX}"
+
+
 # What ``python -m converter tfds-metadata`` adds (reader/tfds_metadata.py): TFDS's own files.
 TFDS_NAME: Final = "imgshards"
 TFDS_METADATA_FILES: Final = ("dataset_info.json", "features.json", "image-class-label.labels.txt")

@@ -20,7 +20,8 @@ in the work folder, never through a shuffle, see :mod:`beam_jobs.files.work_reco
       |-> ListBuckets, SpreadBuckets BucketTask per key bucket
             | OrderBuckets           ((split, shard, n), (bucket, records))  (stage 4, order_bucket: slice files)
             | GroupSlices            ((split, shard, n), [(bucket, records)])  a few per shard
-            | WriteShards            ShardResult JSON             (stage 5, write: the shard file in staging)
+            | WriteShards            ShardResult JSON             (stage 5, write: the shard file in staging, its rows)
+            | KeyBySplit, GroupShards, JoinTables   per split its records table in staging (join_tables)
 
 Every PCollection holds at most N / part_size + buckets + shards small
 elements, so no runner holds per-image data in one process (Beam's local
@@ -45,12 +46,12 @@ from beam_jobs.files import filesystems, publish, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.runtime.progress import ProgressWriter
-from beam_jobs.stages import drop_leaks, merge_reports, near_duplicates
+from beam_jobs.stages import drop_leaks, join_tables, merge_reports, near_duplicates
 from beam_jobs.stages.count import BucketTask, PartCounts, SumCounts, bucket_tasks, without
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages.order_bucket import order_bucket
 from beam_jobs.stages.validate_part import validate_part
-from beam_jobs.stages.write import ShardResult, write_shard
+from beam_jobs.stages.write import ShardResult, ShardRows, write_shard
 from record_files import staging as staging_names
 
 NAMESPACE = "converter"
@@ -139,9 +140,9 @@ class WriteShardFn(beam.DoFn):
     """``((split, shard, n), [(bucket, records)])`` -> ShardResult JSON; writes the shard file."""
 
     def __init__(self, src: str, staging: str, layout: WorkLayout, classes: Sequence[str],
-                 encode: EncodeOptions) -> None:
+                 encode: EncodeOptions, task: str = record_schema.TASK_CLASSIFICATION) -> None:
         self._src, self._staging, self._classes, self._encode = src, staging, tuple(classes), encode
-        self._layout = layout
+        self._layout, self._task = layout, task
 
     def setup(self) -> None:
         self._written = Metrics.counter(NAMESPACE, "images_written")
@@ -167,10 +168,14 @@ class WriteShardFn(beam.DoFn):
             for bucket, _ in slices
             for record in work_records.iter_file(self._layout.slice(split, index, bucket), work_records.ACCEPTED)
         )
-        result = write_shard(
-            self._src, self._staging, split, index, num_shards, items, self._classes, self._encode,
-            on_record=self._progress.add, work=self._layout.work,
-        )
+        # The shard's rows of the records table, whole before its result says the shard is written.
+        with filesystems.whole_file(self._layout.table_part(split, index)) as handle:
+            rows = ShardRows(handle, index, self._task)
+            result = write_shard(
+                self._src, self._staging, split, index, num_shards, items, self._classes, self._encode,
+                on_record=self._progress.add, work=self._layout.work, table=rows,
+            )
+            rows.close(split)
         expected = sum(count for _, count in slices)
         if result.num_examples != expected:
             raise RuntimeError(f"shard {result.file} got {result.num_examples} records from its slices, "
@@ -187,13 +192,26 @@ class WriteShardFn(beam.DoFn):
         self._progress.flush()
 
 
+def _split_of(result_json: str) -> tuple[str, tuple[int, int]]:
+    """A shard's result -> ``(split, (num_shards, records))``: what its split's table join waits for."""
+    result = ShardResult.from_json(result_json)
+    return result.split, (result.num_shards, result.num_examples)
+
+
+def _shards_and_records(shards: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    """A split's shard count and records, from its shards' ``(num_shards, records)``."""
+    shards = list(shards)
+    return shards[0][0], sum(records for _, records in shards)
+
+
 class ConvertImages(beam.PTransform):
     """Part ids -> shard files, ``rejected.jsonl`` and ``duplicates.jsonl`` in ``staging``; counts in the work folder."""
 
     def __init__(self, options: ConvertOptions, staging: str, classes: Sequence[str], class_text: Sequence[str],
-                 planned: Optional[Mapping[str, int]], layout: WorkLayout):
+                 planned: Optional[Mapping[str, int]], layout: WorkLayout,
+                 task: str = record_schema.TASK_CLASSIFICATION):
         super().__init__()
-        self._options, self._staging = options, staging
+        self._options, self._staging, self._task = options, staging, task
         self._planned = None if planned is None else dict(planned)  # None: --shards auto, sized from the bytes
         self._classes, self._class_text, self._layout = tuple(classes), tuple(class_text), layout
 
@@ -233,7 +251,15 @@ class ConvertImages(beam.PTransform):
             | "SpreadBuckets" >> beam.Reshuffle()
             | "OrderBuckets" >> beam.FlatMap(order, layout)
             | "GroupSlices" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, staging, layout, self._class_text, opts.encode))
+            | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, staging, layout, self._class_text, opts.encode,
+                                                     self._task))
+        )
+        tables_written = (
+            shards_written
+            | "KeyBySplit" >> beam.Map(_split_of)
+            | "GroupShards" >> beam.GroupByKey()
+            | "JoinTables" >> beam.MapTuple(
+                lambda split, shards: join_tables.join_split(layout, staging, split, *_shards_and_records(shards)))
         )
         rejections_written = validated | "MergeRejections" >> beam.Map(
             lambda _, path: merge_reports.merge_rejections(layout, path),
@@ -242,7 +268,7 @@ class ConvertImages(beam.PTransform):
         # One terminal step that depends on every branch: Beam's DaskRunner computes only the
         # graph behind the last transform, so side branches would silently not run there.
         return (
-            (shards_written, rejections_written, duplicates_written, counts_written)
+            (shards_written, tables_written, rejections_written, duplicates_written, counts_written)
             | "JoinBranches" >> beam.Flatten()
             | "Done" >> beam.Map(lambda _: None)
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import time
@@ -18,6 +19,7 @@ import tensorflow as tf
 import record_schema
 from reader import storage
 from record_files import staging as staging_names
+from record_files.records_table import RecordsTable, TableError
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -37,8 +39,19 @@ class ShardInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class TableInfo:
+    """A split's records table (:mod:`record_files.records_table`) as the manifest lists it."""
+
+    path: str
+    num_rows: int
+    num_bytes: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
 class SplitInfo:
-    """One split: its shards (in manifest order), label counts, and its largest image side (None: unknown)."""
+    """One split: its shards (in manifest order), label counts, its largest image side (None: unknown), and its
+    records table (None: converted before records tables, or not by the converter)."""
 
     name: str
     num_examples: int
@@ -46,6 +59,7 @@ class SplitInfo:
     shards: tuple[ShardInfo, ...]
     label_counts: tuple[int, ...]
     max_side: Optional[int] = None
+    records_table: Optional[TableInfo] = None
 
     @property
     def files(self) -> list[str]:
@@ -253,8 +267,44 @@ def _split_info(data_dir: str, name: str, raw: dict) -> SplitInfo:
                   os.path.join(data_dir, s["dali_index"]) if s.get("dali_index") else "", s.get("index_bytes", 0))
         for s in raw["shards"]
     )
+    table = raw.get("records_table")
     return SplitInfo(name, raw["num_examples"], raw["num_bytes"], shards, tuple(raw.get("label_counts", ())),
-                     raw.get("max_side"))
+                     raw.get("max_side"), TableInfo(os.path.join(data_dir, table["file"]), table["num_rows"],
+                                                    table["num_bytes"], table["sha256"]) if table else None)
+
+
+def open_records_table(split: SplitInfo) -> Optional[RecordsTable]:
+    """``split``'s records table open for reading, its rows read as they are asked for; None when its manifest
+    lists none (a dataset converted before records tables: its readers scan the shards instead).
+
+    Local and ``gs://`` tables are read a row group at a time; an ``s3://`` one is fetched whole (about 60 bytes
+    a record).
+
+    Raises:
+      ValueError: the table the manifest lists is missing, is not a records table of this version, or holds
+        another number of rows than the split's records (naming it).
+    """
+    table = split.records_table
+    if table is None:
+        return None
+    try:
+        if storage.is_s3(table.path):
+            source = io.BytesIO(storage.read_bytes(table.path))
+        elif "://" in table.path and not table.path.startswith("file://"):
+            source = tf.io.gfile.GFile(table.path, "rb")
+        else:
+            source = table.path
+        opened = RecordsTable(source, name=table.path)
+    except (OSError, tf.errors.NotFoundError) as err:
+        raise ValueError(f"{table.path}, the records table the manifest lists, cannot be read ({err}); "
+                         "copy it beside the manifest, or remove the split's records_table entry to scan the shards") \
+            from None
+    except TableError as err:
+        raise ValueError(str(err)) from None
+    if opened.num_rows != split.num_examples or opened.num_rows != table.num_rows:
+        raise ValueError(f"{table.path} holds {opened.num_rows} rows and split {split.name!r} has "
+                         f"{split.num_examples} records: not the records table its manifest lists")
+    return opened
 
 
 def steps_per_epoch(data_dir: Union[str, DatasetInfo], split: str, global_batch_size: int,

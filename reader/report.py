@@ -4,12 +4,15 @@ In: a dataset folder (manifest.json, the shards, rejected.jsonl, duplicates.json
 Out: ``report.html`` (self-contained: images inline, no script, nothing fetched) and ``report.json`` in the
 dataset folder, or in ``dest``.
 
-The figures come from what the conversion recorded (the manifest's counts and re-encodings, the rejections
-and duplicate groups) plus one pass over the records that parses their features and decodes no image, but
-the few drawn: a contact sheet's tiles, the thumbnails of duplicates shown. Memory is bounded by the
-number of classes shown, never by the number of images (:mod:`reader.report_stats`). Modules, in the order
-the data flows: :mod:`reader.report_inputs` (the files beside the shards), :mod:`reader.report_stats` (the
-pass), :mod:`reader.report_figures` (matplotlib), :mod:`reader.report_sections` (what each section says),
+The figures come from what the conversion recorded: the manifest's counts and re-encodings, the rejections
+and duplicate groups, and each split's records table, whose footer holds the figures the converter summed per
+shard and whose columns find the few records drawn (a contact sheet's tiles, the thumbnails of duplicates
+shown), the only records read (:mod:`reader.report_tables`). A dataset converted before records tables is
+scanned instead: one pass over every record that parses its features and decodes no image but those drawn
+(:mod:`reader.report_stats`); the page and report.json say so. Memory is bounded by the number of classes
+shown, never by the number of images. Modules, in the order the data flows: :mod:`reader.report_inputs`
+(the files beside the shards), :mod:`reader.report_tables` and :mod:`reader.report_stats` (the two passes),
+:mod:`reader.report_figures` (matplotlib), :mod:`reader.report_sections` (what each section says),
 :mod:`reader.report_html` (the page).
 """
 
@@ -24,18 +27,16 @@ import os
 import sys
 from typing import Optional, Sequence
 
-import tensorflow as tf
 from PIL import Image
 
 import record_schema
 from reader import report_inputs, report_sections, storage
 from reader.contact_sheet import LabelFonts, mask_classes, record_tile
-from reader.info import DatasetInfo, dataset_info
+from reader.info import DatasetInfo, dataset_info, open_records_table
 from reader.options import ReportOptions
 from reader.report_stats import SplitStats
-from reader.verify import iter_records
+from reader.report_tables import Pass, sheet_classes, split_features, table_pass, thumbnail
 from record_files.croissant import CROISSANT_FILE
-from record_files.tfrecord import FrameError
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +51,12 @@ class ReportPaths:
     json: str
 
 
-def write_report(data_dir: str, dest: Optional[str] = None, options: ReportOptions = ReportOptions()) -> ReportPaths:
+def write_report(data_dir: str, dest: Optional[str] = None, options: ReportOptions = ReportOptions(),
+                 scan: bool = False) -> ReportPaths:
     """Write ``report.html`` and ``report.json`` of the dataset in ``data_dir`` into ``dest`` (default: it).
+
+    The figures come from the splits' records tables and only the drawn records are read; a dataset without
+    them (converted before records tables), or ``scan``, has every record read instead, and the page says so.
 
     Raises:
       DatasetNotFoundError: no manifest in ``data_dir``.
@@ -68,7 +73,7 @@ def write_report(data_dir: str, dest: Optional[str] = None, options: ReportOptio
     duplicates = report_inputs.read_duplicates(os.path.join(data_dir, record_schema.DUPLICATES_FILE),
                                                options.duplicate_groups_shown)
     wanted = {image["path"] for group in duplicates.shown for image in group["images"][:report_sections.GROUP_SHOWN]}
-    passed = one_pass(info, options, wanted)
+    passed = the_pass(info, options, wanted, scan)
     src = (info.manifest.get("options") or {}).get("src")
     rejected_thumbs = [report_inputs.source_thumbnail(src, entry.get("path", ""), options.thumb)
                        for entry in rejections.first]
@@ -77,7 +82,7 @@ def write_report(data_dir: str, dest: Optional[str] = None, options: ReportOptio
         info=info, splits=passed.splits, rejections=rejections, rejected_thumbs=rejected_thumbs,
         duplicates=duplicates, duplicate_thumbs=passed.thumbs, sheets=passed.sheets,
         sheet_classes_left=passed.sheet_classes_left, masks_read=passed.masks_read, options=options,
-        croissant=_href(croissant, dest) if storage.exists(croissant) else None,
+        croissant=_href(croissant, dest) if storage.exists(croissant) else None, scanned=passed.scanned,
         manifest=_href(os.path.join(data_dir, record_schema.MANIFEST_FILE), dest))
     page, figures = report_sections.render(findings)
     paths = ReportPaths(os.path.join(dest, HTML_FILE), os.path.join(dest, JSON_FILE))
@@ -93,31 +98,16 @@ def _href(path: str, dest: str) -> str:
     return os.path.relpath(path, dest)
 
 
-@dataclasses.dataclass
-class Pass:
-    """What the pass over the records gives: stats per split, contact-sheet tiles per class id, thumbnails of
-    duplicates by path, how many classes got no sheet, and how many segmentation masks were decoded to file
-    their records under the classes they hold."""
-
-    splits: dict[str, SplitStats]
-    sheets: dict[int, list[Image.Image]]
-    thumbs: dict[str, Image.Image]
-    sheet_classes_left: int
-    masks_read: int = 0
-
-
 def one_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str]) -> Pass:
-    """Every record of every split, read once: features counted, a few records drawn.
+    """Every record of every split, read once: features counted, a few records drawn (a dataset without records
+    tables: converted before them, or another tool's).
 
     Raises:
       ValueError: a shard is damaged (naming it and the record).
     """
     fonts, tag_fonts = LabelFonts(), LabelFonts(size=11)
-    named = [label for label, name in enumerate(info.classes) if name or info.task != record_schema.TASK_OBJECTS]
     segmentation = info.task == record_schema.TASK_SEGMENTATION
-    drawn = [label for label in named if not (segmentation and info.classes[label].strip().lower() in (
-        "background", "_background_"))]  # a mask's background is left clear: no sheet of its own
-    sheet_ids = drawn[:options.max_sheet_classes]
+    drawn, sheet_ids = sheet_classes(info, options)
     room = {class_id: options.per_class for class_id in sheet_ids}
     masks_read = 0
     sheets: dict[int, list[Image.Image]] = collections.defaultdict(list)
@@ -126,7 +116,7 @@ def one_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str]) 
     splits = {}
     for name, split in info.splits.items():
         stats = SplitStats(name)
-        for feature in _features(info, split):
+        for feature in split_features(info, split):
             classes = stats.add(feature, info.task)
             if segmentation and masks_read < options.masks_read and any(room.values()):
                 classes, masks_read = mask_classes(info, feature), masks_read + 1  # the PNG decoded
@@ -140,32 +130,25 @@ def one_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str]) 
                 filename = feature[record_schema.FILENAME].bytes_list.value[0] \
                     if record_schema.FILENAME in feature else b""
                 if filename in wanted:
-                    thumbs[wanted.pop(filename)] = _thumbnail(feature, options.thumb)
+                    thumbs[wanted.pop(filename)] = thumbnail(feature, options.thumb)
         splits[name] = stats.finish()
     if fonts.missing or tag_fonts.missing:
         logger.warning("the report's contact sheets draw %s as boxes: no installed font has them",
                        " ".join(sorted(fonts.missing | tag_fonts.missing)))
-    return Pass(splits, dict(sheets), thumbs, max(len(drawn) - len(sheet_ids), 0), masks_read)
+    return Pass(splits, dict(sheets), thumbs, max(len(drawn) - len(sheet_ids), 0), masks_read, scanned=True)
 
 
-def _features(info: DatasetInfo, split):
-    for shard in split.shards:
-        try:
-            for data in iter_records(shard.path):
-                yield tf.train.Example.FromString(data).features.feature
-        except FrameError as err:
-            raise ValueError(f"cannot write the report: {err}. python -m converter verify {info.data_dir} "
-                             "checks every shard") from None
-
-
-def _thumbnail(feature, side: int) -> Image.Image:
-    import io
-
-    with Image.open(io.BytesIO(feature[record_schema.IMAGE_ENCODED].bytes_list.value[0])) as image:
-        image.draft("RGB", (side, side))
-        thumb = image.convert("RGB")
-    thumb.thumbnail((side, side))
-    return thumb
+def the_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str], scan: bool = False) -> Pass:
+    """The records tables' pass when every split has one (and ``scan`` is not asked for), else the scan of every
+    record, logged: a dataset converted before records tables reports as before, more slowly."""
+    tables = None if scan else {name: open_records_table(split) for name, split in info.splits.items()}
+    if tables and all(table is not None for table in tables.values()):
+        return table_pass(info, options, wanted_paths, tables)
+    if not scan:
+        logger.warning("%s has no records tables (converted before them): the report reads every record of every "
+                       "shard; converting again writes them, and the report then reads only what it draws",
+                       info.data_dir)
+    return one_pass(info, options, wanted_paths)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -46,6 +46,7 @@ class Findings:
     options: ReportOptions
     croissant: Optional[str]
     manifest: str
+    scanned: bool = False  # the figures come from reading every record (a dataset without records tables)
 
     @property
     def names(self) -> list[str]:
@@ -72,10 +73,13 @@ def render(findings: Findings) -> tuple[str, dict]:
         sections.append(section)
         figures[section.id] = data
     figures["sections"] = [section.id for section in sections]
+    figures["figures_from"] = "scan" if findings.scanned else "records tables"
     info = findings.info
     subtitle = (f"{info.task}, {len(findings.named)} classes, "
                 f"{sum(s.images for s in findings.splits.values()):,} images; converted "
-                f"{info.manifest.get('created', '?')} from {(info.manifest.get('options') or {}).get('src', '?')}")
+                f"{info.manifest.get('created', '?')} from {(info.manifest.get('options') or {}).get('src', '?')}"
+                + ("; converted before records tables, so every record was read for these figures" if findings.scanned
+                   else ""))
     return h.page(f"Dataset report: {info.data_dir}", subtitle, sections), figures
 
 

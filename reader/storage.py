@@ -151,6 +151,22 @@ def list_sizes(folder: str) -> dict[str, Optional[int]]:
         return {}
 
 
+def read_range(path: str, offset: int, size: int) -> bytes:
+    """``size`` bytes of ``path`` from byte ``offset`` (fewer at its end): one ranged request on S3, a seek
+    elsewhere."""
+    if size <= 0:
+        return b""
+    if is_s3(path):
+        client, (bucket, key) = _client(), _split(path)
+        try:
+            return client.get_object(Bucket=bucket, Key=key, Range=f"bytes={offset}-{offset + size - 1}")["Body"].read()
+        except client.exceptions.NoSuchKey:
+            raise FileNotFoundError(f"{path} does not exist") from None
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read(size)
+
+
 def write_bytes(path: str, data: bytes) -> None:
     """Write a whole file (a temporary name renamed into place where the file system can rename)."""
     if is_s3(path):

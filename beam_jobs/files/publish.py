@@ -207,6 +207,7 @@ def check_out(out: str, overwrite: bool) -> None:
         return
     foreign = sorted(n for n in names if n not in _DATASET_FILES and n not in record_schema.TFDS_METADATA_FILES
                      and n not in record_schema.REPORT_FILES
+                     and n not in {record_schema.records_table_filename(split) for split in record_schema.SPLITS}
                      and record_schema.parse_shard_filename(
         n.removesuffix(idx.SUFFIX)) is None)
     if foreign and record_schema.MANIFEST_FILE in names:
@@ -308,7 +309,8 @@ def dataset_files(manifest: dict) -> set[str]:
     shards = {shard["file"] for split in manifest["splits"].values() for shard in split["shards"]}
     indexes = {shard["dali_index"] for split in manifest["splits"].values() for shard in split["shards"]
                if shard.get("dali_index")}
-    return shards | indexes | _DATASET_FILES
+    tables = {split["records_table"]["file"] for split in manifest["splits"].values() if split.get("records_table")}
+    return shards | indexes | tables | _DATASET_FILES
 
 
 def _recover_remote(out: str) -> None:

@@ -105,9 +105,18 @@ class WorkLayout:
         """Every image ``--drop-leaks`` left out with its partner and distance, as ``dropped.jsonl`` holds them."""
         return FileSystems.join(self.work, "dropped", "dropped.jsonl")
 
+    def table_part(self, split: str, shard: int) -> str:
+        """A shard's rows of its split's records table, written by the shard's writer before its result."""
+        return FileSystems.join(self.work, "tables", f"{split}-{shard:06d}.parquet")
+
+    def table_result(self, split: str) -> str:
+        """Written last by a split's table join: the table's rows, size and SHA-256 (and the mark it is whole)."""
+        return FileSystems.join(self.work, "tables", f"{split}.json")
+
     def folders(self) -> list[str]:
         return [FileSystems.join(self.work, name) for name in
-                ("parts", "runs", "content", "rejected", "counts", "slices", "duplicates", "near", "dropped")]
+                ("parts", "runs", "content", "rejected", "counts", "slices", "duplicates", "near", "dropped",
+                 "tables")]
 
 
 def plan_layout(work: str, split_sizes: Mapping[str, int], part_size: int, near_bands: int = 0) -> WorkLayout:

@@ -23,7 +23,8 @@ Kinds of record (all big-endian):
 * ``ACCEPTED``: a validated image, keyed by the keyed hash of its path that
   orders the records: key (16 B), path, NUL, then label, source SHA-256,
   height, width, channels, spill part, offset and length, stored bytes, the file's stamp (16 B, zeros for
-  none), re-encode reason,
+  none), whether it has a perceptual hash (u8) and the hash (u64: the shard writer puts it in the records
+  table), re-encode reason,
   and NUL and the source locator when there is one, then NUL and the placed annotation.
   Sorting the raw bytes sorts by (key, path): the records' final order.
 * ``CONTENT``: one accepted image for the duplicate searches: the first 16 bytes
@@ -59,15 +60,16 @@ from beam_jobs.stage_records import Accepted, ImageRef
 MAGIC = b"IMGSHARDS-WORK"
 END = b"WORK-END"
 # 2: source locators (archive members); 3: annotations (an image's objects); 4: perceptual hashes;
-# 5: the file's stamp in ACCEPTED records; 6: the thumbnail that verifies near pairs in CONTENT records
-VERSION = 6
+# 5: the file's stamp in ACCEPTED records; 6: the thumbnail that verifies near pairs in CONTENT records;
+# 7: the perceptual hash in ACCEPTED records (the records table)
+VERSION = 7
 LISTED, ACCEPTED, CONTENT, PATH, MEMBER, NEAR, DROPPED = 1, 2, 3, 4, 5, 6, 7
 
 _HEADER = struct.Struct(">14sBBI")
 _TRAILER = struct.Struct(">Q8s")
 _LENGTH = struct.Struct(">I")
 _LISTED = struct.Struct(">BI")
-_ACCEPTED = struct.Struct(">I32sIIBIQIQ16s")
+_ACCEPTED = struct.Struct(">I32sIIBIQIQ16sBQ")
 _NO_STAMP = bytes(16)
 _CONTENT = struct.Struct(">16sBIBQQI64s")
 _NO_THUMBNAIL = bytes(64)
@@ -139,8 +141,10 @@ def decode_listed(record: bytes) -> ImageRef:
 def encode_accepted(key: bytes, item: Accepted) -> bytes:
     """``item`` keyed by ``key`` (its keyed hash): the raw bytes sort in the records' final order."""
     part, offset, length = item.spill if item.spill else (_NO_SPILL, 0, 0)
+    hashed = item.perceptual_hash is not None
     fields = _ACCEPTED.pack(item.ref.label, item.source_sha256, item.height, item.width, item.channels,
-                            part, offset, length, item.stored_bytes, item.stamp or _NO_STAMP)
+                            part, offset, length, item.stored_bytes, item.stamp or _NO_STAMP, hashed,
+                            item.perceptual_hash if hashed else 0)
     return (key + _path_bytes(item.ref.relpath) + b"\0" + fields
             + _with_source(item.reencoded_because.encode("utf-8"), item.ref.source, item.ref.annotation))
 
@@ -148,11 +152,12 @@ def encode_accepted(key: bytes, item: Accepted) -> bytes:
 def decode_accepted(record: bytes, split: str) -> Accepted:
     end = record.index(b"\0", KEY_BYTES)
     relpath = _path_text(record[KEY_BYTES:end])
-    label, sha, height, width, channels, part, offset, length, stored, stamp = _ACCEPTED.unpack_from(record, end + 1)
+    label, sha, height, width, channels, part, offset, length, stored, stamp, hashed, phash = \
+        _ACCEPTED.unpack_from(record, end + 1)
     because, source, annotation = _and_annotation(record[end + 1 + _ACCEPTED.size:])
     spill = () if part == _NO_SPILL else (part, offset, length)
     return Accepted(ImageRef(split, relpath, label, source, annotation), sha, because, height, width, spill, channels,
-                    stored, stamp=b"" if stamp == _NO_STAMP else stamp)
+                    stored, phash if hashed else None, stamp=b"" if stamp == _NO_STAMP else stamp)
 
 
 class Content(NamedTuple):

@@ -50,12 +50,13 @@ def build_manifest(
     duplicates: Optional[dict] = None,
     runner: str = "",
     counts: Optional[PartCounts] = None,
+    tables: Optional[Mapping[str, dict]] = None,
 ) -> dict:
     """The manifest.json content (see the README's "Output" section).
 
     ``runner`` names the Beam runner that wrote the shards; it is recorded with
     Beam's version, so a dataset says what produced it. ``counts``: the run's, whose object counts an
-    object dataset's manifest holds.
+    object dataset's manifest holds. ``tables``: each split's records table (file, rows, bytes, SHA-256).
     """
     objects = plan.task in (record_schema.TASK_OBJECTS, record_schema.TASK_SEGMENTATION)
     splits = {}
@@ -86,6 +87,7 @@ def build_manifest(
                  **({"dali_index": s.dali_index, "index_bytes": s.index_bytes} if s.dali_index else {})}
                 for s in shards
             ],
+            **({"records_table": dict((tables or {})[split])} if split in (tables or {}) else {}),
         }
     return {
         "format_version": record_schema.FORMAT_VERSION,

@@ -3,7 +3,9 @@
 In:  the shard's records in order (``Accepted``, streamed from its slices, see
      :mod:`beam_jobs.stages.order_bucket`), and each image's bytes (the source file,
      or its spilled re-encoding).
-Out: the shard file in staging and a :class:`ShardResult` (its manifest entry).
+Out: the shard file in staging and a :class:`ShardResult` (its manifest entry); with ``table``, the shard's
+     rows of its split's records table and the shard's figures in its footer (:class:`ShardRows`,
+     :mod:`record_files.records_table`), which :mod:`beam_jobs.stages.join_tables` joins per split.
 
 A shard holds one image in memory at a time. The file is written into the
 run's private staging folder under its final name; nothing in OUT changes
@@ -19,6 +21,7 @@ import hashlib
 import json
 from typing import Callable, Iterable, Optional, Sequence
 
+import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
@@ -31,7 +34,8 @@ from beam_jobs.sources.archives.member_reads import MemberReader
 from beam_jobs.stage_records import Accepted
 from beam_jobs.stages.encode import Encoded, encode_image
 from beam_jobs.stages.validate import read_source, read_spilled, read_stamped
-from record_files import idx
+from record_files import idx, records_table
+from record_files.record_stats import ObjectValues, SplitStats
 from record_files.tfrecord import (ByteStrings, Floats, Ints, bytes_entry_head, example_of_entries, frame_parts,
                                    repeated_entry, serialize_example)
 
@@ -202,6 +206,43 @@ def encode_accepted(src: str, item: Accepted, options: EncodeOptions, work: str 
     return result
 
 
+class ShardRows:
+    """A shard's rows of the records table and its figures, added record by record as the writer writes them.
+
+    What the writer already holds of each record (its place, classes, stored size, hashes, name) is all it
+    takes: no image is decoded or read again. The figures are the report's (:mod:`record_files.record_stats`),
+    boxes taken as the record's float32 values so they fall in the bins a scan of the record would.
+    """
+
+    def __init__(self, handle, shard: int, task: str) -> None:
+        self._table, self._task = records_table.TableWriter(handle, shard), task
+        self.stats = SplitStats("")
+
+    def add(self, index: int, offset: int, item: Accepted, encoded: Encoded, sha256_hex: str,
+            annotation) -> None:
+        """Record ``index`` of the shard, whose frame starts at ``offset``; ``annotation`` as the writer decoded it."""
+        objects = None
+        if isinstance(annotation, annotations.Objects):
+            boxes = annotation.boxes
+            classes = [box.label for box in boxes]
+            corners = np.array([(box.xmin, box.ymin, box.xmax, box.ymax) for box in boxes], np.float32).reshape(-1, 4)
+            objects = ObjectValues(classes, [int(box.crowd) for box in boxes], [int(box.difficult) for box in boxes],
+                                   *(corners[:, k].tolist() for k in range(4)))
+        elif isinstance(annotation, annotations.Labels):
+            classes = list(annotation.ids)
+        else:
+            classes = [item.ref.label]
+        if self._task == record_schema.TASK_SEGMENTATION:
+            classes, objects = [], None  # a mask's classes are its pixels': not counted without decoding it
+        self._table.add(index, offset, classes, encoded.width, encoded.height, len(encoded.data),
+                        bytes.fromhex(sha256_hex), item.perceptual_hash, display_path(item.ref.relpath))
+        self.stats.add_image(encoded.width, encoded.height, len(encoded.data), record_schema.IMAGE_FORMAT_JPEG,
+                             encoded.channels, self._task, classes, objects)
+
+    def close(self, split: str) -> records_table.TableFile:
+        return self._table.close(split, self.stats)
+
+
 def write_shard(
     src: str,
     folder: str,
@@ -213,13 +254,15 @@ def write_shard(
     options: EncodeOptions,
     on_record: Optional[Callable[[], None]] = None,
     work: str = "",
+    table: Optional[ShardRows] = None,
 ) -> ShardResult:
     """Write ``items`` (in order) as shard ``index`` of ``split`` into ``folder``.
 
     ``on_record`` is called after each record (progress reporting); ``work``
     holds the spill files of re-encoded images. Also writes ``<shard>.idx``:
     each record's offset and framed size, as DALI's ``tfrecord2idx`` would by
-    reading the shard again (the reader seeks with it, DALI reads it).
+    reading the shard again (the reader seeks with it, DALI reads it). ``table``: each record's row
+    of the records table is added to it (its caller closes it).
     """
     name = record_schema.shard_filename(split, index, num_shards)
     digest = hashlib.sha256()
@@ -233,7 +276,7 @@ def write_shard(
         for item in items:
             encoded = encode_accepted(src, item, options, work, members)
             # A pass-through image is the source file, whose SHA-256 validation already computed.
-            known = None if encoded.reencoded else item.source_sha256.hex()
+            known = item.source_sha256.hex() if not encoded.reencoded else hashlib.sha256(encoded.data).hexdigest()
             annotation = annotations.decode(item.ref.annotation) if item.ref.annotation else None
             if isinstance(annotation, annotations.Objects):  # label_counts counts objects by class
                 class_mask = read_source(src, annotation.class_mask[0], annotation.class_mask[1], work, members) \
@@ -253,6 +296,8 @@ def write_shard(
             out.write(record)
             digest.update(record)
             index_lines.append(idx.index_line(num_bytes, len(record)))
+            if table is not None:
+                table.add(count, num_bytes, item, encoded, known, annotation)
             num_bytes += len(record)
             count += 1
             max_side = max(max_side, encoded.height, encoded.width)

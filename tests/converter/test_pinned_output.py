@@ -4,7 +4,9 @@ The input (``tests/data/pinned/src``) is shipped, not generated, and every image
 in it is a clean JPEG stored byte for byte, so these hashes depend on nothing
 but the converter: the order (keyed hash of seed and path), the validation
 carve, the cut into shards, the record serialization, the record indexes and the report's format.
-Not on Pillow's encoder, which a library upgrade may change. The input also
+Not on Pillow's encoder, which a library upgrade may change. The records tables (``*.records.parquet``) are
+pinned by their rows and footer figures, not their bytes: the Parquet footer names the pyarrow that wrote it
+(every run of one install writes the same bytes: tests/converter/test_resume.py compares them). The input also
 has a content duplicate under two labels, an empty file, a text file named
 ``.jpg``, a system file, grayscale JPEGs and a non-ASCII class name (every
 rejection's detail is the converter's own wording, not a library's).
@@ -18,11 +20,14 @@ is cut into: one part of everything, or one image per part).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 
 import pytest
 
+import record_schema
+from record_files.records_table import RecordsTable
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
@@ -47,9 +52,25 @@ PINNED = {
 }
 
 
+# sha256 of each records table's rows and footer figures (_table_digest), since issue #56.
+PINNED_TABLES = {
+    "train.records.parquet": "f8dd778dd23a948cab6e153a94ec888c0722a01061d7c11c187b57f7cfd60928",
+    "validation.records.parquet": "a4bf624ee191513042c0ebdd4478b3558ffdf0c9bca33751a62fcd6cabf71a22",
+}
+
+
 def _digests(folder) -> dict[str, str]:
     return {name: hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest()
-            for name in sorted(os.listdir(folder)) if name != "manifest.json"}
+            for name in sorted(os.listdir(folder))
+            if name != "manifest.json" and not name.endswith(record_schema.RECORDS_TABLE_SUFFIX)}
+
+
+def _table_digest(path) -> str:
+    """A records table's rows (hashes as hex) and its footer's figures, as sorted JSON, hashed."""
+    table = RecordsTable(str(path))
+    rows = [{**row, "sha256": row["sha256"].hex()} for group in table.row_groups() for row in group.to_pylist()]
+    figures = table.stats("").to_json()
+    return hashlib.sha256(json.dumps([rows, figures], sort_keys=True).encode()).hexdigest()
 
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -64,3 +85,6 @@ def test_the_converter_writes_exactly_the_pinned_bytes(tmp_path, converter, runn
     proc = converter("--src", str(src), "--out", str(out), *ARGS, *runner, check=True)
     assert "rejected: 2" in proc.stdout
     assert _digests(out) == PINNED
+    tables = {name: _table_digest(out / name) for name in sorted(os.listdir(out))
+              if name.endswith(record_schema.RECORDS_TABLE_SUFFIX)}
+    assert tables == PINNED_TABLES

@@ -246,3 +246,75 @@ def test_the_command_writes_the_report_and_names_what_is_wrong(classified, tmp_p
     with pytest.raises(SystemExit) as exit_:
         report.main(["--nope"])
     assert exit_.value.code == 2
+
+
+def _drawn(page_text: str) -> list[str]:
+    """The page's inline images, in order (the tiles, thumbnails and figures drawn)."""
+    import re
+
+    return re.findall(r'src="(data:image/[^"]+)"', page_text)
+
+
+def _same_as_a_scan(data_dir, tmp_path) -> dict:
+    """The report from the records tables, checked against the scan of every record: the same figures, the same
+    drawings; its figures."""
+    (tmp_path / "tables").mkdir(parents=True)
+    (tmp_path / "scan").mkdir()
+    figures, _, text = _report(data_dir, tmp_path / "tables")
+    paths = report.write_report(str(data_dir), str(tmp_path / "scan"), scan=True)
+    scanned = json.loads(pathlib.Path(paths.json).read_text(encoding="utf-8"))
+    assert figures.pop("figures_from") == "records tables" and scanned.pop("figures_from") == "scan"
+    assert figures == scanned
+    assert _drawn(text) == _drawn(pathlib.Path(paths.html).read_text(encoding="utf-8"))
+    return figures
+
+
+def test_the_records_tables_give_the_scans_figures_and_drawings_of_a_classification_dataset(classified, tmp_path):
+    figures = _same_as_a_scan(classified, tmp_path)
+    assert figures["duplicates"]["shown"]  # thumbnails of duplicates found by path in the tables
+    assert figures["contact-sheets"]["tiles"]
+
+
+def test_the_records_tables_give_the_scans_figures_and_drawings_of_objects_and_segmentation(tmp_path):
+    from converter.demo import write_object_demo
+
+    write_object_demo(str(tmp_path / "demo"), "coco", images=15, seed=3)
+    figures = _same_as_a_scan(_convert(tmp_path / "demo", tmp_path / "ds"), tmp_path / "coco")
+    assert figures["objects"]["train"]["total"] > 0
+    src = tmp_path / "seg"
+    for index in range(3):
+        write_file(str(src / f"images/training/{index}.jpg"), jpeg(picture(96, 64, [], seed=index)))
+        write_file(str(src / f"annotations/training/{index}.png"), class_mask_png(96, 64, (10, 10, 50, 40), 1 + index % 2))
+    write_file(str(tmp_path / "labels.txt"), "background\nroad\ncar\n")
+    figures = _same_as_a_scan(_convert(src, tmp_path / "seg-ds", labels_file=str(tmp_path / "labels.txt")),
+                              tmp_path / "segmentation")
+    assert figures["contact-sheets"]["tiles"] == {"1": 2, "2": 1} and figures["contact-sheets"]["masks_read"] == 3
+
+
+def test_a_dataset_converted_before_records_tables_is_scanned_and_the_report_says_so(classified, tmp_path, caplog):
+    import shutil
+
+    old = shutil.copytree(classified, tmp_path / "old")
+    manifest = json.loads((old / "manifest.json").read_text())
+    for split in manifest["splits"].values():
+        (old / split.pop("records_table")["file"]).unlink()
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    figures, _, text = _report(old, tmp_path)
+    assert figures["figures_from"] == "scan"
+    assert "converted before records tables, so every record was read" in text
+    assert "has no records tables (converted before them): the report reads every record" in caplog.text
+    current, _, _ = _report(classified, tmp_path)
+    different = {key for key in current if figures.get(key) != current[key]}
+    assert different == {"figures_from", "dataset", "splits"}, different  # splits: its links to the manifest
+    assert figures["splits"]["splits"] == current["splits"]["splits"]
+
+
+def test_a_records_table_that_is_not_the_one_its_manifest_lists_is_named(classified, tmp_path):
+    import shutil
+
+    data = shutil.copytree(classified, tmp_path / "copy")
+    manifest = json.loads((data / "manifest.json").read_text())
+    table = manifest["splits"]["train"]["records_table"]["file"]
+    shutil.copy(data / manifest["splits"]["validation"]["records_table"]["file"], data / table)
+    with pytest.raises(ValueError, match=f"{table} holds 2 rows and split 'train' has 5 records: not the records table"):
+        report.write_report(str(data))
