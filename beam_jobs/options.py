@@ -11,7 +11,7 @@ import dataclasses
 import math
 import os
 import posixpath
-from typing import Optional
+from typing import Optional, Union
 
 from record_files.dataset_card import DatasetCard
 
@@ -32,12 +32,14 @@ DEFAULT_MAX_PIXELS = 100_000_000
 # Real collections carry a few broken files; more than 5% usually means the
 # wrong folder or a broken copy, which should stop the run, not be published.
 DEFAULT_MAX_BAD_FRACTION = 0.05
-# --near-distance: perceptual hashes (64 bits) this many bits apart or fewer are near-duplicates. 3 is four bands of
-# 16 bits: a band value holds N / 65,536 images on average, so the search compares about N**2 / 32,768 pairs (1e9 at
-# 10M images, a few seconds), where 10 (eleven 5-6 bit bands) compared N**2 / 10 (#56). Measured by
-# bench/near_duplicates.py on planted copies of real photos: resized to half and re-encoded at quality 40 found
-# 90-93% at 3 (100% at 6 and 10); crops mostly need more (docs/benchmarks.md). Wider distances are a flag away
-# and warned of with the candidates they cost at the run's size.
+# --near-distance: perceptual hashes (64 bits) this many bits apart or fewer are near-duplicates. By default
+# ("auto") the widest distance up to DEFAULT_NEAR_DISTANCE whose search compares at most
+# beam_jobs.stages.perceptual_hash.MAX_COMPARISONS_PER_IMAGE pairs an image on average: 3 (four bands of 16 bits:
+# about N**2 / 32,768 pairs) up to about 8 million images, 2 up to about 400 million, then 1, so the search stays
+# linear in N (#56; 10, the release before, compared about N**2 / 10). Measured by bench/near_duplicates.py on
+# planted copies of real photos: resized to half and re-encoded at quality 40 found 90-93% at 3 (100% at 6 and 10);
+# crops mostly need more (docs/benchmarks.md). Wider distances are a flag away and warned of with the pairs they
+# compare at the run's size.
 DEFAULT_NEAR_DISTANCE = 3
 MAX_NEAR_DISTANCE = 12  # beam_jobs.stages.perceptual_hash.MAX_DISTANCE: past it the search's bands are too narrow
 OUT_SUFFIX = "-tfrecords"
@@ -194,7 +196,9 @@ class ConvertOptions:
         start; ``"auto"``: the workers when the tars hold 4 GiB or more. It
         never changes the output.
       near_distance: ``--near-distance``: images whose perceptual hashes differ in at most this many of
-        their 64 bits are near-duplicates (``duplicates.jsonl``'s near groups); 0..12.
+        their 64 bits are near-duplicates (``duplicates.jsonl``'s near groups); 0..12, or ``"auto"``: chosen by
+        the number of images (:func:`beam_jobs.stages.perceptual_hash.auto_distance`), before the run plans
+        its work, and recorded as chosen (the manifest's options and ``duplicates.near_threshold``).
       drop_leaks: ``--drop-leaks``: an image of an evaluation split (validation, test) that is a copy (exact
         or near) of an image in an earlier split (train, then validation) is not written; the manifest's
         ``duplicates.dropped`` lists each one.
@@ -225,7 +229,7 @@ class ConvertOptions:
     label_column: Optional[str] = None
     bbox_format: Optional[str] = None  # a Parquet dataset's objects: coco (default), pascal_voc or yolo boxes
     masks: bool = False  # COCO: each object's segmentation as a PNG mask in its record (pycocotools, .[masks])
-    near_distance: int = DEFAULT_NEAR_DISTANCE
+    near_distance: Union[int, str] = AUTO
     drop_leaks: bool = False
     card: Optional[DatasetCard] = None
 
@@ -258,10 +262,11 @@ class ConvertOptions:
             raise ValueError(f"--val-fraction must be in [0, 1), got {self.val_fraction!r}")
         if self.part_size is not None and (not isinstance(self.part_size, int) or self.part_size < 1):
             raise ValueError(f"--part-size must be a positive integer, got {self.part_size!r}")
-        if not isinstance(self.near_distance, int) or isinstance(self.near_distance, bool) \
-                or not 0 <= self.near_distance <= MAX_NEAR_DISTANCE:
-            raise ValueError(f"--near-distance must be an integer in 0..{MAX_NEAR_DISTANCE} (bits of the 64-bit "
-                             f"perceptual hash), got {self.near_distance!r}")
+        if self.near_distance != AUTO and (not isinstance(self.near_distance, int)
+                                           or isinstance(self.near_distance, bool)
+                                           or not 0 <= self.near_distance <= MAX_NEAR_DISTANCE):
+            raise ValueError(f"--near-distance must be 'auto' or an integer in 0..{MAX_NEAR_DISTANCE} (bits of the "
+                             f"64-bit perceptual hash), got {self.near_distance!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"--seed must be a non-negative integer, got {self.seed!r}")
         if not (

@@ -9,6 +9,7 @@ shards add up, builds the manifest and commits the dataset atomically.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -114,6 +115,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
                 leftovers = publish.leftover_stagings(out)
                 staging = publish.new_staging(out)  # before the plan: the workers may read the tars' headers into it
                 plan = _plan(options, scratch, _archive_scanner(options, staging, choice))
+                options = _near_distance_for(options, len(plan.refs))
                 choice = runners.sized_for(choice, _work_of(options, plan))
                 part_size = list_parts.choose_part_size(len(plan.refs), options.part_size, plan.read_unit)
                 layout = work_layout.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size,
@@ -203,7 +205,6 @@ def _convert(
     layout = work_layout.plan_layout(work, plan.split_sizes(), record.part_size, _near_bands(options))
     if resumed:
         _log_resume(layout)
-    _warn_about_a_wide_search(options, len(plan.refs))
     filesystems.write_text(FileSystems.join(staging, record_schema.LABELS_FILE), "".join(c + "\n" for c in plan.classes))
     if plan.task in (record_schema.TASK_OBJECTS, record_schema.TASK_SEGMENTATION):
         filesystems.write_text(FileSystems.join(staging, record_schema.LABEL_MAP_FILE), label_map(plan.classes))
@@ -263,21 +264,31 @@ def _convert(
                           runner=choice.description, counts=counts, tables=join_tables.read_entries(layout)), processed
 
 
-def _warn_about_a_wide_search(options: ConvertOptions, images: int) -> None:
-    """A ``--near-distance`` above the default makes the search quadratic in earnest: say what it costs at this size.
+def _near_distance_for(options: ConvertOptions, images: int) -> ConvertOptions:
+    """``options`` with ``--near-distance auto`` resolved for ``images`` (the widest distance up to the default
+    whose search stays linear in N), and a warning for a distance given that compares more pairs than auto's."""
+    if options.near_distance == AUTO:
+        return dataclasses.replace(options, near_distance=perceptual_hash.auto_distance(images, DEFAULT_NEAR_DISTANCE))
+    if options.encode.perceptual_hash:
+        _warn_about_a_wide_search(options.near_distance, images)
+    return options
+
+
+def _warn_about_a_wide_search(distance: int, images: int) -> None:
+    """A ``--near-distance`` that compares more pairs an image than auto allows: say what it costs at this size.
 
     The bands get narrower as the distance grows (64 bits in ``distance + 1`` bands), so a band value holds a
     larger share of the images and the pairs compared grow as the square of the images with a larger factor
     (:func:`beam_jobs.stages.perceptual_hash.expected_candidates`).
     """
-    if not options.encode.perceptual_hash or options.near_distance <= DEFAULT_NEAR_DISTANCE:
+    pairs = perceptual_hash.expected_candidates(max(images, 2), distance)
+    if pairs <= perceptual_hash.MAX_COMPARISONS_PER_IMAGE * images:
         return
-    wide, default = (perceptual_hash.expected_candidates(max(images, 2), distance)
-                     for distance in (options.near_distance, DEFAULT_NEAR_DISTANCE))
     logger.warning(
-        "--near-distance %d compares about %.2g pairs of perceptual hashes at %d images, %.0fx the default's (%d), "
-        "and grows with the square of the images; groups also join unrelated photos through chains of near pairs",
-        options.near_distance, wide, images, wide / default, DEFAULT_NEAR_DISTANCE)
+        "--near-distance %d compares about %.2g pairs of perceptual hashes at %d images (%.0f an image, where "
+        "auto allows %d) and grows with the square of the images; groups also join unrelated photos through "
+        "chains of near pairs", distance, pairs, images, pairs / max(images, 1),
+        perceptual_hash.MAX_COMPARISONS_PER_IMAGE)
 
 
 def _near_bands(options: ConvertOptions) -> int:

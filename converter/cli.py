@@ -127,9 +127,11 @@ def build_convert_parser() -> argparse.ArgumentParser:
     add("--max-bad-fraction", type=float, default=opts.DEFAULT_MAX_BAD_FRACTION,
         help="fail and publish nothing when more than this fraction of the images is rejected "
         "(default: %(default)s)")
-    add("--near-distance", type=int, default=opts.DEFAULT_NEAR_DISTANCE, metavar="BITS",
+    add("--near-distance", type=_near_distance, default=opts.AUTO, metavar="BITS",
         help="images whose 64-bit perceptual hashes differ in at most BITS bits are near-duplicates, listed in "
-        f"duplicates.jsonl with their distance (0..{opts.MAX_NEAR_DISTANCE}; default: %(default)s)")
+        f"duplicates.jsonl with their distance (0..{opts.MAX_NEAR_DISTANCE}, or auto: {opts.DEFAULT_NEAR_DISTANCE} "
+        "up to about 8 million images, then 2, then 1 past about 400 million, so that the search stays linear "
+        "in the images; default: %(default)s)")
     add("--no-near-duplicates", dest="near_duplicates", action="store_false",
         help="no perceptual hash and no near-duplicate search (identical files are still found)")
     add("--drop-leaks", action="store_true",
@@ -157,6 +159,17 @@ def _shards(text: str):
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text!r}") from None
+
+
+def _near_distance(text: str):
+    """``--near-distance``: bits, or ``auto`` (the range is the options' to check, naming the flag)."""
+    if text.strip().lower() == opts.AUTO:
+        return opts.AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer in 0..{opts.MAX_NEAR_DISTANCE}, "
+                                         f"got {text!r}") from None
 
 
 def _our_flags(parser: argparse.ArgumentParser) -> list[str]:
