@@ -20,7 +20,7 @@ actually used (integers), so they fit the resized pixels exactly.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -142,8 +142,9 @@ def from_format(boxes: tf.Tensor, bounding_box_format: str, output_hw: tuple[int
     return tf.stack([ymin, xmin, ymax, xmax], axis=-1)
 
 
-def boxes_to_source(boxes, source_hw, image_size, bounding_box_format: str = "yxyx") -> tf.Tensor:
-    """Boxes predicted on an evaluation image, in pixels of the source (stored) image, yxyx.
+def boxes_to_source(boxes, source_hw, image_size, bounding_box_format: str = "yxyx",
+                    output_format: Optional[str] = None) -> tf.Tensor:
+    """Boxes predicted on an evaluation image, on the source (stored) image, in ``output_format``.
 
     Args:
       boxes: ``[..., N, 4]`` in ``bounding_box_format`` on the output image of
@@ -153,12 +154,20 @@ def boxes_to_source(boxes, source_hw, image_size, bounding_box_format: str = "yx
         targets carry them as ``"source_size"`` with ``source_size=True``).
       image_size: the ``image_size`` the pipeline was built with.
       bounding_box_format: the format of ``boxes``.
+      output_format: the format of the result, in pixels of the stored image (``rel_`` formats relative to its
+        size); ``bounding_box_format`` when not given, so boxes come back as they went in (before #57 the
+        result was always yxyx: a caller passing "xyxy" got yxyx back).
     """
     output_hw = image_hw(image_size)
     check_box_format(bounding_box_format)
+    wanted = output_format or bounding_box_format
+    check_box_format(wanted)
     yxyx = from_format(boxes, bounding_box_format, output_hw)
     source = tf.cast(source_hw, tf.float32)
     factor = tf.reduce_min(tf.constant(output_hw, tf.float32) / source, axis=-1)
     scaled = tf.maximum(tf.round(source * factor[..., None]), 1.0)
-    per_axis = tf.tile(source / scaled, [1] * (len(scaled.shape) - 1) + [2])  # the resize's own factor
-    return yxyx * per_axis[..., None, :]
+    tile = [1] * (len(scaled.shape) - 1) + [2]
+    on_source = yxyx * tf.tile(source / scaled, tile)[..., None, :]  # the resize's own factor
+    if wanted.startswith("rel_"):  # relative to each image's stored size
+        return to_format(on_source / tf.tile(source, tile)[..., None, :], wanted[len("rel_"):], (1, 1))
+    return to_format(on_source, wanted, (1, 1))

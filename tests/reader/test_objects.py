@@ -155,6 +155,28 @@ def test_evaluation_resizes_with_padding_keeping_the_aspect_and_maps_boxes_back_
         assert list(labels[labels >= 0]) == list(decoded["groundtruth_classes"].numpy()[~crowd])
 
 
+@pytest.mark.parametrize("box_format", ["yxyx", "xyxy", "xywh", "center_xywh", "center_yxhw", "rel_yxyx",
+                                        "rel_xyxy", "rel_xywh", "rel_center_xywh"])
+def test_boxes_to_source_returns_boxes_in_the_format_they_came_in_or_the_one_asked(box_format):
+    """#57 §4: boxes given as xyxy come back as xyxy (they came back yxyx), relative ones relative to the
+    stored image; output_format= asks for another."""
+    from reader.boxes import to_format
+
+    source = np.array([[300.0, 400.0], [90.0, 60.0]], np.float32)  # two stored images, height and width
+    on_source = np.array([[[30.0, 40.0, 150.0, 200.0]], [[9.0, 6.0, 45.0, 30.0]]], np.float32)  # yxyx pixels
+    scale = np.array([min(128 / 300, 128 / 400), min(128 / 90, 128 / 60)], np.float32)
+    scaled = np.maximum(np.round(source * scale[:, None]), 1.0)
+    on_output = on_source / np.tile(source / scaled, 2)[:, None, :]  # where the pipeline put them
+    given = to_format(tf.constant(on_output), box_format, (128, 128))
+    back = reader.boxes_to_source(given, source, 128, box_format).numpy()
+    relative = box_format.startswith("rel_")
+    expected = [to_format(tf.constant(on_source[i] / (np.tile(source[i], 2) if relative else 1)),
+                          box_format[4:] if relative else box_format, (1, 1)).numpy() for i in range(2)]
+    np.testing.assert_allclose(back, np.stack(expected), rtol=1e-5, atol=1e-4)
+    as_yxyx = reader.boxes_to_source(given, source, 128, box_format, output_format="yxyx").numpy()
+    np.testing.assert_allclose(as_yxyx, on_source, rtol=1e-5, atol=1e-3)
+
+
 def test_rows_past_an_images_objects_are_minus_one_and_max_objects_fixes_the_shape(objects_dataset):
     dataset = reader.build_dataset(objects_dataset, "validation", batch_size=4, image_size=64, training=False)
     batches = [targets for _, targets in dataset]
