@@ -275,7 +275,7 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int) -> int:
     ids = {content: index for index, content in enumerate(dict.fromkeys(contents))}
     images = np.fromiter(map(ids.__getitem__, contents), dtype=np.int64, count=len(contents))
     leaks = _Leaks(records)
-    thumbnails = np.frombuffer(work_records.near_thumbnails(records), np.uint8).reshape(len(records), -1)
+    thumbnails = np.frombuffer(work_records.near_thumbnails(records), np.uint8).reshape(-1, perceptual_hash.THUMB_BYTES)
     pairs = verified(pair_indices(records, layout.near_bands, distance), thumbnails)
     halves: dict[bytes, str] = {}
     lines = [f"[{_half(contents[a], halves)}, {_half(contents[b], halves)}]"  # as json.dumps writes the pair

@@ -76,6 +76,16 @@ def test_every_pair_within_the_distance_is_found_once_as_brute_force_finds_it(tm
             assert [[m[2] for m in g] for g in groups] == [[m[2] for m in g] for g in brute_groups]
 
 
+def test_a_band_range_that_holds_no_record_writes_empty_files(tmp_path):
+    layout = _layout(tmp_path, "w", [[_content("a.jpg", 0x0123_4567_89AB_CDEF)]], 3, 8)  # 4 records, 8 ranges
+    empty = [r for r in range(layout.near_ranges)
+             if not work_records.read_bucket(layout.near(0), work_records.NEAR, r)]
+    assert empty
+    for near_range in range(layout.near_ranges):
+        assert near_duplicates.find_pairs(layout, near_range, 3) == 0
+    assert open(layout.near_pairs(empty[0])).read() == open(layout.near_leaks(empty[0])).read() == ""
+
+
 def test_groups_hold_distances_to_their_first_image_and_leave_byte_identical_groups_to_the_exact_search(tmp_path):
     base = 0x0123_4567_89AB_CDEF
     records = [
