@@ -320,11 +320,11 @@ def _repeated_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, se
     """``i -> `` the i-th source's order with repeats from its record ``consumed[i]`` (``repeat_factor``)."""
     graph = repeated_records_graph(segment)
     files, counts, indexes = _shard_rows(shards)
-    factors = _Rows.of([s.factors.factors for s in sources], tf.float64)
+    factors = _Rows.of([[s.factors.path] for s in sources], tf.string)  # files: N floats each, never constants
     sizes = tf.constant([[s.factors.epoch_records, s.layout.window] for s in sources], tf.int64)
 
     def make(i: tf.Tensor) -> tf.data.Dataset:
-        return graph(files.row(i), counts.row(i), indexes.row(i), factors.row(i), sizes[i][0], sizes[i][1],
+        return graph(files.row(i), counts.row(i), indexes.row(i), factors.row(i)[0], sizes[i][0], sizes[i][1],
                      seeds[i], consumed[i])
 
     return make

@@ -1,6 +1,7 @@
 """Repeat-factor sampling (LVIS): images of rare classes more often, the order still a pure function of (seed, step).
 
-Data in: a split's records (one pass over their labels, no image decoded) and
+Data in: a split's class ids (its records table's ``classes`` column: N small integers, never the shards; a
+dataset converted before records tables has its records' labels read once instead, no image decoded) and
 :class:`RepeatFactor`. Data out: each record's repeat factor
 ``r = max(1, sqrt(t / f(c)))`` of its rarest class (f(c): the fraction of the
 split's images holding class c; Detectron2's ``RepeatFactorTrainingSampler``,
@@ -18,19 +19,26 @@ epoch reads its shards in a permuted order, as the streams order does, in
 windows of W records; each window's records are repeated and then shuffled
 together, so copies of an image spread over a window. This costs O(N) small
 integers per epoch (the counts), computed in the graph when the epoch starts.
+
+The factors reach the graph from a file (:func:`factors_file`: N float64, named by their content, in the
+temporary folder), read when the pipeline starts: as graph constants they made the graph grow with N (8 MB
+a million records; a GraphDef cannot pass 2 GB, about 250M records) and its building slow.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
-from typing import Callable, Sequence
+import os
+import tempfile
+from typing import Callable, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 
 import record_schema
-from reader.info import DatasetInfo, SplitInfo
+from reader.info import DatasetInfo, SplitInfo, open_records_table
 from reader.order import reading_graph, shard_order, stream_segments, window_permutation
 
 _COUNTS = 0x4EF5  # salts the rounding's uniform away from the order's keys
@@ -68,43 +76,93 @@ class Factors:
     epoch_records: int
     report: dict
 
+    @property
+    def path(self) -> str:
+        """The file the graph reads the factors from (:func:`factors_file`)."""
+        return factors_file(self.factors)
 
-def image_classes(info: DatasetInfo, split: SplitInfo) -> list[np.ndarray]:
-    """Each record's class ids (unique), in record-id order: one pass reading labels only.
 
-    Reading is what it costs: no image is decoded, about a hundred thousand
-    records a second from local disk; a process computes it once a split.
+def factors_file(factors: np.ndarray) -> str:
+    """A local file holding ``factors`` (float64, little-endian), named by their SHA-256: written once a machine
+    (whole: a temporary name renamed), read by the graph of every pipeline that repeats them."""
+    data = np.ascontiguousarray(factors, "<f8").tobytes()
+    folder = os.path.join(tempfile.gettempdir(), "imgshards-repeat-factors")
+    path = os.path.join(folder, hashlib.sha256(data).hexdigest()[:32] + ".f64")
+    if not os.path.exists(path) or os.path.getsize(path) != len(data):
+        os.makedirs(folder, exist_ok=True)
+        temp = f"{path}.{os.getpid()}.partial"
+        with open(temp, "wb") as handle:
+            handle.write(data)
+        os.replace(temp, path)
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassIds:
+    """Each record's class ids, in record-id order: record i's are ``values[starts[i]:starts[i + 1]]`` (an object
+    record's may repeat an id, one per object)."""
+
+    values: np.ndarray  # int, every record's ids one after another
+    starts: np.ndarray  # int64, N + 1
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+
+def image_classes(info: DatasetInfo, split: SplitInfo) -> ClassIds:
+    """Each record's class ids, in record-id order: the split's records table's ``classes`` column (N small
+    integers, read in well under a second at 1M records), or, for a dataset converted before records tables,
+    one pass over its records reading labels only (no image decoded, about a hundred thousand records a
+    second from local disk: it reads every shard whole).
     """
-    key = record_schema.OBJECT_LABEL if info.task == record_schema.TASK_OBJECTS else record_schema.LABEL
     if info.task == record_schema.TASK_SEGMENTATION:
         raise ValueError(f"{info.data_dir}: repeat-factor sampling needs classes an image; a segmentation "
                          "dataset's classes are in its masks")
+    table = open_records_table(split)
+    if table is not None:
+        values, starts = table.class_ids()
+        return ClassIds(values, starts)
+    key = record_schema.OBJECT_LABEL if info.task == record_schema.TASK_OBJECTS else record_schema.LABEL
     spec = {key: tf.io.RaggedFeature(tf.int64)}
     records = tf.data.TFRecordDataset(split.files).batch(LABEL_BATCH)
     labels = records.map(lambda batch: tf.io.parse_example(batch, spec)[key], num_parallel_calls=tf.data.AUTOTUNE)
-    found = []
+    values, lengths = [], []
     for batch in labels.as_numpy_iterator():
-        found.extend(np.unique(row) for row in batch)
-    if len(found) != split.num_examples:
-        raise ValueError(f"{info.data_dir}: split {split.name!r} has {len(found)} records and its manifest says "
+        values.extend(batch)
+        lengths.extend(len(row) for row in batch)
+    if len(lengths) != split.num_examples:
+        raise ValueError(f"{info.data_dir}: split {split.name!r} has {len(lengths)} records and its manifest says "
                          f"{split.num_examples}")
-    return found
+    flat = np.concatenate([np.asarray(row, np.int64) for row in values] + [np.zeros(0, np.int64)])
+    return ClassIds(flat, np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]))
 
 
-def repeat_factors(classes: Sequence[np.ndarray], names: Sequence[str], threshold: float) -> Factors:
-    """``max(1, sqrt(t / f(c)))`` of each image's rarest class (1 for an image without classes), and the report."""
+def repeat_factors(classes: Union[ClassIds, Sequence[np.ndarray]], names: Sequence[str], threshold: float) -> Factors:
+    """``max(1, sqrt(t / f(c)))`` of each image's rarest class (1 for an image without classes), and the report.
+
+    ``classes``: each record's ids (:class:`ClassIds`, or one array a record). Vectorized over every record's
+    (record, class) pairs: about a second for 1M records of objects.
+    """
+    if not isinstance(classes, ClassIds):
+        classes = ClassIds(np.concatenate([np.asarray(c, np.int64) for c in classes] + [np.zeros(0, np.int64)]),
+                           np.concatenate([[0], np.cumsum([len(c) for c in classes], dtype=np.int64)]))
     count = len(classes)
-    flat = np.concatenate([np.asarray(c, np.int64) for c in classes] + [np.zeros(0, np.int64)])
-    images = np.bincount(flat, minlength=len(names)).astype(np.float64)
+    values = np.asarray(classes.values, np.int64)
+    width = max(len(names), int(values.max()) + 1 if values.size else 0, 1)
+    rows = np.repeat(np.arange(count, dtype=np.int64), np.diff(classes.starts))
+    pairs = np.unique(rows * width + values)  # each (record, class) once, by record then class
+    pair_rows, pair_classes = pairs // width, pairs % width
+    images = np.bincount(pair_classes, minlength=width).astype(np.float64)
     fraction = images / max(count, 1)
     with np.errstate(divide="ignore"):
         per_class = np.maximum(1.0, np.sqrt(threshold / np.where(fraction > 0, fraction, np.inf)))
-    factors = np.array([per_class[c].max() if len(c) else 1.0 for c in classes], np.float64)
+    factors = np.ones(count, np.float64)
+    if pairs.size:
+        held, first = np.unique(pair_rows, return_index=True)
+        factors[held] = np.maximum.reduceat(per_class[pair_classes], first)
     epoch = max(1, math.ceil(factors.sum() - 1e-9))
     scaled = factors * epoch / factors.sum()
-    holding = np.zeros(len(names))
-    for c, weight in zip(classes, scaled):
-        holding[c] += weight
+    holding = np.bincount(pair_classes, weights=scaled[pair_rows], minlength=width)
     report = {name: {"images": int(images[i]), "before": float(fraction[i]), "after": float(holding[i] / epoch),
                      "factor": float(per_class[i])}
               for i, name in enumerate(names) if name and images[i]}
@@ -126,36 +184,40 @@ def epoch_counts(factors: tf.Tensor, epoch_records: "int | tf.Tensor", seed: "in
         epoch_records - tf.reduce_sum(counts))  # float rounding of the last sum: the total is exact
 
 
-def repeated_records(files: Sequence[str], counts: Sequence[int], index_files: Sequence[str], factors: np.ndarray,
-                     epoch_records: int, window: int, seed: int, start: tf.Tensor, read_segment) -> tf.data.Dataset:
+def repeated_records(files: Sequence[str], counts: Sequence[int], index_files: Sequence[str],
+                     factors: Union[np.ndarray, str], epoch_records: int, window: int, seed: int, start: tf.Tensor,
+                     read_segment) -> tf.data.Dataset:
     """``(record, key)`` of a source with repeats, from its record ``start`` (of E a epoch) on, without end.
 
-    ``read_segment(path, index_path, first, count)`` as ``order.host_records`` takes it (and, as there, a
-    ``records.SegmentReader`` has its graph traced once a process). Keys are unique per copy (epoch * E +
-    copy's place in the epoch), so two copies of an image are augmented differently.
+    ``factors``: each record's (or the file :func:`factors_file` wrote them to). ``read_segment(path, index_path,
+    first, count)`` as ``order.host_records`` takes it (and, as there, a ``records.SegmentReader`` has its graph
+    traced once a process). Keys are unique per copy (epoch * E + copy's place in the epoch), so two copies of
+    an image are augmented differently.
     """
+    path = factors if isinstance(factors, str) else factors_file(factors)
     return repeated_records_graph(read_segment)(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
-                 tf.constant(list(index_files), tf.string), tf.constant(factors, tf.float64),
+                 tf.constant(list(index_files), tf.string), tf.constant(path, tf.string),
                  tf.constant(epoch_records, tf.int64), tf.constant(window, tf.int64), tf.constant(seed, tf.int64),
                  tf.cast(start, tf.int64))
 
 
 def repeated_records_graph(read_segment) -> Callable[..., tf.data.Dataset]:
-    """:func:`repeated_records` as its graph: ``(files, counts, index_files, factors, epoch_records, window, seed,
-    start) -> dataset``, every argument a tensor, for callers that build several at one site."""
+    """:func:`repeated_records` as its graph: ``(files, counts, index_files, factors_path, epoch_records, window,
+    seed, start) -> dataset``, every argument a tensor, for callers that build several at one site."""
     return reading_graph(_REPEATED_GRAPHS, read_segment, _repeated_graph, _REPEATED_SIGNATURE)
 
 
 _REPEATED_SIGNATURE = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64),
-                       tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.float64)] + \
+                       tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.string)] + \
     [tf.TensorSpec([], tf.int64)] * 4
 _REPEATED_GRAPHS: dict = {}  # read_segment -> repeated_records' traced graph
 
 
-def _repeated_graph(paths: tf.Tensor, sizes: tf.Tensor, indexes: tf.Tensor, table: tf.Tensor,
+def _repeated_graph(paths: tf.Tensor, sizes: tf.Tensor, indexes: tf.Tensor, factors_path: tf.Tensor,
                     epoch_records: tf.Tensor, window: tf.Tensor, seed: tf.Tensor, start: tf.Tensor,
                     read_segment) -> tf.data.Dataset:
-    """:func:`repeated_records` with every number a tensor."""
+    """:func:`repeated_records` with every number a tensor; the factors read from their file as it starts."""
+    table = tf.io.decode_raw(tf.io.read_file(factors_path), tf.float64, little_endian=True)
     bases = tf.cumsum(sizes, exclusive=True)
     records = tf.reduce_sum(sizes)
     first_epoch = start // epoch_records

@@ -91,3 +91,60 @@ def test_decoded_batches_with_repeats_resume_element_for_element(skewed):
     expected = [images.numpy() for images, _ in batches][7:]
     assert all(np.array_equal(a, images.numpy()) for a, (images, _) in zip(expected, resumed))
     assert len(expected) == 5
+
+
+def test_factors_come_from_the_records_table_and_equal_those_read_from_the_shards(skewed, tmp_path):
+    """The table's class ids (N small integers) give the factors the shards' labels give; a dataset converted
+    before records tables still gets them, from its shards."""
+    import json
+    import shutil
+
+    from reader.repeat_factor import image_classes, repeat_factors
+
+    info = reader.dataset_info(skewed)
+    assert info.split("train").records_table is not None
+    old = shutil.copytree(skewed, tmp_path / "old")
+    manifest = json.loads((old / "manifest.json").read_text())
+    for split in manifest["splits"].values():
+        (old / split.pop("records_table")["file"]).unlink()
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    old_info = reader.dataset_info(str(old))
+    assert old_info.split("train").records_table is None
+    from_table = image_classes(info, info.split("train"))
+    from_shards = image_classes(old_info, old_info.split("train"))
+    assert np.array_equal(from_table.values, from_shards.values)
+    assert np.array_equal(from_table.starts, from_shards.starts)
+    table_factors = repeat_factors(from_table, info.classes, THRESHOLD)
+    assert np.array_equal(table_factors.factors, repeat_factors(from_shards, info.classes, THRESHOLD).factors)
+    # one array a record, as before: the same factors and report
+    per_record = [from_table.values[a:b] for a, b in zip(from_table.starts[:-1], from_table.starts[1:])]
+    again = repeat_factors(per_record, info.classes, THRESHOLD)
+    assert np.array_equal(again.factors, table_factors.factors) and again.report == table_factors.report
+
+
+def test_an_objects_rarest_class_sets_its_factor_and_repeated_ids_count_once():
+    from reader.repeat_factor import ClassIds, repeat_factors
+
+    # 4 images: [1, 1, 2], [1], [], [1, 3]; f(1) = 3/4, f(2) = 1/4, f(3) = 1/4
+    classes = ClassIds(np.array([1, 1, 2, 1, 1, 3]), np.array([0, 3, 4, 4, 6]))
+    factors = repeat_factors(classes, ["", "a", "b", "c"], 0.5)
+    assert factors.report["a"]["images"] == 3 and factors.report["b"]["images"] == 1
+    rare = math.sqrt(0.5 / 0.25)
+    assert factors.factors.tolist() == pytest.approx([rare, 1.0, 1.0, rare])
+    assert factors.epoch_records == math.ceil(2 + 2 * rare)
+
+
+def test_the_factors_reach_the_graph_from_a_file_never_as_constants(skewed):
+    plan = reader.mixture([(skewed, 1)], "train", 10, repeat_factor=reader.RepeatFactor(THRESHOLD))
+    factors = plan.sources[0].factors
+    path = factors.path
+    assert np.array_equal(np.fromfile(path, "<f8"), factors.factors)
+    splits = [_present(source) for source in plan.sources]
+    records = _mixed_records(plan, splits, 9, lambda: tf.constant(0, tf.int64), 10, (0, plan.batch_size))
+    graph = tf.compat.v1.GraphDef.FromString(records._as_serialized_graph().numpy())
+    nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
+    doubles = [node.name for node in nodes if node.op == "Const"
+               and node.attr["value"].tensor.dtype == tf.float64.as_datatype_enum
+               and sum(d.size for d in node.attr["value"].tensor.tensor_shape.dim) >= len(factors.factors)]
+    assert not doubles
+    assert path.encode() in graph.SerializeToString()
