@@ -23,9 +23,13 @@ def test_the_report_benchmark_writes_synthetic_shards_and_measures_time_and_memo
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    run = json.loads(out.read_text())["runs"]["objects-300"]
-    assert run["records"] == 300
-    assert run["report_s"] > 0 and run["read_frames_only_s"] > 0 and run["peak_rss_mib"] > run["rss_after_imports_mib"]
-    assert run["html_bytes"] > 10_000
+    runs = json.loads(out.read_text())["runs"]
+    run, scanned = runs["objects-300"], runs["objects-300-scan"]  # from the records table, and by the scan
+    assert run["records"] == scanned["records"] == 300
+    assert run["figures_from"] == "records tables" and scanned["figures_from"] == "scan"
+    assert run["report_s"] > 0 and run["report_cpu_s"] > 0 and scanned["read_frames_only_s"] > 0
+    assert run["peak_rss_mib"] > run["rss_after_imports_mib"]
+    assert run["html_bytes"] > 10_000 and scanned["html_bytes"] > 10_000
     manifest = json.loads((tmp_path / "work" / "objects-300-0" / "manifest.json").read_text())
     assert manifest["splits"]["train"]["num_examples"] == 300 and manifest["task"] == "objects"
+    assert manifest["splits"]["train"]["records_table"]["num_rows"] == 300
