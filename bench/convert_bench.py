@@ -240,26 +240,30 @@ def _timed_steps(spent: collections.Counter) -> Iterator[None]:
             setattr(module, name, original)
 
 
-def step_costs(src: str, part_size: int = 125, shards: int = 16) -> dict[str, float]:
+def step_costs(src: str, part_size: Optional[int] = 125, shards: int = 16) -> dict[str, float]:
     """CPU microseconds per image of each step of converting the class folders of ``src`` (JPEGs stored as they
     are), the stages run one after another in this process as the pipeline runs them on each worker (no Beam;
-    the listing, start-up and duplicate searches left out). A stage's ``..., all`` row holds its other rows;
-    encode_image holds the libjpeg check and the perceptual hash."""
+    the listing, start-up and the exact search left out), the near search at ``--near-distance auto``'s
+    distance for this many images. ``part_size`` None: the converter's choice. A stage's ``..., all`` row holds
+    its other rows; encode_image holds the libjpeg check and the perceptual hash."""
     from beam_jobs.files import work_layout, work_records
-    from beam_jobs.options import EncodeOptions
+    from beam_jobs.options import DEFAULT_NEAR_DISTANCE, EncodeOptions
     from beam_jobs.planning.shard import plan_shard_counts
     from beam_jobs.stage_records import ImageRef
-    from beam_jobs.stages import list_parts, order_bucket, validate_part, write
+    from beam_jobs.stages import list_parts, near_duplicates, order_bucket, perceptual_hash, validate_part, write
     from beam_jobs.stages.count import SumCounts, bucket_tasks
 
     classes = sorted(name for name in os.listdir(src) if os.path.isdir(os.path.join(src, name)))
     refs = [ImageRef("train", f"{name}/{file}", label) for label, name in enumerate(classes)
             for file in sorted(os.listdir(os.path.join(src, name)))]
+    part_size = part_size or list_parts.choose_part_size(len(refs))
+    distance = perceptual_hash.auto_distance(len(refs), DEFAULT_NEAR_DISTANCE)
     spent: collections.Counter = collections.Counter()
     with tempfile.TemporaryDirectory(prefix="convert-steps-") as scratch:
         out = os.path.join(scratch, "out")
         os.makedirs(out)
-        layout = work_layout.plan_layout(os.path.join(scratch, "work"), {"train": len(refs)}, part_size, 11)
+        layout = work_layout.plan_layout(os.path.join(scratch, "work"), {"train": len(refs)}, part_size,
+                                         distance + 1)
         for folder in layout.folders():
             os.makedirs(folder)
         list_parts.write_parts(layout, refs, part_size)
@@ -277,6 +281,13 @@ def step_costs(src: str, part_size: int = 125, shards: int = 16) -> dict[str, fl
                     slices[(task.split, shard, task.num_shards)].append(task.bucket)
             spent["order: order_bucket, all"] = time.thread_time() - started
             started = time.thread_time()
+            for near_range in range(layout.near_ranges):
+                near_duplicates.find_pairs(layout, near_range, distance)
+            spent["search: near, find_pairs"] = time.thread_time() - started
+            started = time.thread_time()
+            near_duplicates.group_near(layout, distance, classes)
+            spent["search: near, group_near"] = time.thread_time() - started
+            started = time.thread_time()
             for (split, index, num_shards), buckets in sorted(slices.items()):
                 items = (work_records.decode_accepted(record, split) for bucket in sorted(buckets)
                          for record in work_records.iter_file(layout.slice(split, index, bucket), work_records.ACCEPTED))
@@ -289,7 +300,7 @@ def step_costs(src: str, part_size: int = 125, shards: int = 16) -> dict[str, fl
     return {step: spent[step] / len(refs) * 1e6 for step in steps}
 
 
-_STAGES = ("validate: ", "validate + order: ", "order: ", "write: ")
+_STAGES = ("validate: ", "validate + order: ", "order: ", "search: ", "write: ")
 
 
 def _data_flow(step: str) -> tuple[int, bool]:
@@ -302,10 +313,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                      "image, step by step (the benchmark itself runs from python -m bench)")
     parser.add_argument("command", choices=["steps"])
     parser.add_argument("src", help="class folders of images, e.g. made by bench.data.make_photo_dataset")
+    parser.add_argument("--part-size", type=int, default=125, help="images a part (0: the converter's choice)")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.src):
         parser.error(f"SRC {args.src} is not a folder")
-    for step, micros in step_costs(args.src).items():
+    for step, micros in step_costs(args.src, args.part_size or None).items():
         print(f"{step:55s} {micros:8.1f} us/image")
     return 0
 

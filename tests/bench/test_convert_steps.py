@@ -25,7 +25,8 @@ def test_every_step_is_timed_each_stage_holds_its_steps_and_the_modules_are_left
     _photos(tmp_path / "src")
     costs = convert_bench.step_costs(str(tmp_path / "src"), part_size=5, shards=2)
     stages = [step.split(":")[0] for step in costs]
-    assert stages == sorted(stages, key=["validate", "validate + order", "order", "write"].index)  # data-flow order
+    assert stages == sorted(stages, key=["validate", "validate + order", "order", "search", "write"].index)  # data flow
+    assert {"search: near, find_pairs", "search: near, group_near"} <= set(costs)  # the near search's stage
     assert {step for _, _, step in convert_bench._STEPS} | set(convert_bench._SHA_STEPS) <= set(costs)
     assert all(value >= 0 for value in costs.values())
     assert costs["validate: validate_part, all"] > costs["validate: encode_image (the check, the hash, headers)"] \
