@@ -39,6 +39,7 @@ from reader.label_space import LabelMap, LabelSpace, unite
 from reader.order import DEFAULT_SHUFFLE_RECORDS, MIN_STREAM_RECORDS, WINDOWS_IN_FLIGHT, StreamLayout, stream_layout
 from reader.options import as_int, as_options
 from reader.quotas import Quotas, as_fractions, plan_quotas
+from reader import mixture_leaks
 from reader.repeat_factor import Factors, RepeatFactor, image_classes, repeat_factors
 
 MIXTURE_POSITION_VERSION = 1
@@ -285,7 +286,8 @@ SourceSpec = Union[tuple, list]
 
 def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int = 64,
             labels: LabelSpace = LabelSpace(), contiguous_ids: bool = False, window: Optional[int] = None,
-            repeat_factor: Optional[RepeatFactor] = None) -> Mixture:
+            repeat_factor: Optional[RepeatFactor] = None,
+            leaks: str = "warn") -> Mixture:
     """The plan of a mixture of ``sources``: each ``(data_dir or DatasetInfo, weight)`` or ``(..., weight, name)``.
 
     Args:
@@ -299,7 +301,12 @@ def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int
       window: records per shuffled window of each source (default: one
         dataset's, 10,000 / (6 * its streams)).
       repeat_factor: repeat-factor sampling of each source's images
-        (:class:`reader.RepeatFactor`): reads every record's labels once, here.
+        (:class:`reader.RepeatFactor`): reads every record's class ids once, here (each split's records
+        table: N small integers; a dataset converted before them, its shards' labels).
+      leaks: an image of one source's ``split`` that another source holds in its validation or test split
+        (byte-identical, or perceptual hashes within 3 bits; found from the records tables, nothing
+        decoded, :mod:`reader.mixture_leaks`): ``"warn"`` logs the pairs, ``"refuse"`` raises
+        :class:`reader.mixture_leaks.LeakError` naming them, ``"ignore"`` does not look.
 
     Raises:
       ValueError: naming the source at fault: not a dataset, no such split,
@@ -335,6 +342,7 @@ def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int
     fractions = as_fractions(weights, [repr(name) for name in names])
     task = _one_task(infos, names)
     splits = [info.split(split) for info in infos]
+    mixture_leaks.check(infos, names, splits[0].name, leaks)
     layouts = [_source_layout(s.num_examples, window, name) for s, name in zip(splits, names)]
     factors = [None] * len(infos)
     if repeat_factor is not None:
