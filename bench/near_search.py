@@ -11,7 +11,9 @@ Out: per folder and round (the two searches alternating which goes first), the C
      stage's functions -- ``find_pairs`` over every band range, then ``group_near`` -- for
      :func:`baseline_find_pairs` (the release's search, kept here as the baseline: a Python loop per
      candidate pair, a union-find keyed by bytes) and for :func:`beam_jobs.stages.near_duplicates.find_pairs`;
-     the medians and the new over the old; and a check that both wrote the same bytes.
+     the medians and the new over the old; and a check that both wrote the same bytes (this checkout's search
+     without its thumbnail check, #56, which the release did not have: the same pairs; ``near/dropped.json``
+     left out, the release having dropped whole groups).
      ``--candidates``: for the band schemes the search could use (exact bands, or multi-index hashing: ``m``
      bands each probed within ``floor(d / m)`` bits), the candidate pairs compared and the probes made, on
      seeded random hashes and on clustered ones (the photos' hashes, or planted clusters), at each size;
@@ -38,7 +40,7 @@ from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages import near_duplicates, perceptual_hash
 
-DISTANCE = 10  # the converter's default --near-distance
+DISTANCE = 10  # the release's default --near-distance, which the baseline searched at
 
 
 # --- the baseline: the release's search (commit 6601793), kept only here and in the tests -----------------------
@@ -99,13 +101,20 @@ def baseline_find_pairs(layout: WorkLayout, near_range: int, distance: int) -> i
             lines.append(json.dumps([near_duplicates._member(work_records.decode_near(a)[1]),
                                      near_duplicates._member(work_records.decode_near(b)[1])]))
     lines.sort()
+    with filesystems.whole_file(layout.near_leaks(near_range)) as handle:  # the release dropped by groups: none
+        handle.write(b"")
     with filesystems.whole_file(layout.near_pairs(near_range)) as handle:
         handle.write("".join(line + "\n" for line in lines).encode("utf-8"))
     return len(lines)
 
 
+def _current_unchecked(layout: WorkLayout, near_range: int, distance: int) -> int:
+    """This checkout's search as the release's was: every pair within the distance, no thumbnail check."""
+    return near_duplicates.find_pairs(layout, near_range, distance, check_thumbnails=False)
+
+
 SEARCHES: dict[str, Callable[[WorkLayout, int, int], int]] = {
-    "baseline": baseline_find_pairs, "current": near_duplicates.find_pairs}
+    "baseline": baseline_find_pairs, "current": _current_unchecked}
 
 
 # --- a real run's work files -------------------------------------------------------------------------------------
@@ -131,14 +140,15 @@ def make_work(src: str, work: str) -> tuple[WorkLayout, list[str]]:
 
 
 def _outputs(layout: WorkLayout) -> list[str]:
-    return [layout.near_pairs(r) for r in range(layout.near_ranges)] + [
-        layout.near_groups(), layout.near_dropped(), layout.near_summary()]
+    """The files both searches write the same (``near/dropped.json`` is not one: the release dropped whole
+    groups, this checkout the direct pairs with a training image)."""
+    return [layout.near_pairs(r) for r in range(layout.near_ranges)] + [layout.near_groups(), layout.near_summary()]
 
 
 def search_cpu(layout: WorkLayout, classes: Sequence[str], search: str) -> tuple[float, float, dict[str, bytes]]:
     """CPU seconds of ``find_pairs`` over every range and of ``group_near`` (the search stage's functions), by
     ``search``; and the bytes they wrote. Earlier outputs are removed first (else both would resume)."""
-    for path in _outputs(layout):
+    for path in [*_outputs(layout), *(layout.near_leaks(r) for r in range(layout.near_ranges))]:
         if FileSystems.exists(path):
             os.remove(path)
     started = time.process_time()

@@ -167,19 +167,82 @@ def _within(values: np.ndarray, top: int, bottom: int, left: int, right: int,
     return np.concatenate([rows for rows, _ in found]), np.concatenate([columns for _, columns in found])
 
 
+_SMALL = 64  # a band value's bucket of at most this many records is searched with others at once
+_SMALL_PAIRS = 1 << 20  # the candidate pairs of the small buckets searched at once (about 50 MB of arrays)
+
+
 def pair_indices(records: Sequence[bytes], bands: int, distance: int, block: int = _BLOCK) -> Iterator[np.ndarray]:
     """Every pair within ``distance`` among sorted NEAR records, each once (in its first common band), as
-    ``(2, k)`` blocks of indices into ``records``, in the order :func:`find_pairs` joins them."""
+    ``(2, k)`` blocks of indices into ``records``, in the order :func:`find_pairs` joins them.
+
+    Most buckets hold a few records (a 16-bit band value: N / 65,536 on average), and numpy's cost per call
+    would be most of the search: runs of consecutive small buckets are searched at once
+    (:func:`_small_bucket_pairs`, the same pairs in the same order as one by one), larger ones in blocks."""
     if not records:
         return
     positions, shas, hashes = _heads(records)
     span = np.uint64((1 << 64) // bands)
     edges = np.flatnonzero(positions[1:] != positions[:-1]) + 1  # where each band value's bucket starts
-    for start, stop in zip([0, *edges.tolist()], [*edges.tolist(), len(records)]):
-        if stop - start > 1:
-            band = int(positions[start] // span)
-            for pairs in _bucket_pairs(band, shas[start:stop], hashes[start:stop], distance, block):
-                yield pairs + start
+    starts = np.concatenate([[0], edges])
+    stops = np.concatenate([edges, [len(records)]])
+    shared = stops - starts > 1
+    starts, stops = starts[shared], stops[shared]
+    bands_of = (positions[starts] // span).astype(np.int64)
+    small = stops - starts <= min(_SMALL, block, _STRIP)  # one block, one strip: its pairs row by row
+    waiting, pending = [], 0
+    for index in range(starts.size):
+        if small[index]:
+            size = int(stops[index] - starts[index])
+            waiting.append(index)
+            pending += size * (size - 1) // 2
+            if pending < _SMALL_PAIRS and index + 1 < starts.size and small[index + 1]:
+                continue
+            chosen = np.array(waiting)
+            pairs = _small_bucket_pairs(starts[chosen], stops[chosen], bands_of[chosen], shas, hashes, distance)
+            waiting, pending = [], 0
+            if pairs.shape[1]:
+                yield pairs
+            continue
+        start, stop = int(starts[index]), int(stops[index])
+        for pairs in _bucket_pairs(int(bands_of[index]), shas[start:stop], hashes[start:stop], distance, block):
+            yield pairs + start
+
+
+def _small_bucket_pairs(starts: np.ndarray, stops: np.ndarray, bands_of: np.ndarray, shas: np.ndarray,
+                        hashes: np.ndarray, distance: int) -> np.ndarray:
+    """:func:`_bucket_pairs` of many small buckets (``[starts[i], stops[i])`` of the records, in order, each of
+    band ``bands_of[i]``) at once, as one ``(2, k)`` block of record indices in the same order: bucket by
+    bucket, each one's copies linked to their first copy (band 0), then its pairs of firsts row by row."""
+    sizes = stops - starts
+    members = np.repeat(starts, sizes) + (np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+    bucket = np.repeat(np.arange(starts.size), sizes)  # each member's bucket (0..len(starts))
+    opens = np.zeros(members.size, dtype=bool)
+    opens[np.cumsum(sizes) - sizes] = True
+    first = opens.copy()
+    first[1:] |= (shas[members[1:]] != shas[members[:-1]]).any(axis=1)
+    found = []  # (bucket, kind, order) keys with the pairs: copies (kind 0) before pairs (kind 1) in a bucket
+    copies = np.flatnonzero(~first & (bands_of[bucket] == 0))  # copies share every band: linked once, in the first
+    if copies.size:
+        firsts_of = np.maximum.accumulate(np.where(first, np.arange(members.size), 0))
+        found.append((bucket[copies], 0, np.stack([members[firsts_of[copies]], members[copies]])))
+    firsts = np.flatnonzero(first)
+    of_bucket = bucket[firsts]
+    later = np.searchsorted(of_bucket, of_bucket, side="right") - np.arange(firsts.size) - 1  # firsts after each
+    rows = np.repeat(np.arange(firsts.size), later)
+    columns = rows + 1 + (np.arange(rows.size) - np.repeat(np.cumsum(later) - later, later))
+    a, b = members[firsts[rows]], members[firsts[columns]]
+    differ = hashes[a] ^ hashes[b]
+    keep = np.bitwise_count(differ) <= distance
+    rows, a, b, differ = rows[keep], a[keep], b[keep], differ[keep]
+    masks = np.array(perceptual_hash.band_masks(distance), dtype=np.uint64)
+    band = bands_of[of_bucket[rows]]
+    agree = (differ[:, None] & masks[None, :]) == 0  # found in an earlier band: it agrees with it there
+    earlier = np.cumsum(agree, axis=1)[np.arange(band.size), np.maximum(band - 1, 0)] * (band > 0)
+    keep = earlier == 0
+    found.append((of_bucket[rows[keep]], 1, np.stack([a[keep], b[keep]])))
+    keys = np.concatenate([np.full(pairs.shape[1], kind) + 2 * owner for owner, kind, pairs in found])
+    joined = np.concatenate([pairs for _, _, pairs in found], axis=1)
+    return joined[:, np.argsort(keys, kind="stable")]
 
 
 def near_pairs(records: Sequence[bytes], bands: int, distance: int) -> Iterator[tuple[bytes, bytes]]:
@@ -254,14 +317,15 @@ def _boruvka(first: np.ndarray, second: np.ndarray, label: np.ndarray) -> np.nda
     return np.flatnonzero(chosen)
 
 
-def find_pairs(layout: WorkLayout, near_range: int, distance: int) -> int:
+def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbnails: bool = True) -> int:
     """The links of band range ``near_range`` into ``near/pairs-r.jsonl`` (lines sorted); returns their number.
 
     A link is a pair within ``distance`` that joins two groups of the range's pairs found so far: a spanning
     forest of the range's pairs, which joins the same groups as all of them (``group_near`` needs no more),
     so ten photos that all look alike write 9 lines, not 45. The images are integer ids (by CONTENT record),
     and the forest is found in numpy (:func:`spanning_links`): Python touches only the links written. A range
-    whose file exists (a killed run this one resumes) is not searched again.
+    whose file exists (a killed run this one resumes) is not searched again. ``check_thumbnails`` False: every
+    pair within the distance, unchecked (``bench.near_search`` compares that with the release's search).
     """
     out = layout.near_pairs(near_range)
     if FileSystems.exists(out):
@@ -276,7 +340,9 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int) -> int:
     images = np.fromiter(map(ids.__getitem__, contents), dtype=np.int64, count=len(contents))
     leaks = _Leaks(records)
     thumbnails = np.frombuffer(work_records.near_thumbnails(records), np.uint8).reshape(-1, perceptual_hash.THUMB_BYTES)
-    pairs = verified(pair_indices(records, layout.near_bands, distance), thumbnails)
+    pairs = pair_indices(records, layout.near_bands, distance)
+    if check_thumbnails:
+        pairs = verified(pairs, perceptual_hash.standardized(thumbnails))
     halves: dict[bytes, str] = {}
     lines = [f"[{_half(contents[a], halves)}, {_half(contents[b], halves)}]"  # as json.dumps writes the pair
              for a, b in spanning_links(map(leaks.see, pairs), images).T.tolist()]
@@ -291,10 +357,11 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int) -> int:
 
 
 def verified(pairs: Iterable[np.ndarray], thumbnails: np.ndarray) -> Iterator[np.ndarray]:
-    """The pairs (``(2, k)`` record indices) whose thumbnails (``(n, 64)`` uint8, by record) agree: within
-    :data:`perceptual_hash.MAX_THUMBNAIL_DISTANCE`, as copies are and other photos of one scene are not."""
+    """The pairs (``(2, k)`` record indices) whose thumbnails (:func:`perceptual_hash.standardized`, by record)
+    agree: within :data:`perceptual_hash.MAX_THUMBNAIL_DISTANCE`, as copies are and other photos of one scene
+    are not."""
     for block in pairs:
-        keep = perceptual_hash.thumbnail_distances(thumbnails[block[0]], thumbnails[block[1]]) \
+        keep = perceptual_hash.standardized_distances(thumbnails[block[0]], thumbnails[block[1]]) \
             <= perceptual_hash.MAX_THUMBNAIL_DISTANCE
         if keep.any():
             yield block[:, keep]

@@ -147,14 +147,22 @@ def thumbnail_of_image(image: Image.Image) -> bytes:
     return thumbnail_of_scaled(np.asarray(image.reduce(8) if min(image.size) >= 8 * THUMB else image))
 
 
-def thumbnail_distances(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """``(n,)`` distances of ``(n, 64)`` uint8 thumbnails row by row: each standardized (its mean off, divided by
-    its spread plus a little), then the mean of the 8 cells that differ most."""
-    a, b = left.astype(np.float64), right.astype(np.float64)
-    a = (a - a.mean(axis=1, keepdims=True)) / (a.std(axis=1, keepdims=True) + _FLAT)
-    b = (b - b.mean(axis=1, keepdims=True)) / (b.std(axis=1, keepdims=True) + _FLAT)
-    worst = np.partition(np.abs(a - b), THUMB_BYTES - _WORST_CELLS, axis=1)[:, THUMB_BYTES - _WORST_CELLS:]
+def standardized(thumbnails: np.ndarray) -> np.ndarray:
+    """``(n, 64)`` uint8 thumbnails, each with its mean off and divided by its spread plus a little (so brightness
+    and contrast do not count), as float32: what :func:`standardized_distances` compares."""
+    cells = thumbnails.astype(np.float32)
+    return (cells - cells.mean(axis=1, keepdims=True)) / (cells.std(axis=1, keepdims=True) + _FLAT)
+
+
+def standardized_distances(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``(n,)`` distances of :func:`standardized` thumbnails row by row: the mean of the 8 cells that differ most."""
+    worst = np.partition(np.abs(left - right), THUMB_BYTES - _WORST_CELLS, axis=1)[:, THUMB_BYTES - _WORST_CELLS:]
     return worst.mean(axis=1)
+
+
+def thumbnail_distances(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``(n,)`` distances of ``(n, 64)`` uint8 thumbnails row by row (:func:`standardized_distances`)."""
+    return standardized_distances(standardized(left), standardized(right))
 
 
 def thumbnail_distance(left: bytes, right: bytes) -> float:
