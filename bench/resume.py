@@ -2,6 +2,8 @@
 
     python -m bench.resume                         # about 20 minutes (12,000 photos: more records than a buffer)
     python -m bench.resume --photos 600 --tiny 5000 --rounds 2   # a quick look
+    python -m bench.resume --photos 70 --tiny 1200 --rounds 1 --batches 1 --latency-rounds 1 --shuffle-records 1000
+                                                   # a smoke run (tests/bench/test_resume.py): the harness, no figures
 
 Four things, each measured in this one run on the same data (issue #20):
 
@@ -38,6 +40,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results", "resume.json")
 SIZE, BATCH, QUALITY_BATCH = 224, 64, 256
 POSITIONS = (0.01, 0.5, 0.99)
+SHUFFLE_RECORDS = 10_000  # the reader's default shuffle buffer, and what its default stream windows hold
 
 
 def convert(src: str, out: str, shards: int) -> None:
@@ -59,17 +62,37 @@ def without_indexes(data: str, folder: str) -> str:
     return folder
 
 
-def _pipeline(data: str, order: str, seed: Optional[int], batch: int = BATCH, size: int = SIZE, **kwargs):
+def read_options(data: str, order: str, batch: int = BATCH, shuffle_records: int = SHUFFLE_RECORDS) -> dict:
+    """The reader's options for ``order`` holding ``shuffle_records`` records: the buffer order's shuffle
+    buffer, or the streams order's windows in flight sized to hold as many (W = records / (6 C), as the reader
+    sizes them for its default 10,000), so that both orders are compared at the same memory."""
+    if shuffle_records == SHUFFLE_RECORDS:
+        return {"order": order}
+    if order == "buffer":
+        return {"order": order, "shuffle_buffer": shuffle_records}
+    import reader
+    from reader.order import WINDOWS_IN_FLIGHT, stream_layout
+
+    streams = stream_layout(reader.dataset_info(data).split("train").num_examples, batch).streams
+    return {"order": order, "window": max(1, shuffle_records // (WINDOWS_IN_FLIGHT * streams))}
+
+
+def _pipeline(data: str, order: str, seed: Optional[int], batch: int = BATCH, size: int = SIZE,
+              shuffle_records: int = SHUFFLE_RECORDS, **kwargs):
     import reader
 
-    return reader.build_dataset(data, "train", batch, size, seed=seed, options={"order": order}, **kwargs)
+    return reader.build_dataset(data, "train", batch, size, seed=seed,
+                                options=read_options(data, order, batch, shuffle_records), **kwargs)
 
 
-def bench_throughput(data: str, rounds: int, batches: int) -> dict:
+def bench_throughput(data: str, rounds: int, batches: int, shuffle_records: int = SHUFFLE_RECORDS) -> dict:
     from bench.read_bench import alternating_rounds, paired_ratio
 
-    makers = {"streams_seeded": lambda: _pipeline(data, "streams", 1), "buffer_seeded": lambda: _pipeline(data, "buffer", 1),
-              "streams": lambda: _pipeline(data, "streams", None), "buffer": lambda: _pipeline(data, "buffer", None)}
+    def pipeline(order: str, seed: Optional[int]):
+        return lambda: _pipeline(data, order, seed, shuffle_records=shuffle_records)
+
+    makers = {"streams_seeded": pipeline("streams", 1), "buffer_seeded": pipeline("buffer", 1),
+              "streams": pipeline("streams", None), "buffer": pipeline("buffer", None)}
     measured = alternating_rounds(makers, rounds, lambda _: batches)
     return {"images_per_s": {name: round(m["images_per_s"], 1) for name, m in measured.items()},
             "cpu_ms_per_image": {name: round(m["cpu_ms_per_image"], 2) for name, m in measured.items()},
@@ -77,10 +100,11 @@ def bench_throughput(data: str, rounds: int, batches: int) -> dict:
             "ratio_unseeded": round(paired_ratio(measured, "streams", "buffer"), 3)}
 
 
-def peak_rss_mb(data: str, order: str, batches: int) -> float:
+def peak_rss_mb(data: str, order: str, batches: int, shuffle_records: int = SHUFFLE_RECORDS) -> float:
     """Peak RSS of a process that reads ``batches`` training batches in ``order`` (its own process, fresh)."""
+    options = read_options(data, order, BATCH, shuffle_records)
     code = ("import sys, reader\n"
-            f"ds = reader.build_dataset({data!r}, 'train', {BATCH}, {SIZE}, seed=1, options={{'order': {order!r}}})\n"
+            f"ds = reader.build_dataset({data!r}, 'train', {BATCH}, {SIZE}, seed=1, options={options!r})\n"
             f"for _ in ds.take({batches}): pass\n"
             "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1])\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True)
@@ -183,13 +207,16 @@ def bench_quality(data: str) -> dict:
 def format_table(results: dict) -> str:
     """The README's table (quoted verbatim there; tests/bench/test_resume.py checks it is current)."""
     t, lat, q = results["throughput"], results["latency"], results["quality"]
+    # a run with --shuffle-records says so beside what it measured that way
+    at = f" ({results['shuffle_records']:,} records shuffled)" if "shuffle_records" in results else ""
     lines = [
         "| measure | streams (default, resumable) | buffer (`shuffle(10_000)`) |",
         "|---|---|---|",
-        f"| training images/s, seeded | {t['images_per_s']['streams_seeded']} | {t['images_per_s']['buffer_seeded']} |",
-        f"| training images/s, no seed | {t['images_per_s']['streams']} | {t['images_per_s']['buffer']} |",
+        f"| training images/s, seeded{at} | {t['images_per_s']['streams_seeded']} | "
+        f"{t['images_per_s']['buffer_seeded']} |",
+        f"| training images/s, no seed{at} | {t['images_per_s']['streams']} | {t['images_per_s']['buffer']} |",
         f"| ratio streams / buffer (paired rounds) | {t['ratio_seeded']} seeded, {t['ratio_unseeded']} no seed | 1 |",
-        f"| peak RSS of a training process | {results['memory_mb']['streams']:.0f} MB | "
+        f"| peak RSS of a training process{at} | {results['memory_mb']['streams']:.0f} MB | "
         f"{results['memory_mb']['buffer']:.0f} MB |",
         f"| state to resume | {results['state_bytes']} bytes of JSON | not resumable |",
         f"| distinct shards per batch of {q['batch']} ({q['shards']} shards) | "
@@ -226,6 +253,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--latency-rounds", type=int, default=None,
                         help="rounds of the first-batch latencies, whose median is reported (default: --rounds, "
                         "at least 3)")
+    parser.add_argument("--shuffle-records", type=int, default=SHUFFLE_RECORDS,
+                        help="records the buffer order's shuffle buffer holds in the throughput and memory "
+                        "measurements, and the streams order's windows as many (default: %(default)s, the reader's "
+                        "default; a smoke run takes fewer: the buffer fills before its first batch)")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "imgshards-bench-resume"))
     parser.add_argument("--results", default=RESULTS)
     args = parser.parse_args(argv)
@@ -245,13 +276,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import reader
 
     results = {
-        "throughput": bench_throughput(photo_data, args.rounds, args.batches),
-        "memory_mb": {order: round(peak_rss_mb(photo_data, order, 3 * args.batches), 1)
+        "throughput": bench_throughput(photo_data, args.rounds, args.batches, args.shuffle_records),
+        "memory_mb": {order: round(peak_rss_mb(photo_data, order, 3 * args.batches, args.shuffle_records), 1)
                       for order in ("streams", "buffer")},
         "latency": bench_latency(tiny_data, old, args.latency_rounds or max(3, args.rounds)),
         "state_bytes": len(reader.position(tiny_data, "train", QUALITY_BATCH, 1, 123).to_json().encode()),
         "quality": bench_quality(tiny_data),
         "images": {"photos": args.photos, "tiny": args.tiny},
+        **({} if args.shuffle_records == SHUFFLE_RECORDS else {"shuffle_records": args.shuffle_records}),
     }
     os.makedirs(os.path.dirname(args.results), exist_ok=True)
     with open(args.results, "w") as handle:
