@@ -20,6 +20,8 @@ The run converts 1,200 small PNGs, and its workers pause a second and a half
 after each part they validate (``IMGSHARDS_FAULT=sleep:1.5@part-validated``),
 so it is still running at 8 s without spending 8 s of two cores on images:
 every kept state is resumed, and a resume costs only the rest of a small run.
+The every-stop test stops the same run on two worker processes once a part is
+validated, so the pause, not the work, keeps it running past that moment.
 
 At every delay: exit 128 + the signal within 10 s, one line, no process or
 lock left, the old dataset untouched, and either nothing beside it or the one
@@ -90,13 +92,6 @@ def slow_source(tmp_path_factory) -> str:
 SLOW = {"IMGSHARDS_FAULT": "sleep:1.5@part-validated"}
 
 
-@pytest.fixture(scope="module")
-def medium_source(tmp_path_factory) -> str:
-    """1,200 PNGs of 256 px (about 9 s of one core's work by the small-run rule): worker processes, a second or
-    more after the first part."""
-    return _linked_pngs(tmp_path_factory.mktemp("signals-medium"), 600)
-
-
 def _digests(folder: str) -> dict:
     """Every file's SHA-256; the manifest's times and paths aside (they differ between runs by design)."""
     return {name: hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest()
@@ -117,11 +112,6 @@ def _clean_digests(source: str, folder) -> dict:
 @pytest.fixture(scope="module")
 def clean_run(slow_source, tmp_path_factory) -> dict:
     return _clean_digests(slow_source, tmp_path_factory.mktemp("signals-reference"))
-
-
-@pytest.fixture(scope="module")
-def clean_medium_run(medium_source, tmp_path_factory) -> dict:
-    return _clean_digests(medium_source, tmp_path_factory.mktemp("signals-medium-reference"))
 
 
 def _fingerprint(folder: str) -> dict:
@@ -236,16 +226,19 @@ def test_a_signal_at_any_moment_ends_the_run_within_10_s_in_one_line_keeping_onl
 
 
 def test_every_stop_signal_keeps_finished_work_that_the_same_command_resumes_to_the_same_bytes(
-        medium_source, clean_medium_run, tmp_path):
-    """Sent once a part is validated (whatever the machine's load), each stop keeps the work, and says so."""
-    slow_source, clean_run = medium_source, clean_medium_run
+        slow_source, clean_run, tmp_path):
+    """Sent once a part is validated (whatever the machine's load) while worker processes run, each stop keeps
+    the work, and says so. The workers pause after each part (SLOW), so the run outlives its first part however
+    fast the machine, and the 1,200 small PNGs (shared with the sweep) cost the four resumes and the reference run
+    little (1,200 PNGs of 256 px once kept the run going by their work alone)."""
     stops = [stop for pair in STOPS.values() for stop in pair]
+    workers = WORKERS_ARGS["two-workers"]
     outs = {stop: str(tmp_path / f"{signal.Signals(stop[0]).name}-{'group' if stop[1] else 'launcher'}" / "out")
             for stop in stops}
     failures = []
     for stop, out in outs.items():  # one at a time: side by side, the first parts finish together
         os.makedirs(os.path.dirname(out))
-        proc, marker = _start(slow_source, out)
+        proc, marker = _start(slow_source, out, SLOW, workers)
         deadline = time.monotonic() + 120
         while not glob.glob(os.path.join(os.path.dirname(out), ".out.staging-*", "_work", "counts", "part-*.json")):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
@@ -254,8 +247,9 @@ def test_every_stop_signal_keeps_finished_work_that_the_same_command_resumes_to_
         problems, kept = _stopped(proc, marker, stop[0], out, time.monotonic())
         assert not problems and kept, (stop, problems)
         assert sorted(os.listdir(os.path.dirname(out))) == [os.path.basename(kept)]
-    reruns = {out: subprocess.Popen(_command(slow_source, out), cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for out in outs.values()}
+    reruns = {out: subprocess.Popen(_command(slow_source, out, workers), cwd=REPO,
+                                    env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for out in outs.values()}
     for out, proc in reruns.items():
         _, stderr = proc.communicate(timeout=300)
         assert proc.returncode == 0 and "warning: resuming the interrupted run" in stderr, stderr
