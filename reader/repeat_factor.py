@@ -137,6 +137,13 @@ def image_classes(info: DatasetInfo, split: SplitInfo) -> ClassIds:
     return ClassIds(flat, np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]))
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` by a sort: NumPy 2's ``unique`` hashes integers, 20x slower on millions (7 s against
+    0.3 s for 3.5M int64 on this machine)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if ordered.size else ordered
+
+
 def repeat_factors(classes: Union[ClassIds, Sequence[np.ndarray]], names: Sequence[str], threshold: float) -> Factors:
     """``max(1, sqrt(t / f(c)))`` of each image's rarest class (1 for an image without classes), and the report.
 
@@ -150,7 +157,7 @@ def repeat_factors(classes: Union[ClassIds, Sequence[np.ndarray]], names: Sequen
     values = np.asarray(classes.values, np.int64)
     width = max(len(names), int(values.max()) + 1 if values.size else 0, 1)
     rows = np.repeat(np.arange(count, dtype=np.int64), np.diff(classes.starts))
-    pairs = np.unique(rows * width + values)  # each (record, class) once, by record then class
+    pairs = sorted_unique(rows * width + values)  # each (record, class) once, by record then class
     pair_rows, pair_classes = pairs // width, pairs % width
     images = np.bincount(pair_classes, minlength=width).astype(np.float64)
     fraction = images / max(count, 1)
@@ -158,8 +165,8 @@ def repeat_factors(classes: Union[ClassIds, Sequence[np.ndarray]], names: Sequen
         per_class = np.maximum(1.0, np.sqrt(threshold / np.where(fraction > 0, fraction, np.inf)))
     factors = np.ones(count, np.float64)
     if pairs.size:
-        held, first = np.unique(pair_rows, return_index=True)
-        factors[held] = np.maximum.reduceat(per_class[pair_classes], first)
+        first = np.flatnonzero(np.concatenate([[True], pair_rows[1:] != pair_rows[:-1]]))  # each record's first pair
+        factors[pair_rows[first]] = np.maximum.reduceat(per_class[pair_classes], first)
     epoch = max(1, math.ceil(factors.sum() - 1e-9))
     scaled = factors * epoch / factors.sum()
     holding = np.bincount(pair_classes, weights=scaled[pair_rows], minlength=width)
