@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 import record_schema
 from reader import storage
-from reader.info import DatasetInfo, dataset_info
+from reader.info import DatasetInfo, dataset_info, open_records_table
 from record_files import idx
 from record_files.tfrecord import FrameError, read_frames
 
@@ -106,7 +106,28 @@ def verify(data_dir: str, sample: Optional[int] = None) -> Report:
         for shard in split.shards:
             if storage.exists(shard.path):
                 _check_shard(info, shard, sample, report)
+        _check_records_table(split, report)
     return report
+
+
+def _check_records_table(split, report: Report) -> None:
+    """The split's records table, when the manifest lists one: there, its size and SHA-256 the manifest's, a
+    records table of this version with a row per record. A missing or damaged one makes the report scan the
+    shards and repeat factors read their labels (slower, the same figures), never a reader fail."""
+    table = split.records_table
+    if table is None:
+        return
+    name = os.path.basename(table.path)
+    if not storage.exists(table.path):
+        report.problems.append(Problem(name, None, "records table listed in the manifest but missing"))
+        return
+    if storage.size(table.path) != table.num_bytes or file_sha256(table.path) != table.sha256:
+        report.problems.append(Problem(name, None, "records table differs from the manifest (size or SHA-256)"))
+        return
+    try:
+        open_records_table(split)
+    except ValueError as err:
+        report.problems.append(Problem(name, None, str(err)))
 
 
 def _check_listing(info: DatasetInfo, report: Report) -> None:

@@ -50,6 +50,17 @@ def test_damage_is_reported_per_shard_and_record(damaged, converter):
     assert proc.returncode == 1 and "train-00001-of-00004.tfrecord" in proc.stdout
 
 
+def test_a_missing_or_changed_records_table_is_named(damaged):
+    tables = {split: damaged / record_schema.records_table_filename(split) for split in ("train", "validation")}
+    data = bytearray(tables["train"].read_bytes())
+    data[len(data) // 2] ^= 0x55
+    tables["train"].write_bytes(bytes(data))
+    os.remove(tables["validation"])
+    messages = [str(p) for p in verify(str(damaged)).problems]
+    assert messages == ["train.records.parquet: records table differs from the manifest (size or SHA-256)",
+                        "validation.records.parquet: records table listed in the manifest but missing"]
+
+
 def test_records_with_bad_labels_hashes_or_images_are_named(damaged, sample_images):
     import hashlib
 
