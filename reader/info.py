@@ -277,8 +277,8 @@ def open_records_table(split: SplitInfo) -> Optional[RecordsTable]:
     """``split``'s records table open for reading, its rows read as they are asked for; None when its manifest
     lists none (a dataset converted before records tables: its readers scan the shards instead).
 
-    Local and ``gs://`` tables are read a row group at a time; an ``s3://`` one is fetched whole (about 60 bytes
-    a record).
+    A local table is read a row group at a time; one in an object store (``s3://``, ``gs://``) is fetched whole
+    first (about 60 bytes a record: 60 MB for 1M).
 
     Raises:
       ValueError: the table the manifest lists is missing, is not a records table of this version, or holds
@@ -288,12 +288,10 @@ def open_records_table(split: SplitInfo) -> Optional[RecordsTable]:
     if table is None:
         return None
     try:
-        if storage.is_s3(table.path):
+        if "://" in table.path and not table.path.startswith("file://"):
             source = io.BytesIO(storage.read_bytes(table.path))
-        elif "://" in table.path and not table.path.startswith("file://"):
-            source = tf.io.gfile.GFile(table.path, "rb")
         else:
-            source = table.path
+            source = table.path.removeprefix("file://")
         opened = RecordsTable(source, name=table.path)
     except (OSError, tf.errors.NotFoundError) as err:
         raise ValueError(f"{table.path}, the records table the manifest lists, cannot be read ({err}); "

@@ -115,3 +115,21 @@ def test_an_s3_copy_without_or_with_damaged_indexes_resumes_the_same_and_reindex
     proc = _cli("reindex", url, env=s3_env)
     assert proc.returncode == 0 and proc.stdout.startswith("rebuilt 2 record indexes, "), proc.stdout
     assert {key: client.get_object(Bucket=bucket, Key=key)["Body"].read() for key in keys} == originals
+
+
+def test_the_report_of_a_dataset_in_s3_reads_its_records_tables_and_ranges_of_its_shards(demo_dataset, s3_dataset,
+                                                                                      tmp_path):
+    """The records tables fetched, the drawn records read by ranged requests: the local dataset's figures."""
+    import json
+
+    from reader import report
+
+    url, _ = s3_dataset
+    figures = {}
+    for name, where in (("s3", url), ("local", demo_dataset)):
+        (tmp_path / name).mkdir()
+        paths = report.write_report(where, str(tmp_path / name))
+        figures[name] = json.loads(open(paths.json).read())
+    assert figures["s3"]["figures_from"] == "records tables"
+    for section in ("classes", "images", "contact-sheets", "duplicates"):
+        assert figures["s3"][section] == figures["local"][section], section
