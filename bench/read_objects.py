@@ -1,7 +1,7 @@
 """``python -m bench.read_objects``: the detection pipeline against the decode bound and the classification preset.
 
     python -m bench.read_objects                               # 640 photos, 5 rounds
-    python -m bench.read_objects --images 64 --rounds 1 --batches 2 --json /tmp/r.json   # a smoke run
+    python -m bench.read_objects --images 32 --rounds 1 --batches 1 --configs 224 --json /tmp/r.json   # a smoke run
 
 Issue #41's targets, on the same photos converted twice: as class folders (classification) and as a COCO
 tree with 1-8 boxes an image (objects); in two configurations (``--configs``), 224 px on 300-500 px photos
