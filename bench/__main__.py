@@ -2,6 +2,8 @@
 
     python -m bench                      # defaults: 12000 + 1000 images, 5 rounds (about an hour on 2 cores)
     python -m bench --images 1200 --rounds 1 --out /tmp/bench   # quicker, noisier
+    python -m bench --images 36 --rounds 1 --batches 1 --slow-batches 1 --batch 8 --large-images 8 \
+        --downsize-images 0 --png-images 0 --out /tmp/bench     # a smoke run (tests/bench/test_smoke.py): no figures
 
 Converter comparisons (each against the plain loop, side by side): JPEG
 pass-through on 300-500 px photos; ``--max-side 256`` on 1200-1600 px photos;
@@ -33,6 +35,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", type=int, default=60,
                         help="timed batches per reader measurement (60: about 4 s; 20 was within noise)")
     parser.add_argument("--slow-batches", type=int, default=4, help="timed batches for ImageDataGenerator")
+    parser.add_argument("--batch", type=int, default=read_bench.BATCH,
+                        help="images per batch of the reader measurements (default: %(default)s; a smoke run takes "
+                        "fewer)")
     parser.add_argument("--large-images", type=int, default=640,
                         help="photos of 1200-1600 px for the large-photo reader comparison; 0 skips it "
                         "(default: %(default)s)")
@@ -60,7 +65,8 @@ def main(argv=None) -> int:
         print("converter done", flush=True)
         shards = os.path.join(work, "shards")
         convert_bench.timed_run(convert_bench.ours(large, shards, 16))
-        results["read"] = read_bench.bench_reader(large, shards, args.rounds, args.batches, args.slow_batches)
+        results["read"] = read_bench.bench_reader(large, shards, args.rounds, args.batches, args.slow_batches,
+                                                  args.batch)
         print("reader done", flush=True)
         if args.downsize_images:
             results["convert_downsize"] = _second_converter_bench(work, "downsize", args.downsize_images, args.rounds,
@@ -76,12 +82,13 @@ def main(argv=None) -> int:
             convert_bench.timed_run(convert_bench.ours(photos, photo_shards, 8))
             results["read_large_photos"] = {
                 "images": args.large_images, "sides": list(LARGE_SIDES),
-                **read_bench.bench_large_photos(photos, photo_shards, args.rounds, max(1, args.batches // 2)),
+                **read_bench.bench_large_photos(photos, photo_shards, args.rounds, max(1, args.batches // 2),
+                                                args.batch),
             }
             downsized = os.path.join(work, "large-photo-shards-256")
             seconds = convert_bench.timed_run(convert_bench.ours(photos, downsized, 8, ["--max-side", "256"]))[0]
             results["downsize_workflow"] = read_bench.bench_downsize_workflow(
-                photos, downsized, seconds, args.rounds, max(1, args.batches // 2))
+                photos, downsized, seconds, args.rounds, max(1, args.batches // 2), args.batch)
         paths = report.write(results, args.out)
         print(report.markdown(results))
         print("wrote " + ", ".join(paths.values()))

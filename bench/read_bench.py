@@ -60,19 +60,19 @@ def throughput(make: Callable[[], object], batches: int, warmup: int = 2) -> tup
     return images / seconds, 1000 * cpu_seconds / images
 
 
-def pipelines(images_dir: str, shards_dir: str) -> dict[str, Callable[[], object]]:
-    """name -> factory of a fresh dataset/iterator yielding (images, labels) batches."""
+def pipelines(images_dir: str, shards_dir: str, batch: int = BATCH) -> dict[str, Callable[[], object]]:
+    """name -> factory of a fresh dataset/iterator yielding (images, labels) batches of ``batch``."""
     files = sorted(glob.glob(os.path.join(images_dir, "*", "*.jpg")))
     info = reader.dataset_info(shards_dir)
 
     def ours_train():
-        return reader.build_dataset(shards_dir, "train", BATCH, SIZE, training=True, info=info)
+        return reader.build_dataset(shards_dir, "train", batch, SIZE, training=True, info=info)
 
     def ours_eval():
-        return reader.build_dataset(shards_dir, "train", BATCH, SIZE, training=False, info=info).repeat()
+        return reader.build_dataset(shards_dir, "train", batch, SIZE, training=False, info=info).repeat()
 
     def image_dataset_from_directory():
-        return tf.keras.utils.image_dataset_from_directory(images_dir, image_size=(SIZE, SIZE), batch_size=BATCH,
+        return tf.keras.utils.image_dataset_from_directory(images_dir, image_size=(SIZE, SIZE), batch_size=batch,
                                                            label_mode="int", verbose=False).repeat()
 
     def image_data_generator():
@@ -80,7 +80,7 @@ def pipelines(images_dir: str, shards_dir: str) -> dict[str, Callable[[], object
 
         generator = ImageDataGenerator(rescale=1 / 255, zoom_range=0.1, rotation_range=45, shear_range=0.1,
                                        horizontal_flip=True, vertical_flip=True)
-        return generator.flow_from_directory(images_dir, target_size=(SIZE, SIZE), batch_size=BATCH,
+        return generator.flow_from_directory(images_dir, target_size=(SIZE, SIZE), batch_size=batch,
                                              class_mode="sparse")
 
     def article_tf_data():
@@ -89,7 +89,7 @@ def pipelines(images_dir: str, shards_dir: str) -> dict[str, Callable[[], object
             return tf.image.resize(image, (SIZE, SIZE)), tf.strings.split(path, os.sep)[-2]
 
         dataset = tf.data.Dataset.list_files(os.path.join(images_dir, "*", "*.jpg"))
-        return dataset.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH).prefetch(tf.data.AUTOTUNE).repeat()
+        return dataset.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch).prefetch(tf.data.AUTOTUNE).repeat()
 
     def decode_bound():
         def decode(data):
@@ -97,7 +97,7 @@ def pipelines(images_dir: str, shards_dir: str) -> dict[str, Callable[[], object
 
         encoded = [open(path, "rb").read() for path in files]
         dataset = tf.data.Dataset.from_tensor_slices(encoded)
-        return dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH).prefetch(tf.data.AUTOTUNE).repeat()
+        return dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(batch).prefetch(tf.data.AUTOTUNE).repeat()
 
     return {
         "ours_train": ours_train,
@@ -138,11 +138,12 @@ def paired_ratio(measured: dict, name: str, baseline: str) -> float:
     return statistics.median(a / b for a, b in zip(measured[name]["samples"], measured[baseline]["samples"]))
 
 
-def bench_reader(images_dir: str, shards_dir: str, rounds: int, batches: int, slow_batches: int) -> dict:
+def bench_reader(images_dir: str, shards_dir: str, rounds: int, batches: int, slow_batches: int,
+                 batch: int = BATCH) -> dict:
     """Throughput of every pipeline, warm and cold, alternating in rounds."""
-    makers = pipelines(images_dir, shards_dir)
+    makers = pipelines(images_dir, shards_dir, batch)
     all_files = glob.glob(os.path.join(images_dir, "*", "*.jpg")) + glob.glob(os.path.join(shards_dir, "*"))
-    results: dict = {"batch": BATCH, "image_size": SIZE, "rounds": rounds, "pipelines": {}}
+    results: dict = {"batch": batch, "image_size": SIZE, "rounds": rounds, "pipelines": {}}
 
     def count(name: str) -> int:
         return slow_batches if name == "image_data_generator" else batches
@@ -168,20 +169,20 @@ def bench_reader(images_dir: str, shards_dir: str, rounds: int, batches: int, sl
         "train_cpu_efficiency_over_decode_bound": bound_cpu / measured["ours_train"]["cpu_ms_per_image"],
         "eval_cpu_efficiency_over_decode_bound": bound_cpu / measured["ours_eval"]["cpu_ms_per_image"],
     }
-    results["caches"] = bench_caches(shards_dir)
+    results["caches"] = bench_caches(shards_dir, batch)
     return results
 
 
 LARGE_PIPELINES = ("ours_train", "ours_eval", "image_dataset_from_directory")
 
 
-def bench_large_photos(images_dir: str, shards_dir: str, rounds: int, batches: int) -> dict:
+def bench_large_photos(images_dir: str, shards_dir: str, rounds: int, batches: int, batch: int = BATCH) -> dict:
     """The presets against ``image_dataset_from_directory`` on large photos (warm page cache).
 
     Where photos are several times the output size, crop-before-decode and
     reduced-scale decoding have room to work; on 300-500 px photos they do not.
     """
-    makers = pipelines(images_dir, shards_dir)
+    makers = pipelines(images_dir, shards_dir, batch)
     measured = alternating_rounds({name: makers[name] for name in LARGE_PIPELINES}, rounds, lambda _: batches)
     idfd = measured["image_dataset_from_directory"]["images_per_s"]
     return {
@@ -191,21 +192,21 @@ def bench_large_photos(images_dir: str, shards_dir: str, rounds: int, batches: i
     }
 
 
-def bench_caches(shards_dir: str) -> dict:
+def bench_caches(shards_dir: str, batch: int = BATCH) -> dict:
     """File-cache bytes and memory-cache resident growth, over the shards' bytes."""
     import tempfile
 
     shard_bytes = reader.dataset_info(shards_dir).split("train").num_bytes
     with tempfile.TemporaryDirectory() as folder:
         prefix = os.path.join(folder, "cache")
-        dataset = reader.build_dataset(shards_dir, "train", BATCH, 64, training=False, options={"cache": prefix})
+        dataset = reader.build_dataset(shards_dir, "train", batch, 64, training=False, options={"cache": prefix})
         for _ in dataset:
             pass
         file_bytes = sum(os.path.getsize(p) for p in glob.glob(prefix + "*"))
     process = psutil.Process()
-    for _ in reader.build_dataset(shards_dir, "train", BATCH, 64, training=False):
+    for _ in reader.build_dataset(shards_dir, "train", batch, 64, training=False):
         pass  # the same pipeline uncached first, so its own allocations are not counted
-    dataset = reader.build_dataset(shards_dir, "train", BATCH, 64, training=False, options={"cache": "memory"})
+    dataset = reader.build_dataset(shards_dir, "train", batch, 64, training=False, options={"cache": "memory"})
     iterator = iter(dataset.repeat(2))
     before = process.memory_info().rss
     for _ in iterator:
@@ -221,7 +222,7 @@ def bench_caches(shards_dir: str) -> dict:
 
 
 def bench_downsize_workflow(images_dir: str, downsized_dir: str, convert_seconds: float, rounds: int,
-                            batches: int) -> dict:
+                            batches: int, batch: int = BATCH) -> dict:
     """Convert once with ``--max-side 256``, then train from the small shards, against the originals.
 
     ``image_dataset_from_directory`` decodes every large photo in full every
@@ -230,7 +231,7 @@ def bench_downsize_workflow(images_dir: str, downsized_dir: str, convert_seconds
     ``convert_seconds / (epoch time of the one - epoch time of the other)`` epochs.
     """
     images = len(glob.glob(os.path.join(images_dir, "*", "*.jpg")))
-    makers = pipelines(images_dir, downsized_dir)
+    makers = pipelines(images_dir, downsized_dir, batch)
     measured = alternating_rounds({name: makers[name] for name in ("ours_train", "image_dataset_from_directory")},
                                   rounds, lambda _: batches)
     ours = measured["ours_train"]["images_per_s"]

@@ -86,8 +86,8 @@ def markdown(results: dict) -> str:
     if "ratio_ceiling_all_cores" in results["convert"]:
         lines += ["", f"CPU ceiling of the converter ratio on {m['cores']} cores (plain loop's CPU per image over "
                   f"ours, times the cores): {results['convert']['ratio_ceiling_all_cores']:.2f}x."]
-    lines += ["", "| reader (224 px, batch 64) | warm images/s (min-max) | cold images/s (min-max) "
-              "| warm CPU ms per image |", "|---|---|---|---|"]
+    lines += ["", f"| reader (224 px, batch {results['read'].get('batch', 64)}) | warm images/s (min-max) "
+              "| cold images/s (min-max) | warm CPU ms per image |", "|---|---|---|---|"]
     for name, r in results["read"]["pipelines"].items():
         cpu = f"{r['warm']['cpu_ms_per_image']:.2f}" if "cpu_ms_per_image" in r["warm"] else ""
         lines.append(f"| {name} | {r['warm']['images_per_s']:.0f} ({r['warm']['min']:.0f}-{r['warm']['max']:.0f}) "
@@ -165,7 +165,7 @@ def chart(results: dict, path: str) -> None:
         right.text(value, position + 0.2, f" {value:.0f}", va="center", fontsize=8)
     right.set_yticks(list(positions), names)
     right.set_xlim(0, max(warm + cold) * 1.25)
-    right.set_title("reader: images/s at 224 px, batch 64")
+    right.set_title(f"reader: images/s at 224 px, batch {results['read'].get('batch', 64)}")
     right.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
