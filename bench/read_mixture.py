@@ -15,7 +15,13 @@ Measured in this one run, on the same photos (300-500 px JPEGs, bench/data.py):
   totals; and the pipeline's own batches (its records' sources, nothing
   decoded) checked against the schedule over the first steps;
 - start-up: CPU seconds to build a pipeline over 10 sources (after TensorFlow's own first use), and what
-  each source adds to it.
+  each source adds to it;
+- hosts (issue #56 §4): bytes each input pipeline reads (``/proc/self/io`` rchar, around iterating its
+  records over the same steps) at H = 1, 2, 4, 8 pipelines, against 1/H of one pipeline's, and whether
+  the H pipelines' batches together are the one pipeline's; beside it, pipeline 0 of 8 of the mixture
+  planned with one canonical pipeline (``canonical_pipelines=1``: every pipeline reads every source).
+
+    python -m bench.read_mixture --hosts-only --work /tmp/mix   # the hosts measure alone, data kept
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results", "read_mixture.json")
 SIZE, BATCH = 224, 64
 WEIGHTS = (0.5, 0.3, 0.2)
-SMOKE = {"photos": 30, "rounds": 1, "batches": 1, "checked_steps": 20}  # --smoke
+SMOKE = {"photos": 30, "rounds": 1, "batches": 1, "checked_steps": 20, "host_steps": 2}  # --smoke
 
 
 def make_data(work: str, photos: int, in_process: bool = False) -> tuple[str, list[str]]:
@@ -168,7 +174,75 @@ def startup(parts: Sequence[str], rounds: int = 3) -> dict:
             "first_batch_cpu_s": {name: round(statistics.median(values), 2) for name, values in firsts.items()}}
 
 
+def _read_bytes() -> int:
+    """Bytes this process has read (``rchar``: every read and pread, page cache or not)."""
+    with open("/proc/self/io", encoding="ascii") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith("rchar:"))
+
+
+def _pipeline_read(plan, splits, steps: int, pipelines: int, index: int) -> tuple[int, np.ndarray]:
+    """(bytes read, keys ``[steps, G / H]``) of input pipeline ``index`` of ``pipelines`` over ``steps`` steps:
+    the records build_mixture parses, nothing decoded (decoding reads no file)."""
+    import gc
+
+    import tensorflow as tf
+
+    from reader.mixture_pipeline import _mixed_records
+
+    per = BATCH // pipelines
+    records = _mixed_records(plan, splits, 1, lambda: tf.constant(0, tf.int64), steps, (index * per, (index + 1) * per))
+    before = _read_bytes()
+    keys = np.concatenate([key for _, key, _ in records.batch(4096).as_numpy_iterator()])
+    read = _read_bytes() - before
+    del records
+    gc.collect()
+    return read, keys.reshape(steps, per)
+
+
+def hosts(parts: Sequence[str], steps: int, counts: Sequence[int] = (1, 2, 4, 8)) -> dict:
+    """Bytes each of H input pipelines reads, at each H, and the global batches they make together."""
+    import reader
+    from reader.mixture_pipeline import _present
+
+    plan = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH)
+    splits = [_present(source) for source in plan.sources]
+    _pipeline_read(plan, splits, 2, 1, 0)  # TensorFlow's own first use reads its files
+    read, same = {}, {}
+    whole = None
+    for pipelines in counts:
+        got = [_pipeline_read(plan, splits, steps, pipelines, index) for index in range(pipelines)]
+        read[pipelines] = [value for value, _ in got]
+        keys = np.concatenate([k for _, k in got], axis=1)
+        whole = keys if whole is None else whole
+        same[pipelines] = bool((keys == whole).all())
+    one = read[counts[0]][0]
+    before = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH, canonical_pipelines=1)
+    old = _pipeline_read(before, splits, steps, counts[-1], 0)[0]
+    return {"canonical_pipelines": plan.canonical_pipelines, "steps": steps, "bytes_read": read,
+            "worst_over_share": {h: round(max(values) / (one / h), 3) for h, values in read.items()},
+            "best_over_share": {h: round(min(values) / (one / h), 3) for h, values in read.items()},
+            "same_global_batches": same,
+            "one_canonical_pipeline": {"pipelines": counts[-1], "bytes_read_by_pipeline_0": old,
+                                       "over_share": round(old / (one / counts[-1]), 3)}}
+
+
+def format_hosts(h: dict) -> str:
+    rows = [f"| input pipelines H (C = {h['canonical_pipelines']}, {h['steps']} steps of {BATCH}) | MB read by "
+            "each (min-max) | its ratio to 1/H of one pipeline's (min-max) | global batches as H = 1's |",
+            "|---|---|---|---|"]
+    for count, values in h["bytes_read"].items():
+        rows.append(f"| {count} | {min(values) / 1e6:.1f}-{max(values) / 1e6:.1f} | "
+                    f"{h['best_over_share'][count]}-{h['worst_over_share'][count]} | "
+                    f"{'yes' if h['same_global_batches'][count] else 'NO'} |")
+    old = h["one_canonical_pipeline"]
+    rows.append(f"| {old['pipelines']}, planned with canonical_pipelines=1 (every pipeline reads every source) | "
+                f"{old['bytes_read_by_pipeline_0'] / 1e6:.1f} (pipeline 0) | {old['over_share']} | |")
+    return "\n".join(rows)
+
+
 def format_table(results: dict) -> str:
+    if "throughput" not in results:
+        return format_hosts(results["hosts"])
     t, q = results["throughput"], results["quotas"]
     rows = [
         "| measure | value |",
@@ -193,7 +267,7 @@ def format_table(results: dict) -> str:
         f"{results['startup']['first_batch_cpu_s']['1']} / {results['startup']['first_batch_cpu_s']['10']} s "
         f"({results['startup']['first_batch_cpu_s'].get('10, windows of 8', '?')} s) |",
     ]
-    return "\n".join(rows)
+    return "\n".join(rows) + ("\n\n" + format_hosts(results["hosts"]) if "hosts" in results else "")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -204,6 +278,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=10_000, help="schedule steps checked (default: %(default)s)")
     parser.add_argument("--checked-steps", type=int, default=200, help="pipeline steps checked (default: %(default)s)")
     parser.add_argument("--work", default=None, help="keep the generated data here (default: a temporary folder)")
+    parser.add_argument("--host-steps", type=int, default=200, help="steps each pipeline reads in the hosts "
+                        "measure (default: %(default)s)")
+    parser.add_argument("--hosts-only", action="store_true", help="only the hosts measure (bytes read at H = 1, "
+                        "2, 4, 8)")
     parser.add_argument("--results", default=RESULTS)
     parser.add_argument("--smoke", action="store_true", help=f"the smallest run, for the tests: {SMOKE['photos']} "
                         "photos converted in this process, 1 round of 1 batch, "
@@ -217,9 +295,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         import reader  # noqa: F401  (before TensorFlow: its start-up lines stay quiet)
 
         single, parts = make_data(work, args.photos, in_process=args.smoke)
-        results = {"photos": args.photos, "image_size": SIZE, "batch_size": BATCH,
-                   "throughput": throughput(single, parts, args.rounds, args.batches),
-                   "quotas": quotas(parts, args.steps, args.checked_steps), "startup": startup(parts, min(3, args.rounds))}
+        results = {"photos": args.photos, "image_size": SIZE, "batch_size": BATCH}
+        if not args.hosts_only:
+            results.update({"throughput": throughput(single, parts, args.rounds, args.batches),
+                            "quotas": quotas(parts, args.steps, args.checked_steps),
+                            "startup": startup(parts, min(3, args.rounds))})
+        results["hosts"] = hosts(parts, args.host_steps)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -7,19 +7,25 @@ and :class:`MixturePosition`, a run's place in it. Nothing is read but manifests
 
 The order of a mixture, a pure function of (seed, step) as a single dataset's is::
 
-    global batch t = source 0's counts(t) next records, source 1's, ...  [quotas.py: exact, O(1) per step]
+    global batch t: counts(t)[k] records of source k               [quotas.py: exact, O(1) per step]
+      = C canonical slices of G / C, slice c holding split(t)[c, k]  [quotas.split_quotas: each the floor or
+        of source k (source 0's, then source 1's, ...)                ceiling of counts(t)[k] / C, O(1)]
     source k's records: its own "streams" order (order.py) over its split,
-      seeded by (seed, k), as one sequence that runs through its own epochs: a
-      small source wraps around in a new order while a large one goes on
-    where source k is at step T: consumed(T)[k] records into its sequence, O(1)
+      seeded by (seed, k), its C_k = C * m_k streams dealt m_k to each
+      canonical pipeline (MosaicML Streaming's canonical nodes); canonical
+      pipeline c reads its streams round-robin as one sequence that runs
+      through its own epochs: a small source wraps around in a new order
+      while a large one goes on
+    where canonical pipeline c is in source k at step T: split.consumed(T)[c, k], O(1)
 
-Each source is read in its own streams (one dataset's windows of memory each).
-Every input pipeline reads every source's sequence and keeps its slice of
-each global batch (slots h*G/H .. (h+1)*G/H - 1) before parsing: the
-concatenation of the H pipelines' batches is the one-pipeline global batch
-for any H dividing G. Reading is cheap next to decoding (which each pipeline
-does for its slice only), but each pipeline reads H times the records it
-decodes: see docs/reader.md, "Mixtures".
+C (``canonical_pipelines``) is fixed when the mixture is planned: input
+pipeline h of H (H dividing C) reads canonical pipelines h*C/H .. (h+1)*C/H - 1
+only, so each of H hosts reads 1/H of every source's bytes, and the H
+pipelines' batches concatenated are the one-pipeline global batch for every
+such H. A pipeline count that divides G but not C still works: each pipeline
+reads the canonical pipelines its slots fall in and keeps its slots (reading
+more than it decodes). With C = 1 the order is the one mixtures had before
+canonical pipelines (positions saved then resume). See docs/reader.md, "Mixtures".
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from fractions import Fraction
 from typing import Optional, Sequence, Union
@@ -38,12 +45,17 @@ from reader.info import DatasetInfo, SplitInfo, dataset_info
 from reader.label_space import LabelMap, LabelSpace, unite
 from reader.order import DEFAULT_SHUFFLE_RECORDS, MIN_STREAM_RECORDS, WINDOWS_IN_FLIGHT, StreamLayout, stream_layout
 from reader.options import as_int, as_options
-from reader.quotas import Quotas, as_fractions, plan_quotas
+from reader.quotas import Quotas, Split, as_fractions, plan_quotas, split_quotas
 from reader import mixture_leaks
 from reader.repeat_factor import Factors, RepeatFactor, image_classes, repeat_factors
 
 MIXTURE_POSITION_VERSION = 1
-SOURCE_STREAMS = 64  # a source's streams: 64, halved (down to 1) while a stream would hold < 512 records
+SOURCE_STREAMS = 64  # a source's streams: 64, halved (down to C) while a stream would hold < 512 records
+# Default canonical pipelines, as a single dataset's streams: gcd(G, 64), halved (not below 8) while the smallest
+# source would give each fewer than 512 records an epoch (each of its streams costs a few ms of CPU an epoch to plan
+# and open, and reads a buffer a segment), then while it holds fewer records than canonical pipelines.
+MAX_CANONICAL = 64
+MIN_DEFAULT_CANONICAL = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +100,14 @@ class Mixture:
     space: LabelSpace = LabelSpace()
     _window_given: bool = False
     repeat_factor: Optional[RepeatFactor] = None
+    canonical_pipelines: int = 1
+    split_counts: Optional[Split] = None  # quotas.split_quotas(quotas, canonical_pipelines)
+
+    @property
+    def canonical_split(self) -> Split:
+        """How each global batch's counts are dealt over the canonical pipelines (:func:`quotas.split_quotas`)."""
+        return self.split_counts if self.split_counts is not None else split_quotas(self.quotas,
+                                                                                    self.canonical_pipelines)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -114,8 +134,9 @@ class Mixture:
             return self
         specs = [(s.info, s.weight, s.name) for s in self.sources]
         window = self.sources[0].layout.window if self._window_given else None
+        same = split == self.split
         return mixture(specs, split, batch_size, self.space, self.contiguous_ids, window,
-                       self.repeat_factor if split == self.split else None)
+                       self.repeat_factor if same else None, self.canonical_pipelines if same else None)
 
     def source(self, name: str) -> int:
         """The index of the source called ``name``; ``ValueError`` listing the names otherwise."""
@@ -173,7 +194,7 @@ class Mixture:
         total = sum(source.weight for source in self.sources)
         return {
             "split": self.split, "batch_size": self.batch_size, "task": self.task,
-            "quota_period_steps": self.quotas.period,
+            "quota_period_steps": self.quotas.period, "canonical_pipelines": self.canonical_pipelines,
             "sources": [{"name": s.name, "data_dir": s.info.data_dir, "fingerprint": s.info.fingerprint,
                          "weight": float(s.weight / total), "weight_realised": self.quotas.weights[k],
                          "per_batch": [int(np.floor(self.quotas.shares[k])), int(np.ceil(self.quotas.shares[k]))],
@@ -199,7 +220,7 @@ class Mixture:
         if as_int(seed) is None:
             raise ValueError("a position needs the run's seed (a run without one has an order nobody can repeat)")
         return MixturePosition(self.split, int(seed), self.batch_size, self._identity(), step,
-                               labels=self.labels_digest())
+                               labels=self.labels_digest(), canonical=self.canonical_pipelines)
 
     def labels_digest(self) -> str:
         """12 hex digits naming the label ids: the classes in id order and each source's record id -> id table.
@@ -220,6 +241,10 @@ class Mixture:
         saved, now = position.sources, self._identity()
         if [s[0] for s in saved] != [s[0] for s in now]:
             return f"it was taken on sources {[s[0] for s in saved]} and this mixture has {[s[0] for s in now]}"
+        if position.canonical != self.canonical_pipelines:  # before the streams, which follow from it
+            return (f"it was taken with canonical_pipelines={position.canonical} and this mixture has "
+                    f"{self.canonical_pipelines}: plan it with reader.mixture(..., "
+                    f"canonical_pipelines={position.canonical})")
         fields = ("name", "version", "weight", "streams", "window", "repeat factor threshold")
         for old, new in zip(saved, now):
             source = self.sources[now.index(new)]
@@ -246,7 +271,8 @@ class Mixture:
 class MixturePosition:
     """Where a run over a mixture is: its global step and what the order depends on, as a few hundred bytes of JSON.
 
-    ``sources``: per source (name, version, weight, streams, window).
+    ``sources``: per source (name, version, weight, streams, window). ``canonical``: the mixture's
+    canonical pipelines (1 in positions written before they were kept: the order they had).
     """
 
     split: str
@@ -256,6 +282,7 @@ class MixturePosition:
     step: int
     version: int = MIXTURE_POSITION_VERSION
     labels: str = ""  # Mixture.labels_digest(); "" in positions written before it was kept
+    canonical: int = 1
 
     @property
     def global_step(self) -> int:
@@ -269,7 +296,8 @@ class MixturePosition:
         """The position ``to_json`` wrote; ``ValueError`` naming what is wrong with anything else."""
         try:
             raw = json.loads(text)
-            missing = sorted({field.name for field in dataclasses.fields(cls) if field.name != "labels"} - set(raw))
+            missing = sorted({field.name for field in dataclasses.fields(cls)
+                              if field.name not in ("labels", "canonical")} - set(raw))
             if missing:
                 raise ValueError(f"not a mixture position: it has no {', '.join(missing)}")
             if raw["version"] != MIXTURE_POSITION_VERSION:
@@ -286,7 +314,7 @@ SourceSpec = Union[tuple, list]
 
 def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int = 64,
             labels: LabelSpace = LabelSpace(), contiguous_ids: bool = False, window: Optional[int] = None,
-            repeat_factor: Optional[RepeatFactor] = None,
+            repeat_factor: Optional[RepeatFactor] = None, canonical_pipelines: Optional[int] = None,
             leaks: str = "warn") -> Mixture:
     """The plan of a mixture of ``sources``: each ``(data_dir or DatasetInfo, weight)`` or ``(..., weight, name)``.
 
@@ -307,6 +335,13 @@ def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int
         (byte-identical, or perceptual hashes within 3 bits; found from the records tables, nothing
         decoded, :mod:`reader.mixture_leaks`): ``"warn"`` logs the pairs, ``"refuse"`` raises
         :class:`reader.mixture_leaks.LeakError` naming them, ``"ignore"`` does not look.
+      canonical_pipelines: C, the canonical pipelines each source's streams
+        are dealt over: any input pipeline count H dividing C reads 1/H of
+        the bytes and gives the same global batches. C must divide G and be
+        at most the smallest source's records. Default: gcd(G, 64), halved
+        (not below 8) while the smallest source would give each fewer than
+        512 records, and while it holds fewer records than C; 1 with repeat
+        factors (a source with repeats is one stream, read whole by every pipeline).
 
     Raises:
       ValueError: naming the source at fault: not a dataset, no such split,
@@ -343,7 +378,9 @@ def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int
     task = _one_task(infos, names)
     splits = [info.split(split) for info in infos]
     mixture_leaks.check(infos, names, splits[0].name, leaks)
-    layouts = [_source_layout(s.num_examples, window, name) for s, name in zip(splits, names)]
+    canonical = _canonical(canonical_pipelines, batch_size, [s.num_examples for s in splits], names,
+                           repeat_factor is not None)
+    layouts = [_source_layout(s.num_examples, window, name, canonical) for s, name in zip(splits, names)]
     factors = [None] * len(infos)
     if repeat_factor is not None:
         repeat_factor = as_options(repeat_factor, RepeatFactor, "repeat_factor")
@@ -356,8 +393,9 @@ def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int
                     for name, info, split_info, weight, layout, f in zip(names, infos, splits, fractions, layouts,
                                                                          factors))
     label_map = unite(task, [info.classes for info in infos], names, labels, contiguous_ids)
-    return Mixture(members, splits[0].name, batch_size, task, plan_quotas(fractions, batch_size), label_map,
-                   bool(contiguous_ids), labels, window is not None, repeat_factor)
+    quotas = plan_quotas(fractions, batch_size)
+    return Mixture(members, splits[0].name, batch_size, task, quotas, label_map, bool(contiguous_ids), labels,
+                   window is not None, repeat_factor, canonical, split_quotas(quotas, canonical))
 
 
 def _one_task(infos: Sequence[DatasetInfo], names: Sequence[str]) -> str:
@@ -369,12 +407,42 @@ def _one_task(infos: Sequence[DatasetInfo], names: Sequence[str]) -> str:
     return infos[0].task
 
 
-def _source_layout(records: int, window: Optional[int], name: str) -> StreamLayout:
-    """A source's own streams: C = 64 halved (down to 1) while a stream gets < 512 records; one record a stream a "batch", so the sequence advances record by record; windows as one dataset's."""
+def _canonical(given: Optional[int], batch_size: int, records: Sequence[int], names: Sequence[str],
+               repeats: bool) -> int:
+    """The mixture's canonical pipelines: ``given`` checked, or the default (see :func:`mixture`)."""
+    if given is None:
+        if repeats:
+            return 1
+        canonical = math.gcd(batch_size, MAX_CANONICAL)  # a power of two: its halves divide G too
+        while canonical > MIN_DEFAULT_CANONICAL and min(records) // canonical < MIN_STREAM_RECORDS:
+            canonical //= 2
+        while canonical > 1 and min(records) < canonical:
+            canonical //= 2
+        return canonical
+    canonical = as_int(given)
+    if canonical is None or canonical < 1 or batch_size % canonical:
+        raise ValueError(f"canonical_pipelines={given!r} must be a positive integer dividing the global batch "
+                         f"size {batch_size}")
+    if repeats and canonical > 1:
+        raise ValueError(f"canonical_pipelines={canonical} with repeat factors: a source with repeats is one "
+                         "stream, which every pipeline reads whole; leave canonical_pipelines unset (1)")
+    small = [(name, count) for name, count in zip(names, records) if count < canonical]
+    if small:
+        raise ValueError(f"source {small[0][0]!r} has {small[0][1]} records in this split, fewer than the "
+                         f"{canonical} canonical pipelines, each of which reads its own part of every source: pass "
+                         "fewer canonical_pipelines")
+    return canonical
+
+
+def _source_layout(records: int, window: Optional[int], name: str, canonical: int = 1) -> StreamLayout:
+    """A source's own streams: C * m, m = 64 / C halved (down to 1) while a stream gets < 512 records, dealt m
+    to each canonical pipeline; one record a stream a "batch", so the sequence advances record by record;
+    windows as one dataset's. With C = 1, the layout mixtures had before canonical pipelines."""
     if records < 1:
         raise ValueError(f"source {name!r} has no records in this split")
-    streams = SOURCE_STREAMS  # no pipeline count divides them (every pipeline reads every source): down to 1
-    while streams > 1 and records // streams < MIN_STREAM_RECORDS:
-        streams //= 2
+    each = max(1, SOURCE_STREAMS // canonical)
+    while each > 1 and records // (canonical * each) < MIN_STREAM_RECORDS:
+        each //= 2
+    streams = canonical * each
     window = window or max(1, DEFAULT_SHUFFLE_RECORDS // (WINDOWS_IN_FLIGHT * streams))
     return stream_layout(records, streams, streams, window, name)

@@ -6,10 +6,11 @@ request each example's source index as a third element. Training, per input
 pipeline::
 
     start step T (an int, a MixturePosition, or a variable read when iteration begins)
-    -> per source k: its streams order seeded by (seed, k), from record consumed(T)[k]  [order.host_records_graph,
-       every source's built by one map over their packed inputs: _at_one_site]
-    -> choose_from_datasets by the quota table: batch t = counts(t)[0] records of source 0, ...
-    -> this pipeline's slice of each global batch (before anything is parsed)
+    -> the canonical pipelines c this pipeline reads (h*C/H .. (h+1)*C/H - 1)  [mixture_split.Share]
+    -> per (c, source k): c's streams of k's order seeded by (seed, k), from c's record split.consumed(T)[c, k]
+       [order.host_records_graph, all built by one map over their packed inputs: _at_one_site]
+    -> choose_from_datasets by the split table: slice c of batch t = split(t)[c, 0] records of source 0, ...
+    -> its slots of those slices (all of them when H divides C; before anything is parsed)
     -> parse, 64 records per call -> the source's ids mapped into the mixture's (a lookup)
     -> crop/decode/flip seeded by (seed, k, key) -> batch
 
@@ -19,6 +20,7 @@ Evaluation reads each source once, in manifest order, source after source.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 from typing import Optional, Sequence, Union
 
@@ -29,6 +31,7 @@ import record_schema
 from reader import record_index, tasks
 from reader.label_space import LabelSpace
 from reader.mixture import Mixture, MixturePosition, mixture
+from reader.mixture_split import Share, SplitTables
 from reader.options import (
     Augmentation,
     BoxAugmentation,
@@ -148,6 +151,12 @@ def build_mixture(
         raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
     per_pipeline = batch_size // pipelines
     slots = (pipeline_id * per_pipeline, (pipeline_id + 1) * per_pipeline)
+    if plan.canonical_pipelines % pipelines:
+        logging.warning("%d input pipelines do not divide the mixture's %d canonical pipelines: each reads the "
+                        "canonical pipelines its slots fall in and keeps its slots, reading more than it decodes; "
+                        "plan the mixture with reader.mixture(..., canonical_pipelines=N), N a multiple of %d "
+                        "dividing %d, to read only its share", pipelines, plan.canonical_pipelines, pipelines,
+                        batch_size)
     records = _mixed_records(plan, splits, run_seed, start_step, num_steps, slots)
     per_replica = per_pipeline if input_context is None else input_context.get_per_replica_batch_size(batch_size)
     dataset = _train_batches(records, task, remap, _source_seeds(run_seed, len(plan.sources)), deterministic,
@@ -220,15 +229,6 @@ def _source_seeds(seed: int, count: int) -> list[int]:
             for k in range(count)]
 
 
-def _consumed(plan: Mixture, step: tf.Tensor) -> tf.Tensor:
-    """``plan.consumed(step)`` in the graph: int64 ``[K]``."""
-    quotas = plan.quotas
-    period = quotas.period
-    base = tf.constant(np.asarray(quotas.base, np.int64))
-    cumulative = tf.constant(quotas.cumulative)
-    return step * base + (step // period) * cumulative[-1] + tf.gather(cumulative, step % period)
-
-
 def _steps(start_step, num_steps: Optional[int]) -> tf.data.Dataset:
     """The global steps from the start (read when iteration begins) to ``num_steps`` (or without end)."""
     end = num_steps if num_steps is not None else 1 << 62
@@ -237,81 +237,97 @@ def _steps(start_step, num_steps: Optional[int]) -> tf.data.Dataset:
 
 
 def _step_sources(plan: Mixture, start_step, num_steps: Optional[int], slots: tuple[int, int]) -> tf.data.Dataset:
-    """Per step, this pipeline's slots' source indexes (int32 ``[slots]``): the quota table, nothing read."""
-    table = tf.constant(plan.quotas.step_table())
-    indexes = tf.range(len(plan.sources), dtype=tf.int32)
-
-    def of_step(step: tf.Tensor) -> tf.Tensor:
-        return _slot_sources(indexes, table, step, plan)[slots[0]:slots[1]]
-
-    return _steps(start_step, num_steps).map(of_step)
-
-
-def _slot_sources(indexes: tf.Tensor, table: tf.Tensor, step: tf.Tensor, plan: Mixture) -> tf.Tensor:
-    """The source of each slot of global batch ``step``: source 0's count of 0s, then 1s, ... (``[G]``)."""
-    return tf.ensure_shape(tf.repeat(indexes, tf.gather(table, step % plan.quotas.period)), [plan.batch_size])
+    """Per step, this pipeline's slots' source indexes (int32 ``[slots]``): the split table, nothing read."""
+    tables = SplitTables.of(plan)
+    return _steps(start_step, num_steps).map(lambda step: tables.slot_sources(step)[slots[0]:slots[1]])
 
 
 def _mixed_records(plan: Mixture, splits, seed: int, start_step, num_steps: Optional[int],
                    slots: tuple[int, int]) -> tf.data.Dataset:
-    """``(record, key, source)`` of this pipeline's slots of every global batch from the start step on."""
+    """``(record, key, source)`` of this pipeline's slots of every global batch from the start step on.
+
+    It reads the canonical pipelines its slots fall in (:class:`mixture_split.Share`): each one's streams of
+    each source, chosen slot by slot by the split table; when its pipeline count divides C it keeps all.
+    """
     seeds = _source_seeds(seed, len(plan.sources))
+    share = Share.of(plan, slots)
+    tables = SplitTables.of(plan)
+    sources = len(plan.sources)
 
     @tf.autograph.experimental.do_not_convert  # plain graph code: converting it cost about 1 s of CPU a source
     def from_step(step: tf.Tensor) -> tf.data.Dataset:
-        streams = _source_records(plan, splits, seeds, _consumed(plan, step))
-        table = tf.constant(plan.quotas.step_table())
-        indexes = tf.range(len(plan.sources), dtype=tf.int64)
+        consumed = tables.consumed(step)[share.first:share.last]
+        streams = _source_records(plan, splits, seeds, consumed, share.first)
         end = num_steps if num_steps is not None else 1 << 62
-        choice = tf.data.Dataset.range(step, tf.maximum(step, end)).map(
-            lambda t: _slot_sources(indexes, table, t, plan)).unbatch()
+        choice = tf.data.Dataset.range(step, tf.maximum(step, end)).map(lambda t: tables.choices(t, share)).unbatch()
         # Each record tagged with its source from the choices themselves: one map, not one a source.
         mixed = tf.data.Dataset.choose_from_datasets(streams, choice)
         return tf.data.Dataset.zip((mixed, choice)).map(
-            lambda record_key, source: (*record_key, tf.cast(source, tf.int32)))
+            lambda record_key, pick: (*record_key, tf.cast(pick % sources, tf.int32)))
 
     first = tf.data.Dataset.from_tensors(0).map(lambda _: tf.cast(start_step(), tf.int64))
     records = first.flat_map(from_step)
-    if slots == (0, plan.batch_size):
+    if share.whole:
         return records
-    lo, hi = slots
-    return records.batch(plan.batch_size, drop_remainder=True).map(
+    lo, hi = share.keep
+    return records.batch(share.count * share.slice_size, drop_remainder=True).map(
         lambda record, key, source: (record[lo:hi], key[lo:hi], source[lo:hi])).unbatch()
 
 
-def _source_records(plan: Mixture, splits, seeds: Sequence[int], consumed: tf.Tensor) -> list[tf.data.Dataset]:
-    """Each source's ``(record, key)`` sequence from its record ``consumed[k]`` on, without end.
+def _source_records(plan: Mixture, splits, seeds: Sequence[int], consumed: tf.Tensor,
+                    first_canonical: Optional[int] = None) -> list[tf.data.Dataset]:
+    """The ``(record, key)`` sequences of canonical pipelines ``first_canonical ..`` (one a row of ``consumed``,
+    ``[n, K]``), each source's from that pipeline's record ``consumed[c, k]`` on, without end: ``n * K``
+    datasets, pipeline after pipeline, source 0's first. Without ``first_canonical``, ``consumed`` is ``[K]``
+    and each source is read whole, all its streams one sequence (the order of a mixture of C = 1).
 
-    Sources read the same way (the same ``SegmentReader``, with or without repeat factors) are built at one site,
-    by :func:`_at_one_site`, from their splits packed as tensors.
+    Sequences read the same way (the same ``SegmentReader``, with or without repeat factors) are built at one
+    site, by :func:`_at_one_site`, from their splits packed as tensors.
     """
+    if first_canonical is None:
+        consumed, first_canonical, canonical = tf.reshape(consumed, [1, -1]), 0, 1
+    else:
+        canonical = plan.canonical_pipelines
+    count = int(consumed.shape[0])
     groups: dict = {}
     for k, (source, split) in enumerate(zip(plan.sources, splits)):
         reader_source = Source(source.info, split, FeatureKeys(), 0, False)
         segment = SegmentReader(s3=reader_source.s3, read_buffer=reader_source.read_buffer)
         groups.setdefault((source.factors is not None, segment), []).append(k)
-    streams: list = [None] * len(plan.sources)
+    streams: list = [None] * (count * len(plan.sources))
     for (repeated, segment), members in groups.items():
-        builder = _repeated_builder if repeated else _ordered_builder
-        make = builder([plan.sources[k] for k in members], [splits[k].shards for k in members],
-                       tf.constant([seeds[k] for k in members], tf.int64), tf.gather(consumed, members), segment)
-        for k, dataset in zip(members, _at_one_site(len(members), make)):
-            streams[k] = dataset
+        sources, shards = [plan.sources[k] for k in members], [splits[k].shards for k in members]
+        seed_row = tf.constant([seeds[k] for k in members], tf.int64)
+        if repeated:  # one stream a source: a mixture with repeats has one canonical pipeline
+            make = _repeated_builder(sources, shards, seed_row, tf.gather(consumed[0], members), segment)
+            entries = [(0, k) for k in members]
+        else:
+            entries = [(c, k) for c in range(count) for k in members]
+            rows = tf.constant([members.index(k) for _, k in entries], tf.int64)
+            pipelines = tf.constant([first_canonical + c for c, _ in entries], tf.int64)
+            make = _ordered_builder(sources, shards, seed_row, tf.gather_nd(consumed, entries), segment,
+                                    rows, pipelines, canonical)
+        for (c, k), dataset in zip(entries, _at_one_site(len(entries), make)):
+            streams[c * len(plan.sources) + k] = dataset
     return streams
 
 
-def _ordered_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, segment: SegmentReader):
-    """``i -> `` the i-th source's streams order from its record ``consumed[i]`` (``order.host_records``)."""
+def _ordered_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, segment: SegmentReader,
+                     rows: tf.Tensor, pipelines: tf.Tensor, canonical: int):
+    """``i -> `` sequence i: canonical pipeline ``pipelines[i]``'s streams of source ``rows[i]`` (of ``sources``)
+    in their streams order (``order.host_records``), from that pipeline's record ``consumed[i]``."""
     graph = host_records_graph(segment)
     files, counts, indexes = _shard_rows(shards)
     layouts = tf.constant([[s.layout.num_records, s.layout.batch_size, s.layout.streams, s.layout.window]
                            for s in sources], tf.int64)
 
     def make(i: tf.Tensor) -> tf.data.Dataset:
-        layout = layouts[i]  # a source's "batch" is one record a stream: it advances record by record
-        records = graph(files.row(i), counts.row(i), indexes.row(i), layout, seeds[i], consumed[i] // layout[1],
-                        tf.constant(1 << 62, tf.int64), layout[2], tf.constant(0, tf.int64))
-        return records.skip(consumed[i] % layout[1])
+        row = rows[i]
+        layout = layouts[row]  # a source's "batch" is one record a stream: it advances record by record
+        each = layout[2] // canonical  # the source's streams a canonical pipeline reads, one record each in turn
+        records = graph(files.row(row), counts.row(row), indexes.row(row), layout, seeds[row], consumed[i] // each,
+                        tf.constant(1 << 62, tf.int64), each, pipelines[i])
+        return records.skip(consumed[i] % each)
 
     return make
 

@@ -34,6 +34,7 @@ from typing import Sequence
 import numpy as np
 
 MAX_PERIOD = 4096  # steps of one period of the schedule; longer periods are rounded (the shares move < 1/(G P))
+MAX_SPLIT_ENTRIES = 1 << 20  # a split's table [steps, C, K] lengthened to balance its blocks up to this size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,3 +183,84 @@ def _group_deadline(rate: int, period: int, unit: int) -> int:
         if following_deadline - following_release >= 3:
             return deadline + 1
         current += 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """How each global batch's counts are dealt over C canonical pipelines (each a slice of G / C slots).
+
+    Step t is step ``j = t % P`` of a block of the quota period P, and block ``q = t // P`` of a cycle of C
+    blocks; canonical pipeline c takes, from source k, ``counts[j, (c - q) % C, k]`` records: position
+    ``(c - q) % C`` of the block's dealing. Within a block, the step's remainders (``counts(t)[k] % C``
+    each) are dealt in source order round the C positions from an offset chosen to keep every position's
+    running totals near ``consumed / C``; the blocks rotate the positions, so over a cycle of P * C steps
+    every canonical pipeline takes exactly ``consumed(P)[k]`` records of source k and the split repeats.
+
+    Attributes:
+      canonical: C.
+      counts: ``[P, C, K]`` records of source k at step j of a block, position c'; rows sum to G / C,
+        the positions of a step to ``counts(j)[k]``, each the floor or ceiling of ``counts(j)[k] / C``.
+      cumulative: ``[P + 1, C, K]`` records before step j of a block, by position.
+      rotated: ``[C + 1, C, K]`` records canonical pipeline c takes in blocks ``0 .. q - 1`` of a cycle.
+    """
+
+    canonical: int
+    counts: np.ndarray
+    cumulative: np.ndarray
+    rotated: np.ndarray
+
+    @property
+    def period(self) -> int:
+        return int(self.counts.shape[0])
+
+    def step_counts(self, step: int) -> np.ndarray:
+        """``[C, K]``: records each canonical pipeline takes from each source at global ``step``."""
+        block, within = divmod(_step(step), self.period)
+        return self.counts[within, (np.arange(self.canonical) - block) % self.canonical]
+
+    def consumed(self, step: int) -> np.ndarray:
+        """``[C, K]``: records each canonical pipeline took from each source before global ``step``: O(1)."""
+        block, within = divmod(_step(step), self.period)
+        cycles, turn = divmod(block, self.canonical)
+        positions = (np.arange(self.canonical) - turn) % self.canonical
+        return cycles * self.rotated[-1] + self.rotated[turn] + self.cumulative[within, positions]
+
+
+def split_quotas(quotas: Quotas, canonical: int) -> Split:
+    """The :class:`Split` of ``quotas`` over ``canonical`` pipelines (C must divide G)."""
+    if canonical < 1 or quotas.batch_size % canonical:
+        raise ValueError(f"canonical_pipelines={canonical} must divide the global batch size {quotas.batch_size}")
+    table = quotas.step_table()
+    period, sources = table.shape
+    # A block as long as it takes every source's total to be a multiple of C (at most C periods, within
+    # MAX_SPLIT_ENTRIES), so that the dealing can give every position the same share of it.
+    whole = math.lcm(*(canonical // math.gcd(canonical, int(total)) for total in quotas.consumed(period)))
+    if whole * period * canonical * sources <= MAX_SPLIT_ENTRIES:
+        table = np.tile(table, (whole, 1))
+        period *= whole
+    counts = np.zeros((period, canonical, sources), np.int64)
+    done = np.zeros((canonical, sources), np.int64)
+    rolls = (np.arange(canonical)[None, :] - np.arange(canonical)[:, None]) % canonical
+    for step in range(period):
+        dealt = _dealt(table[step], canonical)
+        target = quotas.consumed(step + 1) / canonical
+        # the offset that leaves the positions' totals nearest their share of the source's records so far
+        rolled = dealt[rolls]  # [offset, C, K]: the dealing from each offset
+        counts[step] = rolled[int(np.argmin(np.square(done + rolled - target).sum(axis=(1, 2))))]
+        done += counts[step]
+    cumulative = np.concatenate([np.zeros((1, canonical, sources), np.int64), np.cumsum(counts, axis=0)])
+    block = cumulative[-1]
+    rotated = np.zeros((canonical + 1, canonical, sources), np.int64)
+    for turn in range(canonical):  # block q deals position (c - q) % C to canonical pipeline c
+        rotated[turn + 1] = rotated[turn] + block[(np.arange(canonical) - turn) % canonical]
+    return Split(canonical, counts, cumulative, rotated)
+
+
+def _dealt(counts: np.ndarray, canonical: int) -> np.ndarray:
+    """``[C, K]``: each source's count split over C positions from offset 0, its remainder dealt in source
+    order round the positions (so every position gets the same number of records: G / C)."""
+    base, left = np.divmod(counts, canonical)
+    dealt = np.repeat(base[None, :], canonical, axis=0)
+    units = np.repeat(np.arange(len(counts)), left)  # the remainders, source after source
+    np.add.at(dealt, (np.arange(len(units)) % canonical, units), 1)
+    return dealt
