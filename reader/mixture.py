@@ -3,7 +3,8 @@
 Data in: ``(data_dir or DatasetInfo, weight[, name])`` per source, a split, the
 global batch size G and a :class:`reader.LabelSpace`. Data out: a
 :class:`Mixture`, the plan ``build_mixture`` reads by (``reader/mixture_pipeline.py``),
-and :class:`MixturePosition`, a run's place in it. Nothing is read but manifests.
+and :class:`MixturePosition` (``reader/mixture_position.py``), a run's place in it. Nothing is read but
+manifests.
 
 The order of a mixture, a pure function of (seed, step) as a single dataset's is::
 
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import os
 from fractions import Fraction
@@ -43,13 +43,13 @@ import numpy as np
 import record_schema
 from reader.info import DatasetInfo, SplitInfo, dataset_info
 from reader.label_space import LabelMap, LabelSpace, unite
+from reader.mixture_position import MixturePosition
 from reader.order import DEFAULT_SHUFFLE_RECORDS, MIN_STREAM_RECORDS, WINDOWS_IN_FLIGHT, StreamLayout, stream_layout
 from reader.options import as_int, as_options
 from reader.quotas import Quotas, Split, as_fractions, plan_quotas, split_quotas
 from reader import mixture_leaks
 from reader.repeat_factor import Factors, RepeatFactor, image_classes, repeat_factors
 
-MIXTURE_POSITION_VERSION = 1
 SOURCE_STREAMS = 64  # a source's streams: 64, halved (down to C) while a stream would hold < 512 records
 # Default canonical pipelines, as a single dataset's streams: gcd(G, 64), halved (not below 8) while the smallest
 # source would give each fewer than 512 records an epoch (each of its streams costs a few ms of CPU an epoch to plan
@@ -212,7 +212,7 @@ class Mixture:
                           for k, s in enumerate(self.sources)},
         }
 
-    def position(self, seed: int, step: int) -> "MixturePosition":
+    def position(self, seed: int, step: int) -> MixturePosition:
         """The :class:`MixturePosition` of training at global ``step``: computed, nothing read."""
         step = as_int(step)
         if step is None or step < 0:
@@ -236,7 +236,7 @@ class Mixture:
         return tuple((s.name, s.info.fingerprint, str(s.weight / sum(x.weight for x in self.sources)),
                       s.layout.streams, s.layout.window, threshold) for s in self.sources)
 
-    def mismatch(self, position: "MixturePosition", seed: Optional[int]) -> str:
+    def mismatch(self, position: MixturePosition, seed: Optional[int]) -> str:
         """Why ``position`` was not taken on this mixture (and seed, if given), or ""."""
         saved, now = position.sources, self._identity()
         if [s[0] for s in saved] != [s[0] for s in now]:
@@ -265,48 +265,6 @@ class Mixture:
             return (f"it was taken with other label ids (classes and renames; digest {position.labels}, this "
                     f"mixture's {self.labels_digest()}: its classes are {list(self.classes)})")
         return ""
-
-
-@dataclasses.dataclass(frozen=True)
-class MixturePosition:
-    """Where a run over a mixture is: its global step and what the order depends on, as a few hundred bytes of JSON.
-
-    ``sources``: per source (name, version, weight, streams, window). ``canonical``: the mixture's
-    canonical pipelines (1 in positions written before they were kept: the order they had).
-    """
-
-    split: str
-    seed: int
-    batch_size: int
-    sources: tuple
-    step: int
-    version: int = MIXTURE_POSITION_VERSION
-    labels: str = ""  # Mixture.labels_digest(); "" in positions written before it was kept
-    canonical: int = 1
-
-    @property
-    def global_step(self) -> int:
-        return self.step
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: "str | bytes") -> "MixturePosition":
-        """The position ``to_json`` wrote; ``ValueError`` naming what is wrong with anything else."""
-        try:
-            raw = json.loads(text)
-            missing = sorted({field.name for field in dataclasses.fields(cls)
-                              if field.name not in ("labels", "canonical")} - set(raw))
-            if missing:
-                raise ValueError(f"not a mixture position: it has no {', '.join(missing)}")
-            if raw["version"] != MIXTURE_POSITION_VERSION:
-                raise ValueError(f"mixture position version {raw['version']!r}; this reader reads "
-                                 f"{MIXTURE_POSITION_VERSION}")
-            raw["sources"] = tuple(tuple(source) for source in raw["sources"])
-            return cls(**raw)
-        except (TypeError, AttributeError, KeyError, json.JSONDecodeError) as err:
-            raise ValueError(f"not a mixture position: {err}") from None
 
 
 SourceSpec = Union[tuple, list]
