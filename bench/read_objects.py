@@ -1,7 +1,8 @@
 """``python -m bench.read_objects``: the detection pipeline against the decode bound and the classification preset.
 
     python -m bench.read_objects                               # 640 photos, 5 rounds
-    python -m bench.read_objects --images 32 --rounds 1 --batches 1 --configs 224 --json /tmp/r.json   # a smoke run
+    python -m bench.read_objects --images 32 --rounds 1 --batches 1 --batch 8 --configs 224 --json /tmp/r.json
+                                                               # a smoke run (tests/bench/test_smoke.py)
 
 Issue #41's targets, on the same photos converted twice: as class folders (classification) and as a COCO
 tree with 1-8 boxes an image (objects); in two configurations (``--configs``), 224 px on 300-500 px photos
@@ -219,7 +220,7 @@ def decode_bound(photos: list[str], size: int, batch: int):
 
 
 def measure(images: int, rounds: int, batches: int, work: str, size: int = 224,
-            sides: tuple[int, int] = (300, 500), stages: bool = False) -> dict:
+            sides: tuple[int, int] = (300, 500), stages: bool = False, batch: Optional[int] = None) -> dict:
     from beam_jobs.options import ConvertOptions
     from beam_jobs.pipeline import run
     from bench import data, read_bench
@@ -235,7 +236,7 @@ def measure(images: int, rounds: int, batches: int, work: str, size: int = 224,
         converted[name] = os.path.join(work, f"{name}-tfrecords")
         run(ConvertOptions(src=src, out=converted[name], shards=8), ["--direct_running_mode=multi_processing"],
             show_progress=False)
-    batch = read_bench.BATCH
+    batch = batch or read_bench.BATCH
     makers = {
         "detection_train": lambda: reader.build_dataset(converted["objects"], "train", batch, size, seed=0),
         "classification_train": lambda: reader.build_dataset(converted["classification"], "train", batch, size,
@@ -297,7 +298,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.read_objects", description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=640, help="photos (300-500 px) converted both ways")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batches", type=int, default=30, help="timed batches of 64 per measurement")
+    parser.add_argument("--batches", type=int, default=30, help="timed batches per measurement")
+    parser.add_argument("--batch", type=int, default=64, help="images per batch (default: %(default)s; a smoke run "
+                        "takes fewer)")
     parser.add_argument("--json", default=RESULTS, help="where to write the results")
     parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=sorted(CONFIGS),
                         help="224: 224 px on 300-500 px photos; 384: 384 px on 480-640 px photos (issue #49)")
@@ -308,7 +311,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name in args.configs:
         work = tempfile.mkdtemp(prefix="bench-read-objects-")
         try:
-            by_config[name] = measure(args.images, args.rounds, args.batches, work, *CONFIGS[name], args.stages)
+            by_config[name] = measure(args.images, args.rounds, args.batches, work, *CONFIGS[name], args.stages,
+                                      args.batch)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         found = by_config[name]
