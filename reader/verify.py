@@ -103,31 +103,85 @@ def verify(data_dir: str, sample: Optional[int] = None) -> Report:
     report = Report(data_dir)
     _check_listing(info, report)
     for split in info.splits.values():
-        for shard in split.shards:
+        table = _check_records_table(info, split, report)
+        for number, shard in enumerate(split.shards):
             if storage.exists(shard.path):
-                _check_shard(info, shard, sample, report)
-        _check_records_table(split, report)
+                _check_shard(info, shard, sample, report, table and table.for_shard(number, shard.num_examples))
+            elif table:
+                table.for_shard(number, shard.num_examples).skip()
     return report
 
 
-def _check_records_table(split, report: Report) -> None:
+class _TableRows:
+    """A split's records table read alongside its shards: each record checked against its row (its place, offset,
+    class ids, size, image bytes, SHA-256 and path), a row group in memory at a time; the first difference is
+    a problem, and the rest of the split's rows are not compared (they may only be shifted)."""
+
+    def __init__(self, table, name: str, task: str) -> None:
+        self._rows = (row for group in table.row_groups() for row in group.to_pylist())
+        self.name, self._task, self.done = name, task, False
+        self._shard, self._left = 0, 0
+
+    def for_shard(self, number: int, records: int) -> "_TableRows":
+        self._shard, self._left = number, records
+        return self
+
+    def skip(self) -> None:
+        for _ in range(self._left):
+            next(self._rows, None)
+        self._left = 0
+
+    def check(self, index: int, offset: int, data: bytes, report: Report) -> None:
+        if self.done:
+            return
+        row, self._left = next(self._rows, None), self._left - 1
+        problem = "has fewer rows than the records" if row is None else _row_problem(
+            row, self._shard, index, offset, data, self._task)
+        if problem:
+            report.problems.append(Problem(self.name, None, f"{problem} (shard {self._shard} record {index}); the "
+                                           "report and repeat factors would read wrong figures: convert again"))
+            self.done = True
+
+
+def _check_records_table(info: DatasetInfo, split, report: Report) -> Optional[_TableRows]:
     """The split's records table, when the manifest lists one: there, its size and SHA-256 the manifest's, a
-    records table of this version with a row per record. A missing or damaged one makes the report scan the
-    shards and repeat factors read their labels (slower, the same figures), never a reader fail."""
+    records table of this version with a row per record; its rows, to check against the records as they are
+    read (None: no table, or one already found wrong)."""
     table = split.records_table
     if table is None:
-        return
+        return None
     name = os.path.basename(table.path)
     if not storage.exists(table.path):
         report.problems.append(Problem(name, None, "records table listed in the manifest but missing"))
-        return
+        return None
     if storage.size(table.path) != table.num_bytes or file_sha256(table.path) != table.sha256:
         report.problems.append(Problem(name, None, "records table differs from the manifest (size or SHA-256)"))
-        return
+        return None
     try:
-        open_records_table(split)
+        return _TableRows(open_records_table(split), name, info.task)
     except ValueError as err:
         report.problems.append(Problem(name, None, str(err)))
+        return None
+
+
+def _row_problem(row: dict, shard: int, index: int, offset: int, data: bytes, task: str) -> Optional[str]:
+    """How a records table's row differs from the record it stands for, or None."""
+    try:
+        features = tf.train.Example.FromString(data).features.feature
+    except DecodeError:
+        return None  # the record's own problem, reported as such
+    ints = lambda key: list(features[key].int64_list.value) if key in features else []  # noqa: E731
+    first = lambda key: (features[key].bytes_list.value or [b""])[0] if key in features else b""  # noqa: E731
+    classes = [] if task == record_schema.TASK_SEGMENTATION else ints(
+        record_schema.OBJECT_LABEL if task == record_schema.TASK_OBJECTS else record_schema.LABEL)
+    expected = {"shard": shard, "index": index, "offset": offset, "classes": classes,
+                "width": (ints(record_schema.WIDTH) or [0])[0], "height": (ints(record_schema.HEIGHT) or [0])[0],
+                "image_bytes": len(first(record_schema.IMAGE_ENCODED)),
+                "sha256": first(record_schema.SHA256).decode("ascii", "replace"),
+                "path": first(record_schema.FILENAME).decode("utf-8", "replace")}
+    found = {**row, "sha256": row["sha256"].hex()}
+    wrong = [key for key, value in expected.items() if found.get(key) != value]
+    return f"its row differs from the record in {', '.join(wrong)}" if wrong else None
 
 
 def _check_listing(info: DatasetInfo, report: Report) -> None:
@@ -142,7 +196,8 @@ def _check_listing(info: DatasetInfo, report: Report) -> None:
             report.problems.append(Problem(name, None, "shard file not listed in the manifest (stale or foreign)"))
 
 
-def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report) -> None:
+def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report,
+                 table: Optional[_TableRows] = None) -> None:
     name = os.path.basename(shard.path)
     report.shards_checked += 1
     count = 0
@@ -153,6 +208,8 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
             frames.append((offset, size))
             decode = sample is None or index < sample
             problem = check_record(data, info.num_classes, decode, info.task)
+            if table is not None:
+                table.check(index, offset, data, report)
             report.records_checked += 1
             report.images_decoded += int(decode and problem is None)
             if problem is not None:
@@ -160,6 +217,8 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
     except FrameError as err:
         report.problems.append(Problem(name, err.record, f"{err.args[0]}; the rest of the shard is unreadable"))
         frames = None  # its index cannot be checked against records that cannot be read
+    if table is not None:
+        table.skip()  # the rows of records that could not be read
     size = storage.size(shard.path)
     if count != shard.num_examples:
         report.problems.append(Problem(name, None, f"{count} records, the manifest says {shard.num_examples}"))

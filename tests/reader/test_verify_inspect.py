@@ -61,6 +61,40 @@ def test_a_missing_or_changed_records_table_is_named(damaged):
                         "validation.records.parquet: records table listed in the manifest but missing"]
 
 
+def test_a_records_table_whose_rows_are_not_its_records_is_named(damaged):
+    """A table listed with its own hash but rows of other records (two swapped): verify reads it beside the
+    shards and names the first record whose row differs."""
+    import hashlib
+    import io
+
+    from record_files import records_table
+
+    path = damaged / record_schema.records_table_filename("train")
+    table = records_table.RecordsTable(str(path))
+    rows = [row for group in table.row_groups() for row in group.to_pylist()]
+    rows[3], rows[4] = {**rows[4], "index": 3, "offset": rows[3]["offset"]}, {**rows[3], "index": 4,
+                                                                             "offset": rows[4]["offset"]}
+    parts = []
+    for shard in sorted({row["shard"] for row in rows}):
+        part = io.BytesIO()
+        writer = records_table.TableWriter(part, shard)
+        for row in (r for r in rows if r["shard"] == shard):
+            writer.add(*(row[name] for name in records_table.COLUMNS[1:]))
+        writer.close("train", table.stats("train"))
+        parts.append(io.BytesIO(part.getvalue()))
+    out = io.BytesIO()
+    written = records_table.join_tables(parts, out, "train")
+    path.write_bytes(out.getvalue())
+    manifest = json.loads((damaged / "manifest.json").read_text())
+    manifest["splits"]["train"]["records_table"].update(num_bytes=written.num_bytes, sha256=written.sha256)
+    assert written.sha256 == hashlib.sha256(out.getvalue()).hexdigest()
+    (damaged / "manifest.json").write_text(json.dumps(manifest))
+    messages = [str(p) for p in verify(str(damaged)).problems]
+    assert len(messages) == 1 and messages[0].startswith(
+        "train.records.parquet: its row differs from the record in ") and "(shard " in messages[0], messages
+    assert "path" in messages[0] and "sha256" in messages[0]
+
+
 def test_records_with_bad_labels_hashes_or_images_are_named(damaged, sample_images):
     import hashlib
 
