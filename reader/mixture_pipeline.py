@@ -8,7 +8,7 @@ pipeline::
     start step T (an int, a MixturePosition, or a variable read when iteration begins)
     -> the canonical pipelines c this pipeline reads (h*C/H .. (h+1)*C/H - 1)  [mixture_split.Share]
     -> per (c, source k): c's streams of k's order seeded by (seed, k), from c's record split.consumed(T)[c, k]
-       [order.host_records_graph, all built by one map over their packed inputs: _at_one_site]
+       [order.host_records_graph, all built by one map over their packed inputs: mixture_sources]
     -> choose_from_datasets by the split table: slice c of batch t = split(t)[c, 0] records of source 0, ...
     -> its slots of those slices (all of them when H divides C; before anything is parsed)
     -> parse, 64 records per call -> the source's ids mapped into the mixture's (a lookup)
@@ -31,6 +31,7 @@ import record_schema
 from reader import record_index, tasks
 from reader.label_space import LabelSpace
 from reader.mixture import Mixture, MixturePosition, mixture
+from reader.mixture_sources import source_records as _source_records
 from reader.mixture_split import Share, SplitTables
 from reader.options import (
     Augmentation,
@@ -44,10 +45,10 @@ from reader.options import (
     check_output,
     image_hw,
 )
-from reader.order import Position, host_records_graph
+from reader.order import Position
 from reader.pipeline import PARSE_BATCH, _check_seed, _check_shards_present, _check_targets, _deliver, _options
-from reader.repeat_factor import RepeatFactor, repeated_records_graph
-from reader.records import AUTOTUNE, SegmentReader, Source, file_order, interleave_records
+from reader.repeat_factor import RepeatFactor
+from reader.records import AUTOTUNE, Source, file_order, interleave_records
 
 _SOURCE_SEED = 0x6D1C  # salts a source's order seed away from the run's seed (two copies of a dataset differ)
 
@@ -272,116 +273,6 @@ def _mixed_records(plan: Mixture, splits, seed: int, start_step, num_steps: Opti
     lo, hi = share.keep
     return records.batch(share.count * share.slice_size, drop_remainder=True).map(
         lambda record, key, source: (record[lo:hi], key[lo:hi], source[lo:hi])).unbatch()
-
-
-def _source_records(plan: Mixture, splits, seeds: Sequence[int], consumed: tf.Tensor,
-                    first_canonical: Optional[int] = None) -> list[tf.data.Dataset]:
-    """The ``(record, key)`` sequences of canonical pipelines ``first_canonical ..`` (one a row of ``consumed``,
-    ``[n, K]``), each source's from that pipeline's record ``consumed[c, k]`` on, without end: ``n * K``
-    datasets, pipeline after pipeline, source 0's first. Without ``first_canonical``, ``consumed`` is ``[K]``
-    and each source is read whole, all its streams one sequence (the order of a mixture of C = 1).
-
-    Sequences read the same way (the same ``SegmentReader``, with or without repeat factors) are built at one
-    site, by :func:`_at_one_site`, from their splits packed as tensors.
-    """
-    if first_canonical is None:
-        consumed, first_canonical, canonical = tf.reshape(consumed, [1, -1]), 0, 1
-    else:
-        canonical = plan.canonical_pipelines
-    count = int(consumed.shape[0])
-    groups: dict = {}
-    for k, (source, split) in enumerate(zip(plan.sources, splits)):
-        reader_source = Source(source.info, split, FeatureKeys(), 0, False)
-        segment = SegmentReader(s3=reader_source.s3, read_buffer=reader_source.read_buffer)
-        groups.setdefault((source.factors is not None, segment), []).append(k)
-    streams: list = [None] * (count * len(plan.sources))
-    for (repeated, segment), members in groups.items():
-        sources, shards = [plan.sources[k] for k in members], [splits[k].shards for k in members]
-        seed_row = tf.constant([seeds[k] for k in members], tf.int64)
-        if repeated:  # one stream a source: a mixture with repeats has one canonical pipeline
-            make = _repeated_builder(sources, shards, seed_row, tf.gather(consumed[0], members), segment)
-            entries = [(0, k) for k in members]
-        else:
-            entries = [(c, k) for c in range(count) for k in members]
-            rows = tf.constant([members.index(k) for _, k in entries], tf.int64)
-            pipelines = tf.constant([first_canonical + c for c, _ in entries], tf.int64)
-            make = _ordered_builder(sources, shards, seed_row, tf.gather_nd(consumed, entries), segment,
-                                    rows, pipelines, canonical)
-        for (c, k), dataset in zip(entries, _at_one_site(len(entries), make)):
-            streams[c * len(plan.sources) + k] = dataset
-    return streams
-
-
-def _ordered_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, segment: SegmentReader,
-                     rows: tf.Tensor, pipelines: tf.Tensor, canonical: int):
-    """``i -> `` sequence i: canonical pipeline ``pipelines[i]``'s streams of source ``rows[i]`` (of ``sources``)
-    in their streams order (``order.host_records``), from that pipeline's record ``consumed[i]``."""
-    graph = host_records_graph(segment)
-    files, counts, indexes = _shard_rows(shards)
-    layouts = tf.constant([[s.layout.num_records, s.layout.batch_size, s.layout.streams, s.layout.window]
-                           for s in sources], tf.int64)
-
-    def make(i: tf.Tensor) -> tf.data.Dataset:
-        row = rows[i]
-        layout = layouts[row]  # a source's "batch" is one record a stream: it advances record by record
-        each = layout[2] // canonical  # the source's streams a canonical pipeline reads, one record each in turn
-        records = graph(files.row(row), counts.row(row), indexes.row(row), layout, seeds[row], consumed[i] // each,
-                        tf.constant(1 << 62, tf.int64), each, pipelines[i])
-        return records.skip(consumed[i] % each)
-
-    return make
-
-
-def _repeated_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, segment: SegmentReader):
-    """``i -> `` the i-th source's order with repeats from its record ``consumed[i]`` (``repeat_factor``)."""
-    graph = repeated_records_graph(segment)
-    files, counts, indexes = _shard_rows(shards)
-    factors = _Rows.of([[s.factors.path] for s in sources], tf.string)  # files: N floats each, never constants
-    sizes = tf.constant([[s.factors.epoch_records, s.layout.window] for s in sources], tf.int64)
-
-    def make(i: tf.Tensor) -> tf.data.Dataset:
-        return graph(files.row(i), counts.row(i), indexes.row(i), factors.row(i)[0], sizes[i][0], sizes[i][1],
-                     seeds[i], consumed[i])
-
-    return make
-
-
-def _at_one_site(count: int, make) -> list[tf.data.Dataset]:
-    """``[make(0), ..., make(count - 1)]``, every one built by the same dataset function.
-
-    TensorFlow instantiates (and optimizes) the functions of a dataset built inside a dataset function once per
-    op that builds it: sources built by K calls of the order's graph paid K instantiations of each of its
-    functions, 0.5-0.7 s of CPU a source before the first batch. Built by one ``map``, they share one
-    (``bench.read_mixture``: the first batch over 10 sources, see docs/benchmarks.md).
-    """
-    if count == 1:
-        return [make(tf.constant(0, tf.int64))]
-    site = tf.data.Dataset.range(count).map(make)
-    return [site.skip(k).take(1).get_single_element() for k in range(count)]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Rows:
-    """Rows of different lengths as two graph constants (values and row starts), for a row picked by a tensor."""
-
-    values: tf.Tensor
-    starts: tf.Tensor
-
-    @classmethod
-    def of(cls, rows: Sequence[Sequence], dtype: tf.DType) -> "_Rows":
-        flat = [value for row in rows for value in row] if dtype == tf.string else \
-            np.concatenate([np.asarray(row, dtype=dtype.as_numpy_dtype) for row in rows])
-        return cls(tf.constant(flat, dtype), tf.constant(np.cumsum([0] + [len(row) for row in rows]), tf.int64))
-
-    def row(self, index: tf.Tensor) -> tf.Tensor:
-        return self.values[self.starts[index]:self.starts[index + 1]]
-
-
-def _shard_rows(shards) -> tuple[_Rows, _Rows, _Rows]:
-    """Each source's shard paths, record counts and index paths (manifest order) as rows."""
-    return (_Rows.of([[s.path for s in row] for row in shards], tf.string),
-            _Rows.of([[s.num_examples for s in row] for row in shards], tf.int64),
-            _Rows.of([[s.index_path for s in row] for row in shards], tf.string))
 
 
 def _remap(plan: Mixture):
