@@ -318,3 +318,14 @@ def test_a_records_table_that_is_not_the_one_its_manifest_lists_is_named(classif
     shutil.copy(data / manifest["splits"]["validation"]["records_table"]["file"], data / table)
     with pytest.raises(ValueError, match=f"{table} holds 2 rows and split 'train' has 5 records: not the records table"):
         report.write_report(str(data))
+
+
+def test_the_records_tables_give_the_scans_figures_and_drawings_of_a_multilabel_dataset(tmp_path):
+    tags = {"a": "haze primary", "b": "clear primary water", "c": "", "d": "clear"}
+    for index, name in enumerate(tags):
+        write_file(str(tmp_path / "planet" / f"{name}.jpg"), jpeg(picture(96, 64, [], seed=index)))
+    write_file(str(tmp_path / "tags.csv"), "image_name,tags\n" + "".join(f"{k},{v}\n" for k, v in tags.items()))
+    out = _convert(tmp_path / "planet", tmp_path / "ds", annotations=str(tmp_path / "tags.csv"),
+                   annotation_columns=("image_name", "tags"), label_separator=" ")
+    figures = _same_as_a_scan(out, tmp_path / "reports")
+    assert figures["classes"]["labels_per_image"] == {"train": {"0": 1, "1": 1, "2": 1, "3": 1}}
