@@ -110,7 +110,10 @@ def test_records_with_bad_labels_hashes_or_images_are_named(damaged, sample_imag
     records = [record(jpeg, 1, sha=b"0" * 64), record(b"not a jpeg", 1), record(jpeg, 7),
                serialize_example({"only": 1}), record(jpeg, 2)]
     _shard(damaged, "validation", 0, 1).write_bytes(b"".join(frame_record(r) for r in records))
-    problems = [p for p in verify(str(damaged)).problems if p.file.startswith("validation")]
+    found = verify(str(damaged)).problems
+    problems = [p for p in found if p.file.startswith("validation-")]  # the shard's records
+    table = [p for p in found if p.file == "validation.records.parquet"]  # its records table no longer matches
+    assert table and "(shard 0 record 0)" in table[0].message
     assert [(p.record, p.message.split(":")[0]) for p in problems[:4]] == [
         (0, "SHA-256 of image/encoded does not match image/key/sha256"),
         (1, "image does not decode"),
