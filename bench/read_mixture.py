@@ -19,7 +19,8 @@ Measured in this one run, on the same photos (300-500 px JPEGs, bench/data.py):
 - hosts (issue #56 §4): bytes each input pipeline reads (``/proc/self/io`` rchar, around iterating its
   records over the same steps) at H = 1, 2, 4, 8 pipelines, against 1/H of one pipeline's, and whether
   the H pipelines' batches together are the one pipeline's; beside it, pipeline 0 of 8 of the mixture
-  planned with one canonical pipeline (``canonical_pipelines=1``: every pipeline reads every source).
+  planned with one canonical pipeline (``canonical_pipelines=1``: every pipeline reads every source);
+  and CPU to the first batch over 10 sources planned with C = 1 and the default, at H = 1 and 8.
 
     python -m bench.read_mixture --hosts-only --work /tmp/mix   # the hosts measure alone, data kept
 """
@@ -199,7 +200,7 @@ def _pipeline_read(plan, splits, steps: int, pipelines: int, index: int) -> tupl
     return read, keys.reshape(steps, per)
 
 
-def hosts(parts: Sequence[str], steps: int, counts: Sequence[int] = (1, 2, 4, 8)) -> dict:
+def hosts(parts: Sequence[str], steps: int, counts: Sequence[int] = (1, 2, 4, 8), rounds: int = 3) -> dict:
     """Bytes each of H input pipelines reads, at each H, and the global batches they make together."""
     import reader
     from reader.mixture_pipeline import _present
@@ -219,11 +220,32 @@ def hosts(parts: Sequence[str], steps: int, counts: Sequence[int] = (1, 2, 4, 8)
     before = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH, canonical_pipelines=1)
     old = _pipeline_read(before, splits, steps, counts[-1], 0)[0]
     return {"canonical_pipelines": plan.canonical_pipelines, "steps": steps, "bytes_read": read,
+            "first_batch_cpu_s": first_batches(parts, plan.canonical_pipelines, counts[-1], rounds),
             "worst_over_share": {h: round(max(values) / (one / h), 3) for h, values in read.items()},
             "best_over_share": {h: round(min(values) / (one / h), 3) for h, values in read.items()},
             "same_global_batches": same,
             "one_canonical_pipeline": {"pipelines": counts[-1], "bytes_read_by_pipeline_0": old,
                                        "over_share": round(old / (one / counts[-1]), 3)}}
+
+
+def first_batches(parts: Sequence[str], canonical: int, pipelines: int, rounds: int = 3) -> dict:
+    """CPU seconds to the first batch over 10 sources (build included), planned with one canonical pipeline and
+    with ``canonical``, at 1 pipeline and as pipeline 0 of ``pipelines``: medians of alternated rounds."""
+    import tensorflow as tf
+
+    import reader
+
+    ten = [(parts[k % 3], 1 + k, f"source{k}") for k in range(10)]
+    plans = {count: reader.mixture(ten, "train", BATCH, canonical_pipelines=count) for count in (1, canonical)}
+    contexts = {1: None, pipelines: tf.distribute.InputContext(pipelines, 0, pipelines)}
+    reader.build_mixture(plans[1], "train", BATCH, SIZE, seed=1)  # TensorFlow's own first-use costs
+    cpu: dict = {(count, h): [] for count in plans for h in contexts}
+    for number in range(rounds):
+        for count, h in (list(cpu) if number % 2 == 0 else list(cpu)[::-1]):
+            start = time.process_time()
+            next(iter(reader.build_mixture(plans[count], "train", BATCH, SIZE, seed=1, input_context=contexts[h])))
+            cpu[(count, h)].append(time.process_time() - start)
+    return {f"C={count}, H={h}": round(statistics.median(values), 2) for (count, h), values in cpu.items()}
 
 
 def format_hosts(h: dict) -> str:
@@ -237,6 +259,14 @@ def format_hosts(h: dict) -> str:
     old = h["one_canonical_pipeline"]
     rows.append(f"| {old['pipelines']}, planned with canonical_pipelines=1 (every pipeline reads every source) | "
                 f"{old['bytes_read_by_pipeline_0'] / 1e6:.1f} (pipeline 0) | {old['over_share']} | |")
+    first = h.get("first_batch_cpu_s")
+    if first:
+        canonical = h["canonical_pipelines"]
+        rows += ["", f"| CPU to the first batch over 10 sources (build included) | C = 1 | C = {canonical} |",
+                 "|---|---|---|"]
+        for pipelines in sorted({int(key.split("H=")[1]) for key in first}):
+            name = "one pipeline (H = 1)" if pipelines == 1 else f"pipeline 0 of {pipelines}"
+            rows.append(f"| {name} | {first[f'C=1, H={pipelines}']} s | {first[f'C={canonical}, H={pipelines}']} s |")
     return "\n".join(rows)
 
 
@@ -300,7 +330,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             results.update({"throughput": throughput(single, parts, args.rounds, args.batches),
                             "quotas": quotas(parts, args.steps, args.checked_steps),
                             "startup": startup(parts, min(3, args.rounds))})
-        results["hosts"] = hosts(parts, args.host_steps)
+        results["hosts"] = hosts(parts, args.host_steps, rounds=min(3, args.rounds))
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -50,6 +50,7 @@ from reader.pipeline import PARSE_BATCH, _check_seed, _check_shards_present, _ch
 from reader.repeat_factor import RepeatFactor
 from reader.records import AUTOTUNE, Source, file_order, interleave_records
 
+logger = logging.getLogger(__name__)
 _SOURCE_SEED = 0x6D1C  # salts a source's order seed away from the run's seed (two copies of a dataset differ)
 
 
@@ -153,7 +154,7 @@ def build_mixture(
     per_pipeline = batch_size // pipelines
     slots = (pipeline_id * per_pipeline, (pipeline_id + 1) * per_pipeline)
     if plan.canonical_pipelines % pipelines:
-        logging.warning("%d input pipelines do not divide the mixture's %d canonical pipelines: each reads the "
+        logger.warning("%d input pipelines do not divide the mixture's %d canonical pipelines: each reads the "
                         "canonical pipelines its slots fall in and keeps its slots, reading more than it decodes; "
                         "plan the mixture with reader.mixture(..., canonical_pipelines=N), N a multiple of %d "
                         "dividing %d, to read only its share", pipelines, plan.canonical_pipelines, pipelines,
