@@ -3,6 +3,7 @@
     python -m bench.scale                                   # local 100k and 1M, Dask 100k and 400k (about 2 h)
     python -m bench.scale --local 20000,100000 --dask 0     # quicker
     python -m bench.scale --baseline dd024e2                # also run that commit on the same data
+    python -m bench.scale --near-off --dask 0 --stages 0    # also the same runs with the near search off
 
 Inputs are distinct tiny JPEGs (8x8, ``DIR/cNNN/NNNNNNN.jpg``, 1000 classes), so
 per-image bookkeeping, not pixels, is what the converter spends memory and
@@ -15,7 +16,13 @@ between the two sizes, checked against the targets of issue #18.
 
 ``--baseline REV`` converts the same data with another commit (a git worktree)
 in the same run, alternating: memory of both, and the wall-time ratio, on the
-tiny images and on JPEG photos (pass-through).
+tiny images and on JPEG photos (pass-through). ``--near-off`` converts each size
+a second time with ``--no-near-duplicates``, right after the default run: the
+defaults' time over that run's is what the near search (hashes, search,
+grouping) costs at each size (issue #56 §5: at most 1.1x at 1M).
+
+Every run converts with ``--val-fraction 0.1`` (issue #56's run), so the leak
+search has evaluation images to probe with.
 """
 
 from __future__ import annotations
@@ -110,10 +117,14 @@ def measured_run(command: Sequence[str], env: dict, cwd: str, watch: Sequence[in
             "watched_mb": {str(pid): round(_peak_kb(pid) / 1024, 1) for pid in watch}}
 
 
+# What a variant of a run adds to the conversion's flags (``--near-off``).
+VARIANT_FLAGS = {"this": (), "baseline": (), "near-off": ("--no-near-duplicates",)}
+
+
 def _convert_command(checkout: str, src: str, out: str, extra: Sequence[str]) -> tuple[list[str], dict]:
     env = {**os.environ, "PYTHONPATH": checkout, "TF_CPP_MIN_LOG_LEVEL": "3"}
     command = [sys.executable, "-m", "converter", "--src", src, "--out", out, "--shards", "64", "--no-progress",
-               "--overwrite", *extra]
+               "--val-fraction", "0.1", "--overwrite", *extra]
     return command, env
 
 
@@ -149,15 +160,15 @@ class DaskCluster:
             proc.wait()
 
 
-def memory_at(runner: str, checkout: str, src: str, out: str, work: str) -> dict:
+def memory_at(runner: str, checkout: str, src: str, out: str, work: str, flags: Sequence[str] = ()) -> dict:
     """One conversion's peaks: launcher, largest local worker, and on Dask the scheduler and each worker."""
     if runner == "local":
         # Worker processes, whatever the size: a small run would otherwise convert in the launcher's process.
-        command, env = _convert_command(checkout, src, out, ["--direct_running_mode=multi_processing"])
+        command, env = _convert_command(checkout, src, out, ["--direct_running_mode=multi_processing", *flags])
         return measured_run(command, env, checkout)
     cluster = DaskCluster(checkout, work)
     try:
-        command, env = _convert_command(checkout, src, out, ["--runner=dask",
+        command, env = _convert_command(checkout, src, out, ["--runner=dask", *flags,
                                                               f"--dask_client_address={cluster.address}"])
         result = measured_run(command, env, checkout, watch=cluster.pids())
     finally:
@@ -173,18 +184,26 @@ def growth(small: dict, large: dict) -> dict:
 
 
 def bench_memory(runner: str, sizes: Sequence[int], checkouts: dict[str, str], work: str) -> dict:
+    """Each variant (checkouts' names: ``this``, ``baseline``, ``near-off``) at each size, a size's runs one after
+    another (so a ratio between variants is taken under the same load); growth per process and, with
+    ``near-off``, the defaults' time over it at each size."""
     result: dict = {"sizes": list(sizes), "target_growth_mb": TARGET_MB[runner]}
-    for name, checkout in checkouts.items():
-        runs = {}
-        for size in sizes:
-            src = os.path.join(work, f"tiny-{size}")
-            make_tiny_jpegs(src, size)
-            runs[size] = memory_at(runner, checkout, src, os.path.join(work, f"out-{name}"), work)
-            shutil.rmtree(os.path.join(work, f"out-{name}"), ignore_errors=True)
-            print(f"{runner} {name} {size}: {runs[size]}", file=sys.stderr, flush=True)
-        result[name] = {"runs": {str(k): v for k, v in runs.items()}, "growth_mb": growth(runs[sizes[0]], runs[sizes[-1]])}
-        if name == "this":
-            result["within_target"] = all(v <= TARGET_MB[runner] for v in result[name]["growth_mb"].values())
+    runs: dict[str, dict] = {name: {} for name in checkouts}
+    for size in sizes:
+        src = os.path.join(work, f"tiny-{size}")
+        make_tiny_jpegs(src, size)
+        for name, checkout in checkouts.items():
+            out = os.path.join(work, f"out-{name}")
+            runs[name][size] = memory_at(runner, checkout, src, out, work, VARIANT_FLAGS[name])
+            shutil.rmtree(out, ignore_errors=True)
+            print(f"{runner} {name} {size}: {runs[name][size]}", file=sys.stderr, flush=True)
+    for name, by_size in runs.items():
+        result[name] = {"runs": {str(k): v for k, v in by_size.items()},
+                        "growth_mb": growth(by_size[sizes[0]], by_size[sizes[-1]])}
+    result["within_target"] = all(v <= TARGET_MB[runner] for v in result["this"]["growth_mb"].values())
+    if "near-off" in runs:
+        result["near_cost"] = {str(size): round(runs["this"][size]["seconds"] / runs["near-off"][size]["seconds"], 3)
+                               for size in sizes}
     return result
 
 
@@ -279,10 +298,10 @@ def format_table(results: dict) -> str:
         section = results.get(runner)
         if not section:
             continue
-        for name in ("this", "baseline"):
+        for name in ("this", "near-off", "baseline"):
             if name not in section:
                 continue
-            label = "this" if name == "this" else f"before ({results['baseline']})"
+            label = {"this": "this", "near-off": "this, near search off"}.get(name, f"before ({results['baseline']})")
             for size, run in section[name]["runs"].items():
                 lines.append(f"| {runner} | {label} | {int(size):,} | {run['launcher_mb']:.0f} | "
                              f"{run['largest_worker_mb']:.0f} | {_mb(run.get('scheduler_mb'))} | {run['seconds']:.0f} |")
@@ -295,6 +314,9 @@ def format_table(results: dict) -> str:
             verdict = "met" if results[runner].get("within_target") else "NOT met"
             lines.append(f"Target ({runner}): growth of at most {results[runner]['target_growth_mb']} MB per process "
                          f"from {results[runner]['sizes'][0]:,} to {results[runner]['sizes'][1]:,} images: {verdict}.")
+        if runner in results and "near_cost" in results[runner]:
+            ratios = ", ".join(f"{int(size):,} images {ratio:.2f}x" for size, ratio in results[runner]["near_cost"].items())
+            lines.append(f"The defaults' time over the near search off ({runner}): {ratios} (goal: at most 1.1x).")
     for kind, speed in results.get("speed", {}).items():
         lines.append(f"Speed ({kind}, {speed['images']:,} images, best of {len(speed['seconds']['this'])}): "
                      f"this / before = {speed['ratio_this_over_baseline']:.2f}.")
@@ -322,6 +344,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--speed-tiny", type=int, default=100_000, help="tiny images for the speed ratio")
     parser.add_argument("--speed-photos", type=int, default=2000, help="photos for the speed ratio")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of the speed ratio")
+    parser.add_argument("--near-off", action="store_true", help="also each size with --no-near-duplicates")
     parser.add_argument("--work", default=None, help="folder for the generated data (kept when given)")
     parser.add_argument("--stages", type=int, default=100_000, help="tiny images for the per-stage costs, or 0")
     parser.add_argument("--out", default=RESULTS)
@@ -329,6 +352,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     work = args.work or tempfile.mkdtemp(prefix="imgshards-scale-")
     os.makedirs(work, exist_ok=True)
     checkouts = {"this": REPO}
+    if args.near_off:
+        checkouts["near-off"] = REPO
     if args.baseline:
         checkouts["baseline"] = _worktree(args.baseline, work)
     results: dict = {"date": time.strftime("%Y-%m-%d"), "baseline": args.baseline}
