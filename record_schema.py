@@ -107,6 +107,9 @@ DUPLICATES_FILE: Final = "duplicates.jsonl"
 # --drop-leaks: each evaluation image left out, one JSON object a line: the image, its partner in an earlier split
 # (exact or within --near-distance of it) and their distance (the manifest gives the count and the sha256).
 DROPPED_FILE: Final = "dropped.jsonl"
+# Each file of SRC skipped without being converted (no image, hidden, outside the layout, an annotation file no
+# source read), one JSON object a line: {"path", "reason", "detail"} (the manifest gives the count and the sha256).
+SKIPPED_FILE: Final = "skipped.jsonl"
 
 # Split names, in the order they are reported.
 SPLITS: Final = ("train", "validation", "test")

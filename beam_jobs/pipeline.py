@@ -37,7 +37,7 @@ from beam_jobs.sources.archives import archive_scan, archives, compressed, membe
 from beam_jobs.stages import list_parts, perceptual_hash
 from beam_jobs.stages import join_tables
 from beam_jobs.stages.count import PartCounts
-from beam_jobs.stages.manifest import ConvertSummary, build_manifest, check_results
+from beam_jobs.stages.manifest import ConvertSummary, build_manifest, check_results, publish_skipped
 from beam_jobs.stages.order_bucket import BucketCountError
 from beam_jobs.stages.write import ShardResult, SourceChangedError
 from beam_jobs.transforms import COUNTS_FILE, DUPLICATES_SUMMARY_FILE, ConvertImages
@@ -261,7 +261,8 @@ def _convert(
     processed = (max(read_progress(work, phase) - read_progress(work, phase, resumed=True) for phase in PHASES),
                  read_progress(work, PHASES[0], resumed=True)) if resumed else None
     return build_manifest(plan, results, counts.rejected_by_reason(), options, duplicates,
-                          runner=choice.description, counts=counts, tables=join_tables.read_entries(layout)), processed
+                          runner=choice.description, counts=counts, tables=join_tables.read_entries(layout),
+                          skipped_list=publish_skipped(plan, staging)), processed
 
 
 def _near_distance_for(options: ConvertOptions, images: int) -> ConvertOptions:

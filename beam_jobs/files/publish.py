@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 # Our files in a published dataset folder; anything else there is not ours.
 _DATASET_FILES = {record_schema.MANIFEST_FILE, record_schema.LABELS_FILE, record_schema.LABEL_MAP_FILE,
-                  record_schema.REJECTED_FILE,
+                  record_schema.REJECTED_FILE, record_schema.SKIPPED_FILE,
                   record_schema.DUPLICATES_FILE, record_schema.DROPPED_FILE, croissant.CROISSANT_FILE}
 
 

@@ -22,7 +22,7 @@ import dataclasses
 import itertools
 import logging
 import re
-from typing import Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import record_schema
 from beam_jobs import formats
@@ -30,13 +30,16 @@ from beam_jobs.files import work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.planning.carve import carve_count, carve_key, carve_thresholds
 from beam_jobs.planning.listing import (  # noqa: F401 - the listing's names, as every source's plan meets them
+    NOT_AN_IMAGE,
     SYSTEM_FILES,
     InputError,
     Listing,
+    SkippedFiles,
     display_path,
     is_hidden,
     list_tree,
     listing_of,
+    not_an_image,
     scratch_file,
     skip_reason,
     walk,
@@ -91,6 +94,8 @@ class InputPlan:
     class_id_offset: int = 0
     # Objects: record class id -> the objects its annotations list (a class without any is not "all rejected").
     listed_objects: Mapping[int, int] = dataclasses.field(default_factory=dict)
+    # Each skipped file named (``skipped.jsonl``), where the source names them; ``skipped`` counts every one.
+    skipped_files: Optional[SkippedFiles] = None
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}
@@ -196,6 +201,7 @@ def plan_inputs(
     seed: int = 0,
     src: str = "SRC",
     scratch: Optional[str] = None,
+    read_head: Optional[Callable[[str, str], bytes]] = None,
 ) -> InputPlan:
     """Turn a listing of SRC into the plan of what to convert.
 
@@ -208,8 +214,11 @@ def plan_inputs(
       InputError: no images, an empty class folder, a class missing from
         ``labels``, both ``val`` and ``validation``, or ``val_fraction`` on a
         tree that already has a validation split.
+
+    ``read_head(path, source)``: a file's first bytes, to skip (and name) the files that are no image
+    (:func:`beam_jobs.planning.listing.not_an_image`); without it every file in a class folder is an input.
     """
-    skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    skipped = SkippedFiles(listing.skipped, scratch)
     warnings: list[str] = []
     datasets = _dataset_folders(listing)
     for folder in datasets:
@@ -220,7 +229,8 @@ def plan_inputs(
     def visible(count: bool) -> Iterator[tuple[str, str]]:
         for path, source in listing.entries():
             if path.startswith(inside):
-                skipped["converted-dataset"] += count
+                if count:
+                    skipped.add(path, "converted-dataset", "in a converted dataset's folder")
             elif not skip_reason(path, skipped if count else None):
                 yield path, source
 
@@ -233,6 +243,7 @@ def plan_inputs(
 
     depth = 2 if split_layout else 1  # path parts before the file's class
     stray = _Stray()  # images not in a class folder, by folder
+    not_images: set[tuple[str, str]] = set()  # (split, class folder) holding files skipped as no image
 
     def split_of(path: str) -> str:
         return _SPLIT_NAMES.get(path.split("/")[0].lower(), "train") if split_layout else "train"
@@ -241,9 +252,14 @@ def plan_inputs(
         for path, source in visible(count=False):
             parts = path.split("/")
             if len(parts) <= depth:
-                skipped["stray-file"] += 1
+                skipped.add(path, "stray-file", "not in a class folder")
                 if formats.has_image_extension(parts[-1]):
                     stray.add("/".join(parts[:-1]), path)
+                continue
+            why = read_head and not_an_image(parts[-1], lambda: read_head(path, source))
+            if why:
+                skipped.add(path, NOT_AN_IMAGE, why)
+                not_images.add((split_of(path), parts[depth - 1]))
                 continue
             yield split_of(path), parts[depth - 1], path, source
 
@@ -255,6 +271,10 @@ def plan_inputs(
         split = _SPLIT_NAMES[parts[0].lower()] if split_layout else "train"
         if (split, parts[-1]) not in members.counts:
             folder = "/".join(parts)
+            if (split, parts[-1]) in not_images:  # files, none an image (docs/, a ROM folder): no class
+                warnings.append(f"{src}/{folder} holds no images, only files skipped as {NOT_AN_IMAGE} "
+                                f"(named in {record_schema.SKIPPED_FILE}): not a class")
+                continue
             if folder in listing.archive_folders:
                 archive = listing.archive_folders[folder]
                 # Refused whole (a refusal's locator is "!reason<TAB>detail"): its class would vanish, shifting ids.
@@ -275,7 +295,7 @@ def plan_inputs(
     refused = [ImageRef(split_of(path), path, 0, source) for path, source in listing.refused]
     plan = plan_from_members(members, labels, val_fraction, seed, src, skipped, what="class folders", refused=refused)
     warnings += [_stray_warning(src, folder, count, examples, depth) for folder, count, examples in stray.folders()]
-    return dataclasses.replace(plan, warnings=tuple(warnings) + plan.warnings)
+    return dataclasses.replace(plan, warnings=tuple(warnings) + plan.warnings, skipped_files=skipped)
 
 
 class _Stray:

@@ -8,15 +8,24 @@ Given a local ``scratch`` folder, the file paths are streamed into a file
 there as they are found (:class:`beam_jobs.files.work_records.Spilled`), so the
 launcher's memory does not grow with the number of images; without one
 (tests, small inputs) they are held in memory, sorted.
+
+What a source passes over is accounted for here too (:class:`SkippedFiles`): each file skipped without being
+converted, with its reason, for ``skipped.jsonl`` beside ``rejected.jsonl``; and :func:`not_an_image` tells a
+file no image source can read (neither its name's extension nor its first bytes say image) from an image.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 import uuid
-from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, Sequence
+
+from PIL import Image
+
+from beam_jobs import formats, image_headers
 
 from beam_jobs.files import work_records
 from beam_jobs.files.filesystems import FileSystems
@@ -70,12 +79,127 @@ def is_hidden(part_or_path: str) -> bool:
 
 
 def skip_reason(path: str, skipped: Optional[collections.Counter]) -> bool:
-    """Whether ``path`` is never read (hidden and system files), counted in ``skipped`` when given."""
+    """Whether ``path`` is never read (hidden and system files), counted in ``skipped`` when given (and
+    listed, when ``skipped`` is a :class:`SkippedFiles`)."""
     name = path.rsplit("/", 1)[-1]
     reason = "system-file" if name.lower() in SYSTEM_FILES else "hidden" if is_hidden(path) else ""
-    if reason and skipped is not None:
+    if reason and isinstance(skipped, SkippedFiles):
+        skipped.add(path, reason, _SKIP_DETAILS[reason])
+    elif reason and skipped is not None:
         skipped[reason] += 1
     return bool(reason)
+
+
+_SKIP_DETAILS = {"system-file": "a file the operating system leaves in folders",
+                 "hidden": "a hidden file, or in a hidden folder (its name, or a folder's, starts with a dot)"}
+NOT_AN_IMAGE = "not-an-image"
+
+
+class SkippedFiles(collections.Counter):
+    """Reason -> count of the files of SRC skipped without being converted, and each one named.
+
+    A Counter (what every source's plan counts its skips in), whose :meth:`add` also keeps the file's
+    ``(path, reason, detail)``: in memory, or, given a local ``scratch`` folder, as ``skipped.jsonl`` lines in
+    a file there (a tree of a million hidden files costs the launcher no memory). :meth:`lines` gives them
+    back in the order added (the listing's: the same every run). Counts added without a path (``+=``: the
+    walk's passed-over entries) are counted, not named.
+    """
+
+    EXAMPLES = 3  # the first few files of each reason by name, for the run's summary
+
+    def __init__(self, counts: Optional[Mapping[str, int]] = None, scratch: Optional[str] = None) -> None:
+        super().__init__(counts or {})
+        self._held: list[str] = []
+        self._file: Optional[BinaryIO] = open(scratch_file(scratch, "skipped"), "w+b") if scratch else None
+        self.examples: dict[str, list[str]] = {}
+
+    def add(self, path: str, reason: str, detail: str = "") -> None:
+        """Count ``path`` as skipped for ``reason`` and name it (``detail``: why, in words)."""
+        self[reason] += 1
+        shown = display_path(path)
+        line = json.dumps({"path": shown, "reason": reason, "detail": detail}, ensure_ascii=False)
+        if self._file is not None:
+            self._file.write(line.encode("utf-8") + b"\n")
+        else:
+            self._held.append(line)
+        examples = self.examples.setdefault(reason, [])  # the first few by name, whatever the listing's order
+        if len(examples) < self.EXAMPLES or shown < examples[-1]:
+            examples.append(shown)
+            examples.sort()
+            del examples[self.EXAMPLES:]
+
+    def lines(self) -> Iterator[str]:
+        """Each named file's ``skipped.jsonl`` line (no newline), in the order added."""
+        if self._file is None:
+            yield from self._held
+            return
+        self._file.flush()
+        with open(self._file.name, "rb") as handle:
+            for raw in handle:
+                yield raw.decode("utf-8").rstrip("\n")
+
+    def counts(self) -> dict[str, int]:
+        """Reason -> count, sorted by reason (the manifest's ``skipped_by_reason``)."""
+        return dict(sorted((reason, count) for reason, count in self.items() if count))
+
+
+def head_of(open_file: Callable[[str, str], BinaryIO]) -> Callable[[str, str], bytes]:
+    """``(path, source) -> its first bytes`` (:data:`HEAD_BYTES`), from a reader's ``open`` (a listed file,
+    an archive member)."""
+    def head(path: str, source: str) -> bytes:
+        with open_file(path, source) as handle:
+            return handle.read(HEAD_BYTES)
+    return head
+
+
+def not_an_image(name: str, read_head: Callable[[], bytes]) -> Optional[str]:
+    """Why a file is no image any source can read (its detail for ``skipped.jsonl``), or None if it may be one.
+
+    A file is taken for an image when its name has the extension of a format the converter reads (a
+    damaged ``x.png`` is then rejected, by name, as a damaged image), or when its first bytes are the magic
+    bytes of such a format, or of an image format it refuses with a reason worth reading (HEIC without the
+    extra, SVG, EPS: rejected, saying so). Anything else (a ROM beside its sprites, a README, a ``.csv``) is
+    skipped, never rejected: it says nothing about the images, so it must not fail a run or weigh in the
+    validation carve. ``read_head()`` gives the file's first bytes (at least 64); it is called only for a
+    name without an image extension. A file that cannot be read is left to validation (its rejection names
+    the error).
+    """
+    if formats.has_image_extension(name):
+        return None
+    try:
+        head = read_head()
+    except (OSError, ValueError):
+        return None
+    if not head:
+        return None  # an empty file: rejected as empty-file (an image that did not get written)
+    if image_headers.sniff_format(head) or _pillow_accepts(head):
+        return None
+    known = formats.unsupported_format(head)
+    if known == "PDF":
+        return "a PDF document, not an image"
+    if known is not None:
+        return None  # an image format the converter refuses: validation names it
+    extension = name.rpartition(".")[2].lower() if "." in name.lstrip(".") else ""
+    return (f"neither its name (.{extension}) nor its first bytes are those of an image format the converter "
+            "reads" if extension else "its name has no extension and its first bytes are those of no image "
+            "format the converter reads")
+
+
+HEAD_BYTES = 64  # what not_an_image reads of a file (Pillow's own identification reads 16)
+
+
+def _pillow_accepts(head: bytes) -> bool:
+    """Whether a format the converter reads claims these first bytes (Pillow's check of its magic bytes).
+    Formats without magic bytes (TGA, IM) are recognised by their extension only."""
+    Image.init()
+    for name in formats.allowed():
+        accept = Image.OPEN[name][1]
+        try:
+            if accept is not None and accept(head[:16]):
+                return True
+        except Exception:  # noqa: BLE001 - a plugin's check that trips on odd bytes has not claimed them
+            continue
+    return False
 
 
 def display_path(relpath: str) -> str:

@@ -31,6 +31,7 @@ from typing import Callable, Optional
 
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.planning import discover
+from beam_jobs.planning.listing import head_of
 from beam_jobs.sources import imagenet
 from beam_jobs.sources.archives import archives
 from beam_jobs.sources.hub import hub, hub_files
@@ -150,9 +151,11 @@ def _class_folders(request: Request) -> discover.InputPlan:
     if wrong:
         raise discover.InputError(wrong)
     try:
-        return request.with_archives(discover.plan_inputs(request.found().listing, request.labels,
-                                                          options.val_fraction, options.seed, src=options.src,
-                                                          scratch=request.scratch))
+        with archives.LauncherReader(options.src, request.found().inflated) as reader:
+            return request.with_archives(discover.plan_inputs(request.found().listing, request.labels,
+                                                              options.val_fraction, options.seed, src=options.src,
+                                                              scratch=request.scratch,
+                                                              read_head=head_of(reader.open)))
     except discover.InputError as err:  # no class folders: is SRC an object dataset's inner folder?
         hint = layout_hints.one_level_deep(options.src)
         if hint is None:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
+import hashlib
 from typing import Mapping, Optional, Sequence
 
 import record_schema
+from beam_jobs.files import filesystems
+from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputPlan
 from beam_jobs.stages.count import PartCounts
@@ -51,12 +54,14 @@ def build_manifest(
     runner: str = "",
     counts: Optional[PartCounts] = None,
     tables: Optional[Mapping[str, dict]] = None,
+    skipped_list: Optional[Mapping[str, object]] = None,
 ) -> dict:
     """The manifest.json content (see the README's "Output" section).
 
     ``runner`` names the Beam runner that wrote the shards; it is recorded with
     Beam's version, so a dataset says what produced it. ``counts``: the run's, whose object counts an
     object dataset's manifest holds. ``tables``: each split's records table (file, rows, bytes, SHA-256).
+    ``skipped_list``: :func:`publish_skipped`'s entry (``skipped.jsonl``'s name, lines and SHA-256).
     """
     objects = plan.task in (record_schema.TASK_OBJECTS, record_schema.TASK_SEGMENTATION)
     splits = {}
@@ -113,6 +118,9 @@ def build_manifest(
         **({"class_id_offset": plan.class_id_offset} if plan.task == record_schema.TASK_OBJECTS else {}),
         "num_skipped": sum(plan.skipped.values()),
         "skipped_by_reason": dict(plan.skipped),
+        # The first few files skipped for each reason (the run's summary names them); each one in skipped_file.
+        "skipped_examples": dict(sorted(plan.skipped_files.examples.items())) if plan.skipped_files else {},
+        **(dict(skipped_list) if skipped_list else {}),
         "duplicates": duplicates or _no_duplicates(),
         "options": options.to_json(),
         "written_by": {"runner": runner, "apache_beam": _beam_version()},
@@ -122,6 +130,20 @@ def build_manifest(
         **(dict(plan.provenance) if plan.provenance else
            {"source_archives": dict(plan.archives)} if plan.archives else {}),
     }
+
+
+def publish_skipped(plan: InputPlan, staging: str) -> dict:
+    """``skipped.jsonl`` into staging: each file the plan names as skipped (empty where its source names none),
+    and the manifest's ``skipped_file``, ``num_skipped_listed`` (its lines) and ``skipped_sha256``."""
+    digest, lines = hashlib.sha256(), 0
+    with filesystems.whole_file(FileSystems.join(staging, record_schema.SKIPPED_FILE)) as out:
+        for line in (plan.skipped_files.lines() if plan.skipped_files is not None else ()):
+            data = line.encode("utf-8") + b"\n"
+            digest.update(data)
+            out.write(data)
+            lines += 1
+    return {"skipped_file": record_schema.SKIPPED_FILE, "num_skipped_listed": lines,
+            "skipped_sha256": digest.hexdigest()}
 
 
 def _no_duplicates() -> dict:
@@ -158,6 +180,10 @@ class ConvertSummary:
     objects: Optional[int] = None  # an object dataset's objects written (None: a classification dataset)
     rejected_objects: int = 0
     dropped: int = 0  # evaluation images --drop-leaks left out
+    skipped_by_reason: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    skipped_examples: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+    objects_with_rejected: int = 0  # objects that went with their rejected image (a missing file...)
+    skipped_listed: int = 0  # the skipped files skipped.jsonl names
 
     @classmethod
     def from_manifest(cls, out: str, manifest: dict, elapsed_s: float,
@@ -180,6 +206,10 @@ class ConvertSummary:
             objects=sum(s["num_objects"] for s in splits.values()) if manifest.get("task") == record_schema.TASK_OBJECTS else None,
             rejected_objects=manifest.get("num_rejected_objects", 0),
             dropped=manifest["duplicates"].get("num_dropped", 0),
+            skipped_by_reason=manifest.get("skipped_by_reason", {}),
+            skipped_examples=manifest.get("skipped_examples", {}),
+            objects_with_rejected=manifest.get("num_objects_of_rejected_images", 0),
+            skipped_listed=manifest.get("num_skipped_listed", 0),
         )
 
     @property
@@ -208,7 +238,10 @@ class ConvertSummary:
                 f"published {self.out}",
                 f"  written:    {per_split}",
                 f"  re-encoded: {self.reencoded}   rejected: {self.rejected}   skipped: {self.skipped}",
-                *([f"  objects:    {self.objects} written, {self.rejected_objects} rejected"]
+                *self._skipped_lines(),
+                *([f"  objects:    {self.objects} written, {self.rejected_objects} rejected"
+                   + (f", {self.objects_with_rejected} with their rejected images" if self.objects_with_rejected
+                      else "")]
                   if self.objects is not None else []),
                 *([f"  dropped:    {_count(self.dropped, 'evaluation image')} copying an earlier split's "
                    f"(--drop-leaks; each with its partner in {record_schema.DROPPED_FILE})"] if self.dropped else []),
@@ -219,6 +252,20 @@ class ConvertSummary:
                    else ")"),
             ]
         )
+
+
+    def _skipped_lines(self) -> list[str]:
+        """The files skipped, by reason, the first few of each named: ``skipped.jsonl`` holds every one."""
+        if not self.skipped:
+            return []
+        lines = []
+        for reason, count in sorted(self.skipped_by_reason.items(), key=lambda kv: (-kv[1], kv[0])):
+            examples = list(self.skipped_examples.get(reason, ()))
+            named = f": {', '.join(examples)}{' ...' if count > len(examples) else ''}" if examples else ""
+            lines.append(f"              {reason} {count}{named}")
+        named = "each" if self.skipped_listed >= self.skipped else f"{self.skipped_listed} of them"
+        return [f"  skipped:    {_count(self.skipped, 'file')} not converted ({named} named in "
+                f"{record_schema.SKIPPED_FILE}):"] + lines
 
 
 def _count(number: int, noun: str) -> str:
