@@ -44,6 +44,10 @@ UNKNOWN_CLASS = "unknown-class"  # a class id the dataset's class list does not 
 FRAME_MISMATCH = "frame-mismatch"  # the annotation's image size is neither the stored nor the upright image's
 BAD_ANNOTATION = "bad-annotation"  # a line or entry that does not parse
 BAD_MASK = "bad-mask"  # --masks: a segmentation that cannot be rasterized on its image (beam_jobs.masks)
+# An object without an extent (a box of zero width or height: nothing to learn, nothing to teach as background) is
+# dropped from its image and counted, as Model Garden's and Detectron2's loaders drop them. Any other rejected object
+# has an extent that cannot be written, and rejects its image (:func:`unwritable`).
+NO_EXTENT = (BOX_EMPTY,)
 OBJECT_REASONS = (BOX_EMPTY, BOX_OUTSIDE, BOX_NOT_A_NUMBER, UNKNOWN_CLASS, FRAME_MISMATCH, BAD_ANNOTATION, BAD_MASK)
 
 # Objects.assumed: which frame place() took boxes to be in when the image's size fits both.
@@ -310,6 +314,17 @@ def _mask_problem(mask: str, frame: tuple[int, ...], max_pixels: int) -> Optiona
     except (ValueError, RecursionError) as err:
         return f"the segmentation is not JSON: {err}"
     return masks.segmentation_problem(segmentation, (frame[0], frame[1]), max_pixels)
+
+
+def unwritable(objects: Objects) -> tuple[tuple[str, str, str], ...]:
+    """The rejected objects of ``objects`` (placed, :func:`place`) that have an extent: ``(name, reason, detail)``.
+
+    One rule for every source: such an object (an unknown class, a box past the image's edge that cannot be
+    clipped, a frame that is not the image's, a segmentation that cannot be rasterized) rejects its image, since
+    the image written without it would teach a detector that the object is background; ``--keep-partial-images``
+    writes the image without it instead. An object without an extent (:data:`NO_EXTENT`) only drops out.
+    """
+    return tuple(item for item in objects.rejected if item[1] not in NO_EXTENT)
 
 
 def class_name_problem(name: str, where: str) -> Optional[str]:

@@ -110,6 +110,9 @@ class EncodeOptions:
         size cannot tell (EXIF orientations 2-4, a square image, normalized coordinates, no size given):
         ``stored`` (the pixels as the file holds them: COCO's tools, Model Garden's scripts), ``upright``
         (EXIF applied: CVAT, Label Studio, Roboflow, Ultralytics), or ``auto`` (each source's convention).
+      keep_partial_images: ``--keep-partial-images``: an image with an object that has an extent but cannot be
+        written (an unknown class, a box outside the image, a bad mask) is written without that object; by default
+        it is rejected, naming the object (written without it, the object would train as background).
       perceptual_hash: take each accepted image's perceptual hash from the decode the validation does anyway
         (the near-duplicate search needs it); ``--no-near-duplicates`` turns it off.
     """
@@ -121,6 +124,7 @@ class EncodeOptions:
     local_paths: bool = False
     annotation_frame: str = ANNOTATION_FRAMES[0]
     perceptual_hash: bool = True
+    keep_partial_images: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:

@@ -113,6 +113,9 @@ def build_convert_parser() -> argparse.ArgumentParser:
         help="objects: the frame boxes are in where an image's size cannot tell (EXIF orientations 2-4, square "
         "images, normalized coordinates): stored (pixels as the file holds them: COCO's tools) or upright (EXIF "
         "applied: CVAT, Label Studio, Roboflow, YOLO); auto: each source's convention (default: %(default)s)")
+    add("--keep-partial-images", action="store_true",
+        help="objects: write an image without its objects that cannot be written (an unknown class, a box outside "
+        "the image, a bad mask) instead of rejecting the image (default: rejected, naming the object)")
     add("--synsets", default=None, help="'ID text' per line: each class's text in the records "
         "(ImageNet's LOC_synset_mapping.txt)")
     add("--max-side", type=int, default=None,
@@ -208,6 +211,7 @@ def convert(argv: Sequence[str]) -> int:
             encode=opts.EncodeOptions(quality=args.quality, max_side=args.max_side, max_pixels=args.max_pixels,
                                       min_side=args.min_side, local_paths=args.local_paths,
                                       annotation_frame=args.annotation_frame,
+                                      keep_partial_images=args.keep_partial_images,
                                       perceptual_hash=args.near_duplicates),
             max_bad_fraction=args.max_bad_fraction,
             overwrite=args.overwrite,

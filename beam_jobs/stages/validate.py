@@ -142,11 +142,25 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
                 return RejectedInput(display_path(ref.relpath), "bad-mask", problem)
         placed = annotations.place(annotation, result.input_size, result.orientation, options.annotation_frame,
                                    options.max_pixels)
+        unwritable = () if options.keep_partial_images else annotations.unwritable(placed)
+        if unwritable:
+            return _rejected_for_object(ref.relpath, unwritable)
         ref = ref._replace(annotation=annotations.encode(placed))
     accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
                         channels=result.channels, stored_bytes=len(result.data), perceptual_hash=result.perceptual_hash,
                         stamp=stamp, thumbnail=result.thumbnail)
     return accepted, result
+
+
+def _rejected_for_object(relpath: str, unwritable: Sequence[tuple[str, str, str]]) -> RejectedInput:
+    """An image rejected for its objects that cannot be written (:func:`beam_jobs.annotations.unwritable`): the
+    first one's reason, named with its detail, and how many more there are."""
+    name, reason, detail = unwritable[0]
+    more = len(unwritable) - 1
+    return RejectedInput(display_path(relpath), reason,
+                         f"{name}: {detail}" + (f" (and {more} more object{'s' if more > 1 else ''})" if more else "")
+                         + "; written without it, the object would train as background (--keep-partial-images "
+                         "writes the image without it)")
 
 
 def _class_mask_problem(src: str, class_mask: Sequence[str], size: tuple[int, int], work: str,

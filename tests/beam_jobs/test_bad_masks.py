@@ -12,7 +12,7 @@ import json
 import numpy as np
 from PIL import Image
 
-from beam_jobs.options import ConvertOptions
+from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.pipeline import run
 from tests.object_data import jpeg, object_records, picture, write_coco
 
@@ -37,8 +37,9 @@ def test_broken_segmentations_are_each_rejected_by_name_and_the_others_written(t
               "segmentation": seg} for i, seg in broken.items()]
     write_coco(str(root), "val2017", images, anns, [{"id": 1, "name": "thing"}], files)
     out = tmp_path / "ds"
-    run(ConvertOptions(src=str(root), out=str(out), shards=1, masks=True, max_bad_fraction=0.9), FAST,
-        show_progress=False)
+    # The image keeps its good object beside the broken ones (--keep-partial-images; by default it is rejected).
+    run(ConvertOptions(src=str(root), out=str(out), shards=1, masks=True, max_bad_fraction=0.9,
+                       encode=EncodeOptions(keep_partial_images=True)), FAST, show_progress=False)
     record = object_records(out)["val2017/a.jpg"]
     [mask] = record["image/object/mask"]
     pixels = np.asarray(Image.open(io.BytesIO(mask)))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import difflib
 import hashlib
 import itertools
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
@@ -95,6 +96,22 @@ def folders_of(listing: Listing) -> set[str]:
                 break
             found.add(path)
     return found
+
+
+def near_name(name: str, known: Iterable[str]) -> Optional[str]:
+    """The known class name an unknown one may have meant (a typo: ``Dog`` for ``dog``, ``persn`` for ``person``),
+    or None: the same name in another case first, else :mod:`difflib`'s closest (ratio 0.8 or more)."""
+    known = [k for k in known if k]
+    folded = [k for k in known if k.casefold() == name.casefold()]
+    near = folded or difflib.get_close_matches(name, known, n=1, cutoff=0.8) or \
+        difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.8)
+    return near[0] if near else None
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``": did you mean 'dog'?"`` for an unknown name with a near known one (:func:`near_name`), else ""."""
+    near = near_name(name, known)
+    return f": did you mean {near!r}?" if near else ""
 
 
 def class_table(names: Mapping[int, str], src: str, where: str) -> tuple[str, ...]:

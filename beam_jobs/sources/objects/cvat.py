@@ -1,11 +1,14 @@
-"""CVAT's own export, "CVAT for images 1.1": ``annotations.xml`` beside ``images/``.
+"""CVAT's own export, "CVAT for images 1.1": ``annotations.xml``, its images beside it wherever they lie.
 
 In:  SRC (a folder, or the export's zip) holding ``annotations.xml``: ``<meta>`` with the task's, job's or
      project's ``<labels>``, then an ``<image id name width height>`` per frame (``subset`` too in a
      project's export) holding its shapes, each with a ``label``: ``<box xtl ytl xbr ybr>`` (and
      ``rotation``, degrees), ``<polygon>``, ``<polyline>``, ``<points>`` (``points="x1,y1;x2,y2;..."``),
      ``<ellipse cx cy rx ry>``, ``<cuboid>``, ``<mask left top width height>``; and ``images/``: a task's or
-     job's frames at ``images/<name>``, a project's at ``images/<subset>/<name>`` (``name`` may hold folders).
+     job's frames at ``images/<name>``, a project's at ``images/<subset>/<name>`` (``name`` may hold folders);
+     or anywhere under SRC, found as CVAT's own importer matches frames (:class:`_Finder`: the file whose path
+     ends with the name, ``dataset/cat/1.jpg`` for ``cat/1.jpg``). An ``annotations.xml`` at SRC's top is
+     always this layout: it is never read as a class folder's stray file.
 Out: the plan (:mod:`beam_jobs.sources.objects.annotated_plan`) of every image the XML lists, with its objects: a box
      as given, any other shape's extent as its box (as YOLO's segments are read for detection), in pixels of
      the ``width`` x ``height`` the image declares: the upright image, as CVAT shows and annotates it.
@@ -13,7 +16,9 @@ Out: the plan (:mod:`beam_jobs.sources.objects.annotated_plan`) of every image t
 Class ids: the meta's labels in their listed order, numbered from 1 (0 is the background, as in the OD API's
 label maps and Model Garden's detectors); a skeleton's point labels (those with a ``<parent>``) are no
 classes. ``--labels`` gives the order instead, and a shape of a label it does not list is rejected
-(``unknown-class``, named ``annotations.xml image a.jpg box 2``), as is one of a label the meta lacks.
+(``unknown-class``, named ``annotations.xml image a.jpg box 2``, with the label it may have meant: ``did you
+mean 'car'?``), as is one of a label the meta lacks; either rejects its image
+(:func:`beam_jobs.annotations.unwritable`).
 Splits: an image's ``subset`` (a project's export), or the task's or job's ``<subset>``: ``train``,
 ``training``, ``val``, ``valid``, ``validation``, ``test``, ``testing`` in any case, and CVAT's ``default``
 (or none) as train. Any other subset name is an error naming each (and its image count) once the XML is read:
@@ -23,8 +28,9 @@ Not written, and counted in one warning: ``<tag>`` (a label of the whole image, 
 ``<skeleton>`` (keypoints). ``occluded="1"`` is not written either: the OD API's ``truncated`` means cut
 by the image's edge, which an occluded object is not. Image ids come from the path
 (:func:`beam_jobs.sources.objects.annotated_plan.derived_source_id`): CVAT's ``id`` is a frame number of its task,
-repeated across a project's tasks. An image the XML lists that is not on disk is listed, to be rejected as
-``missing-file``; a file in ``images/`` the XML does not list is skipped and counted. A ``<track>`` (the
+repeated across a project's tasks. An image the XML lists that is not under SRC is rejected as ``missing-file``,
+naming where it was looked for; when none is, planning fails naming annotations.xml and where it looked. An image
+file under SRC the XML does not list is skipped and counted. A ``<track>`` (the
 "CVAT for video" export) is an error: export as "CVAT for images" instead.
 
 The XML is streamed (``iterparse``), each ``<image>`` dropped once read; what stays in memory until the
@@ -46,10 +52,10 @@ from beam_jobs import annotations, formats
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
+from beam_jobs.sources.archives import archive_members
 from beam_jobs.sources.objects import annotated_plan
 
 ANNOTATIONS = "annotations.xml"
-IMAGES = "images/"
 # CVAT's subset names (free text; these are its project's defaults and their usual spellings) -> split.
 _SUBSETS = {"": "train", "default": "train", **record_schema.SPLIT_NAMES}  # CVAT's "default": a task's only subset
 _NOT_WRITTEN = {"tag": "tags (a label of the whole image, without a box)", "skeleton": "skeletons (keypoints)"}
@@ -58,14 +64,71 @@ Reader = Callable[[str, str], bytes]
 
 
 def claims(listing: Listing) -> bool:
-    """SRC holds ``annotations.xml`` at its top and files under ``images/``."""
-    found_xml = found_images = False
-    for path in listing.files:
-        found_xml = found_xml or path == ANNOTATIONS
-        found_images = found_images or path.startswith(IMAGES)
-        if found_xml and found_images:
-            return True
-    return False
+    """SRC holds ``annotations.xml`` at its top (its images may lie anywhere under SRC: :class:`_Finder`)."""
+    return any(path == ANNOTATIONS for path in listing.files)
+
+
+class _Finder:
+    """Where each ``<image name>`` of annotations.xml is under SRC, as CVAT's own importer matches its frames.
+
+    First where CVAT's export puts it (``images/<subset>/<name>``, ``images/<name>``) or the name itself
+    (``dataset/cat/1.jpg`` beside annotations.xml); else anywhere under SRC, the one image file whose path
+    without its extension ends with the name's parts without its extension (CVAT's ``match_frame_fuzzy``: a
+    task made of class folders names ``cat/1.jpg``, and its images may lie in ``dataset/cat/``). Several such
+    files: the one of the name's extension, or in a folder named after the image's subset; else the image is
+    rejected naming them (``ambiguous-path``).
+    """
+
+    def __init__(self, located: dict[str, str]) -> None:
+        self.located = located
+        self.found = self.missing = 0
+        self.first_missing = ""
+        self._by_stem: Optional[dict[str, list[str]]] = None
+
+    def find(self, name: str, subset: str) -> tuple[str, str]:
+        """``(relpath, locator)`` of the image ``name`` (a refusal, naming where it looked, when not found)."""
+        candidates = ([posixpath.join("images", subset, name)] if subset else []) + [posixpath.join("images", name)]
+        safe = annotated_plan.source_of(candidates[0], self.located)
+        if safe.startswith(archive_members.REFUSED):  # leaves SRC: never looked for
+            return candidates[0], safe
+        candidates.append(name)
+        for path in candidates:
+            if path in self.located:
+                self.found += 1
+                return path, self.located[path]
+        matches = self._ending_with(name, subset)
+        if len(matches) == 1:
+            self.found += 1
+            return matches[0], self.located[matches[0]]
+        if matches:
+            self.found += 1
+            return candidates[0], archive_members.refusal("ambiguous-path", (
+                f"{ANNOTATIONS} names {name}, and {len(matches)} files under --src end with that name "
+                f"({', '.join(map(display_path, matches[:3]))}{' ...' if len(matches) > 3 else ''}): keep one, or "
+                "give the image its path from --src in the XML"))
+        self.missing += 1
+        self.first_missing = self.first_missing or name
+        return candidates[0], archive_members.refusal("missing-file", (
+            f"{ANNOTATIONS} names {name}, but it is not at {', '.join(map(display_path, dict.fromkeys(candidates)))} "
+            "nor anywhere under --src by that name"))
+
+    def _ending_with(self, name: str, subset: str) -> list[str]:
+        """The image files whose path without extension ends with ``name``'s; of several, those of its extension,
+        then those in a folder named after its subset (a project's ``img0.jpg`` is in each subset)."""
+        if self._by_stem is None:
+            self._by_stem = {}
+            for path in sorted(self.located):
+                if formats.has_image_extension(path) and not skip_reason(path, None):
+                    stem = posixpath.splitext(path.rpartition("/")[2])[0]
+                    self._by_stem.setdefault(stem, []).append(path)
+        parts = posixpath.splitext(name)[0].split("/")
+        matches = [path for path in self._by_stem.get(parts[-1], ())
+                   if posixpath.splitext(path)[0].split("/")[-len(parts):] == parts]
+        for keep in (lambda path: path.endswith(posixpath.splitext(name)[1] or "/"),
+                     lambda path: bool(subset) and subset in path.split("/")[:-len(parts)]):
+            kept = [path for path in matches if keep(path)]
+            matches = kept if len(matches) > 1 and kept else matches
+        return matches
 
 
 def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]],
@@ -75,9 +138,16 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     located = dict(listing.entries())
     where = display_path(f"{src}/{ANNOTATIONS}")
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
-    parsed = _Parsed(where, labels)
+    parsed = _Parsed(where, labels, _Finder(located))
     with _open(src, located.get(ANNOTATIONS, ""), read) as handle:
         _parse(handle, where, parsed, located)
+    finder = parsed.finder
+    if finder.missing and not finder.found:
+        raise InputError(f"{where} lists {finder.missing} images, but none of them is under {display_path(src)}: "
+                         f"looked for each at images/<subset>/<name>, images/<name> and <name>, and for any image "
+                         f"file whose path ends with the name, as CVAT's importer matches them (the first: "
+                         f"{display_path(finder.first_missing)}). Export the task with its images (\"Save images\"), "
+                         "or put them under --src")
     if parsed.unknown_subsets:
         named = ", ".join(f"{name!r} ({count} image{'s' if count != 1 else ''})"
                           for name, count in sorted(parsed.unknown_subsets.items()))
@@ -92,11 +162,11 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     if parsed.not_written:
         warnings.append(f"{where}: not written: " + ", ".join(f"{count} {_NOT_WRITTEN.get(kind, f'<{kind}>')}"
                                                              for kind, count in sorted(parsed.not_written.items())))
-    unlisted = sorted(path for path in located if path.startswith(IMAGES) and path not in parsed.seen
+    unlisted = sorted(path for path in located if path not in parsed.seen
                       and not skip_reason(path, skipped) and formats.has_image_extension(path))
     if unlisted:
         skipped["not-in-annotations"] += len(unlisted)
-        warnings.append(f"{len(unlisted)} file{'s' if len(unlisted) != 1 else ''} in {display_path(src)}/images "
+        warnings.append(f"{len(unlisted)} image{'s' if len(unlisted) != 1 else ''} under {display_path(src)} "
                         f"{'are' if len(unlisted) != 1 else 'is'} in no <image> of {ANNOTATIONS}: skipped "
                         f"({', '.join(display_path(p) for p in unlisted[:3])}{' ...' if len(unlisted) > 3 else ''})")
     return annotated_plan.plan(src, parsed.images, classes, options.val_fraction, options.seed, skipped, warnings,
@@ -116,8 +186,8 @@ def _open(src: str, source: str, read: Reader) -> BinaryIO:
 class _Parsed:
     """What the XML says, gathered as it streams: labels, subsets, then the images with their objects."""
 
-    def __init__(self, where: str, labels: Optional[Sequence[str]]) -> None:
-        self.where, self.given = where, labels
+    def __init__(self, where: str, labels: Optional[Sequence[str]], finder: _Finder) -> None:
+        self.where, self.given, self.finder = where, labels, finder
         self.meta_labels: list[str] = []  # in listed order, each once
         self.meta_subset = ""  # a task's or job's <subset>
         self.images: list[annotated_plan.AnnotatedImage] = []
@@ -182,8 +252,7 @@ def _image(element: ElementTree.Element, parsed: _Parsed, located: dict[str, str
     if split is None:  # named with the others once the XML is read
         parsed.unknown_subsets[parsed.meta_subset if subset is None else subset] += 1
         return
-    candidates = ([posixpath.join("images", subset, name)] if subset else []) + [posixpath.join("images", name)]
-    relpath = next((path for path in candidates if path in located), candidates[0])
+    relpath, source = parsed.finder.find(name, subset or "")
     if relpath in parsed.seen:
         parsed.duplicates += 1
         return
@@ -217,13 +286,13 @@ def _image(element: ElementTree.Element, parsed: _Parsed, located: dict[str, str
         class_name = shape.get("label", "")
         if class_name not in class_id:
             known = "--labels" if parsed.given is not None else "the labels of <meta>"
-            rejected.append((label, annotations.UNKNOWN_CLASS, f"label {class_name!r} is not in {known}"))
+            rejected.append((label, annotations.UNKNOWN_CLASS, f"label {class_name!r} is not in {known}"
+                             + annotated_plan.did_you_mean(class_name, class_id)))
             continue
         boxes.append(annotations.Box(label, class_id[class_name], *extent))
     objects = annotations.Objects(annotated_plan.derived_source_id(relpath), tuple(boxes), frame, True,
                                   tuple(rejected))
-    parsed.images.append(annotated_plan.AnnotatedImage(split, relpath, objects,
-                                                       annotated_plan.source_of(relpath, located)))
+    parsed.images.append(annotated_plan.AnnotatedImage(split, relpath, objects, source))
 
 
 def _extent(shape: ElementTree.Element) -> Optional[tuple[float, float, float, float]]:

@@ -1,11 +1,14 @@
-"""Pascal VOC as it ships: ``VOCdevkit/VOC20xx/{Annotations, JPEGImages, ImageSets/Main}``.
+"""Pascal VOC as it ships (``VOCdevkit/VOC20xx/{Annotations, JPEGImages, ImageSets/Main}``), and as Roboflow exports it.
 
 In:  SRC holding ``Annotations/`` and ``JPEGImages/`` (at its top, in ``VOC20xx/`` or in
      ``VOCdevkit/VOC20xx/``; VOC2007 and VOC2012 side by side are both read), an XML file per image:
-     ``size``, and each ``object``'s ``name``, ``difficult``, ``truncated`` and ``bndbox``.
+     ``size``, and each ``object``'s ``name``, ``difficult``, ``truncated`` and ``bndbox``. Or folders holding
+     each image's XML beside it (``train/a.jpg``, ``train/a.xml``: Roboflow's Pascal VOC export, LabelImg's
+     folders; :func:`flat_roots`), whose folder's name is their split (``train``, ``valid``, ``test``; else
+     train). Both kinds in one SRC are all read (a VOC ``train/`` beside a Roboflow ``valid/``).
 Out: the plan (:mod:`beam_jobs.sources.objects.annotated_plan`) of the images that ``ImageSets/Main/{train,val,test}.txt``
      list (``trainval`` is their union, read only when ``train`` and ``val`` are missing); without
-     ``ImageSets/Main``, every annotated image is train.
+     ``ImageSets/Main``, every annotated image, in the split its root's name says (``valid/``), else train.
 
 With ``--masks``, the images of ``ImageSets/Segmentation`` instead, each with its ``SegmentationClass/<id>.png``
 (palette indexes: VOC's class ids, 0 background, 255 the void outline) as ``image/segmentation/class/encoded``.
@@ -14,12 +17,14 @@ With ``--masks``, the images of ``ImageSets/Segmentation`` instead, each with it
 edges in 0-based pixel coordinates are 0 and 10. So the box written is ``xmin - 1 .. xmax`` (TFDS and the
 OD API's script drop the ``- 1``, a pixel off).
 
-Class ids, without ``--labels``: the OD API's ``pascal_label_map.pbtxt`` (VOC's 20, alphabetical, 1-20, 0 left
-for the background) when at least half of the distinct names are VOC's; each object of another name (a typo,
-``Dog``, ``persn``) is then rejected as ``unknown-class`` with the near VOC name (``'Dog' is not a VOC class:
-did you mean 'dog'?``) and a warning counts them, so one odd name never renumbers every class. When fewer than
-half the names are VOC's (none in a dataset of one's own classes in VOC's format), the sorted names number from
-1, and a warning says so. With ``--labels``, its order from 1, and an object of a name it lacks is rejected.
+Class ids, without ``--labels``: when some name is one of VOC's 20, the OD API's ``pascal_label_map.pbtxt`` (VOC's
+20, alphabetical, 1-20, 0 left for the background), then each name with no near match among them as a class of its
+own, sorted, numbered 21, 22, ... (a warning names them); a near miss (another case, a plural, one edit, COCO's
+name: ``Dog``, ``dogs``, ``persn``, ``airplane``; :func:`near_voc`) is no class: its objects are rejected as
+``unknown-class`` with the VOC name meant (``'Dog' is not a VOC class: did you mean 'dog'?``), which rejects their
+images (:func:`beam_jobs.annotations.unwritable`), and a warning counts them. When no name is VOC's (a dataset of
+one's own classes in VOC's format), the sorted names number from 1, and a warning says so. With ``--labels``, its
+order from 1, and an object of a name it lacks is rejected (with the listed name it may have meant).
 A class name holding a control character or a line break is refused at planning, naming its XML.
 
 Rejected objects are named by their XML (``VOC2012/Annotations/2008_000001.xml object 2``). An image whose XML
@@ -32,24 +37,20 @@ missing is named in a warning.
 from __future__ import annotations
 
 import collections
-import difflib
 import posixpath
 import re
 import struct
 import xml.etree.ElementTree as ElementTree
-from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import record_schema
 from beam_jobs import annotations, formats
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path
 from beam_jobs.sources.archives import archive_members
-from beam_jobs.sources.objects import annotated_plan
+from beam_jobs.sources.objects import annotated_plan, voc_classes
 from beam_jobs.stage_records import ImageRef
 
-# The OD API's pascal_label_map.pbtxt: VOC's 20 classes, alphabetical, ids 1-20.
-VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable",
-               "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor")
 _LISTS = ("train", "val", "test")  # ImageSets' list files, each the split record_schema.split_named says
 Reader = Callable[[str, str], bytes]
 
@@ -70,8 +71,34 @@ def roots(listing: Listing) -> list[str]:
     return sorted(root for root, kinds in found.items() if len(kinds) == 2)
 
 
+def flat_roots(listing: Listing) -> list[str]:
+    """Every folder of SRC (``""`` for SRC itself, at most two levels down; no ``Annotations/``) holding a VOC
+    XML beside an image of the same stem (``a.xml`` beside ``a.jpg``): Roboflow's Pascal VOC export (``train/``,
+    ``valid/``, ``test/``), LabelImg's folders. Two passes: the folders holding ``.xml`` files, then their images."""
+    xml_stems: dict[str, set[str]] = {}
+    for path in listing.files:
+        if not path.endswith(".xml"):
+            continue
+        folder, _, name = path.rpartition("/")
+        if folder.count("/") < 2 and name != "annotations.xml" and posixpath.basename(folder) != "Annotations":
+            xml_stems.setdefault(folder, set()).add(name[:-len(".xml")])
+    found = set()
+    for path in listing.files:
+        folder, _, name = path.rpartition("/")
+        stems = xml_stems.get(folder)
+        if stems and folder not in found and formats.has_image_extension(name) and \
+                posixpath.splitext(name)[0] in stems:
+            found.add(folder)
+    return sorted(found)
+
+
 def claims(listing: Listing) -> bool:
-    return bool(roots(listing))
+    return bool(roots(listing)) or bool(flat_roots(listing))
+
+
+def root_split(root: str) -> str:
+    """The split a VOC root's own name says (Roboflow's ``valid/``: validation), else train."""
+    return record_schema.split_named(posixpath.basename(root)) or "train"
 
 
 # An object held until the class ids are known: its name's index, its bndbox as VOC writes it, difficult, truncated
@@ -98,22 +125,29 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     skipped: collections.Counter[str] = collections.Counter(listing.skipped)
     warnings: list[str] = []
     lists = "Segmentation" if options.masks else "Main"
+    flat = flat_roots(listing)
+    if flat and options.masks:
+        raise InputError(f"--masks reads VOC's ImageSets/Segmentation and SegmentationClass/, but {display_path(src)} "
+                         f"holds XMLs beside their images in {', '.join((r or '.') + '/' for r in flat[:3])} (Roboflow's "
+                         "Pascal VOC export), which have no masks: leave --masks out")
     wanted = [entry for root in roots(listing) for entry in _wanted(src, root, located, read, lists, skipped, warnings)]
+    wanted += [entry for root in flat for entry in _wanted_flat(src, root, located, skipped, warnings)]
     names: dict[str, int] = {}  # class name -> its index in the packed objects
     counts: collections.Counter[str] = collections.Counter()  # objects by class name
     listed = list(_read(wanted, located, read, names, counts))
-    classes, note = _classes(counts, labels)
+    classes, note = voc_classes.classes_of(counts, labels)
     if note:
         warnings.append(f"{display_path(src)}: {note}")
     unknown = collections.Counter({name: count for name, count in counts.items() if name not in classes})
     refused = [_refused(entry) for entry in listed if entry.problem or not entry.image]
     if unknown:
-        shown = ", ".join(f"{name!r}" + (f" x{count}" if count > 1 else "") + _near(name, classes)
+        given = labels is not None
+        shown = ", ".join(f"{name!r}" + (f" x{count}" if count > 1 else "") + voc_classes.near(name, classes, given)
                           for name, count in unknown.most_common(5))
         warnings.append(f"{display_path(src)}: {sum(unknown.values())} objects name a class "
-                        f"{'--labels does not list' if labels is not None else 'VOC does not have'} ({shown}"
-                        f"{' ...' if len(unknown) > 5 else ''}): rejected as unknown-class (each in rejected.jsonl, "
-                        "by its XML); fix the names in the XML files"
+                        f"{'--labels does not list' if labels is not None else 'VOC nearly has'} ({shown}"
+                        f"{' ...' if len(unknown) > 5 else ''}): rejected as unknown-class, each with its image "
+                        "(named in rejected.jsonl, by its XML); fix the names in the XML files"
                         + ("" if labels is not None else ", or, if they are classes of their own, list every class "
                            "name of the dataset, one a line, in --labels"))
     if not listed:
@@ -150,6 +184,43 @@ def _wanted(src: str, root: str, located: dict, read: Reader, lists: str, skippe
     return wanted
 
 
+def _wanted_flat(src: str, folder: str, located: dict, skipped: collections.Counter,
+                 warnings: list[str]) -> list[tuple[str, str, str]]:
+    """``(split, image, XML)`` of each XML of ``folder`` beside its image (the split: the folder's name, else
+    train); an image without an XML is skipped and counted (``no-annotation``), an XML without an image named."""
+    prefix = folder + "/" if folder else ""
+    xmls, images = {}, {}
+    for path in sorted(located):
+        if not path.startswith(prefix) or "/" in path[len(prefix):]:
+            continue
+        stem, ext = posixpath.splitext(path[len(prefix):])
+        if ext == ".xml" and path[len(prefix):] != "annotations.xml":
+            xmls[stem] = path
+        elif formats.has_image_extension(path) and (stem not in images or ext == ".jpg"):
+            images[stem] = path
+    split = root_split(folder)
+    where = f"{display_path(src)}/{folder or '.'}"
+    bare = sorted(path for stem, path in images.items() if stem not in xmls)
+    if bare:
+        skipped["no-annotation"] += len(bare)
+        warnings.append(f"{len(bare)} image{'s' if len(bare) != 1 else ''} of {where} have no VOC XML of the same "
+                        f"name beside them: skipped ({_some(bare)})")
+    orphans = sorted(path for stem, path in xmls.items() if stem not in images)
+    if orphans:
+        warnings.append(f"{len(orphans)} annotation file{'s' if len(orphans) != 1 else ''} of {where} have no image "
+                        f"of the same name beside them: not read ({_some(orphans)})")
+    return [(split, images[stem], xml) for stem, xml in sorted(xmls.items()) if stem in images]
+
+
+def _expected_image(xml: str) -> str:
+    """The image an XML annotates when none is there: ``JPEGImages/<id>.jpg`` beside ``Annotations/``, else
+    ``<id>.jpg`` beside the XML (Roboflow's layout)."""
+    folder, stem = posixpath.dirname(xml), posixpath.basename(xml)[:-len(".xml")]
+    if posixpath.basename(folder) == "Annotations":
+        folder = posixpath.join(posixpath.dirname(folder), "JPEGImages")
+    return posixpath.join(folder, f"{stem}.jpg")
+
+
 def _read(wanted: Sequence[tuple[str, str, str]], located: dict, read: Reader, names: dict[str, int],
           counts: collections.Counter) -> Iterator[_Listed]:
     """Each wanted image's XML, read :data:`annotated_plan.READERS` at a time in order, parsed, its objects
@@ -157,8 +228,7 @@ def _read(wanted: Sequence[tuple[str, str, str]], located: dict, read: Reader, n
     xmls = ((xml, located[xml]) if xml in located else None for _, _, xml in wanted)
     for (split, image, xml), data in zip(wanted, annotated_plan.read_in_order(read, xmls)):
         if data is None:
-            missing = image or posixpath.join(posixpath.dirname(posixpath.dirname(xml)), "JPEGImages",
-                                              posixpath.basename(xml)[:-len(".xml")] + ".jpg")
+            missing = image or _expected_image(xml)
             yield _Listed(split, missing, xml, annotations.STORED, f"{display_path(xml)} is missing", b"")
             continue
         result = _parse(data, display_path(xml))
@@ -180,8 +250,7 @@ def _refused(entry: _Listed) -> ImageRef:
     """An image refused whole: its XML cannot be read, or its image is not there."""
     if entry.problem:
         return ImageRef(entry.split, entry.image, 0, archive_members.refusal(annotations.BAD_ANNOTATION, entry.problem))
-    stem = posixpath.splitext(posixpath.basename(entry.xml))[0]
-    expected = posixpath.join(posixpath.dirname(posixpath.dirname(entry.xml)), "JPEGImages", f"{stem}.jpg")
+    expected = _expected_image(entry.xml)
     return ImageRef(entry.split, expected, 0, archive_members.refusal(
         "missing-file", f"{display_path(entry.xml)} annotates it, but {display_path(expected)} (or another image "
         "extension) is not there"))
@@ -196,7 +265,7 @@ def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequenc
         for index, (name_index, x0, y0, x1, y1, difficult, truncated) in enumerate(_PACKED.iter_unpack(packed), 1):
             name, label = names[name_index], f"{display_path(xml_path)} object {index}"
             if name not in class_id:
-                rejected.append((label, annotations.UNKNOWN_CLASS, _unknown_detail(name, classes, given)))
+                rejected.append((label, annotations.UNKNOWN_CLASS, voc_classes.unknown_detail(name, classes, given)))
                 continue
             boxes.append(annotations.Box(label, class_id[name], x0 - 1, y0 - 1, x1, y1, -1.0, False, bool(difficult),
                                          bool(truncated)))
@@ -249,7 +318,7 @@ def _listed(root: str, located: dict, read: Reader, kind: str = "Main") -> list[
         found += [("train", image_id) for image_id in ids("trainval") or []]
     if not found:
         prefix = posixpath.join(root, "Annotations") + "/"
-        found = [("train", posixpath.splitext(p[len(prefix):])[0]) for p in sorted(located)
+        found = [(root_split(root), posixpath.splitext(p[len(prefix):])[0]) for p in sorted(located)
                  if p.startswith(prefix) and p.endswith(".xml")]
     return found
 
@@ -285,41 +354,3 @@ def _parse(data: bytes, where: str):
 
 def _flag(item, key: str) -> bool:
     return (item.findtext(key) or "0").strip() in ("1", "true", "True")
-
-
-def _classes(found: Mapping[str, int], labels: Optional[Sequence[str]]) -> tuple[tuple[str, ...], str]:
-    """Names by id, id 0 the background, and what a warning should say of them: ``--labels`` from 1; VOC's 20
-    as the OD API numbers them when at least half of the names found are VOC's (the others are rejected as
-    unknown); else the names found, sorted, from 1."""
-    if labels is not None:
-        return ("",) + tuple(labels), ""
-    voc = [name for name in found if name in VOC_CLASSES]
-    if 2 * len(voc) >= len(found):
-        return ("",) + VOC_CLASSES, ""
-    custom = sorted(name for name in found if name not in VOC_CLASSES)
-    shown = ", ".join(map(repr, custom[:5])) + (" ..." if len(custom) > 5 else "")
-    return ("",) + tuple(sorted(found)), (
-        f"{len(custom)} of the {len(found)} class names of its VOC annotations are not VOC's 20 ({shown}): "
-        f"its classes are numbered 1-{len(found)} in sorted order, not as the OD API's pascal_label_map.pbtxt; "
-        "give --labels to number them otherwise")
-
-
-def _near_match(name: str, classes: Sequence[str]) -> Optional[str]:
-    """The known class an unknown name may have meant (``Dog``: ``dog``; ``persn``: ``person``), or None."""
-    known = [c for c in classes if c]
-    near = [c for c in known if c.lower() == name.lower()] or difflib.get_close_matches(name, known, n=1) \
-        or difflib.get_close_matches(name.lower(), known, n=1)
-    return near[0] if near else None
-
-
-def _near(name: str, classes: Sequence[str]) -> str:
-    near = _near_match(name, classes)
-    return f" (did you mean {near!r}?)" if near else ""
-
-
-def _unknown_detail(name: str, classes: Sequence[str], given: bool) -> str:
-    """An unknown class name, and the known one it may have meant (``'Dog' is not a VOC class: did you mean
-    'dog'?``)."""
-    near = _near_match(name, classes)
-    detail = f"{name!r} is not {'in --labels' if given else 'a VOC class'}"
-    return detail + (f": did you mean {near!r}?" if near else "")

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from beam_jobs.options import ConvertOptions
+from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.pipeline import run
 from beam_jobs.planning.discover import InputError
 from tests.object_data import jpeg, object_records, picture, red_fraction
@@ -44,8 +44,9 @@ def test_cppe5_style_objects_keep_the_hubs_ids_and_their_boxes(tmp_path):
     _write(tmp_path / "cppe5" / "data", [_row(7, [(10, 5, 20, 15), (50, 30, 20, 14)], [2, 0]),
                                          _row(8, [], []), _row(9, [(1, 1, 500, 5)], [1])])
     out = tmp_path / "ds"
-    run(ConvertOptions(src=str(tmp_path / "cppe5"), out=str(out), shards=1, max_bad_fraction=0.5), FAST,
-        show_progress=False)
+    # Row 9 is written without its box past the edge (--keep-partial-images; by default it is rejected).
+    run(ConvertOptions(src=str(tmp_path / "cppe5"), out=str(out), shards=1, max_bad_fraction=0.5,
+                       encode=EncodeOptions(keep_partial_images=True)), FAST, show_progress=False)
     manifest = json.loads((out / "manifest.json").read_text())
     # The ClassLabel's ids, one higher: the records' id 0 is the background.
     assert manifest["task"] == "objects" and manifest["classes"] == [""] + NAMES

@@ -61,7 +61,9 @@ def coco_tree(tmp_path_factory):
 @pytest.fixture(scope="module")
 def converted(coco_tree, tmp_path_factory):
     out = tmp_path_factory.mktemp("coco-out") / "ds"
-    manifest = _convert(coco_tree, out, max_bad_fraction=0.5)
+    # The images keep their good objects beside the bad ones (--keep-partial-images): each bad one is named here;
+    # by default such an image is rejected whole (tests/beam_jobs/test_unwritable_objects.py).
+    manifest = _convert(coco_tree, out, max_bad_fraction=0.5, encode=EncodeOptions(keep_partial_images=True))
     return out, manifest
 
 
@@ -119,14 +121,14 @@ def test_the_label_map_and_the_manifest_keep_cocos_ids(converted):
 def test_an_annotation_file_given_with_annotations_reads_images_beside_src(coco_tree, tmp_path):
     out = tmp_path / "ds"
     manifest = _convert(coco_tree / "val2017", out, annotations=str(coco_tree / "annotations" / "instances_val2017.json"),
-                        max_bad_fraction=0.5)
+                        max_bad_fraction=0.5, encode=EncodeOptions(keep_partial_images=True))
     assert manifest["task"] == "objects"
     assert "000000000001.jpg" in object_records(out)
 
 
 def test_too_many_bad_annotations_fail_the_run_and_publish_nothing(coco_tree, tmp_path):
     with pytest.raises(TooManyRejectedError, match="objects"):
-        _convert(coco_tree, tmp_path / "ds", max_bad_fraction=0.3)
+        _convert(coco_tree, tmp_path / "ds", max_bad_fraction=0.3, encode=EncodeOptions(keep_partial_images=True))
     assert not (tmp_path / "ds").exists() and (tmp_path / "ds.rejected.jsonl").exists()
 
 

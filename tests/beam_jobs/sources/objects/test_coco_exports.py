@@ -11,7 +11,7 @@ import json
 import pytest
 
 from beam_jobs import annotations, sources
-from beam_jobs.options import ConvertOptions
+from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.pipeline import run
 from beam_jobs.planning.discover import InputError
 from tests.object_data import jpeg, object_records, picture, red_fraction, write_file
@@ -141,8 +141,8 @@ def test_classes_without_objects_in_the_annotations_are_told_apart_from_classes_
         "categories": [{"id": 1, "name": "person"}, {"id": 2, "name": "car"}, {"id": 3, "name": "boat"},
                        {"id": 4, "name": "kite"}]}))
     with caplog.at_level("WARNING"):
-        run(ConvertOptions(src=str(root), out=str(tmp_path / "ds"), shards=1, max_bad_fraction=0.9), FAST,
-            show_progress=False)
+        run(ConvertOptions(src=str(root), out=str(tmp_path / "ds"), shards=1, max_bad_fraction=0.9,
+                           encode=EncodeOptions(keep_partial_images=True)), FAST, show_progress=False)
     said = "\n".join(record.getMessage() for record in caplog.records)
     assert "2 of the 4 classes have no objects in the annotations, so none in the records: boat, kite" in said
     assert "1 class has no records: every object listed for it was rejected (rejected.jsonl): car" in said

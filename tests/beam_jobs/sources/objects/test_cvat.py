@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from beam_jobs import annotations
-from beam_jobs.options import ConvertOptions
+from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.pipeline import run
 from beam_jobs.planning.discover import InputError
 from beam_jobs.sources import plan_inputs
+from beam_jobs.sources.archives import archive_members
 from tests.conftest import REPO
 from tests.object_data import jpeg, object_records, picture, red_fraction, write_file
 
@@ -135,9 +136,11 @@ def test_unknown_labels_missing_images_and_unlisted_files_are_each_named(tmp_pat
         ("annotations.xml image a.jpg box 2", "unknown-class"),
         ("annotations.xml image a.jpg polygon 1", "unknown-class")]
     assert "'truck' is not in the labels of <meta>" in a.rejected[0][2]
-    assert found["images/gone.jpg"][2] == ""  # listed, so that validation rejects it as missing-file
+    gone = archive_members.parse_locator(found["images/gone.jpg"][2])  # listed, to be rejected naming where it looked
+    assert gone.reason == "missing-file" and "annotations.xml names gone.jpg" in gone.detail
+    assert "images/gone.jpg" in gone.detail and "anywhere under --src" in gone.detail
     assert plan.skipped["not-in-annotations"] == 2  # the two images; notes.txt is no image
-    assert any("2 files in" in w and "images/x.jpg, images/y.png" in w for w in plan.warnings)
+    assert any("2 images under" in w and "images/x.jpg, images/y.png" in w for w in plan.warnings)
 
 
 def test_every_cvat_shape_gives_its_extent_and_tags_and_skeletons_are_counted_in_a_warning(tmp_path):
@@ -215,8 +218,11 @@ def test_a_task_export_converts_with_its_boxes_on_their_objects(tmp_path, caplog
     write_file(str(root / "annotations.xml"), _task_xml(["car", "person", "bike"], images))
     out = tmp_path / "ds"
     with caplog.at_level("WARNING"):
-        run(ConvertOptions(src=str(root), out=str(out), shards=1, max_bad_fraction=0.5), FAST, show_progress=False)
-    assert any("1 file in" in r.getMessage() and "images/extra.jpg" in r.getMessage() for r in caplog.records)
+        # a.jpg keeps its good objects beside the unknown 'truck' (by default it would be rejected whole:
+        # tests/beam_jobs/test_unwritable_objects.py).
+        run(ConvertOptions(src=str(root), out=str(out), shards=1, max_bad_fraction=0.5,
+                           encode=EncodeOptions(keep_partial_images=True)), FAST, show_progress=False)
+    assert any("1 image under" in r.getMessage() and "images/extra.jpg" in r.getMessage() for r in caplog.records)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["classes"] == ["", "car", "person", "bike"] and manifest["task"] == "objects"
     assert manifest["skipped_by_reason"]["not-in-annotations"] == 1
