@@ -243,7 +243,7 @@ def _convert(
         _warn_about_assumed_frames(counts)
     results = _read_results(work)
     check_results(results, counts.accepted_per_split())
-    _warn_about_empty_classes(plan, results)
+    _warn_about_empty_classes(plan, results, went_with_images=sum(counts.objects_of_rejected.values()))
     if options.shards != AUTO:
         _warn_about_shard_sizes(results)
     duplicates = json.loads(filesystems.read_text(FileSystems.join(work, DUPLICATES_SUMMARY_FILE)))
@@ -330,8 +330,10 @@ def _work_is_sound(err: BaseException) -> bool:
     return not any(kind.__name__ in str(err) for kind in _UNSOUND_WORK)
 
 
-def _warn_about_empty_classes(plan: discover.InputPlan, results: Sequence[ShardResult]) -> None:
-    """A class whose every file was rejected is published with no records: say so, naming it."""
+def _warn_about_empty_classes(plan: discover.InputPlan, results: Sequence[ShardResult],
+                              went_with_images: int = 0) -> None:
+    """A class whose every file was rejected is published with no records: say so, naming it (an object
+    dataset's objects may also have gone with their rejected images: ``went_with_images`` of them did)."""
     if plan.task == record_schema.TASK_SEGMENTATION:
         return  # a mask's classes are its pixels' values: the records count none, so nothing here says "empty"
     written: set[int] = set()
@@ -348,9 +350,11 @@ def _warn_about_empty_classes(plan: discover.InputPlan, results: Sequence[ShardR
     if empty:
         noun = "class has" if len(empty) == 1 else "classes have"
         shown = _few(empty)
-        logger.warning("%d %s no records: every %s listed for %s was rejected (%s): %s", len(empty), noun,
+        logger.warning("%d %s no records: every %s listed for %s was rejected%s (%s): %s", len(empty), noun,
                        "object" if plan.task == record_schema.TASK_OBJECTS else "file",
-                       "it" if len(empty) == 1 else "them", record_schema.REJECTED_FILE, shown)
+                       "it" if len(empty) == 1 else "them",
+                       " or went with its rejected image" if went_with_images else "", record_schema.REJECTED_FILE,
+                       shown)
 
 
 def _warn_about_assumed_frames(counts: PartCounts) -> None:

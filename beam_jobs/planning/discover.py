@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import logging
 import re
@@ -256,7 +257,7 @@ def plan_inputs(
                 if formats.has_image_extension(parts[-1]):
                     stray.add("/".join(parts[:-1]), path)
                 continue
-            why = read_head and not_an_image(parts[-1], lambda: read_head(path, source))
+            why = read_head and not_an_image(parts[-1], functools.partial(read_head, path, source))
             if why:
                 skipped.add(path, NOT_AN_IMAGE, why)
                 not_images.add((split_of(path), parts[depth - 1]))

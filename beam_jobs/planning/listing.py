@@ -93,6 +93,17 @@ def skip_reason(path: str, skipped: Optional[collections.Counter]) -> bool:
 _SKIP_DETAILS = {"system-file": "a file the operating system leaves in folders",
                  "hidden": "a hidden file, or in a hidden folder (its name, or a folder's, starts with a dot)"}
 NOT_AN_IMAGE = "not-an-image"
+ANNOTATIONS_NOT_READ = "annotations-not-read"
+# Annotation files by extension (COCO and Label Studio JSON, CVAT and VOC XML, YOLO's yaml, Parquet) -> words.
+_ANNOTATION_KINDS = {"json": "a JSON file (COCO, Label Studio)", "xml": "an XML file (CVAT, Pascal VOC)",
+                     "yaml": "a YAML file (a YOLO dataset's)", "yml": "a YAML file (a YOLO dataset's)",
+                     "parquet": "a Parquet file"}
+
+
+def annotation_kind(path: str) -> Optional[str]:
+    """What kind of annotation file ``path`` is by its name (see :data:`_ANNOTATION_KINDS`), or None."""
+    name = path.rpartition("/")[2].lower()
+    return _ANNOTATION_KINDS.get(name.rpartition(".")[2]) if "." in name else None
 
 
 class SkippedFiles(collections.Counter):
@@ -112,9 +123,17 @@ class SkippedFiles(collections.Counter):
         self._held: list[str] = []
         self._file: Optional[BinaryIO] = open(scratch_file(scratch, "skipped"), "w+b") if scratch else None
         self.examples: dict[str, list[str]] = {}
+        self.annotations: list[str] = []  # the annotation files skipped, in the order added
 
-    def add(self, path: str, reason: str, detail: str = "") -> None:
-        """Count ``path`` as skipped for ``reason`` and name it (``detail``: why, in words)."""
+    def add(self, path: str, reason: str, detail: str = "", warned: bool = False) -> None:
+        """Count ``path`` as skipped for ``reason`` and name it (``detail``: why, in words). An annotation
+        file (:func:`annotation_kind`) is skipped as ``annotations-not-read`` whatever the caller's reason
+        (but a hidden one), and kept for :meth:`annotation_warnings` (unless the caller ``warned`` of it)."""
+        kind = annotation_kind(path)
+        if kind and reason not in (*_SKIP_DETAILS, "converted-dataset") and reason != ANNOTATIONS_NOT_READ:
+            reason, detail = ANNOTATIONS_NOT_READ, f"{kind} that the layout read does not use"
+        if reason == ANNOTATIONS_NOT_READ and not warned:
+            self.annotations.append(display_path(path))
         self[reason] += 1
         shown = display_path(path)
         line = json.dumps({"path": shown, "reason": reason, "detail": detail}, ensure_ascii=False)
@@ -137,6 +156,18 @@ class SkippedFiles(collections.Counter):
         with open(self._file.name, "rb") as handle:
             for raw in handle:
                 yield raw.decode("utf-8").rstrip("\n")
+
+    def annotation_warnings(self, src: str, shown: int = 10) -> list[str]:
+        """A warning naming each annotation file skipped (the first ``shown``, then how many more): an
+        annotation file no source read may be a dataset, or a part of one, that this run leaves out."""
+        named = self.annotations[:shown]
+        warnings = [f"{src}/{path}: an annotation file that no source read: skipped ({ANNOTATIONS_NOT_READ} in "
+                    "skipped.jsonl). If it labels images of SRC, convert it on its own (--annotations FILE, or "
+                    "--src its dataset's folder)" for path in named]
+        if len(self.annotations) > shown:
+            warnings.append(f"{len(self.annotations) - shown} more annotation files were not read: "
+                            f"{ANNOTATIONS_NOT_READ} in skipped.jsonl names each")
+        return warnings
 
     def counts(self) -> dict[str, int]:
         """Reason -> count, sorted by reason (the manifest's ``skipped_by_reason``)."""

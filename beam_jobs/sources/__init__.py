@@ -104,6 +104,9 @@ def _hub_file(request: Request) -> discover.InputPlan:
 
 def _hub_folder(request: Request) -> discover.InputPlan:
     options = request.options
+    several = layout_hints.several_datasets(options.src, request.found().listing, but=layout_hints.PARQUET)
+    if several:  # a Parquet file beside COCO, CVAT or YOLO datasets: its rows alone would be published
+        raise discover.InputError(several)
     return hub.plan(request.src, request.found().listing, request.labels, options.val_fraction, options.seed,
                     options.config, options.image_column, options.label_column, scratch=request.scratch,
                     bbox_format=options.bbox_format)
@@ -220,6 +223,9 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
     source = next(source for source in SOURCES if source.claims(request))
     _refuse_flags(source, options)
     plan = source.plan(request)
+    if plan.skipped_files is not None and plan.skipped_files.annotations:  # each named: it may be a dataset left out
+        plan = dataclasses.replace(plan, warnings=plan.warnings + tuple(plan.skipped_files.annotation_warnings(
+            options.src)))
     if options.synsets:  # each class's text (ImageNet's LOC_synset_mapping.txt), whatever listed the classes
         plan = dataclasses.replace(plan, class_text=imagenet.read_synsets(options.synsets, plan.classes))
     return plan

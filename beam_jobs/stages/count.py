@@ -34,6 +34,8 @@ class PartCounts:
       rejected_objects: split -> rejection reason -> objects rejected from written images.
       assumed_frames: frame ("stored", "upright") -> ``[images, [their first paths, sorted, at most 3]]`` whose
         boxes were taken to be in that frame because the image's size could not tell (the run warns).
+      objects_of_rejected: split -> objects listed for images that were rejected (a missing file...): not
+        written, each image's line in ``rejected.jsonl`` says how many went with it.
     """
 
     accepted: Mapping[str, tuple[int, ...]]
@@ -42,6 +44,7 @@ class PartCounts:
     objects: Mapping[str, int] = dataclasses.field(default_factory=dict)
     rejected_objects: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
     assumed_frames: Mapping[str, list] = dataclasses.field(default_factory=dict)
+    objects_of_rejected: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def plus(self, other: "PartCounts") -> "PartCounts":
         accepted = dict(self.accepted)
@@ -51,7 +54,8 @@ class PartCounts:
         return PartCounts(accepted, _add_reasons(self.rejected, other.rejected),
                           _add(self.stored_bytes, other.stored_bytes), _add(self.objects, other.objects),
                           _add_reasons(self.rejected_objects, other.rejected_objects),
-                          _add_examples(self.assumed_frames, other.assumed_frames))
+                          _add_examples(self.assumed_frames, other.assumed_frames),
+                          _add(self.objects_of_rejected, other.objects_of_rejected))
 
     def accepted_per_split(self) -> dict[str, int]:
         return {split: sum(counts) for split, counts in self.accepted.items()}
@@ -68,14 +72,16 @@ class PartCounts:
     def to_json(self) -> str:
         return json.dumps({"accepted": {s: list(c) for s, c in self.accepted.items()}, "rejected": self.rejected,
                            "stored_bytes": self.stored_bytes, "objects": self.objects,
-                           "rejected_objects": self.rejected_objects, "assumed_frames": self.assumed_frames},
+                           "rejected_objects": self.rejected_objects, "assumed_frames": self.assumed_frames,
+                           "objects_of_rejected": self.objects_of_rejected},
                           sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "PartCounts":
         raw = json.loads(text)
         return cls({s: tuple(c) for s, c in raw["accepted"].items()}, raw["rejected"], raw.get("stored_bytes", {}),
-                   raw.get("objects", {}), raw.get("rejected_objects", {}), raw.get("assumed_frames", {}))
+                   raw.get("objects", {}), raw.get("rejected_objects", {}), raw.get("assumed_frames", {}),
+                   raw.get("objects_of_rejected", {}))
 
     def shard_counts(self, planned: Optional[Mapping[str, int]]) -> dict[str, int]:
         """Shards per split: ``planned`` (or, when None, sized from the bytes: :func:`auto_shard_count`),

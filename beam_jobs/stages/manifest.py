@@ -112,6 +112,8 @@ def build_manifest(
         # Objects refused from the images written (an empty box, an unknown class...), each in rejected.jsonl.
         **({"num_rejected_objects": sum(counts.rejected_objects_by_reason().values()) if counts else 0,
             "rejected_objects_by_reason": counts.rejected_objects_by_reason() if counts else {},
+            # Objects listed for images that were rejected (a missing file...): not written, not "rejected objects".
+            "num_objects_of_rejected_images": sum(counts.objects_of_rejected.values()) if counts else 0,
             "label_map": record_schema.LABEL_MAP_FILE} if objects else {}),
         # Objects: id 0 is the background; record id = the source's class id + this (1 for YOLO's and the Hub's
         # 0-based indexes, 0 for COCO's and VOC's ids).

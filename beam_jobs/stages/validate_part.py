@@ -22,18 +22,27 @@ The per-image work is :func:`beam_jobs.stages.validate.validate_chunk`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Optional
 
-from beam_jobs import faults
+from beam_jobs import annotations, faults
 from beam_jobs.files import filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.planning.carve import keyed_hash
-from beam_jobs.stage_records import RejectedInput
+from beam_jobs.stage_records import ImageRef, RejectedInput
 from beam_jobs.stages.count import PartCounts
 from beam_jobs.stages.near_duplicates import near_records
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages.validate import assumed_frame, count_objects, rejected_objects as rejected_objects_of, validate_chunk
+
+
+def listed_objects(ref: ImageRef) -> int:
+    """The objects a listed image's annotation gives it (0 for a classification image)."""
+    if not ref.annotation:
+        return 0
+    annotation = annotations.decode(ref.annotation)
+    return len(annotation.boxes) if isinstance(annotation, annotations.Objects) else 0
 
 
 def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: EncodeOptions,
@@ -58,9 +67,15 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
     objects: dict[str, int] = {}
     rejected_objects: dict[str, dict[str, int]] = {}
     assumed: dict[str, list] = {}
+    objects_of_rejected: dict[str, int] = {}
     results = validate_chunk(src, refs, options, layout.work, part, on_result=on_image)
     for ref, result in zip(refs, results):
         if isinstance(result, RejectedInput):
+            went = listed_objects(ref)
+            if went:  # they are not written either: counted, and the image's line says so
+                result = dataclasses.replace(result, detail=f"{result.detail}; its {went} "
+                                             f"object{'' if went == 1 else 's'} went with it")
+                objects_of_rejected[ref.split] = objects_of_rejected.get(ref.split, 0) + went
             rejected.append(result.to_json())
             reasons = rejected_counts.setdefault(ref.split, {})
             reasons[result.reason] = reasons.get(result.reason, 0) + 1
@@ -90,7 +105,7 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
         work_records.write_file(layout.near(part), work_records.NEAR, near_records(content, layout.near_bands - 1),
                                 layout.near_ranges)
     _write_lines(layout.rejected(part), sorted(rejected))
-    counts = PartCounts(accepted, rejected_counts, stored, objects, rejected_objects, assumed)
+    counts = PartCounts(accepted, rejected_counts, stored, objects, rejected_objects, assumed, objects_of_rejected)
     filesystems.write_text(done, counts.to_json())  # last: the part is complete
     faults.point("part-validated")
     return counts

@@ -41,6 +41,7 @@ PINNED = {
     "duplicates.jsonl": "e1f5b665f2033d4dbef9e87a0e7e43af708d6a987cca3b9b8fbe9a8ada93cbba",  # lines {"kind", "images"} since #48
     "labels.txt": "ce09cc9a875f311dac7683caff6c9e1979dac0fea02c6adf9f074a4bea7ebfaa",
     "rejected.jsonl": "3cd90d5cf45eac720ff492af8cd8b6f82bbdc853596756f94c58156c7d07b958",
+    "skipped.jsonl": "19f0c1135ec85d9b1a7d8520db656c204ff32da7e4a9c17e9fca2e9e56e4ecf1",  # the system file (#57)
     "train-00000-of-00003.tfrecord": "b582f70c9e8c99a7b6f36ecb6d9b722980140a9d94333e4206e31c376a3c5da3",
     "train-00000-of-00003.tfrecord.idx": "38fa44961dae3567c3e52424e4ab6d9b9afa794877830945336a94cf86d3ff0c",
     "train-00001-of-00003.tfrecord": "22acd2eea0f12e8f9de986cf1d58d363bad0464831b12a72e04a5154703ebd90",

@@ -31,6 +31,7 @@ width and height fit both the stored and the upright image, boxes are in the sto
 from __future__ import annotations
 
 import collections
+import dataclasses
 import posixpath
 import re
 from typing import BinaryIO, Callable, Optional, Protocol, Sequence
@@ -40,6 +41,8 @@ from beam_jobs import formats, masks
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
+from beam_jobs.planning.listing import ANNOTATIONS_NOT_READ, SkippedFiles
+from beam_jobs.sources.archives import archive_members
 from beam_jobs.sources.objects import annotated_plan, coco_json
 
 _INSTANCES = re.compile(r"^annotations/(?P<kind>instances|image_info)_(?P<name>[^/]+)\.json$")
@@ -111,7 +114,7 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     categories: dict[int, str] = {}
     supercategories: dict[int, object] = {}
     read_sets: list[coco_json.CocoSet] = []
-    skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    skipped = SkippedFiles(listing.skipped, scratch)
     for path, folder, split, source in sets:
         where = display_path(path if options.annotations else f"{src}/{path}")
         opened = _opener(src, path, source, read, bool(options.annotations))
@@ -126,25 +129,75 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         read_sets.append(found)
     listed = {relpath for found in read_sets for relpath in found.relpaths}
     folders = {folder for _, folder, _, _ in sets}
-    unlisted = sorted(path for path in located if _in_folders(path, folders) and path not in listed
-                      and not skip_reason(path, None) and formats.has_image_extension(path))
-    if unlisted:
-        skipped["not-in-annotations"] += len(unlisted)
-        warnings.append(f"{len(unlisted)} files in the image folders are in no annotation file: skipped "
-                        f"({', '.join(display_path(p) for p in unlisted[:3])}{' ...' if len(unlisted) > 3 else ''})")
+    read_files = {path for path, _, _, _ in sets} | _inside(src, options.annotations)
+    _account(src, located, listed, read_files, folders, skipped, warnings)
     _leave_out_unused_zero(categories, supercategories, {c for found in read_sets for c in found.used}, warnings)
     classes = annotated_plan.class_table(categories, src, "the COCO annotation files")
     folded = annotated_plan.case_folded(located)
-    images = (annotated_plan.AnnotatedImage(found.split, relpath, found.objects(index),
-                                            annotated_plan.source_of(relpath, located, folded))
+    images = (_image(found, index, relpath, located, folded, categories)
               for found in read_sets for index, relpath in enumerate(found.relpaths))
     try:
-        return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings,
+        made = annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings,
                                    labels, scratch=scratch,
                                    extra_features={record_schema.OBJECT_MASK: "bytes_list"} if options.masks else None)
+        return dataclasses.replace(made, skipped_files=skipped)
     finally:
         if blobs is not None:
             blobs.close()
+
+
+def _image(found: coco_json.CocoSet, index: int, relpath: str, located: dict, folded: Callable,
+           categories: dict[int, str]) -> annotated_plan.AnnotatedImage:
+    """One listed image, its objects, and where its bytes are; an image whose file SRC does not hold is
+    rejected by name as ``missing-file``, its objects' classes named on its line (validation counts them)."""
+    objects = found.objects(index)
+    source = annotated_plan.source_of(relpath, located, folded)
+    if not source and relpath not in located:
+        classes = collections.Counter(categories.get(box.label, str(box.label)) for box in objects.boxes)
+        named = ", ".join(f"{name} {count}" for name, count in sorted(classes.items(), key=lambda kv: (-kv[1], kv[0])))
+        source = archive_members.refusal(
+            "missing-file", f"listed in {posixpath.basename(found.where)}, but --src has no file "
+            f"{display_path(relpath)}" + (f" (its objects: {named})" if named else ""))
+    return annotated_plan.AnnotatedImage(found.split, relpath, objects, source)
+
+
+# COCO's other annotation files, beside instances_*.json: what they hold, for the warning that names them.
+_OTHER_KINDS = {"person_keypoints": "keypoints", "captions": "captions", "stuff": "stuff segmentation",
+                "panoptic": "panoptic segmentation"}
+
+
+def _account(src: str, located: dict, listed: set[str], read_files: set[str], folders: set[str],
+             skipped: SkippedFiles, warnings: list[str]) -> None:
+    """Every file of SRC that is neither an image the annotations list nor an annotation file read is skipped,
+    named with its reason: hidden, an image in no annotation file, an annotation file not read (COCO's
+    keypoints and captions: a warning each), anything else outside the layout."""
+    unlisted = []
+    for path in sorted(located):
+        if path in listed or path in read_files or skip_reason(path, skipped):
+            continue
+        name = posixpath.basename(path)
+        other = re.match(r"^(?P<kind>person_keypoints|captions|stuff|panoptic)_.*\.json$", name)
+        if other:
+            warnings.append(f"{display_path(src)}/{display_path(path)}: COCO {_OTHER_KINDS[other['kind']]}, which the "
+                            "converter does not read: skipped (only the instances files' boxes, classes and masks "
+                            "are converted)")
+            skipped.add(path, ANNOTATIONS_NOT_READ, f"COCO {_OTHER_KINDS[other['kind']]}, not read", warned=True)
+        elif _in_folders(path, folders) and formats.has_image_extension(path):
+            unlisted.append(path)
+            skipped.add(path, "not-in-annotations", "in an image folder, but in no annotation file")
+        else:
+            skipped.add(path, "not-in-layout", "neither an image the annotation files list nor one of them")
+    if unlisted:
+        warnings.append(f"{len(unlisted)} files in the image folders are in no annotation file: skipped "
+                        f"({', '.join(display_path(p) for p in unlisted[:3])}{' ...' if len(unlisted) > 3 else ''})")
+
+
+def _inside(src: str, path: str) -> set[str]:
+    """``--annotations``' file as a path of SRC's listing, when it lies inside SRC (it is read, not skipped)."""
+    if not path:
+        return set()
+    base = src.rstrip("/") + "/"
+    return {path[len(base):]} if path.startswith(base) else set()
 
 
 def _sets(src: str, listing: Listing, located: dict, warnings: list[str]) -> list[tuple[str, str, str, str]]:

@@ -137,17 +137,59 @@ def read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: str
 
     reading = _Reading(CocoSet(where, folder, split, blobs, upright), max_pixels)
     handlers = {"images": reading.image, "annotations": reading.annotation, "categories": reading.category}
+    tracked: Optional[_Tracked] = None
     try:
         with opened() as handle:
-            for name, entry in entries(handle):
+            tracked = _Tracked(handle)
+            for name, entry in entries(tracked):
                 if not isinstance(entry, dict):
                     raise InputError(f"{where}: an entry of {name!r} is not a JSON object: {str(entry)[:80]}")
                 handlers[name](entry)
     except ijson.JSONError as err:
-        raise InputError(f"{where} is not valid JSON: {err}") from err
+        raise InputError(f"{where} is not valid JSON: {_json_fault(err, tracked)}") from err
     except (OSError, ArchiveError) as err:  # ArchiveError: a zip's member that does not inflate as it declares
         raise InputError(f"{where} could not be read: {err}") from err
     return reading.finish(warnings, required)
+
+
+class _Tracked:
+    """A stream that counts the bytes read and keeps the last two reads, so a JSON fault can be placed: its
+    byte offset and the text around it (yajl's own context line is empty where a file is cut short)."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self._handle, self.read_bytes, self.window, self.window_start = handle, 0, b"", 0
+        self._last = b""
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        self.window_start = self.read_bytes - len(self._last)
+        self.window, self._last = self._last + data, data
+        self.read_bytes += len(data)
+        return data
+
+
+def _json_fault(err: Exception, tracked: Optional[_Tracked]) -> str:
+    """What is wrong with the JSON and where: yajl's message in one line, the fault's byte offset and the
+    text before it. A file cut short (a partial download, a full disk) ends in the middle of a value."""
+    lines = str(err).splitlines()
+    message = lines[0].strip().rstrip(".") if lines else type(err).__name__
+    if tracked is None:
+        return message
+    offset = tracked.read_bytes
+    if len(lines) >= 3 and lines[1].strip() and "^" in lines[2]:  # yajl's context: a snippet and a caret under it
+        snippet = lines[1].strip()
+        found = tracked.window.find(snippet.encode("utf-8", "replace"))
+        if found >= 0:
+            column = lines[2].index("^") - (len(lines[1]) - len(lines[1].lstrip()))
+            column -= message.startswith("lexical error")  # yajl's caret is past the character it could not read
+            offset = tracked.window_start + found + max(column, 0)
+    before = tracked.window[max(0, offset - tracked.window_start - 60):offset - tracked.window_start]
+    after = tracked.window[offset - tracked.window_start:offset - tracked.window_start + 20]
+    context = before.decode("utf-8", "replace") + " <-- here --> " + after.decode("utf-8", "replace")
+    if "premature EOF" in message or offset >= tracked.read_bytes and not after:
+        return (f"it ends at byte {offset} in the middle of its data (cut short: a partial download or copy?); "
+                f"its last bytes: {before.decode('utf-8', 'replace')!r}")
+    return f"{message} at byte {offset}: {context!r}"
 
 
 class _Reading:

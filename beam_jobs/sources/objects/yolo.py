@@ -248,7 +248,7 @@ def _objects(image: str, label_path: str, data: Optional[bytes], num_classes: in
         name = f"{display_path(label_path)} line {number}"
         parsed = _line(line)
         if parsed is None:
-            rejected.append((name, annotations.BAD_ANNOTATION, f"{line.strip()[:60]!r} is not 'class cx cy w h'"))
+            rejected.append((name, annotations.BAD_ANNOTATION, _unparsed(line)))
             continue
         label, (x0, y0, x1, y1) = parsed
         if not 0 <= label < num_classes or not classes[label]:
@@ -257,6 +257,21 @@ def _objects(image: str, label_path: str, data: Optional[bytes], num_classes: in
             continue
         boxes.append(annotations.Box(name, label, x0, y0, x1, y1))
     return annotations.Objects(source_id, tuple(boxes), annotations.NORMALIZED, True, tuple(rejected))
+
+
+def _unparsed(line: str) -> str:
+    """Why a label line does not parse, worded for what it looks like: past five numbers it is a polygon
+    (Ultralytics' segmentation labels), whose points come in pairs."""
+    fields = line.split()
+    shown = f"{line.strip()[:60]!r}{' ...' if len(line.strip()) > 60 else ''}"
+    if len(fields) > 5 and len(fields) % 2 == 0:
+        try:
+            [float(v) for v in fields[1:]]
+            return (f"{shown} is a polygon ('class x1 y1 x2 y2 ...') with {len(fields) - 1} coordinates, an odd "
+                    "number: its last point has no y")
+        except ValueError:
+            pass
+    return f"{shown} is neither 'class cx cy w h' nor a polygon 'class x1 y1 x2 y2 x3 y3 ...'"
 
 
 def _line(line: str) -> Optional[tuple[int, tuple[float, float, float, float]]]:
