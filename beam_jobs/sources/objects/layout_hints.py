@@ -29,28 +29,37 @@ _INSIDE = (
     (re.compile(r"^(?P<top>[^/]+)/(?:[^/]+/)?(?:VOCdevkit/)?(?:VOC[^/]*/)?Annotations/[^/]+\.xml$"), "Pascal VOC"),
     (re.compile(r"^(?P<top>[^/]+)/result\.json$"), "Label Studio's COCO export"),
 )
-_MARKER_SUFFIXES = (".json", ".yaml", ".yml", ".xml", "/classes.txt")
+_MARKER_SUFFIXES = (".json", ".yaml", ".yml", ".xml", "/classes.txt", ".parquet")
+PARQUET = "Parquet"
 
 
 def several_datasets(src: str, listing: Listing, but: str = "") -> Optional[str]:
-    """SRC's top folders that are datasets of an object layout, named, or None; ``but``: a layout whose datasets
-    alone are no mistake (Pascal VOC: VOC2007/ beside VOC2012/ is one dataset, which it reads whole)."""
+    """SRC's top folders (and Parquet files) that are datasets, each named with the command that converts it, or
+    None; ``but``: a layout whose datasets alone are no mistake (Pascal VOC: VOC2007/ beside VOC2012/ is one
+    dataset, which it reads whole; Parquet: a Hub dataset's configs).
+
+    A Parquet file is a dataset (the Hub's source reads one alone): one beside COCO, CVAT or YOLO datasets must
+    not make the folder a Parquet dataset whose rows alone are published (issue #57 case 4).
+    """
     found: dict[str, str] = {}
     for path in listing.files:
         # Only annotation files can be markers: the suffix test skips ImageNet's 1.28M images in 0.1 s.
         if not path.endswith(_MARKER_SUFFIXES) or path.count("/") > 4:
             continue
+        if path.lower().endswith(".parquet"):
+            found.setdefault(path.split("/")[0], PARQUET)
+            continue
         for pattern, layout in _INSIDE:
             match = pattern.match(path)
             if match and (layout != "YOLO" or _has_labels(listing, match["top"])):
-                found.setdefault(match["top"], layout)
-    if not found or set(found.values()) == {but}:
+                found[match["top"]] = layout if found.get(match["top"], PARQUET) == PARQUET else found[match["top"]]
+    if len(found) < 2 and set(found.values()) <= {PARQUET} or set(found.values()) == {but}:
         return None
-    named = ", ".join(f"{top}/ ({layout})" for top, layout in sorted(found.items())[:5]) + (
-        f" and {len(found) - 5} more" if len(found) > 5 else "")
-    first = sorted(found)[0]
-    return (f"{display_path(src)} holds datasets, not classes: {named}. Convert each on its own: python -m "
-            f"converter --src {display_path(FileSystems.join(src, first))}")
+    tops = sorted(found)
+    named = ", ".join(f"{top}{'/' if top in listing.dirs or '.' not in top else ''} ({found[top]})"
+                      for top in tops[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    commands = "; ".join(f"python -m converter --src {display_path(FileSystems.join(src, top))}" for top in tops[:5])
+    return f"{display_path(src)} holds datasets, not classes: {named}. Convert each on its own: {commands}"
 
 
 _YOLO_PARTS = re.compile(r"^(?P<root>(?:[^/]+/){0,2}?)(?P<kind>images|labels)/")
