@@ -40,6 +40,7 @@ plan is made is each image's objects (as for COCO).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import io
 import math
 import posixpath
@@ -52,6 +53,7 @@ from beam_jobs import annotations, formats
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
+from beam_jobs.planning.listing import SkippedFiles
 from beam_jobs.sources.archives import archive_members
 from beam_jobs.sources.objects import annotated_plan
 
@@ -137,7 +139,7 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     src = options.src
     located = dict(listing.entries())
     where = display_path(f"{src}/{ANNOTATIONS}")
-    skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    skipped = SkippedFiles(listing.skipped, scratch)
     parsed = _Parsed(where, labels, _Finder(located))
     with _open(src, located.get(ANNOTATIONS, ""), read) as handle:
         _parse(handle, where, parsed, located)
@@ -162,15 +164,22 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     if parsed.not_written:
         warnings.append(f"{where}: not written: " + ", ".join(f"{count} {_NOT_WRITTEN.get(kind, f'<{kind}>')}"
                                                              for kind, count in sorted(parsed.not_written.items())))
-    unlisted = sorted(path for path in located if path not in parsed.seen
-                      and not skip_reason(path, skipped) and formats.has_image_extension(path))
+    unlisted = []
+    for path in sorted(located):  # every file of SRC not read, skipped and named with its reason
+        if path in parsed.seen or path == ANNOTATIONS or skip_reason(path, skipped):
+            continue
+        if formats.has_image_extension(path):
+            unlisted.append(path)
+            skipped.add(path, "not-in-annotations", f"an image that no <image> of {ANNOTATIONS} names")
+        else:
+            skipped.add(path, "not-in-layout", f"neither {ANNOTATIONS} nor an image it names")
     if unlisted:
-        skipped["not-in-annotations"] += len(unlisted)
         warnings.append(f"{len(unlisted)} image{'s' if len(unlisted) != 1 else ''} under {display_path(src)} "
                         f"{'are' if len(unlisted) != 1 else 'is'} in no <image> of {ANNOTATIONS}: skipped "
                         f"({', '.join(display_path(p) for p in unlisted[:3])}{' ...' if len(unlisted) > 3 else ''})")
-    return annotated_plan.plan(src, parsed.images, classes, options.val_fraction, options.seed, skipped, warnings,
+    made = annotated_plan.plan(src, parsed.images, classes, options.val_fraction, options.seed, skipped, warnings,
                                None, scratch=scratch)
+    return dataclasses.replace(made, skipped_files=skipped)
 
 
 def _open(src: str, source: str, read: Reader) -> BinaryIO:

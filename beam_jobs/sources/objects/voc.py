@@ -37,6 +37,7 @@ missing is named in a warning.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import posixpath
 import re
 import struct
@@ -46,7 +47,8 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 import record_schema
 from beam_jobs import annotations, formats
 from beam_jobs.options import ConvertOptions
-from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path
+from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
+from beam_jobs.planning.listing import SkippedFiles
 from beam_jobs.sources.archives import archive_members
 from beam_jobs.sources.objects import annotated_plan, voc_classes
 from beam_jobs.stage_records import ImageRef
@@ -122,16 +124,21 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     """The plan of a Pascal VOC dataset (see the module's docstring)."""
     src = options.src
     located = dict(listing.entries())
-    skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    skipped = SkippedFiles(listing.skipped, scratch)
     warnings: list[str] = []
     lists = "Segmentation" if options.masks else "Main"
-    flat = flat_roots(listing)
+    flat, standard = flat_roots(listing), roots(listing)
     if flat and options.masks:
         raise InputError(f"--masks reads VOC's ImageSets/Segmentation and SegmentationClass/, but {display_path(src)} "
                          f"holds XMLs beside their images in {', '.join((r or '.') + '/' for r in flat[:3])} (Roboflow's "
                          "Pascal VOC export), which have no masks: leave --masks out")
-    wanted = [entry for root in roots(listing) for entry in _wanted(src, root, located, read, lists, skipped, warnings)]
-    wanted += [entry for root in flat for entry in _wanted_flat(src, root, located, skipped, warnings)]
+    wanted = [entry for root in standard for entry in _wanted(src, root, located, read, lists, warnings)]
+    wanted += [entry for root in flat for entry in _wanted_flat(src, root, located, warnings)]
+    used = {path for _, image, xml in wanted for path in (image, xml)}
+    used |= {posixpath.join(root, "ImageSets", lists, f"{name}.txt") for root in standard for name in (*_LISTS, "trainval")}
+    if options.masks:
+        used |= {_mask_of(image) for _, image, _ in wanted if image}
+    _account(located, used, standard, flat, skipped)
     names: dict[str, int] = {}  # class name -> its index in the packed objects
     counts: collections.Counter[str] = collections.Counter()  # objects by class name
     listed = list(_read(wanted, located, read, names, counts))
@@ -155,11 +162,34 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     images = _annotated((entry for entry in listed if not (entry.problem or not entry.image)), list(names), classes,
                         located, options.masks, labels is not None)
     seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes"}
-    return annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, None, refused,
-                               scratch=scratch, extra_features=seg if options.masks else None)
+    made = annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, None,
+                               refused, scratch=scratch, extra_features=seg if options.masks else None)
+    return dataclasses.replace(made, skipped_files=skipped)
 
 
-def _wanted(src: str, root: str, located: dict, read: Reader, lists: str, skipped: collections.Counter,
+def _account(located: dict, used: set[str], standard: Sequence[str], flat: Sequence[str],
+             skipped: SkippedFiles) -> None:
+    """Every file of SRC the plan does not read, skipped and named with its reason (warned of already where
+    it matters): an image of ``JPEGImages/`` in no split list (its XML too), an image without its XML beside it
+    (Roboflow's layout) or an XML without its image, a hidden file, anything else outside the layout."""
+    jpeg_folders = {posixpath.join(root, "JPEGImages") for root in standard}
+    xml_folders = {posixpath.join(root, "Annotations") for root in standard}
+    flat_folders = set(flat)
+    for path in sorted(located):
+        if path in used or skip_reason(path, skipped):
+            continue
+        folder = posixpath.dirname(path)
+        if folder in jpeg_folders or folder in xml_folders and path.endswith(".xml"):
+            skipped.add(path, "not-in-split-lists", "in no split list of ImageSets", warned=True)
+        elif folder in flat_folders and path.endswith(".xml"):
+            skipped.add(path, "no-image", "a VOC XML without its image beside it", warned=True)
+        elif folder in flat_folders and formats.has_image_extension(path):
+            skipped.add(path, "no-annotation", "an image without its VOC XML beside it")
+        else:
+            skipped.add(path, "not-in-layout", "neither an image the VOC annotations name nor one of their files")
+
+
+def _wanted(src: str, root: str, located: dict, read: Reader, lists: str,
             warnings: list[str]) -> list[tuple[str, str, str]]:
     """``(split, image or "", XML)`` of each image ``root``'s split lists name; the images no list names, and
     the XMLs of no listed image and no image, counted and named in ``warnings``."""
@@ -169,7 +199,6 @@ def _wanted(src: str, root: str, located: dict, read: Reader, lists: str, skippe
     listed = {image for _, image, _ in wanted}
     unlisted = sorted(p for p in located if p.startswith(posixpath.join(root, "JPEGImages") + "/")
                       and p not in listed)
-    skipped["not-in-split-lists"] += len(unlisted)
     if unlisted:
         warnings.append(f"{len(unlisted)} image{'s' if len(unlisted) != 1 else ''} of {display_path(src)}/"
                         f"{root or '.'}/JPEGImages are in no split list of ImageSets/{lists}: skipped "
@@ -184,8 +213,7 @@ def _wanted(src: str, root: str, located: dict, read: Reader, lists: str, skippe
     return wanted
 
 
-def _wanted_flat(src: str, folder: str, located: dict, skipped: collections.Counter,
-                 warnings: list[str]) -> list[tuple[str, str, str]]:
+def _wanted_flat(src: str, folder: str, located: dict, warnings: list[str]) -> list[tuple[str, str, str]]:
     """``(split, image, XML)`` of each XML of ``folder`` beside its image (the split: the folder's name, else
     train); an image without an XML is skipped and counted (``no-annotation``), an XML without an image named."""
     prefix = folder + "/" if folder else ""
@@ -202,7 +230,6 @@ def _wanted_flat(src: str, folder: str, located: dict, skipped: collections.Coun
     where = f"{display_path(src)}/{folder or '.'}"
     bare = sorted(path for stem, path in images.items() if stem not in xmls)
     if bare:
-        skipped["no-annotation"] += len(bare)
         warnings.append(f"{len(bare)} image{'s' if len(bare) != 1 else ''} of {where} have no VOC XML of the same "
                         f"name beside them: skipped ({_some(bare)})")
     orphans = sorted(path for stem, path in xmls.items() if stem not in images)
@@ -270,13 +297,18 @@ def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequenc
             boxes.append(annotations.Box(label, class_id[name], x0 - 1, y0 - 1, x1, y1, -1.0, False, bool(difficult),
                                          bool(truncated)))
         class_mask = ()
-        if masks:  # SegmentationClass/<id>.png beside JPEGImages/<id>.jpg
-            mask = posixpath.join(posixpath.dirname(posixpath.dirname(image)), "SegmentationClass",
-                                  posixpath.splitext(posixpath.basename(image))[0] + ".png")
+        if masks:
+            mask = _mask_of(image)
             class_mask = (mask, located.get(mask, ""))
         objects_value = annotations.Objects(annotated_plan.derived_source_id(image), tuple(boxes), frame, False,
                                             tuple(rejected), class_mask=class_mask)
         yield annotated_plan.AnnotatedImage(split, image, objects_value, annotated_plan.source_of(image, located))
+
+
+def _mask_of(image: str) -> str:
+    """``SegmentationClass/<id>.png`` beside ``JPEGImages/<id>.jpg``: an image's class mask (``--masks``)."""
+    return posixpath.join(posixpath.dirname(posixpath.dirname(image)), "SegmentationClass",
+                          posixpath.splitext(posixpath.basename(image))[0] + ".png")
 
 
 def _some(paths: Sequence[str]) -> str:

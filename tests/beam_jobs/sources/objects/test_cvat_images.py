@@ -62,6 +62,7 @@ def test_a_real_project_export_finds_each_subsets_image_in_its_subsets_folder_wh
         write_file(str(root / f"frames/{subset}/img1.jpg"), jpeg(picture(10, 10, [])))
     plan = plan_inputs(ConvertOptions(src=str(root)))
     found = {ref.relpath: (ref.split, ref.source) for ref in plan.refs}
+    assert list(plan.skipped_files.lines()) == []  # every file under SRC read
     assert found == {f"frames/{subset}/img{i}.jpg": (split, "") for subset, split in
                      (("Train", "train"), ("Test", "test"), ("Validation", "validation")) for i in (0, 1)}
 

@@ -69,7 +69,10 @@ def test_roboflows_pascal_voc_export_converts_its_three_split_folders_as_objects
     objects = {ref.relpath: annotations.decode(ref.annotation) for ref in plan.refs}
     fox = objects[next(path for path in objects if path.startswith("train/fox1"))]
     assert [(box.label, box.xmin, box.ymin, box.xmax, box.ymax) for box in fox.boxes] == [(21, 10, 5, 40, 30)]
-    assert plan.skipped["no-annotation"] == 1
+    assert plan.skipped["no-annotation"] == 1 and plan.skipped["not-in-layout"] == 2  # the two READMEs
+    skipped = {json.loads(line)["path"]: json.loads(line)["reason"] for line in plan.skipped_files.lines()}
+    assert skipped == {"README.dataset.txt": "not-in-layout", "README.roboflow.txt": "not-in-layout",
+                       "valid/unlabelled.jpg": "no-annotation"}
     assert any("valid/unlabelled.jpg" in w and "no VOC XML" in w for w in plan.warnings)
     assert any("'fox'" in w and "numbered 21" in w for w in plan.warnings)
 
