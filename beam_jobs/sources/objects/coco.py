@@ -41,7 +41,7 @@ from beam_jobs import formats, masks
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
-from beam_jobs.planning.listing import ANNOTATIONS_NOT_READ, SkippedFiles
+from beam_jobs.planning.listing import ANNOTATIONS_NOT_READ, NOT_AN_IMAGE, SkippedFiles
 from beam_jobs.sources.archives import archive_members
 from beam_jobs.sources.objects import annotated_plan, coco_json
 
@@ -169,8 +169,8 @@ _OTHER_KINDS = {"person_keypoints": "keypoints", "captions": "captions", "stuff"
 def _account(src: str, located: dict, listed: set[str], read_files: set[str], folders: set[str],
              skipped: SkippedFiles, warnings: list[str]) -> None:
     """Every file of SRC that is neither an image the annotations list nor an annotation file read is skipped,
-    named with its reason: hidden, an image in no annotation file, an annotation file not read (COCO's
-    keypoints and captions: a warning each), anything else outside the layout."""
+    named with its reason: hidden, an image in no annotation file or outside the image folders, an annotation
+    file not read (COCO's keypoints and captions: a warning each), anything else (a README) no image."""
     unlisted = []
     for path in sorted(located):
         if path in listed or path in read_files or skip_reason(path, skipped):
@@ -185,8 +185,10 @@ def _account(src: str, located: dict, listed: set[str], read_files: set[str], fo
         elif _in_folders(path, folders) and formats.has_image_extension(path):
             unlisted.append(path)
             skipped.add(path, "not-in-annotations", "in an image folder, but in no annotation file")
-        else:
-            skipped.add(path, "not-in-layout", "neither an image the annotation files list nor one of them")
+        elif formats.has_image_extension(path):
+            skipped.add(path, "not-in-layout", "an image outside the folders of the annotation files' images")
+        else:  # a README, a licence: an annotation file (.json, .xml...) is told apart by SkippedFiles
+            skipped.add(path, NOT_AN_IMAGE, "neither an image the annotation files list nor one of them")
     if unlisted:
         warnings.append(f"{len(unlisted)} files in the image folders are in no annotation file: skipped "
                         f"({', '.join(display_path(p) for p in unlisted[:3])}{' ...' if len(unlisted) > 3 else ''})")

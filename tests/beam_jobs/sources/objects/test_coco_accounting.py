@@ -64,7 +64,7 @@ def test_a_missing_images_objects_are_counted_and_named_not_called_rejected_obje
                                                              .read_text().splitlines())}
     assert skipped == {"annotations/person_keypoints_val2017.json": "annotations-not-read",
                        "annotations/captions_val2017.json": "annotations-not-read",
-                       "README.txt": "not-in-layout", "val2017/.DS_Store": "system-file"}
+                       "README.txt": "not-an-image", "val2017/.DS_Store": "system-file"}
     files_under_src = sum(1 for path in root.rglob("*") if path.is_file())
     annotation_files_read, listed_but_not_there = 1, 1
     assert manifest["num_listed"] - listed_but_not_there + manifest["num_skipped"] + annotation_files_read \

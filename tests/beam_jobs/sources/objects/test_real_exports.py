@@ -160,7 +160,8 @@ def test_roboflows_coco_export_plans_its_three_splits_without_the_project_catego
     _assert_objects(_planned(plan), expected, splits)
     assert plan.warnings == ("category 0 ('objects') has no objects: left out (it names the project in a Roboflow "
                              "export; id 0 is the records' background)",)
-    assert not plan.skipped  # README.roboflow.txt is no image, and no image is outside the JSON
+    # README.roboflow.txt is no image (skipped, named in skipped.jsonl), and no image is outside the JSON.
+    assert plan.skipped == {"not-an-image": 1}
 
 
 def test_roboflows_coco_export_converts_with_each_box_on_its_object(roboflow_coco, tmp_path):
