@@ -6,12 +6,13 @@ In:  SRC holding ``images/`` and ``masks/`` (or ``annotations/``, ADE20K's name)
      ``--labels``, naming class id i on line i (a mask holds numbers, not names).
 Out: the plan (:mod:`beam_jobs.sources.objects.annotated_plan`, task ``segmentation``) of every image that has a
      mask, each record with ``image/segmentation/class/encoded`` (turned and resized with its image). An
-     image without a mask is skipped and counted (``no-mask``), as is a mask without an image.
+     image without a mask is skipped and named (``no-mask``, in ``skipped.jsonl`` and a warning), as is a
+     mask without an image.
 """
 
 from __future__ import annotations
 
-import collections
+import dataclasses
 import posixpath
 from typing import Callable, Optional, Sequence
 
@@ -19,6 +20,7 @@ import record_schema
 from beam_jobs import annotations, formats
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
+from beam_jobs.planning.listing import SkippedFiles
 from beam_jobs.sources.objects import annotated_plan
 
 MASK_FOLDERS = ("masks", "annotations")
@@ -49,17 +51,17 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         raise InputError(f"{src} is images/ beside a mask folder (semantic segmentation): name the classes with "
                          "--labels FILE (line i names the class whose pixels are i in the masks)")
     located = dict(listing.entries())
-    skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    skipped = SkippedFiles(listing.skipped, scratch)
     masks_by_stem = {posixpath.splitext(path[len(mask_folder) + 1:])[0]: path for path in located
                      if path.startswith(mask_folder + "/") and path.lower().endswith(".png")}
-    images, used = [], set()
+    images, used, warnings = [], set(), []
     for path in sorted(located):
         if not path.startswith("images/") or skip_reason(path, skipped) or not formats.has_image_extension(path):
             continue
         stem = posixpath.splitext(path[len("images/"):])[0]
         mask = masks_by_stem.get(stem)
         if mask is None:
-            skipped["no-mask"] += 1
+            skipped.add(path, "no-mask", f"no mask {display_path(mask_folder)}/{display_path(stem)}.png beside it")
             continue
         used.add(stem)
         parts = stem.split("/")
@@ -67,12 +69,18 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         objects = annotations.Objects(annotated_plan.derived_source_id(path), (), annotations.STORED, False,
                                       class_mask=(mask, located[mask]))
         images.append(annotated_plan.AnnotatedImage(split, path, objects, located[path]))
-    unmatched = len(masks_by_stem) - len(used)
-    if unmatched:
-        skipped["mask-without-image"] += unmatched
+    for stem, mask in sorted(masks_by_stem.items()):
+        if stem not in used:
+            skipped.add(mask, "mask-without-image", f"no image images/{display_path(stem)}.<ext> beside it")
+    if skipped.examples.get("no-mask"):
+        count = skipped["no-mask"]
+        warnings.append(f"{count} image{' has' if count == 1 else 's have'} no mask in {mask_folder}/: skipped "
+                        f"({', '.join(skipped.examples['no-mask'])}{' ...' if count > 3 else ''}; "
+                        f"each in {record_schema.SKIPPED_FILE})")
     if not images:
         raise InputError(f"{src}: no image in images/ has a mask of the same name in {mask_folder}/ "
                          f"(e.g. images/a.jpg beside {display_path(mask_folder)}/a.png)")
     seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes"}
-    return annotated_plan.plan(src, images, tuple(labels), options.val_fraction, options.seed, skipped,
+    made = annotated_plan.plan(src, images, tuple(labels), options.val_fraction, options.seed, skipped, warnings,
                                scratch=scratch, task=record_schema.TASK_SEGMENTATION, extra_features=seg)
+    return dataclasses.replace(made, skipped_files=skipped)
