@@ -131,6 +131,9 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
                 compressed.place_inflated(plan.inflated, publish.work_dir(staging))
                 manifest, processed = _convert(options, plan, record, staging, bool(resumed), choice, show_progress)
                 _write_card(staging, out, manifest, options.card)
+            # The plan's lists are read by now: a run killed while it publishes leaves no scratch behind (in
+            # /tmp when OUT is in an object store).
+            shutil.rmtree(scratch, ignore_errors=True)
             faults.point("before-commit")
             with interrupt.deferred():  # a signal now takes effect once the dataset is whole
                 publish.commit(staging, out, manifest)
