@@ -20,35 +20,20 @@ import reader
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import label_map as converter_label_map
 from beam_jobs.pipeline import run
-from converter.demo import draw_shape
 from reader import quotas
 from reader.mixture_pipeline import _mixed_records
 from tests.object_data import jpeg, picture, voc_xml, write_coco, write_file
+from tests.reader.conftest import MIXTURE_WEIGHTS
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 BATCH = 12
-WEIGHTS = (0.5, 0.3, 0.2)
-
-
-def _classification(root, name: str, classes: dict, per_class: int, seed: int) -> str:
-    rng = np.random.default_rng(seed)
-    src = root / f"src-{name}"
-    for folder, shape in classes.items():
-        os.makedirs(src / folder)
-        for index in range(per_class):
-            draw_shape(rng, shape, 40, 48).save(src / folder / f"{index:03d}.jpg", quality=90)
-    out = str(root / name)
-    run(ConvertOptions(src=str(src), out=out, shards=2, val_fraction=0.2, seed=1), FAST, show_progress=False)
-    return out
+WEIGHTS = MIXTURE_WEIGHTS
 
 
 @pytest.fixture(scope="module")
-def sources(tmp_path_factory) -> list:
-    root = tmp_path_factory.mktemp("mixture")
-    made = [_classification(root, "a", {"circle": "circle", "square": "square"}, 20, 1),
-            _classification(root, "b", {"square": "square", "triangle": "triangle"}, 12, 2),
-            _classification(root, "c", {"circle": "circle", "star": "triangle"}, 5, 3)]
-    return list(zip(made, WEIGHTS))
+def sources(mixture_sources) -> list:
+    """The three sources (tests/reader/conftest.py: made once for this module and test_mixture_hosts.py)."""
+    return mixture_sources
 
 
 @pytest.fixture(scope="module")

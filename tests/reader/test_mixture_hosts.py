@@ -17,18 +17,14 @@ import reader
 from reader import quotas
 from reader.mixture_pipeline import _mixed_records, _present, _source_records, _source_seeds
 from reader.order import stream_segments
-from tests.reader.test_mixture import BATCH, WEIGHTS, _classification
+from tests.reader.test_mixture import BATCH
 
 STEPS = 60
 
 
 @pytest.fixture(scope="module")
-def sources(tmp_path_factory) -> list:
-    root = tmp_path_factory.mktemp("hosts")
-    made = [_classification(root, "a", {"circle": "circle", "square": "square"}, 20, 1),
-            _classification(root, "b", {"square": "square", "triangle": "triangle"}, 12, 2),
-            _classification(root, "c", {"circle": "circle", "star": "triangle"}, 5, 3)]
-    return list(zip(made, WEIGHTS))
+def sources(mixture_sources) -> list:
+    return mixture_sources
 
 
 @pytest.fixture(scope="module")
