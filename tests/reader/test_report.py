@@ -92,6 +92,40 @@ def classified(tmp_path_factory) -> str:
     return out
 
 
+@pytest.fixture(scope="module")
+def coco_demo(tmp_path_factory) -> str:
+    """The COCO demo of 15 images (12 train, 3 validation), converted."""
+    from converter.demo import write_object_demo
+
+    root = tmp_path_factory.mktemp("coco-demo")
+    write_object_demo(str(root / "demo"), "coco", images=15, seed=3)
+    return _convert(root / "demo", root / "ds")
+
+
+@pytest.fixture(scope="module")
+def segmented(tmp_path_factory) -> str:
+    """Three images with one-class masks: road (masks 0 and 2) and car (mask 1)."""
+    root = tmp_path_factory.mktemp("segmented")
+    src = root / "seg"
+    for index in range(3):
+        write_file(str(src / f"images/training/{index}.jpg"), jpeg(picture(96, 64, [], seed=index)))
+        write_file(str(src / f"annotations/training/{index}.png"), class_mask_png(96, 64, (10, 10, 50, 40), 1 + index % 2))
+    write_file(str(root / "labels.txt"), "background\nroad\ncar\n")
+    return _convert(src, root / "ds", labels_file=str(root / "labels.txt"))
+
+
+@pytest.fixture(scope="module")
+def multilabel(tmp_path_factory) -> str:
+    """Four images tagged as Planet's tags.csv tags them: 0, 1, 2 and 3 labels an image."""
+    root = tmp_path_factory.mktemp("multilabel")
+    tags = {"a": "haze primary", "b": "clear primary water", "c": "", "d": "clear"}
+    for index, name in enumerate(tags):
+        write_file(str(root / "planet" / f"{name}.jpg"), jpeg(picture(96, 64, [], seed=index)))
+    write_file(str(root / "tags.csv"), "image_name,tags\n" + "".join(f"{k},{v}\n" for k, v in tags.items()))
+    return _convert(root / "planet", root / "ds", annotations=str(root / "tags.csv"),
+                    annotation_columns=("image_name", "tags"), label_separator=" ")
+
+
 def test_a_classification_report_counts_classes_formats_rejections_and_duplicates(classified, tmp_path):
     figures, page, text = _report(classified, tmp_path)
     assert figures["sections"] == ["splits", "classes", "images", "rejections", "contact-sheets", "duplicates"]
@@ -173,13 +207,9 @@ def test_objects_sizes_aspect_ratios_centres_crowds_per_class_from_known_boxes(t
     assert figures["contact-sheets"]["tiles"] == {"1": 2, "2": 2}
 
 
-def test_the_coco_demo_report_agrees_with_the_manifest(tmp_path):
-    from converter.demo import write_object_demo
-
-    write_object_demo(str(tmp_path / "demo"), "coco", images=15, seed=3)  # 12 train, 3 validation
-    out = _convert(tmp_path / "demo", tmp_path / "ds")
-    figures, _, _ = _report(out, tmp_path)
-    manifest = json.loads(pathlib.Path(out, "manifest.json").read_text())
+def test_the_coco_demo_report_agrees_with_the_manifest(coco_demo, tmp_path):
+    figures, _, _ = _report(coco_demo, tmp_path)
+    manifest = json.loads(pathlib.Path(coco_demo, "manifest.json").read_text())
     for split, raw in manifest["splits"].items():
         objects = figures["objects"][split]
         assert objects["total"] == raw["num_objects"] == sum(objects["box_sizes"].values())
@@ -187,14 +217,8 @@ def test_the_coco_demo_report_agrees_with_the_manifest(tmp_path):
         assert sum(objects["aspect_ratio"]["counts"]) == raw["num_objects"]
 
 
-def test_a_multilabel_report_counts_images_per_class_and_labels_per_image(tmp_path):
-    tags = {"a": "haze primary", "b": "clear primary water", "c": "", "d": "clear"}
-    for index, name in enumerate(tags):
-        write_file(str(tmp_path / "planet" / f"{name}.jpg"), jpeg(picture(96, 64, [], seed=index)))
-    write_file(str(tmp_path / "tags.csv"), "image_name,tags\n" + "".join(f"{k},{v}\n" for k, v in tags.items()))
-    out = _convert(tmp_path / "planet", tmp_path / "ds", annotations=str(tmp_path / "tags.csv"),
-                   annotation_columns=("image_name", "tags"), label_separator=" ")
-    figures, _, text = _report(out, tmp_path)
+def test_a_multilabel_report_counts_images_per_class_and_labels_per_image(multilabel, tmp_path):
+    figures, _, text = _report(multilabel, tmp_path)
     names = figures["classes"]["label_map"]
     counts = dict(zip(names.values(), figures["classes"]["images_by_class"]["train"]))
     assert counts == {"clear": 2, "haze": 1, "primary": 2, "water": 1}
@@ -202,14 +226,9 @@ def test_a_multilabel_report_counts_images_per_class_and_labels_per_image(tmp_pa
     assert sum(figures["contact-sheets"]["tiles"].values()) == 6
 
 
-def test_a_segmentation_report_files_records_under_their_masks_classes_and_says_why_it_counts_none(tmp_path):
-    src = tmp_path / "seg"
-    for index in range(3):
-        write_file(str(src / f"images/training/{index}.jpg"), jpeg(picture(96, 64, [], seed=index)))
-        write_file(str(src / f"annotations/training/{index}.png"), class_mask_png(96, 64, (10, 10, 50, 40), 1 + index % 2))
-    write_file(str(tmp_path / "labels.txt"), "background\nroad\ncar\n")
-    out = _convert(src, tmp_path / "ds", labels_file=str(tmp_path / "labels.txt"))
-    figures, _, text = _report(out, tmp_path)
+def test_a_segmentation_report_files_records_under_their_masks_classes_and_says_why_it_counts_none(segmented,
+                                                                                                   tmp_path):
+    figures, _, text = _report(segmented, tmp_path)
     assert figures["contact-sheets"]["tiles"] == {"1": 2, "2": 1}  # road: masks 0 and 2; car: mask 1
     assert figures["contact-sheets"]["masks_read"] == 3
     assert "classes are per pixel" in text and "images_by_class" not in figures["classes"]
@@ -275,19 +294,11 @@ def test_the_records_tables_give_the_scans_figures_and_drawings_of_a_classificat
     assert figures["contact-sheets"]["tiles"]
 
 
-def test_the_records_tables_give_the_scans_figures_and_drawings_of_objects_and_segmentation(tmp_path):
-    from converter.demo import write_object_demo
-
-    write_object_demo(str(tmp_path / "demo"), "coco", images=15, seed=3)
-    figures = _same_as_a_scan(_convert(tmp_path / "demo", tmp_path / "ds"), tmp_path / "coco")
+def test_the_records_tables_give_the_scans_figures_and_drawings_of_objects_and_segmentation(coco_demo, segmented,
+                                                                                              tmp_path):
+    figures = _same_as_a_scan(coco_demo, tmp_path / "coco")
     assert figures["objects"]["train"]["total"] > 0
-    src = tmp_path / "seg"
-    for index in range(3):
-        write_file(str(src / f"images/training/{index}.jpg"), jpeg(picture(96, 64, [], seed=index)))
-        write_file(str(src / f"annotations/training/{index}.png"), class_mask_png(96, 64, (10, 10, 50, 40), 1 + index % 2))
-    write_file(str(tmp_path / "labels.txt"), "background\nroad\ncar\n")
-    figures = _same_as_a_scan(_convert(src, tmp_path / "seg-ds", labels_file=str(tmp_path / "labels.txt")),
-                              tmp_path / "segmentation")
+    figures = _same_as_a_scan(segmented, tmp_path / "segmentation")
     assert figures["contact-sheets"]["tiles"] == {"1": 2, "2": 1} and figures["contact-sheets"]["masks_read"] == 3
 
 
@@ -320,12 +331,6 @@ def test_a_records_table_that_is_not_the_one_its_manifest_lists_is_named(classif
         report.write_report(str(data))
 
 
-def test_the_records_tables_give_the_scans_figures_and_drawings_of_a_multilabel_dataset(tmp_path):
-    tags = {"a": "haze primary", "b": "clear primary water", "c": "", "d": "clear"}
-    for index, name in enumerate(tags):
-        write_file(str(tmp_path / "planet" / f"{name}.jpg"), jpeg(picture(96, 64, [], seed=index)))
-    write_file(str(tmp_path / "tags.csv"), "image_name,tags\n" + "".join(f"{k},{v}\n" for k, v in tags.items()))
-    out = _convert(tmp_path / "planet", tmp_path / "ds", annotations=str(tmp_path / "tags.csv"),
-                   annotation_columns=("image_name", "tags"), label_separator=" ")
-    figures = _same_as_a_scan(out, tmp_path / "reports")
+def test_the_records_tables_give_the_scans_figures_and_drawings_of_a_multilabel_dataset(multilabel, tmp_path):
+    figures = _same_as_a_scan(multilabel, tmp_path / "reports")
     assert figures["classes"]["labels_per_image"] == {"train": {"0": 1, "1": 1, "2": 1, "3": 1}}
