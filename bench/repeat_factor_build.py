@@ -22,19 +22,15 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from typing import Optional, Sequence
 
+from bench.report_bench import cpu_seconds, measured_in_own_process, write_dataset, write_results
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results", "repeat_factor_build.json")
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def measure(folder: str, repeat: bool = True) -> dict:
@@ -44,12 +40,12 @@ def measure(folder: str, repeat: bool = True) -> dict:
     import tensorflow as tf
 
     timings = {}
-    started, cpu = time.perf_counter(), _cpu()
+    started, cpu = time.perf_counter(), cpu_seconds()
     plan = reader.mixture([(folder, 1)], "train", 64, repeat_factor=reader.RepeatFactor() if repeat else None)
-    timings["plan"] = (time.perf_counter() - started, _cpu() - cpu)
-    started, cpu = time.perf_counter(), _cpu()
+    timings["plan"] = (time.perf_counter() - started, cpu_seconds() - cpu)
+    started, cpu = time.perf_counter(), cpu_seconds()
     batches = reader.build_mixture(plan, "train", 64, 224, seed=1, dtype=tf.uint8)
-    timings["build"] = (time.perf_counter() - started, _cpu() - cpu)
+    timings["build"] = (time.perf_counter() - started, cpu_seconds() - cpu)
     graph_bytes = len(batches._as_serialized_graph().numpy())
     # The first batch of the order (the records, not decoded: the synthetic images are smaller than their
     # declared sizes): the factors file read, each record's copies counted for the epoch.
@@ -57,9 +53,9 @@ def measure(folder: str, repeat: bool = True) -> dict:
 
     records = _mixed_records(plan, [_present(s) for s in plan.sources], 1, lambda: tf.constant(0, tf.int64), 1,
                              (0, plan.batch_size))
-    started, cpu = time.perf_counter(), _cpu()
+    started, cpu = time.perf_counter(), cpu_seconds()
     next(iter(records.batch(plan.batch_size)))
-    timings["first_batch"] = (time.perf_counter() - started, _cpu() - cpu)
+    timings["first_batch"] = (time.perf_counter() - started, cpu_seconds() - cpu)
     result = {f"{name}_{kind}": round(value, 3) for name, (wall, cpu) in timings.items()
               for kind, value in (("s", wall), ("cpu_s", cpu))}
     result.update({"records": plan.sources[0].split.num_examples,
@@ -87,13 +83,7 @@ def _without_table(folder: str, work: str) -> str:
 
 
 def _measured_in_own_process(folder: str, repeat: bool = True) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "bench.repeat_factor_build", "--measure", folder]
-                          + ([] if repeat else ["--plain"]), cwd=REPO,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO,
-                                                               "TF_CPP_MIN_LOG_LEVEL": "2"})
-    if proc.returncode:
-        raise RuntimeError(f"measuring {folder} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return measured_in_own_process("bench.repeat_factor_build", folder, *([] if repeat else ["--plain"]))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -109,8 +99,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.measure:
         print(json.dumps(measure(args.measure, not args.plain)))
         return 0
-    from bench.report_bench import write_dataset
-
     folder = write_dataset(os.path.join(args.work, f"objects-{args.records}-0"), args.records, "objects")
     results = {"records": args.records, "cpu": os.cpu_count(), "runs": {
         "without_repeat_factors": _measured_in_own_process(folder, repeat=False)}}
@@ -120,10 +108,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.no_scan:
         results["runs"]["shards"] = _measured_in_own_process(_without_table(folder, args.work))
         print(f"from the shards' labels: {json.dumps(results['runs']['shards'])}", flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as handle:
-        json.dump(results, handle, indent=1)
-    print(f"wrote {args.json}")
+    write_results(results, args.json)
     return 0
 
 

@@ -140,7 +140,8 @@ def write_dataset(folder: str, records: int, task: str, seed: int = 0, pad_to: i
     return folder
 
 
-def _cpu() -> float:
+def cpu_seconds() -> float:
+    """This process's CPU seconds, user and system (its TensorFlow threads included)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -160,9 +161,9 @@ def measure(folder: str, scan: bool = False) -> dict:
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     dest = tempfile.mkdtemp(prefix="report-bench-")
     try:
-        started, cpu = time.perf_counter(), _cpu()
+        started, cpu = time.perf_counter(), cpu_seconds()
         report.write_report(folder, dest, scan=scan)
-        seconds, cpu = time.perf_counter() - started, _cpu() - cpu
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
         html_bytes = os.path.getsize(os.path.join(dest, report.HTML_FILE))
         figures_from = json.load(open(os.path.join(dest, report.JSON_FILE)))["figures_from"]
     finally:
@@ -182,14 +183,22 @@ def measure(folder: str, scan: bool = False) -> dict:
     return result
 
 
-def _measured_in_own_process(folder: str, scan: bool = False) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "bench.report_bench", "--measure", folder]
-                          + (["--scan"] if scan else []), cwd=REPO,
+def measured_in_own_process(module: str, folder: str, *flags: str) -> dict:
+    """``python -m MODULE --measure FOLDER FLAGS...`` in a fresh process (its memory and imports its own): the
+    JSON its last line prints."""
+    proc = subprocess.run([sys.executable, "-m", module, "--measure", folder, *flags], cwd=REPO,
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO,
                                                                "TF_CPP_MIN_LOG_LEVEL": "2"})
     if proc.returncode:
         raise RuntimeError(f"measuring {folder} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def write_results(results: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump(results, handle, indent=1)
+    print(f"wrote {path}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -215,15 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for size in args.sizes:
             folder = write_dataset(os.path.join(args.work, f"{task}-{size}-{args.photo_bytes}"), size, task,
                                    pad_to=args.photo_bytes)
-            results["runs"][f"{task}-{size}"] = _measured_in_own_process(folder)
+            results["runs"][f"{task}-{size}"] = measured_in_own_process("bench.report_bench", folder)
             print(f"{task} {size:,}: {json.dumps(results['runs'][f'{task}-{size}'])}", flush=True)
             if size <= args.scan_up_to:
-                results["runs"][f"{task}-{size}-scan"] = _measured_in_own_process(folder, scan=True)
+                results["runs"][f"{task}-{size}-scan"] = measured_in_own_process("bench.report_bench", folder,
+                                                                                  "--scan")
                 print(f"{task} {size:,} scanned: {json.dumps(results['runs'][f'{task}-{size}-scan'])}", flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as handle:
-        json.dump(results, handle, indent=1)
-    print(f"wrote {args.json}")
+    write_results(results, args.json)
     return 0
 
 
