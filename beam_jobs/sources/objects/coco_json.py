@@ -203,6 +203,7 @@ class _Reading:
         self.waiting: dict[object, tuple[bytearray, list]] = {}  # image id not yet listed -> its objects, [(place, id)]
         self.good: set[object] = set()  # category ids of the objects packed without a fault
         self.position = 0  # annotations read so far
+        self.named: list[tuple[int, str]] = []  # (refusal index, name) of a category_id given as a class name
 
     def category(self, item: dict) -> None:
         category, name = item.get("id"), item.get("name")
@@ -267,6 +268,8 @@ class _Reading:
                                                                           self.max_pixels)) is not None:
             refusal = (annotations.BAD_MASK, f"--masks: {problem}")
         if refusal is not None:
+            if isinstance(category, str):  # a class name where the id goes: its near category, once all are read
+                self.named.append((len(found.refusals), category))
             found.refusals.append(refusal)
             return _PACKED.pack(ann, category if isinstance(category, int) else -1, 0, 0, 0, 0, -1, _REFUSED,
                                 len(found.refusals) - 1, 0)
@@ -285,6 +288,12 @@ class _Reading:
             raise InputError(f"{found.where} lists no categories; an instances file names its classes in "
                              "\"categories\"")
         found.used = {category for category in self.good if category in found.categories}
+        ids = {name: category for category, name in found.categories.items()}
+        for index, name in self.named:  # "did you mean 18 ('dog')?", as for CVAT's and VOC's label typos
+            near = annotated_plan.near_name(name, ids)
+            if near:
+                reason, detail = found.refusals[index]
+                found.refusals[index] = (reason, f"{detail}: did you mean {ids[near]} ({near!r})?")
         for image_id, (first, count) in list(self.refused.items())[:5]:
             warnings.append(f"{where}: image id {image_id} names the file of image id {first}: refused, "
                             f"with its {count} annotations (one image, one entry)")
