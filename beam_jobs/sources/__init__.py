@@ -10,8 +10,9 @@ objects), never a source's kind; a source's item locators are read by
 * a COCO annotation file (``annotations/instances_*.json``, or ``--annotations FILE.json``):
   :mod:`beam_jobs.sources.objects.coco`;
 * an Ultralytics YOLO dataset (``data.yaml``, ``images/`` and ``labels/``): :mod:`beam_jobs.sources.objects.yolo`;
-* CVAT for images 1.1 (``annotations.xml`` beside ``images/``): :mod:`beam_jobs.sources.objects.cvat`;
-* Pascal VOC (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/``): :mod:`beam_jobs.sources.objects.voc`;
+* CVAT for images 1.1 (``annotations.xml``, its images anywhere below it): :mod:`beam_jobs.sources.objects.cvat`;
+* Pascal VOC (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/``; or Roboflow's split folders of ``.jpg``
+  beside ``.xml``): :mod:`beam_jobs.sources.objects.voc`;
 * semantic masks beside their images (``images/``, ``masks/``): :mod:`beam_jobs.sources.objects.mask_folders`;
 * a label file (``--annotations``: CSV, TSV or JSON Lines): :mod:`beam_jobs.sources.label_file`;
 * WebDataset samples labelled by a sibling member (``--label-member``): :mod:`beam_jobs.sources.webdataset`;
