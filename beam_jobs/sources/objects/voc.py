@@ -166,7 +166,10 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes"}
     made = annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, None,
                                refused, scratch=scratch, extra_features=seg if options.masks else None)
-    return dataclasses.replace(made, skipped_files=skipped)
+    # Pascal's ids the dataset does not use are the OD API's label map, not classes gone missing: no warning.
+    reserved = tuple(name for name in voc_classes.VOC_CLASSES if name in classes and name not in counts) \
+        if labels is None else ()
+    return dataclasses.replace(made, skipped_files=skipped, unlisted=reserved)
 
 
 def _account(located: dict, used: set[str], standard: Sequence[str], flat: Sequence[str],
