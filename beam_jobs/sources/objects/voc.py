@@ -155,7 +155,8 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
                           for name, count in unknown.most_common(5))
         warnings.append(f"{display_path(src)}: {sum(unknown.values())} objects name a class "
                         f"{'--labels does not list' if labels is not None else 'VOC nearly has'} ({shown}"
-                        f"{' ...' if len(unknown) > 5 else ''}): rejected as unknown-class, each with its image "
+                        f"{' ...' if len(unknown) > 5 else ''}): rejected as unknown-class, "
+                        f"{'its image kept' if options.encode.keep_partial_images else 'each with its image'} "
                         "(named in rejected.jsonl, by its XML); fix the names in the XML files"
                         + ("" if labels is not None else ", or, if they are classes of their own, list every class "
                            "name of the dataset, one a line, in --labels"))
