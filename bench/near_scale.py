@@ -16,6 +16,7 @@ Out: per row, the search's CPU (``find_pairs`` over every band range, then ``gro
      against the conversion's CPU per image (``--conversion-ms``: docs/benchmarks.md's quiet ``bench.compare``
      figure on this machine, 0.63 ms, unless given); the candidate pairs compared (every pair of images sharing
      a band value); the largest task's records and its peak of traced memory (``tracemalloc``, numpy included);
+     the grouping task's (one for the run: it holds the images with a near pair, not all) and those images;
      the recall of the planted copies (the share in one group with their original); and the false pairs: links
      between two images that are no planted pair, measured, and expected for uniform hashes
      (``N**2 / 2`` times the chance two random hashes are within the distance).
@@ -132,8 +133,26 @@ def search(layout: WorkLayout) -> dict:
     near_duplicates.find_pairs(layout, largest, DEFAULT_NEAR_DISTANCE)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
+    for done in (layout.near_summary(), layout.near_groups(), layout.near_dropped()):  # grouped again, traced
+        os.remove(done)
+    tracemalloc.start()
+    near_duplicates.group_near(layout, DEFAULT_NEAR_DISTANCE, ["c"])
+    group_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
     return {"find_pairs_cpu_s": pairs_cpu, "group_near_cpu_s": group_cpu, "ranges": layout.near_ranges,
-            "largest_task_records": max(sizes), "largest_task_peak_mb": peak / 2**20}
+            "largest_task_records": max(sizes), "largest_task_peak_mb": peak / 2**20,
+            "linked_images": _linked_images(layout), "group_task_peak_mb": group_peak / 2**20}
+
+
+def _linked_images(layout: WorkLayout) -> int:
+    """The images with a near pair: what the grouping task holds."""
+    paths = set()
+    for near_range in range(layout.near_ranges):
+        with open(layout.near_pairs(near_range), encoding="utf-8") as handle:
+            for line in handle:
+                (_, _, a, *_), (_, _, b, *_) = json.loads(line)
+                paths.update((a, b))
+    return len(paths)
 
 
 def score(layout: WorkLayout, planted: int) -> dict:
@@ -200,7 +219,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"search {row['find_pairs_cpu_s'] + row['group_near_cpu_s']:.1f} s CPU "
                   f"({row['search_us_per_image']:.1f} us an image, {row['share_of_conversion']:.1%} of the "
                   f"conversion's; goal <= {GOAL_SHARE:.0%}); largest task {row['largest_task_records']:,} records, "
-                  f"{row['largest_task_peak_mb']:.0f} MB traced; recall of planted copies {row['recall']:.1%}; "
+                  f"{row['largest_task_peak_mb']:.0f} MB traced; grouping {row['linked_images']:,} linked images, "
+                  f"{row['group_task_peak_mb']:.0f} MB traced; recall of planted copies {row['recall']:.1%}; "
                   f"false links {row['false_links']} (uniform hashes expect {row['expected_false_pairs_uniform']:.2g})",
                   flush=True)
     if args.json:

@@ -86,6 +86,16 @@ def baseline_near_pairs(records: Sequence[bytes], bands: int, distance: int,
         start = stop
 
 
+def root(parent: dict, item):
+    """``item``'s representative in a union-find forest (path halving); a new item is its own: how the
+    release joined pairs into groups (the converter now does it in numpy, ``near_duplicates._boruvka``)."""
+    parent.setdefault(item, item)
+    while parent[item] != item:
+        parent[item] = parent[parent[item]]
+        item = parent[item]
+    return item
+
+
 def baseline_find_pairs(layout: WorkLayout, near_range: int, distance: int) -> int:
     """The release's ``find_pairs``: the same file, its links chosen by a union-find over CONTENT bytes."""
     records: list[bytes] = []
@@ -95,7 +105,7 @@ def baseline_find_pairs(layout: WorkLayout, near_range: int, distance: int) -> i
     parent: dict[bytes, bytes] = {}
     lines = []
     for a, b in baseline_near_pairs(records, layout.near_bands, distance):
-        first, second = near_duplicates._root(parent, a[8:]), near_duplicates._root(parent, b[8:])
+        first, second = root(parent, a[8:]), root(parent, b[8:])
         if first != second:
             parent[max(first, second)] = min(first, second)
             lines.append(json.dumps([near_duplicates._member(work_records.decode_near(a)[1]),

@@ -187,8 +187,9 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
     if fmt == "jpeg" and fits and img.mode in ("RGB", "L") and _orientation(img) in (None, 1):
         warning, pixels = _libjpeg_check(data, img.mode, options.perceptual_hash)
         if warning is None:
+            phash, thumbnail = _signature_of(pixels, options)
             return Encoded(data, height, width, fmt, channels=1 if img.mode == "L" else 3,
-                           perceptual_hash=_hash_of(pixels, options), thumbnail=_thumbnail_of(pixels, options))
+                           perceptual_hash=phash, thumbnail=thumbnail)
         return _reencode(img, data, fmt, options, because="corrupt-data")
     return _reencode(img, data, fmt, options, because=_reencode_reason(img, fmt, fits))
 
@@ -269,8 +270,9 @@ def _clean_jpeg(data: bytes, options: EncodeOptions) -> Optional[Encoded]:
     warning, pixels = _libjpeg_check(data, "L" if colorspace == "Gray" else "RGB", options.perceptual_hash)
     if warning is not None:
         return None
+    phash, thumbnail = _signature_of(pixels, options)
     return Encoded(data, height, width, "jpeg", channels=1 if colorspace == "Gray" else 3,
-                   perceptual_hash=_hash_of(pixels, options), thumbnail=_thumbnail_of(pixels, options))
+                   perceptual_hash=phash, thumbnail=thumbnail)
 
 
 def _orientation(img: Image.Image) -> Optional[int]:
@@ -309,18 +311,12 @@ def _libjpeg_warning(data: bytes, mode: str) -> Optional[str]:
     return _libjpeg_check(data, mode)[0]
 
 
-def _hash_of(pixels: Optional[np.ndarray], options: EncodeOptions) -> Optional[int]:
-    """The perceptual hash of a pass-through JPEG's checked pixels, when the options ask for one."""
+def _signature_of(pixels: Optional[np.ndarray], options: EncodeOptions) -> tuple[Optional[int], bytes]:
+    """The perceptual hash of a pass-through JPEG's checked pixels and the thumbnail that verifies its near
+    pairs, of the same pixels, when the options ask for them (``(None, b"")`` when not)."""
     if not options.perceptual_hash or pixels is None:
-        return None
-    return perceptual_hash.of_scaled(pixels)
-
-
-def _thumbnail_of(pixels: Optional[np.ndarray], options: EncodeOptions) -> bytes:
-    """The thumbnail that verifies near pairs, of the same pixels as :func:`_hash_of` (b"" when it takes none)."""
-    if not options.perceptual_hash or pixels is None:
-        return b""
-    return perceptual_hash.thumbnail_of_scaled(pixels)
+        return None, b""
+    return perceptual_hash.signature_of_scaled(pixels)
 
 
 def _reencode_reason(img: Image.Image, fmt: str, fits: bool) -> str:

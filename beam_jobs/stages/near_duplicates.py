@@ -10,7 +10,7 @@ Out: per band range ``r`` (:func:`find_pairs`, one task each, as the exact searc
      Then once (:func:`group_near`): the links joined into groups (connected components), written as
      ``near/groups.jsonl`` (the near lines of ``duplicates.jsonl``, sorted), with a :class:`NearSummary`
      and, for ``--drop-leaks``, ``near/dropped.json`` (the leaks' lines joined). Memory: the images that have a
-     near pair (not all).
+     near pair (not all), in columns (:class:`_Linked`: about 190 bytes each, paths included; 350 as lists).
 
 Why bands: two 64-bit hashes within distance ``d`` agree exactly on at least one of ``d + 1`` disjoint
 bands (pigeonhole), so comparing only images that share a band's value finds every pair, and a range of
@@ -25,6 +25,11 @@ only the links written. The comparisons still grow with the square of a band val
 of them for hashes spread evenly, more for alike photos), at a few ns a pair: ``bench/near_search.py``
 measures it, and what wider bands probed within a radius (multi-index hashing) would save.
 
+Why Boruvka in numpy, not ``scipy.sparse.csgraph`` (#58): the links a range writes are the spanning forest a
+union-find taking its pairs in order writes (what the link files have always held, byte for byte), which
+``connected_components`` does not give, and the groups need the same rounds over integer ids: 40 lines of numpy
+serve both, where scipy would be a dependency of the core install (every Dataflow worker) for one of them.
+
 Why the default distance is 3 (#56): four bands of 16 bits, so a band value holds N / 65,536 images on average
 and the comparisons are about N**2 / 32,768 (1e9 at 10M images) where 10's eleven bands of 5-6 bits held
 N / 64 each (N**2 / 10). :func:`perceptual_hash.expected_candidates` gives the figure for any distance.
@@ -32,6 +37,7 @@ N / 64 each (N**2 / 10). :func:`perceptual_hash.expected_candidates` gives the f
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import heapq
 import itertools
@@ -245,12 +251,6 @@ def _small_bucket_pairs(starts: np.ndarray, stops: np.ndarray, bands_of: np.ndar
     return joined[:, np.argsort(keys, kind="stable")]
 
 
-def near_pairs(records: Sequence[bytes], bands: int, distance: int) -> Iterator[tuple[bytes, bytes]]:
-    """Every pair (NEAR records) within ``distance`` among sorted NEAR records, each once: in its first common band."""
-    for block in pair_indices(records, bands, distance):
-        yield from ((records[a], records[b]) for a, b in block.T.tolist())
-
-
 _LINK_BATCH = 1 << 21  # pairs joined at once: about 100 MB of indices and Boruvka's arrays at most
 
 
@@ -433,15 +433,6 @@ def _half(content: bytes, halves: dict[bytes, str]) -> str:
     return halves[content]
 
 
-def _root(parent: dict, item):
-    """``item``'s representative in a union-find forest (path halving); a new item is its own."""
-    parent.setdefault(item, item)
-    while parent[item] != item:
-        parent[item] = parent[parent[item]]
-        item = parent[item]
-    return item
-
-
 # --- stage 6: groups -------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -480,20 +471,62 @@ def _pairs(layout: WorkLayout) -> Iterator[list]:
             yield from json.loads(b"[" + b",".join(handle.read().splitlines()) + b"]")
 
 
+class _Linked:
+    """The images the links name, each once, in columns (the grouping task's memory: about 190 bytes an image
+    with a near pair, its path included, where member lists, a union-find and a group dict held 350: traced on
+    ``bench.near_scale``'s photo-like hashes), and the links between them as integer ids.
+
+    A member is ``[split, label, path, hash, sha (hex), ...]`` (:func:`_member`); what the groups need of it is
+    kept: the split's rank, the label, the hash, the SHA-256 (its first 16 bytes, as CONTENT records keep it: whether a group's
+    images are all the same bytes)
+    and the path, by id.
+    """
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.rank, self.label, self.phash = array.array("B"), array.array("q"), array.array("Q")
+        self.sha = bytearray()  # 16 bytes an image
+        self.first, self.second = array.array("q"), array.array("q")
+
+    def _id(self, member: Sequence) -> int:
+        index = self.ids.get(member[2])
+        if index is None:
+            index = self.ids[member[2]] = len(self.ids)
+            self.rank.append(_rank(member[0]))
+            self.label.append(member[1])
+            self.phash.append(member[3] if len(member) > 3 else 0)
+            self.sha += bytes.fromhex(member[4])[:16].ljust(16, b"\0") if len(member) > 4 else index.to_bytes(16, "big")
+        return index
+
+    def link(self, pair: Sequence[Sequence]) -> None:
+        self.first.append(self._id(pair[0]))
+        self.second.append(self._id(pair[1]))
+
+    def groups(self) -> Iterator[np.ndarray]:
+        """The connected components of the links (:func:`_boruvka`'s rounds in numpy, not a Python step per
+        link), each as its images' ids sorted by (split order, path), the components in no set order."""
+        count = len(self.ids)
+        if not count:
+            return
+        component = np.arange(count)
+        _boruvka(np.frombuffer(self.first, np.int64), np.frombuffer(self.second, np.int64), component)
+        by_path = np.empty(count, np.int64)
+        by_path[sorted(range(count), key=list(self.ids).__getitem__)] = np.arange(count)
+        order = np.lexsort((by_path, np.frombuffer(self.rank, np.uint8), component))
+        edges = np.flatnonzero(np.diff(component[order])) + 1
+        yield from np.split(order, edges)
+
+
 def components(pairs: Iterable[Sequence[list]]) -> list[list[list]]:
-    """The connected components of the pairs' images (by path), each sorted by (split order, path)."""
-    parent: dict[str, str] = {}
-    members: dict[str, list] = {}
+    """The connected components of the pairs' images (by path), each sorted by (split order, path), as lists
+    of members ``[split, label, path, ...]`` cut to the first three (what every link line holds)."""
+    linked = _Linked()
     for pair in pairs:
-        for member in pair:
-            members.setdefault(member[2], member)
-        a, b = _root(parent, pair[0][2]), _root(parent, pair[1][2])
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    groups: dict[str, list] = {}
-    for path, member in members.items():
-        groups.setdefault(_root(parent, path), []).append(member)
-    return sorted(sorted(group, key=lambda m: (_rank(m[0]), m[2])) for group in groups.values())
+        linked.link(pair)
+    paths = list(linked.ids)
+    splits = {_rank(split): split for split in record_schema.SPLITS}
+    return sorted([[splits[linked.rank[i]], linked.label[i], paths[i]] for i in group.tolist()]
+                  for group in linked.groups())
 
 
 def near_line(group: Sequence[list], classes: Sequence[str]) -> dict:
@@ -527,6 +560,28 @@ def _leaks(layout: WorkLayout) -> list[list]:
     return [best[path] for path in sorted(best)]
 
 
+def _group_lines(layout: WorkLayout, classes: Sequence[str]) -> tuple[list[str], list[str], int]:
+    """``near/groups.jsonl``'s lines, sorted (groups of images not all byte-identical), those of the groups that
+    span splits, and the images beyond the first of each group. Memory: :class:`_Linked`'s columns, freed on
+    return (before the leaks are read)."""
+    linked = _Linked()
+    for pair in _pairs(layout):
+        linked.link(pair)
+    paths, ranks = list(linked.ids), np.frombuffer(linked.rank, np.uint8)
+    sha = np.frombuffer(linked.sha, np.uint8).reshape(-1, 16)
+    lines, cross, extra = [], [], 0
+    for ids in linked.groups():
+        if (sha[ids] == sha[ids[0]]).all():
+            continue
+        group = [[record_schema.SPLITS[linked.rank[i]], linked.label[i], paths[i], linked.phash[i]] for i in ids.tolist()]
+        lines.append(json.dumps(near_line(group, classes), ensure_ascii=False))
+        extra += len(group) - 1
+        if ranks[ids].min() != ranks[ids].max():
+            cross.append(lines[-1])
+    lines.sort()
+    return lines, cross, extra
+
+
 def group_near(layout: WorkLayout, distance: int, classes: Sequence[str]) -> NearSummary:
     """Every range's pairs joined into groups: ``near/groups.jsonl``, ``near/dropped.json``, the summary.
 
@@ -539,22 +594,12 @@ def group_near(layout: WorkLayout, distance: int, classes: Sequence[str]) -> Nea
     done = layout.near_summary()
     if FileSystems.exists(done):
         return NearSummary.from_json(filesystems.read_text(done))
-    lines, within, cross, extra = [], 0, [], 0
-    for group in components(_pairs(layout)):
-        if len({member[4] for member in group}) < 2:
-            continue
-        line = json.dumps(near_line(group, classes), ensure_ascii=False)
-        lines.append(line)
-        extra += len(group) - 1
-        if len({member[0] for member in group}) > 1:
-            cross.append(line)
-        else:
-            within += 1
-    lines.sort()
+    lines, cross, extra = _group_lines(layout, classes)
     with filesystems.whole_file(layout.near_groups()) as handle:
-        handle.write("".join(line + "\n" for line in lines).encode("utf-8"))
+        for start in range(0, len(lines), 10_000):  # not one copy of every line at once
+            handle.write("".join(line + "\n" for line in lines[start:start + 10_000]).encode("utf-8"))
     filesystems.write_text(layout.near_dropped(), json.dumps(_leaks(layout)))
-    summary = NearSummary(distance, len(lines), extra, within, len(cross),
+    summary = NearSummary(distance, len(lines), extra, len(lines) - len(cross), len(cross),
                           tuple(json.loads(line) for line in heapq.nsmallest(MAX_LISTED, cross)))
     filesystems.write_text(done, summary.to_json())
     return summary

@@ -140,6 +140,37 @@ def thumbnail_of_scaled(pixels: np.ndarray) -> bytes:
     return np.clip(np.rint(cells), 0, 255).astype(np.uint8).tobytes()
 
 
+@functools.lru_cache(maxsize=1024)
+def _signature_rows(length: int) -> np.ndarray:
+    """``(LOW + THUMB, length)``: :func:`_low_rows` over :func:`_area`, so one product gives both."""
+    return np.vstack([_low_rows(length), _area(length)])
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature_columns(width: int, channels: int) -> np.ndarray:
+    """``(width * channels, LOW + THUMB)``: :func:`_signature_rows` of the columns, transposed, with the gray
+    weights of each channel folded in when there are three."""
+    rows = _signature_rows(width)
+    if channels == 3:
+        return np.einsum("kw,c->wck", rows, _GRAY).reshape(width * 3, LOW + THUMB)
+    return np.ascontiguousarray(rows.T)
+
+
+def signature_of_scaled(pixels: np.ndarray) -> tuple[int, bytes]:
+    """``(of_scaled(pixels), thumbnail_of_scaled(pixels))`` in one pair of matrix products, as the validation
+    takes them for every image (#56 §5: the two apart, with their clipping, cost a tiny image's conversion 15%).
+
+    The products' low corner is the DCT's, their high corner the thumbnail's cells: the same sums in another
+    order, so a coefficient may differ from :func:`of_scaled`'s in its last bits (a bit of a flat image's hash,
+    all its coefficients noise about zero, may differ; the thumbnail not: area means of uint8 round the same).
+    The thumbnail needs no clipping: area means of uint8 lie in [0, 255].
+    """
+    height, width = pixels.shape[:2]
+    channels = 3 if pixels.ndim == 3 and pixels.shape[2] == 3 else 1
+    both = _signature_rows(height) @ (pixels.reshape(height, width * channels) @ _signature_columns(width, channels))
+    return _bits(both[:LOW, :LOW].ravel()), np.rint(both[LOW:, LOW:]).astype(np.uint8).tobytes()
+
+
 def thumbnail_of_image(image: Image.Image) -> bytes:
     """:func:`thumbnail_of_scaled` of a decoded image at full scale (as :func:`of_image` scales it first)."""
     if image.mode not in ("RGB", "L"):
@@ -168,12 +199,6 @@ def thumbnail_distances(left: np.ndarray, right: np.ndarray) -> np.ndarray:
 def thumbnail_distance(left: bytes, right: bytes) -> float:
     """:func:`thumbnail_distances` of two thumbnails."""
     return float(thumbnail_distances(np.frombuffer(left, np.uint8)[None], np.frombuffer(right, np.uint8)[None])[0])
-
-
-def of_gray(gray: np.ndarray) -> int:
-    """The hash of a SIDE x SIDE gray image (floats)."""
-    matrix = _dct_matrix()
-    return _bits((matrix @ gray @ matrix.T).ravel())
 
 
 def _bits(low: np.ndarray) -> int:

@@ -49,6 +49,21 @@ def _flip(value: int, bits) -> int:
     return value
 
 
+def _reference_groups(pairs) -> list[list[str]]:
+    """Connected components of path pairs by a plain union-find (the release's), each sorted, in sorted order."""
+    from bench.near_search import root
+
+    parent: dict = {}
+    for a, b in pairs:
+        first, second = root(parent, a), root(parent, b)
+        if first != second:
+            parent[max(first, second)] = min(first, second)
+    groups: dict = {}
+    for path in parent:
+        groups.setdefault(root(parent, path), []).append(path)
+    return sorted(sorted(group) for group in groups.values())
+
+
 def test_every_pair_within_the_distance_is_found_once_as_brute_force_finds_it(tmp_path):
     rng = random.Random(3)
     hashes = [rng.getrandbits(64) for _ in range(150)]
@@ -58,7 +73,7 @@ def test_every_pair_within_the_distance_is_found_once_as_brute_force_finds_it(tm
         expected = sorted((f"img{i:04d}.jpg", f"img{j:04d}.jpg") for i, j in itertools.combinations(range(len(hashes)), 2)
                           if perceptual_hash.distance(hashes[i], hashes[j]) <= distance)
         assert len(expected) > 20
-        brute_groups = near_duplicates.components([[["train", 0, a], ["train", 0, b]] for a, b in expected])
+        brute_groups = _reference_groups(expected)
         for ranges in (1, 3):
             layout = _layout(tmp_path, f"d{distance}r{ranges}", [records[0::2], records[1::2]], distance, ranges)
             pairs = []
@@ -66,14 +81,16 @@ def test_every_pair_within_the_distance_is_found_once_as_brute_force_finds_it(tm
                 ranged = []
                 for part in range(layout.num_parts):
                     ranged += work_records.read_bucket(layout.near(part), work_records.NEAR, near_range)
-                pairs += [tuple(sorted(work_records.decode_near(r)[1].relpath for r in pair))
-                          for pair in near_duplicates.near_pairs(sorted(ranged), layout.near_bands, distance)]
+                ranged.sort()
+                pairs += [tuple(sorted(work_records.decode_near(ranged[i])[1].relpath for i in pair))
+                          for block in near_duplicates.pair_indices(ranged, layout.near_bands, distance)
+                          for pair in block.T.tolist()]
             assert sorted(pairs) == expected
             # the links written join the same groups, in fewer lines
             links = sum(near_duplicates.find_pairs(layout, r, distance) for r in range(layout.near_ranges))
             assert links <= len(expected)
             groups = near_duplicates.components(near_duplicates._pairs(layout))
-            assert [[m[2] for m in g] for g in groups] == [[m[2] for m in g] for g in brute_groups]
+            assert [[m[2] for m in g] for g in groups] == brute_groups
 
 
 def test_a_band_range_that_holds_no_record_writes_empty_files(tmp_path):
@@ -196,9 +213,11 @@ def _reference_pairs(records, bands, distance, block):
 
 def _reference_links(pairs):
     """The release's links: a union-find keyed by the image's CONTENT bytes, taking the pairs in order."""
+    from bench.near_search import root
+
     parent, links = {}, []
     for a, b in pairs:
-        first, second = near_duplicates._root(parent, a[8:]), near_duplicates._root(parent, b[8:])
+        first, second = root(parent, a[8:]), root(parent, b[8:])
         if first != second:
             parent[max(first, second)] = min(first, second)
             links.append((a, b))

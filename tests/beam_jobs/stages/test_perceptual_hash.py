@@ -159,3 +159,18 @@ def _png(image: Image.Image) -> bytes:
     out = io.BytesIO()
     image.save(out, format="PNG")
     return out.getvalue()
+
+
+def test_the_validation_takes_the_hash_and_the_thumbnail_in_one_product_as_each_alone_gives_them(photos):
+    """``signature_of_scaled`` (what every validated image pays) is ``of_scaled`` and ``thumbnail_of_scaled``
+    in one pair of products: the same bits and the same cells, on photos at many sizes, in RGB and gray."""
+    rng = np.random.default_rng(5)
+    checked = 0
+    for photo in photos:
+        for width in rng.integers(8, 220, size=6).tolist():
+            image = photo.resize((width, max(8, int(width * rng.uniform(0.5, 1.6)))))
+            for pixels in (np.asarray(image), np.asarray(image.convert("L"))):
+                assert perceptual_hash.signature_of_scaled(pixels) == (
+                    perceptual_hash.of_scaled(pixels), perceptual_hash.thumbnail_of_scaled(pixels))
+                checked += 1
+    assert checked >= 60
