@@ -29,7 +29,7 @@ from beam_jobs.files import filesystems, publish, work_layout
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_records import WorkFileError
 from beam_jobs.options import AUTO, DEFAULT_NEAR_DISTANCE, ConvertOptions
-from beam_jobs.planning import discover, resume
+from beam_jobs.planning import carve, discover, resume
 from beam_jobs.planning.shard import plan_shard_counts, shard_size_warning
 from beam_jobs.runtime import interrupt, runners, worker_start
 from beam_jobs.runtime.progress import PHASES, ProgressBars, choose_mode, read_progress
@@ -247,6 +247,10 @@ def _convert(
     results = _read_results(work)
     check_results(results, counts.accepted_per_split())
     _warn_about_empty_classes(plan, results, went_with_images=sum(counts.objects_of_rejected.values()))
+    if options.val_fraction > 0 and plan.task == record_schema.TASK_CLASSIFICATION:  # objects: carved unstratified
+        for warning in carve.unstratified(plan.classes, *(_label_counts(results, split, len(plan.classes))
+                                                          for split in ("train", "validation")), plan.carved):
+            logger.warning("%s", warning)
     if options.shards != AUTO:
         _warn_about_shard_sizes(results)
     duplicates = json.loads(filesystems.read_text(FileSystems.join(work, DUPLICATES_SUMMARY_FILE)))
@@ -358,6 +362,16 @@ def _warn_about_empty_classes(plan: discover.InputPlan, results: Sequence[ShardR
                        "it" if len(empty) == 1 else "them",
                        " or went with its rejected image" if went_with_images else "", record_schema.REJECTED_FILE,
                        shown)
+
+
+def _label_counts(results: Sequence[ShardResult], split: str, classes: int) -> list[int]:
+    """Records of each label in ``split``'s shards."""
+    counts = [0] * classes
+    for result in results:
+        if result.split == split:
+            for label, count in result.label_counts.items():
+                counts[label] += count
+    return counts
 
 
 def _warn_about_assumed_frames(counts: PartCounts) -> None:

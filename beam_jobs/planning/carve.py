@@ -13,7 +13,9 @@ import collections
 import hashlib
 import heapq
 from array import array
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
+
+import record_schema
 
 
 def keyed_hash(seed: int, key: str) -> bytes:
@@ -85,3 +87,25 @@ def carve_thresholds(items: Iterable[tuple[str, str, str, str]], train_counts: M
             if key.startswith(prefix[name]):
                 candidates[name].append(key)
     return {name: heapq.nsmallest(rank[name], keys)[-1] for name, keys in candidates.items()}
+
+
+def unstratified(classes: Sequence[str], train: Sequence[int], validation: Sequence[int],
+                 carved: Mapping[str, int]) -> list[str]:
+    """What keeps a published carve from being stratified, per class, from the records written (the plan carves
+    what was listed, ``carved``: class -> images moved to validation; a class can lose them to rejections
+    after): the classes carved that have no validation image written, and those with more validation images
+    than train. Empty when every class is carved as asked."""
+    without = [name for name, v in zip(classes, validation) if carved.get(name) and not v]
+    more = [name for name, t, v in zip(classes, train, validation) if name and v > t]
+    warnings = []
+    if without:
+        warnings.append(f"--val-fraction: {len(without)} classes have no validation image: each image carved out "
+                        f"for validation was rejected ({record_schema.REJECTED_FILE}): {_names(without)}")
+    if more:
+        warnings.append(f"--val-fraction: {len(more)} classes have more validation images than training images "
+                        f"(a fraction over 0.5, or training images rejected): {_names(more)}")
+    return warnings
+
+
+def _names(names: Sequence[str], limit: int = 10) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")

@@ -97,6 +97,9 @@ class InputPlan:
     listed_objects: Mapping[int, int] = dataclasses.field(default_factory=dict)
     # Each skipped file named (``skipped.jsonl``), where the source names them; ``skipped`` counts every one.
     skipped_files: Optional[SkippedFiles] = None
+    # --val-fraction on class folders: class name -> the images the carve moved to validation (a warning names
+    # a class that ends up with none written: carve.unstratified).
+    carved: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}
@@ -391,7 +394,7 @@ def plan_from_members(
     sizes: collections.Counter[str] = collections.Counter()
     for (split, _), count in members.counts.items():
         sizes[split] += count
-    carve = None
+    carve, wanted = None, {}
     if val_fraction > 0:
         splits = sorted({split for split, _ in members.counts})
         if splits != ["train"]:
@@ -414,7 +417,8 @@ def plan_from_members(
     refs = PlannedRefs(members, label_of, carve, seed, refused)
     return InputPlan(refs, classes, dict(sorted(skipped.items())), tuple(warnings),
                      split_counts={split: n for split, n in sizes.items() if n},
-                     unlisted=tuple(name for name in classes if name not in set(found)))
+                     unlisted=tuple(name for name in classes if name not in set(found)),
+                     carved={name: k for name, k in wanted.items() if k} if carve is not None else {})
 
 
 def _few(names: Sequence[str], limit: int = 5, total: Optional[int] = None) -> str:

@@ -18,6 +18,7 @@ from beam_jobs import sources
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
 from beam_jobs.planning import listing
+from beam_jobs.planning.carve import carve_key, unstratified
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
@@ -84,19 +85,38 @@ def test_a_damaged_file_with_an_image_name_and_an_image_without_one_are_inputs_s
     assert listing.not_an_image("paper.pdf", lambda: b"%PDF-1.7\n") == "a PDF document, not an image"
 
 
-def test_val_fraction_on_sprite_folders_with_binaries_publishes_a_stratified_carve(tmp_path):
-    counts = {"bulbasaur": 5, "charmander": 6, "squirtle": 10}
+def test_val_fraction_on_sprite_folders_with_binaries_publishes_a_stratified_carve(tmp_path, caplog):
+    counts = {"bulbasaur": 5, "charmander": 6, "squirtle": 10, "ditto": 2}
     binaries = _sprite_tree(tmp_path / "src", counts)
+    # ditto's validation image is damaged: rejected after the carve, so ditto has none (a warning names it).
+    carved = min(("ditto/front0.png", "ditto/front1.png"), key=lambda path: carve_key(0, path))
+    (tmp_path / "src" / carved).write_bytes(b"\x89PNG\r\n\x1a\n cut short")
     out = tmp_path / "out"
-    summary = run(ConvertOptions(src=str(tmp_path / "src"), out=str(out), shards=1, val_fraction=0.2), FAST,
-                  show_progress=False)
+    with caplog.at_level("WARNING"):
+        summary = run(ConvertOptions(src=str(tmp_path / "src"), out=str(out), shards=1, val_fraction=0.2,
+                                     max_bad_fraction=0.1), FAST, show_progress=False)
+    said = "\n".join(record.getMessage() for record in caplog.records)
     manifest = json.loads((out / record_schema.MANIFEST_FILE).read_text())
-    assert manifest["num_rejected"] == 0 and manifest["num_skipped"] == binaries
+    assert manifest["num_rejected"] == 1 and manifest["num_skipped"] == binaries
     assert manifest["skipped_by_reason"] == {"not-an-image": binaries}
-    assert manifest["splits"]["validation"]["label_counts"] == [1, 1, 2]
-    assert manifest["splits"]["train"]["label_counts"] == [4, 5, 8]
+    assert manifest["splits"]["validation"]["label_counts"] == [1, 1, 0, 2]
+    assert manifest["splits"]["train"]["label_counts"] == [4, 5, 1, 8]
+    assert "--val-fraction: 1 classes have no validation image: each image carved out for validation was " \
+           "rejected (rejected.jsonl): ditto" in said
     lines = (out / record_schema.SKIPPED_FILE).read_text().splitlines()
     assert len(lines) == binaries == manifest["num_skipped_listed"]
     text = summary.format()
     assert f"skipped:    {binaries} files not converted (each named in skipped.jsonl)" in text
-    assert "not-an-image 11: bulbasaur/front.4bpp, bulbasaur/front.4bpp.lz, bulbasaur/normal.gbapal ..." in text
+    assert "not-an-image 14: bulbasaur/front.4bpp, bulbasaur/front.4bpp.lz, bulbasaur/normal.gbapal ..." in text
+
+
+def test_a_carve_that_rejections_left_unstratified_is_a_warning_naming_the_classes():
+    classes = ("", "cat", "dog", "owl", "emu")
+    train, validation = [0, 8, 3, 1, 2], [0, 2, 0, 0, 3]
+    carved = {"cat": 2, "dog": 1, "emu": 3}  # owl: a single image, left in train
+    assert unstratified(classes, train, validation, carved) == [
+        "--val-fraction: 1 classes have no validation image: each image carved out for validation was rejected "
+        "(rejected.jsonl): dog",
+        "--val-fraction: 1 classes have more validation images than training images (a fraction over 0.5, or "
+        "training images rejected): emu"]
+    assert unstratified(classes, [0, 8, 3, 1, 2], [0, 2, 1, 0, 1], carved) == []
