@@ -28,6 +28,9 @@ def test_the_mixture_benchmark_measures_throughput_quotas_and_start_up(tmp_path,
     assert quotas["worst_batch_distance"] < 1 and quotas["worst_running_drift"] < 1
     assert quotas["pipeline_matches_schedule"]
     assert results["startup"]["build_cpu_s"] > 0
+    hosts = results["hosts"]  # at H = 1 and 2 only: the code that measures 4 and 8
+    assert list(hosts["bytes_read"]) == ["1", "2"] and all(hosts["same_global_batches"].values())
+    assert set(hosts["first_batch_cpu_s"]) == {f"C={c}, H={h}" for c in (1, hosts["canonical_pipelines"]) for h in (1, 2)}
     assert capsys.readouterr().out.strip() == read_mixture.format_table(results)
 
 
