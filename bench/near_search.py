@@ -108,8 +108,8 @@ def baseline_find_pairs(layout: WorkLayout, near_range: int, distance: int) -> i
         first, second = root(parent, a[8:]), root(parent, b[8:])
         if first != second:
             parent[max(first, second)] = min(first, second)
-            lines.append(json.dumps([near_duplicates._member(work_records.decode_near(a)[1]),
-                                     near_duplicates._member(work_records.decode_near(b)[1])]))
+            lines.append(json.dumps([near_duplicates.Member.of(work_records.decode_near(a)[1]),
+                                     near_duplicates.Member.of(work_records.decode_near(b)[1])]))
     lines.sort()
     with filesystems.whole_file(layout.near_leaks(near_range)) as handle:  # the release dropped by groups: none
         handle.write(b"")

@@ -48,7 +48,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results", "scale.json")
 # Growth from the small to the large size allowed for the launcher and for every worker (issue #18).
 TARGET_MB = {"local": 60, "dask": 40}
-STAGES = ("list_and_parts", "validate", "order", "write", "reports")
+STAGES = ("list_and_parts", "validate", "order", "write", "reports", "near", "table")
 
 
 def make_tiny_jpegs(folder: str, count: int, classes: int = 1000, seed: int = 0) -> None:
@@ -252,11 +252,13 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
     files and its largest in-memory unit (a part, a bucket, a hash range).
     """
     from beam_jobs.files import work_records
-    from beam_jobs.options import EncodeOptions
+    from beam_jobs.options import DEFAULT_NEAR_DISTANCE, EncodeOptions
     from beam_jobs.planning import discover
-    from beam_jobs.stages import count, list_parts, merge_reports, order_bucket, validate_part
+    from beam_jobs.stages import count, join_tables, list_parts, merge_reports, near_duplicates, order_bucket, validate_part
     from beam_jobs.files import work_layout
-    from beam_jobs.stages.write import write_shard
+    import record_schema
+    from beam_jobs.files import filesystems
+    from beam_jobs.stages.write import ShardRows, write_shard
 
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.join(work, "scratch"))
@@ -265,7 +267,8 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
     started = clock()
     plan = discover.plan_inputs(discover.list_tree(src, os.path.join(work, "scratch")),
                                 scratch=os.path.join(work, "scratch"))
-    layout = work_layout.plan_layout(os.path.join(work, "work"), plan.split_sizes(), part_size)
+    # The near search at its default distance for this size (auto's choice below 8.4M images: 3 bits, 4 bands).
+    layout = work_layout.plan_layout(os.path.join(work, "work"), plan.split_sizes(), part_size, DEFAULT_NEAR_DISTANCE + 1)
     list_parts.write_parts(layout, plan.refs, part_size)
     costs["list_and_parts"] = clock() - started
     started = clock()
@@ -279,17 +282,28 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
             slices.setdefault(shard, []).append((task.bucket, records))
     costs["order"] = clock() - started
     started = clock()
-    for shard, parts in sorted(slices.items()):
-        items = (work_records.decode_accepted(record, "train") for bucket, _ in sorted(parts)
+    for shard in range(64):  # each with its rows of the records table, as the pipeline's writer
+        items = (work_records.decode_accepted(record, "train") for bucket, _ in sorted(slices.get(shard, []))
                  for record in work_records.iter_file(layout.slice("train", shard, bucket), work_records.ACCEPTED))
-        write_shard(src, os.path.join(work, "out"), "train", shard, 64, items, plan.classes, EncodeOptions(),
-                    work=layout.work)
+        with filesystems.whole_file(layout.table_part("train", shard)) as handle:
+            rows = ShardRows(handle, shard, record_schema.TASK_CLASSIFICATION)
+            write_shard(src, os.path.join(work, "out"), "train", shard, 64, items, plan.classes, EncodeOptions(),
+                        work=layout.work, table=rows)
+            rows.close("train")
     costs["write"] = clock() - started
     started = clock()
     for hash_range in range(layout.hash_ranges):
         merge_reports.find_duplicates(layout, hash_range, plan.classes)
     merge_reports.merge_rejections(layout, os.path.join(work, "out", "rejected.jsonl"))
     costs["reports"] = clock() - started
+    started = clock()
+    for near_range in range(layout.near_ranges):
+        near_duplicates.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE)
+    near_duplicates.group_near(layout, DEFAULT_NEAR_DISTANCE, plan.classes)
+    costs["near"] = clock() - started
+    started = clock()
+    join_tables.join_split(layout, os.path.join(work, "out"), "train", 64, len(plan.refs))
+    costs["table"] = clock() - started
     images = len(plan.refs)
     work_bytes = sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(layout.work)
                      for name in names)

@@ -3,7 +3,7 @@
 In:  ``duplicates/range-r.dropped.json`` of every hash range (exact groups: the byte-identical copies in an
      evaluation split after the group's earliest split, :func:`beam_jobs.stages.near_duplicates.leaked`) and
      ``near/dropped.json`` (when the near search ran: the evaluation images with a direct near pair in the
-     training split), each entry ``[member, partner, distance]``.
+     training split), each entry a :class:`beam_jobs.stages.near_duplicates.Leak`.
 Out: ``dropped/<split>``: DROPPED records (key and path), sorted and bucketed as the split's runs, which the
      ordering stage leaves out; ``dropped/dropped.jsonl``, each image with its partner and distance, which
      :func:`publish_list` puts beside the shards as ``dropped.jsonl`` (the manifest holds its count, name
@@ -31,30 +31,31 @@ from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.planning.carve import keyed_hash
 from beam_jobs.planning.discover import display_path
 from beam_jobs.stages.count import PartCounts
+from beam_jobs.stages.near_duplicates import Leak
 
 
-def _members(layout: WorkLayout) -> dict[str, list]:
-    """Every dropped image by path, as ``[member, partner, distance]``: an image both searches drop keeps its
-    closest partner (an exact copy, distance 0, before a near one)."""
+def _members(layout: WorkLayout) -> dict[str, Leak]:
+    """Every dropped image by path: an image both searches drop keeps its closest partner (an exact copy,
+    distance 0, before a near one)."""
     files = [layout.duplicates_dropped(hash_range) for hash_range in range(layout.hash_ranges)]
     if layout.near_bands:
         files.append(layout.near_dropped())
-    members: dict[str, list] = {}
+    members: dict[str, Leak] = {}
     for path in files:
-        for member, partner, bits in json.loads(filesystems.read_text(path)):
-            held = members.get(member[2])
-            if held is None or (bits, partner[2]) < (held[2], held[1][2]):
-                members[member[2]] = [member, partner, bits]
+        for line in json.loads(filesystems.read_text(path)):
+            leak = Leak.parse(line)
+            if leak.closer_than(members.get(leak.member.path)):
+                members[leak.member.path] = leak
     return members
 
 
-def _line(entry: list, classes: Sequence[str]) -> dict:
+def _line(leak: Leak, classes: Sequence[str]) -> dict:
     """A ``dropped.jsonl`` line: the image left out, its partner in the training (or an earlier) split, and
     the bits between their perceptual hashes (0 for a byte-identical copy, or without hashes)."""
-    member, partner, bits = entry
-    return {"split": member[0], "label": classes[member[1]], "path": display_path(member[2]),
-            "partner": {"split": partner[0], "label": classes[partner[1]], "path": display_path(partner[2])},
-            "distance": bits}
+    member, partner = leak.member, leak.partner
+    return {"split": member.split, "label": classes[member.label], "path": display_path(member.path),
+            "partner": {"split": partner.split, "label": classes[partner.label], "path": display_path(partner.path)},
+            "distance": leak.distance}
 
 
 def collect_drops(layout: WorkLayout, seed: int, classes: list) -> PartCounts:
@@ -64,12 +65,12 @@ def collect_drops(layout: WorkLayout, seed: int, classes: list) -> PartCounts:
     accepted = {split: [0] * buckets for split, buckets in layout.buckets.items()}
     stored: dict[str, int] = {}
     objects: dict[str, int] = {}
-    for (split, _, relpath, _, _, stored_bytes, placed), _, _ in members.values():
-        key = keyed_hash(seed, relpath)
-        records[split].append(work_records.encode_dropped(key, relpath))
+    for member, _, _ in members.values():
+        split, key = member.split, keyed_hash(seed, member.path)
+        records[split].append(work_records.encode_dropped(key, member.path))
         accepted[split][work_records.bucket_of(key, layout.buckets[split])] += 1
-        stored[split] = stored.get(split, 0) + stored_bytes
-        objects[split] = objects.get(split, 0) + placed
+        stored[split] = stored.get(split, 0) + member.stored_bytes
+        objects[split] = objects.get(split, 0) + member.objects
     for split, found in records.items():
         work_records.write_file(layout.dropped(split), work_records.DROPPED, sorted(found), layout.buckets[split])
     listed = sorted((_line(entry, classes) for entry in members.values()), key=lambda line: (line["split"], line["path"]))

@@ -33,7 +33,7 @@ from beam_jobs.files import filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.planning.discover import display_path
 from beam_jobs.files.work_layout import WorkLayout
-from beam_jobs.stages.near_duplicates import leaked
+from beam_jobs.stages.near_duplicates import Member, leaked
 
 # Files merged at once; more are merged in rounds (each open file holds a buffer and a descriptor).
 MAX_FAN_IN = 128
@@ -154,14 +154,13 @@ def find_duplicates(layout: WorkLayout, hash_range: int, classes: Sequence[str])
         item = work_records.decode_content(record) if record is not None else None
         if (item is None or item.sha != previous) and len(members) > 1:
             groups.append(tuple(sorted((split, label, display_path(relpath)) for split, label, relpath, *_ in members)))
-            if len({member[0] for member in members}) > 1:
+            if len({member.split for member in members}) > 1:
                 dropped += leaked(members)
         if item is None:
             break
         if item.sha != previous:
             members, previous = [], item.sha
-        members.append([item.split, item.label, item.relpath, item.perceptual_hash, item.sha.hex(),
-                        item.stored_bytes, item.objects])
+        members.append(Member.of(item))
     groups.sort()
     cross_label = [g for g in groups if len({label for _, label, _ in g}) > 1]
     cross_split = [g for g in groups if len({split for split, _, _ in g}) > 1]

@@ -43,7 +43,7 @@ import heapq
 import itertools
 import json
 from json.encoder import encode_basestring_ascii as _json_text
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
@@ -97,10 +97,39 @@ def near_records(content: Sequence[bytes], distance: int) -> list[bytes]:
 
 # --- stage 6: pairs per band range -----------------------------------------------------------------------------
 
-def _member(item: work_records.Content) -> list:
-    """An image as a pair line holds it: ``[split, label, path, hash, sha (hex), stored bytes, objects]``."""
-    return [item.split, item.label, item.relpath, item.perceptual_hash, item.sha.hex(), item.stored_bytes,
-            item.objects]
+class Member(NamedTuple):
+    """An image as the searches' link, leak and drop lines hold it (a JSON list of these, in this order)."""
+
+    split: str
+    label: int
+    path: str  # relpath: the image's key in every list
+    phash: Optional[int]
+    sha: str  # the CONTENT record's SHA-256 prefix, hex
+    stored_bytes: int
+    objects: int
+
+    @classmethod
+    def of(cls, item: work_records.Content) -> "Member":
+        return cls(item.split, item.label, item.relpath, item.perceptual_hash, item.sha.hex(), item.stored_bytes,
+                   item.objects)
+
+
+class Leak(NamedTuple):
+    """An evaluation image ``--drop-leaks`` leaves out, its partner in an earlier split, and their distance."""
+
+    member: Member
+    partner: Member
+    distance: int
+
+    @classmethod
+    def parse(cls, line: Sequence) -> "Leak":
+        """A leak as ``json.loads`` gives it back (three lists)."""
+        member, partner, bits = line
+        return cls(Member(*member), Member(*partner), bits)
+
+    def closer_than(self, other: Optional["Leak"]) -> bool:
+        """The closer of two leaks of one image (by distance, then the partner's path: the same on every run)."""
+        return other is None or (self.distance, self.partner.path) < (other.distance, other.partner.path)
 
 
 # The head of a NEAR record as work_records.near_head unpacks it (">Q16sBIBQ": position, then the CONTENT
@@ -423,7 +452,7 @@ class _Leaks:
 
 
 def _half(content: bytes, halves: dict[bytes, str]) -> str:
-    """An image's half of a link line: its :func:`_member` as ``json.dumps`` writes it (a list of strings and
+    """An image's half of a link line: its :class:`Member` as ``json.dumps`` writes it (a list of strings and
     ints), made once an image, its strings by json's own ASCII encoder (a path that is not UTF-8, surrogate
     escapes, travels as \\udcNN escapes and comes back whole)."""
     if content not in halves:
@@ -476,8 +505,7 @@ class _Linked:
     with a near pair, its path included, where member lists, a union-find and a group dict held 350: traced on
     ``bench.near_scale``'s photo-like hashes), and the links between them as integer ids.
 
-    A member is ``[split, label, path, hash, sha (hex), ...]`` (:func:`_member`); what the groups need of it is
-    kept: the split's rank, the label, the hash, the SHA-256 (its first 16 bytes, as CONTENT records keep it: whether a group's
+    Of each :class:`Member` what the groups need is kept: the split's rank, the label, the hash, the SHA-256 (its first 16 bytes, as CONTENT records keep it: whether a group's
     images are all the same bytes)
     and the path, by id.
     """
@@ -488,19 +516,20 @@ class _Linked:
         self.sha = bytearray()  # 16 bytes an image
         self.first, self.second = array.array("q"), array.array("q")
 
-    def _id(self, member: Sequence) -> int:
-        index = self.ids.get(member[2])
+    def _id(self, member: Member) -> int:
+        index = self.ids.get(member.path)
         if index is None:
-            index = self.ids[member[2]] = len(self.ids)
-            self.rank.append(_rank(member[0]))
-            self.label.append(member[1])
-            self.phash.append(member[3] if len(member) > 3 else 0)
-            self.sha += bytes.fromhex(member[4])[:16].ljust(16, b"\0") if len(member) > 4 else index.to_bytes(16, "big")
+            index = self.ids[member.path] = len(self.ids)
+            self.rank.append(_rank(member.split))
+            self.label.append(member.label)
+            self.phash.append(member.phash)
+            self.sha += bytes.fromhex(member.sha)[:16].ljust(16, b"\0")
         return index
 
     def link(self, pair: Sequence[Sequence]) -> None:
-        self.first.append(self._id(pair[0]))
-        self.second.append(self._id(pair[1]))
+        """A link line as ``json.loads`` gives it back (two member lists)."""
+        self.first.append(self._id(Member(*pair[0])))
+        self.second.append(self._id(Member(*pair[1])))
 
     def groups(self) -> Iterator[np.ndarray]:
         """The connected components of the links (:func:`_boruvka`'s rounds in numpy, not a Python step per
@@ -517,46 +546,44 @@ class _Linked:
         yield from np.split(order, edges)
 
 
-def components(pairs: Iterable[Sequence[list]]) -> list[list[list]]:
-    """The connected components of the pairs' images (by path), each sorted by (split order, path), as lists
-    of members ``[split, label, path, ...]`` cut to the first three (what every link line holds)."""
+def components(pairs: Iterable[Sequence[list]]) -> list[list[Member]]:
+    """The connected components of the link lines' images (by path), each sorted by (split order, path), as
+    :class:`Member` with the fields the groups keep (the SHA-256 prefix, the stored bytes and objects left empty)."""
     linked = _Linked()
     for pair in pairs:
         linked.link(pair)
     paths = list(linked.ids)
-    splits = {_rank(split): split for split in record_schema.SPLITS}
-    return sorted([[splits[linked.rank[i]], linked.label[i], paths[i]] for i in group.tolist()]
-                  for group in linked.groups())
+    return sorted([Member(record_schema.SPLITS[linked.rank[i]], linked.label[i], paths[i], linked.phash[i], "", 0, 0)
+                   for i in group.tolist()] for group in linked.groups())
 
 
-def near_line(group: Sequence[list], classes: Sequence[str]) -> dict:
+def near_line(group: Sequence[Member], classes: Sequence[str]) -> dict:
     """A group as ``duplicates.jsonl`` holds it: the first image at distance 0, each other at its distance to it."""
-    first = group[0][3]
+    first = group[0].phash
     return {"kind": "near", "images": [
-        {"split": split, "label": classes[label], "path": display_path(relpath),
-         "distance": perceptual_hash.distance(first, phash)}
-        for split, label, relpath, phash, *_ in group]}
+        {"split": m.split, "label": classes[m.label], "path": display_path(m.path),
+         "distance": perceptual_hash.distance(first, m.phash)} for m in group]}
 
 
-def leaked(group: Sequence[list]) -> list[list]:
+def leaked(group: Sequence[Member]) -> list[Leak]:
     """The members ``--drop-leaks`` leaves out of a group of byte-identical images (each a direct copy of every
-    other): those of an evaluation split after its earliest split, each as ``[member, partner, 0]``, the partner
-    the group's first image of its earliest split."""
-    earliest = min(_rank(member[0]) for member in group)
-    partner = min((m for m in group if _rank(m[0]) == earliest), key=lambda m: m[2])
-    return [[m, partner, 0] for m in group if _rank(m[0]) > earliest and m[0] in EVALUATION_SPLITS]
+    other): those of an evaluation split after its earliest split, each with its partner, the group's first
+    image of its earliest split, at distance 0."""
+    earliest = min(_rank(m.split) for m in group)
+    partner = min((m for m in group if _rank(m.split) == earliest), key=lambda m: m.path)
+    return [Leak(m, partner, 0) for m in group if _rank(m.split) > earliest and m.split in EVALUATION_SPLITS]
 
 
-def _leaks(layout: WorkLayout) -> list[list]:
+def _leaks(layout: WorkLayout) -> list[Leak]:
     """Every evaluation image with a direct near pair in the training split, with its closest partner over all
-    band ranges, as ``[member, partner, distance]`` sorted by member. Memory: those images."""
-    best: dict[str, list] = {}
+    band ranges, sorted by path. Memory: those images."""
+    best: dict[str, Leak] = {}
     for near_range in range(layout.near_ranges):
         with FileSystems.open(layout.near_leaks(near_range), compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            for member, partner, bits in json.loads(b"[" + b",".join(handle.read().splitlines()) + b"]"):
-                held = best.get(member[2])
-                if held is None or (bits, partner[2]) < (held[2], held[1][2]):
-                    best[member[2]] = [member, partner, bits]
+            for line in json.loads(b"[" + b",".join(handle.read().splitlines()) + b"]"):
+                leak = Leak.parse(line)
+                if leak.closer_than(best.get(leak.member.path)):
+                    best[leak.member.path] = leak
     return [best[path] for path in sorted(best)]
 
 
@@ -573,7 +600,8 @@ def _group_lines(layout: WorkLayout, classes: Sequence[str]) -> tuple[list[str],
     for ids in linked.groups():
         if (sha[ids] == sha[ids[0]]).all():
             continue
-        group = [[record_schema.SPLITS[linked.rank[i]], linked.label[i], paths[i], linked.phash[i]] for i in ids.tolist()]
+        group = [Member(record_schema.SPLITS[linked.rank[i]], linked.label[i], paths[i], linked.phash[i], "", 0, 0)
+                 for i in ids.tolist()]
         lines.append(json.dumps(near_line(group, classes), ensure_ascii=False))
         extra += len(group) - 1
         if ranks[ids].min() != ranks[ids].max():

@@ -138,12 +138,12 @@ def test_groups_hold_distances_to_their_first_image_and_leave_byte_identical_gro
     ([("test", "x"), ("validation", "v")], ["x"]),
 ])
 def test_drop_leaks_leaves_out_the_byte_identical_copies_after_the_groups_earliest_split(group, left_out):
-    members = [[split, 0, path, 0, "", 0, 0] for split, path in group]
+    members = [near_duplicates.Member(split, 0, path, 0, "", 0, 0) for split, path in group]
     leaked = near_duplicates.leaked(members)
-    assert [m[2] for m, _, _ in leaked] == left_out
+    assert [leak.member.path for leak in leaked] == left_out
     earliest = min(near_duplicates._rank(split) for split, _ in group)  # each beside the earliest split's first
-    assert all(partner[2] == min(p for s, p in group if near_duplicates._rank(s) == earliest) and bits == 0
-               for _, partner, bits in leaked)
+    assert all(leak.partner.path == min(p for s, p in group if near_duplicates._rank(s) == earliest)
+               and leak.distance == 0 for leak in leaked)
 
 
 def test_drop_leaks_leaves_out_only_evaluation_images_near_a_training_image_not_those_reached_through_a_chain(
@@ -259,8 +259,8 @@ def test_find_pairs_writes_the_release_searchs_files_byte_for_byte(tmp_path):
     for near_range in range(layout.near_ranges):
         ranged = sorted(record for part in range(layout.num_parts)
                         for record in work_records.read_bucket(layout.near(part), work_records.NEAR, near_range))
-        lines = sorted(json.dumps([near_duplicates._member(work_records.decode_near(a)[1]),
-                                   near_duplicates._member(work_records.decode_near(b)[1])])
+        lines = sorted(json.dumps([near_duplicates.Member.of(work_records.decode_near(a)[1]),
+                                   near_duplicates.Member.of(work_records.decode_near(b)[1])])
                        for a, b in _reference_links(_reference_pairs(ranged, 11, 10, 2048)))
         assert near_duplicates.find_pairs(layout, near_range, 10) == len(lines) > 0
         assert open(layout.near_pairs(near_range), "rb").read() == "".join(line + "\n" for line in lines).encode()
@@ -277,4 +277,4 @@ def test_the_heads_read_at_once_are_near_head_one_by_one():
 def test_a_link_lines_half_is_its_member_as_json_dumps_writes_it(relpath):
     content = _content(relpath, 2**64 - 1, "validation", 7, data=b"pixels")
     assert near_duplicates._half(content, {}) == json.dumps(
-        near_duplicates._member(work_records.decode_content(content)))
+        near_duplicates.Member.of(work_records.decode_content(content)))
