@@ -355,7 +355,7 @@ def format_table(results: dict) -> str:
                      f"this / before = {speed['ratio_this_over_baseline']:.2f}.")
     if "stages" in results:
         measured = results["stages"]["cpu_us_per_image"]
-        costs = ", ".join(f"{stage} {measured[stage]}" for stage in STAGES)
+        costs = ", ".join(f"{stage} {measured[stage]}" for stage in STAGES if stage in measured)
         lines.append(f"CPU us per image by stage ({results['stages']['images']:,} tiny images): {costs}; work files "
                      f"{results['stages']['work_bytes_per_image']:.0f} bytes per image.")
     return "\n".join(lines) + "\n"
