@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
+import itertools
 import json
 import os
 import uuid
@@ -93,6 +95,7 @@ def skip_reason(path: str, skipped: Optional[collections.Counter]) -> bool:
 _SKIP_DETAILS = {"system-file": "a file the operating system leaves in folders",
                  "hidden": "a hidden file, or in a hidden folder (its name, or a folder's, starts with a dot)"}
 NOT_AN_IMAGE = "not-an-image"
+SORT_RUN = 100_000  # skipped.jsonl lines sorted in memory at once (~15 MB)
 ANNOTATIONS_NOT_READ = "annotations-not-read"
 # Annotation files by extension (COCO and Label Studio JSON, CVAT and VOC XML, YOLO's yaml, Parquet) -> words.
 _ANNOTATION_KINDS = {"json": "a JSON file (COCO, Label Studio)", "xml": "an XML file (CVAT, Pascal VOC)",
@@ -112,7 +115,7 @@ class SkippedFiles(collections.Counter):
     A Counter (what every source's plan counts its skips in), whose :meth:`add` also keeps the file's
     ``(path, reason, detail)``: in memory, or, given a local ``scratch`` folder, as ``skipped.jsonl`` lines in
     a file there (a tree of a million hidden files costs the launcher no memory). :meth:`lines` gives them
-    back in the order added (the listing's: the same every run). Counts added without a path (``+=``: the
+    back sorted (the same bytes whatever the listing's order). Counts added without a path (``+=``: the
     walk's passed-over entries) are counted, not named.
     """
 
@@ -148,14 +151,27 @@ class SkippedFiles(collections.Counter):
             del examples[self.EXAMPLES:]
 
     def lines(self) -> Iterator[str]:
-        """Each named file's ``skipped.jsonl`` line (no newline), in the order added."""
+        """Each named file's ``skipped.jsonl`` line (no newline), sorted: the same bytes whatever order the
+        listing came in (a folder's walk, the same tree in a tar). Spilled ones are sorted in runs of
+        :data:`SORT_RUN` lines, merged (memory: one run)."""
         if self._file is None:
-            yield from self._held
+            yield from sorted(self._held)
             return
         self._file.flush()
-        with open(self._file.name, "rb") as handle:
-            for raw in handle:
+        runs: list[BinaryIO] = []
+        try:
+            with open(self._file.name, "rb") as handle:
+                while chunk := list(itertools.islice(handle, SORT_RUN)):
+                    run = open(scratch_file(os.path.dirname(self._file.name), "skipped-run"), "w+b")
+                    runs.append(run)
+                    run.writelines(line if line.endswith(b"\n") else line + b"\n" for line in sorted(chunk))
+                    run.seek(0)
+            for raw in heapq.merge(*runs):
                 yield raw.decode("utf-8").rstrip("\n")
+        finally:
+            for run in runs:
+                run.close()
+                os.remove(run.name)
 
     def annotation_warnings(self, src: str, shown: int = 10) -> list[str]:
         """A warning naming each annotation file skipped (the first ``shown``, then how many more): an

@@ -120,3 +120,19 @@ def test_a_carve_that_rejections_left_unstratified_is_a_warning_naming_the_class
         "--val-fraction: 1 classes have more validation images than training images (a fraction over 0.5, or "
         "training images rejected): emu"]
     assert unstratified(classes, [0, 8, 3, 1, 2], [0, 2, 1, 0, 1], carved) == []
+
+
+def test_the_skipped_list_is_sorted_whatever_the_listing_order_spilled_or_held(tmp_path, monkeypatch):
+    """A folder's walk and the same tree in a tar list files in different orders: skipped.jsonl's bytes
+    must not differ. Spilled to scratch, the lines are sorted in runs and merged."""
+    monkeypatch.setattr(listing, "SORT_RUN", 3)
+    paths = [f"c{index % 4}/file{index:02d}.bin" for index in range(10)][::-1]
+    held, spilled = listing.SkippedFiles(), listing.SkippedFiles(scratch=str(tmp_path))
+    for path in paths:
+        held.add(path, listing.NOT_AN_IMAGE, "")
+        spilled.add(path, listing.NOT_AN_IMAGE, "")
+    expected = [json.dumps({"path": path, "reason": "not-an-image", "detail": ""}) for path in sorted(paths)]
+    assert list(held.lines()) == list(spilled.lines()) == expected
+    assert held.examples == {"not-an-image": sorted(paths)[:3]}
+    assert sorted(p.name for p in tmp_path.iterdir())[0].startswith("skipped-")  # the runs are gone
+    assert len(list(tmp_path.iterdir())) == 1
