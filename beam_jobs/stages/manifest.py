@@ -265,9 +265,10 @@ class ConvertSummary:
             examples = list(self.skipped_examples.get(reason, ()))
             named = f": {', '.join(examples)}{' ...' if count > len(examples) else ''}" if examples else ""
             lines.append(f"              {reason} {count}{named}")
-        named = "each" if self.skipped_listed >= self.skipped else f"{self.skipped_listed} of them"
-        return [f"  skipped:    {_count(self.skipped, 'file')} not converted ({named} named in "
-                f"{record_schema.SKIPPED_FILE}):"] + lines
+        named = ("each named in " if self.skipped_listed >= self.skipped else
+                 f"{self.skipped_listed} of them named in " if self.skipped_listed else "counted by reason; none named in ")
+        return [f"  skipped:    {_count(self.skipped, 'file')} not converted ({named}{record_schema.SKIPPED_FILE}):"] \
+            + lines
 
 
 def _count(number: int, noun: str) -> str:
