@@ -99,6 +99,9 @@ def test_val_fraction_on_sprite_folders_with_binaries_publishes_a_stratified_car
     manifest = json.loads((out / record_schema.MANIFEST_FILE).read_text())
     assert manifest["num_rejected"] == 1 and manifest["num_skipped"] == binaries
     assert manifest["skipped_by_reason"] == {"not-an-image": binaries}
+    # Every file under SRC: written, rejected or skipped (class folders read no annotation file).
+    assert manifest["num_listed"] + manifest["num_skipped"] == sum(1 for p in (tmp_path / "src").rglob("*")
+                                                                   if p.is_file())
     assert manifest["splits"]["validation"]["label_counts"] == [1, 1, 0, 2]
     assert manifest["splits"]["train"]["label_counts"] == [4, 5, 1, 8]
     assert "--val-fraction: 1 classes have no validation image: each image carved out for validation was " \
