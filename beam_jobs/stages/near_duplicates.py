@@ -85,14 +85,21 @@ def band_positions(hashes: Sequence[int], distance: int) -> np.ndarray:
 
 
 def near_records(content: Sequence[bytes], distance: int) -> list[bytes]:
-    """The NEAR records of a part's CONTENT records (those with a hash), sorted: one per band of each hash."""
-    hashed = [(record, item.perceptual_hash) for record in content
-              if (item := work_records.decode_content(record)).perceptual_hash is not None]
+    """The NEAR records of a part's CONTENT records (those with a hash), sorted: one per band of each hash.
+
+    The hashes are read from the records' fixed heads at once and the band positions computed in numpy; Python
+    only joins each position to its record (12 us an image went to 5 on 8x8 JPEGs, most of it decoding
+    every CONTENT record whole)."""
+    if not content:
+        return []
+    heads = np.frombuffer(b"".join(record[:_CONTENT_HEAD.itemsize] for record in content), dtype=_CONTENT_HEAD)
+    hashed = np.flatnonzero(heads["hashed"]).tolist()
     if not hashed:
         return []
-    positions = band_positions([phash for _, phash in hashed], distance)
-    return sorted(work_records.encode_near(int(position), record)
-                  for (record, _), row in zip(hashed, positions) for position in row)
+    positions = band_positions(heads["phash"][hashed].astype(np.uint64), distance)
+    packed = positions.astype(">u8").tobytes()  # row by row: an image's bands, each 8 bytes as encode_near packs it
+    bands = positions.shape[1]
+    return sorted(packed[8 * slot:8 * slot + 8] + content[hashed[slot // bands]] for slot in range(positions.size))
 
 
 # --- stage 6: pairs per band range -----------------------------------------------------------------------------
@@ -131,6 +138,9 @@ class Leak(NamedTuple):
         """The closer of two leaks of one image (by distance, then the partner's path: the same on every run)."""
         return other is None or (self.distance, self.partner.path) < (other.distance, other.partner.path)
 
+
+# The head of a CONTENT record (work_records' ">16sBIBQ..."): the SHA-256 prefix, split, label, whether hashed, hash.
+_CONTENT_HEAD = np.dtype([("sha", "V16"), ("split", "u1"), ("label", ">u4"), ("hashed", "u1"), ("phash", ">u8")])
 
 # The head of a NEAR record as work_records.near_head unpacks it (">Q16sBIBQ": position, then the CONTENT
 # record's SHA-256 prefix, split, label, whether hashed, hash), read for every record at once.

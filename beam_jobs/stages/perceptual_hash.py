@@ -255,7 +255,8 @@ def auto_distance(images: int, widest: int) -> int:
 
 def band_values(hashes: Sequence[int], cut: Sequence[Sequence[int]]) -> np.ndarray:
     """``(len(hashes), len(cut))`` uint64: each hash's value on each band (its bits there, high bit first)."""
-    array = np.asarray(list(hashes), dtype=np.uint64).reshape(-1)
+    array = hashes.astype(np.uint64).reshape(-1) if isinstance(hashes, np.ndarray) \
+        else np.asarray(list(hashes), dtype=np.uint64).reshape(-1)
     values = np.zeros((array.size, len(cut)), dtype=np.uint64)
     for column, positions in enumerate(cut):
         for position in positions:  # bit i of the hash is 2**(63 - i): the first coefficient is the top bit
