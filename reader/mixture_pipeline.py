@@ -277,16 +277,37 @@ def _mixed_records(plan: Mixture, splits, seed: int, start_step, num_steps: Opti
 
 
 def _remap(plan: Mixture):
-    """``(parsed, source) -> parsed`` with the source's ids replaced by the mixture's (a table lookup)."""
+    """``(parsed, source) -> parsed`` with the source's ids replaced by the mixture's (a table lookup).
+
+    A record id outside its source's classes (a shard that disagrees with its manifest) fails naming the
+    source and the id, and ``verify`` names the record: mapped to some class, it would train on a wrong label.
+    """
     tables = plan.labels.tables
     offsets = tf.constant(np.cumsum([0] + [len(t) for t in tables[:-1]]), tf.int64)
     sizes = tf.constant([len(t) for t in tables], tf.int64)
     flat = tf.constant(np.concatenate(tables), tf.int64)
+    # Text joined, not formatted (format quotes text) and without quotes (Assert's message escapes them).
+    names = tf.constant([f"source {k} ({s.name}: {s.info.data_dir}, split {s.split.name})"
+                         for k, s in enumerate(plan.sources)])
+    folders = tf.constant([s.info.data_dir for s in plan.sources])
+
+    def refuse(ids: tf.Tensor, size: tf.Tensor, source: tf.Tensor) -> tf.Tensor:
+        flat_ids = tf.reshape(ids, [-1])  # one id (a class), or several (labels, objects)
+        outside = tf.boolean_mask(flat_ids, (flat_ids < 0) | (flat_ids >= size))
+        number = tf.strings.as_string
+        message = tf.strings.join([
+            tf.gather(names, source), ": a record has label id ", number(outside[0]), ", outside the ",
+            number(size), " classes its manifest lists (0..", number(size - 1), "); python -m converter verify ",
+            tf.gather(folders, source), " names the record"])
+        with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
+            return tf.identity(ids)
 
     def lookup(ids: tf.Tensor, source: tf.Tensor) -> tf.Tensor:
         ids = tf.cast(ids, tf.int64)
-        limit = tf.gather(sizes, source) - 1
-        return tf.gather(flat, tf.gather(offsets, source) + tf.clip_by_value(ids, 0, limit))
+        size = tf.gather(sizes, source)
+        inside = tf.reduce_all((ids >= 0) & (ids < size))
+        ids = tf.cond(inside, lambda: ids, lambda: refuse(ids, size, source))  # the message only when it fails
+        return tf.gather(flat, tf.gather(offsets, source) + ids)
 
     def remap(parsed: dict, source: tf.Tensor) -> dict:
         parsed = dict(parsed)
