@@ -136,9 +136,9 @@ def test_drop_leaks_leaves_out_exactly_the_evaluation_copies_and_reruns_give_the
     assert json.loads((outs[1] / "manifest.json").read_text())["duplicates"] == duplicates
 
 
-def test_no_near_duplicates_keeps_the_exact_search_and_drop_leaks_its_copies(planted, tmp_path):
+def test_near_distance_off_keeps_the_exact_search_and_drop_leaks_its_copies(planted, tmp_path):
     out = tmp_path / "out"
-    run_converter("--src", planted, "--out", str(out), "--no-near-duplicates", "--drop-leaks", *ARGS, check=True)
+    run_converter("--src", planted, "--out", str(out), "--near-distance", "off", "--drop-leaks", *ARGS, check=True)
     assert [g["kind"] for g in _lines(out)] == ["exact"]
     duplicates = json.loads((out / "manifest.json").read_text())["duplicates"]
     assert duplicates["near_threshold"] is None and duplicates["num_near_groups"] == 0

@@ -1,0 +1,185 @@
+"""The commands that take a converted dataset: ``verify``, ``inspect``, ``report``, ``reindex``, ``tfds-metadata``.
+
+In: the command's arguments (the dataset's folder, local, gs:// or s3://, and its flags). Out: what the
+command prints, and its exit status (0 done; 1 the dataset failed a check or could not be read, one
+``error:`` line; 2 bad usage, from argparse).
+
+Each parses its arguments first and imports ``reader`` (TensorFlow: seconds) only after, so ``--help`` and a
+usage error are as quick as the interpreter and work where TensorFlow is absent (tests/converter/
+test_cli_groups.py pins it). ``card`` is :mod:`converter.card`; it never needs TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, Sequence
+
+from converter.cli_logging import configure_logging
+
+
+def _dataset_command(name: str, description: str) -> argparse.ArgumentParser:
+    """The parser of a subcommand that takes a converted dataset's folder (local, gs:// or s3://).
+
+    It takes the converter's (Beam's) ``--s3_*`` flags too, so the command
+    that wrote a dataset into an S3 endpoint can check it with the same flags.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m converter {name}", description=description,
+                                     epilog="s3:// datasets are reached as the AWS environment says (AWS_ENDPOINT_URL, "
+                                     "AWS_ACCESS_KEY_ID...), or as these --s3_* flags do.")
+    parser.add_argument("out", help="the dataset folder (a local path, gs://... or s3://...)")
+    s3 = parser.add_argument_group("S3 (the converter's flags, default: the AWS environment)")
+    for flag in ("endpoint_url", "access_key_id", "secret_access_key", "session_token", "region_name"):
+        s3.add_argument(f"--s3_{flag}", default=None, metavar=flag.upper())
+    s3.add_argument("--s3_verify", default=None, help="false, or a CA bundle's path")
+    s3.add_argument("--s3_disable_ssl", action="store_true", default=None)
+    return parser
+
+
+def _configure_s3(args: argparse.Namespace) -> None:
+    """Hand the ``--s3_*`` flags to the reader's S3 client."""
+    from reader import storage
+
+    verify = args.s3_verify
+    if isinstance(verify, str) and verify.lower() in ("false", "0", "no"):
+        verify = False
+    storage.configure_s3(endpoint_url=args.s3_endpoint_url, access_key_id=args.s3_access_key_id,
+                         secret_access_key=args.s3_secret_access_key, session_token=args.s3_session_token,
+                         region_name=args.s3_region_name, verify=verify,
+                         use_ssl=False if args.s3_disable_ssl else None)
+
+
+def _quiet_tensorflow() -> None:
+    """TensorFlow loaded through ``reader`` (without its start-up lines: reader.quiet_start), its warnings hidden
+    too unless the environment sets a level: a dataset command's output is its report."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import reader  # noqa: F401
+
+
+def _on_dataset(args: argparse.Namespace, act: Callable[[argparse.Namespace], int],
+                also: tuple[type[Exception], ...] = ()) -> int:
+    """Run a dataset command's ``act`` (its arguments parsed) with TensorFlow quiet and the ``--s3_*`` flags
+    applied; a missing or malformed dataset (or one of ``also``) is one ``error:`` line and exit 1."""
+    _quiet_tensorflow()
+    _configure_s3(args)
+    from reader.info import DatasetNotFoundError
+
+    try:
+        return act(args)
+    except (DatasetNotFoundError, ValueError, *also) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def verify(argv: Sequence[str]) -> int:
+    """``python -m converter verify OUT [--sample N]``: exit 0 only when every check holds."""
+    parser = _dataset_command(
+        "verify", "Check a converted dataset: manifest, shard list, every record's CRCs, keys, labels, "
+        "SHA-256 and image decode, and counts, bytes and checksums against the manifest.")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="decode only the first N images of each shard (default: all)")
+    args = parser.parse_args(argv)
+    if args.sample is not None and args.sample < 0:
+        parser.error(f"--sample must be >= 0, got {args.sample}")
+
+    def check(args: argparse.Namespace) -> int:
+        from reader.verify import verify as run_verify
+
+        report = run_verify(args.out, sample=args.sample)
+        print(report.format())
+        return 0 if report.ok else 1
+
+    return _on_dataset(args, check)
+
+
+def inspect(argv: Sequence[str]) -> int:
+    """``python -m converter inspect OUT [--grid FILE.png]``."""
+    parser = _dataset_command(
+        "inspect", "Show classes by split, shard sizes, rejected inputs by reason and content duplicates.")
+    parser.add_argument("--grid", default=None, help="also write a contact sheet of sample images to this PNG "
+                        "(with their boxes and class names, class masks, or class names)")
+    parser.add_argument("--split", default=None, help="split of the contact sheet (default: the first)")
+    parser.add_argument("--per-class", type=int, default=8, help="images per class on the sheet; objects, masks, "
+                        "several labels: its columns (default: %(default)s)")
+    args = parser.parse_args(argv)
+    configure_logging(verbose=False)
+
+    def show(args: argparse.Namespace) -> int:
+        from reader.info import dataset_info
+        from reader.inspect import check_sheet_path, contact_sheet, summarize
+
+        if args.grid:
+            check_sheet_path(args.grid)
+        if args.split:
+            dataset_info(args.out).split(args.split)  # fail before printing anything
+        print(summarize(args.out))
+        if args.grid:
+            print(f"contact sheet: {contact_sheet(args.out, args.grid, args.split, args.per_class)}")
+        return 0
+
+    return _on_dataset(args, show)
+
+
+def reindex(argv: Sequence[str]) -> int:
+    """``python -m converter reindex OUT [--all]``: exit 0 when every shard has a sound record index."""
+    parser = _dataset_command(
+        "reindex", "Rebuild the record index (<shard>.idx) of every shard whose index is missing or damaged, from "
+        "the shard itself, once its size and SHA-256 match the manifest. A dataset copied without its .idx files "
+        "reads correctly anyway, but starts inside a shard (streams, resuming) then read through the records "
+        "before them.")
+    parser.add_argument("--all", action="store_true", help="rebuild every index, not only the missing or damaged")
+
+    def fix(args: argparse.Namespace) -> int:
+        from reader.record_index import rebuild
+
+        result = rebuild(args.out, every=args.all)
+        print(result.format())
+        return 1 if result.failed else 0
+
+    return _on_dataset(parser.parse_args(argv), fix)
+
+
+def tfds_metadata(argv: Sequence[str]) -> int:
+    """``python -m converter tfds-metadata OUT``: make OUT readable by ``tfds.builder_from_directory``."""
+    parser = _dataset_command(
+        "tfds-metadata", "Write TensorFlow Datasets' metadata (dataset_info.json, features.json, the label list) "
+        "into a converted dataset, so tfds.builder_from_directory(OUT) reads it. Needs tensorflow-datasets.")
+
+    def write(args: argparse.Namespace) -> int:
+        from reader.tfds_metadata import write_tfds_metadata
+
+        names = write_tfds_metadata(args.out)
+        print(f"wrote {', '.join(names)} into {args.out}; read it with tfds.builder_from_directory({args.out!r})")
+        return 0
+
+    return _on_dataset(parser.parse_args(argv), write, also=(ImportError,))
+
+
+def report(argv: Sequence[str]) -> int:
+    """``python -m converter report OUT [--dest DIR] [--open]``: the dataset's HTML report and report.json;
+    1 when the dataset cannot be reported (the message names the file at fault)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m converter report",
+        description="Write report.html (one self-contained page: splits, classes, objects, image sizes, "
+                    "rejections, contact sheets, duplicates) and report.json beside a converted dataset.")
+    parser.add_argument("data_dir", metavar="OUT", help="the converted dataset's folder (holding manifest.json)")
+    parser.add_argument("--dest", metavar="DIR", help="write the two files here instead (an existing folder)")
+    parser.add_argument("--open", action="store_true", help="open the page in a web browser when written")
+    args = parser.parse_args(list(argv))
+    configure_logging(verbose=False)
+    _quiet_tensorflow()
+    from reader.report import write_report
+
+    try:
+        paths = write_report(args.data_dir, args.dest)
+    except (ValueError, OSError, ImportError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {paths.html}\nwrote {paths.json}")
+    if args.open:
+        import pathlib
+        import webbrowser
+
+        webbrowser.open(pathlib.Path(os.path.abspath(paths.html)).as_uri())
+    return 0
