@@ -162,6 +162,11 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
                            "name of the dataset, one a line, in --labels"))
     if not listed:
         raise InputError(f"{src}: its VOC split lists (ImageSets/{lists}/*.txt) name no images")
+    if options.masks:  # each image without its mask named, not only counted (bad-mask, unreadable)
+        listed, without_mask = _with_masks(listed, located)
+        refused += without_mask
+        if without_mask:
+            warnings.append(_no_mask_warning(without_mask))
     images = _annotated((entry for entry in listed if not (entry.problem or not entry.image)), list(names), classes,
                         located, options.masks, labels is not None)
     seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes"}
@@ -309,6 +314,29 @@ def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequenc
         objects_value = annotations.Objects(annotated_plan.derived_source_id(image), tuple(boxes), frame, False,
                                             tuple(rejected), class_mask=class_mask)
         yield annotated_plan.AnnotatedImage(split, image, objects_value, annotated_plan.source_of(image, located))
+
+
+def _with_masks(listed: Sequence[_Listed], located: dict) -> tuple[list[_Listed], list[ImageRef]]:
+    """``--masks``: the listed images whose ``SegmentationClass/<id>.png`` is there, and each other one refused as
+    ``missing-file`` naming the mask it lacks (a list of ImageSets/Segmentation names it: it is damage, counted
+    against the error budget, not a file left out)."""
+    kept, refused = [], []
+    for entry in listed:
+        mask = _mask_of(entry.image) if entry.image and not entry.problem else ""
+        if not mask or mask in located:
+            kept.append(entry)
+            continue
+        refused.append(ImageRef(entry.split, entry.image, 0, archive_members.refusal(
+            "missing-file", f"ImageSets/Segmentation lists it, but its mask {display_path(mask)} is not there")))
+    return kept, refused
+
+
+def _no_mask_warning(refused: Sequence[ImageRef]) -> str:
+    count = len(refused)
+    return (f"{count} image{' has' if count == 1 else 's have'} no mask in SegmentationClass/ though "
+            f"ImageSets/Segmentation lists {'it' if count == 1 else 'them'}: rejected as missing-file "
+            f"({', '.join(display_path(ref.relpath) for ref in refused[:3])}{' ...' if count > 3 else ''}; "
+            f"each in {record_schema.REJECTED_FILE})")
 
 
 def _mask_of(image: str) -> str:
