@@ -126,6 +126,33 @@ def _check_some_labels_found(located: dict, labelled: set[str], folders: Sequenc
         raise InputError(f"{where}: none of the {len(orphans)} label files belongs to an image: the label of "
                          f"images/<split>/<stem>.jpg is labels/<split>/<stem>.txt (Ultralytics' rule), but the first "
                          f"one found is {display_path(orphans[0])}")
+    elsewhere = _labels_elsewhere(located, labelled)
+    if elsewhere:
+        folders, found = elsewhere
+        shown = ", ".join(f"{display_path(folder)}/" for folder in folders[:3]) + (" ..." if len(folders) > 3 else "")
+        name = posixpath.basename(folders[0])
+        verb = "holds" if len(folders) == 1 else "hold"
+        raise InputError(f"{where}: no image has its label file in labels/, but {shown} {verb} {len(found)} of "
+                         f"them (e.g. {display_path(found[0])}): Ultralytics reads an image's labels from labels/ "
+                         f"beside images/; rename {name}/ to labels/")
+
+
+def _labels_elsewhere(located: dict, labelled: set[str]) -> Optional[tuple[list[str], list[str]]]:
+    """``(folders, label files)`` when the images' label files are in folders of another name than ``labels/``
+    (``annotations/train/a.txt`` for ``images/train/a.jpg``), else None: written as they stand, no image would
+    have an object, and Ultralytics would train on none either."""
+    folders: set[str] = set()
+    found: list[str] = []
+    for path in sorted(located):
+        if not path.endswith(".txt"):
+            continue
+        parts = path.split("/")
+        for index in range(len(parts) - 2, -1, -1):
+            if parts[index] != "labels" and "/".join(parts[:index] + ["labels"] + parts[index + 1:]) in labelled:
+                folders.add("/".join(parts[:index + 1]))
+                found.append(path)
+                break
+    return (sorted(folders), found) if found else None
 
 
 def _outside_folders(located: dict, listed: set[str], skipped: collections.Counter, where: str) -> list[str]:
