@@ -41,7 +41,7 @@ from beam_jobs.stages.manifest import ConvertSummary, build_manifest, check_resu
 from beam_jobs.stages.order_bucket import BucketCountError
 from beam_jobs.stages.write import ShardResult, SourceChangedError
 from beam_jobs.transforms import COUNTS_FILE, DUPLICATES_SUMMARY_FILE, ConvertImages
-from record_files import croissant
+from record_files import croissant, dataset_card
 from record_files import staging as staging_names
 from record_files.dataset_card import DatasetCard
 
@@ -130,7 +130,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
                     resume.save(layout.work, record)  # from here on, a killed run can be resumed
                 compressed.place_inflated(plan.inflated, publish.work_dir(staging))
                 manifest, processed = _convert(options, plan, record, staging, bool(resumed), choice, show_progress)
-                _write_card(staging, out, manifest, options.card)
+                _write_card(staging, out, manifest, _card_of(options.card, plan.stated_license))
             # The plan's lists are read by now: a run killed while it publishes leaves no scratch behind (in
             # /tmp when OUT is in an object store).
             shutil.rmtree(scratch, ignore_errors=True)
@@ -302,6 +302,11 @@ def _warn_about_a_wide_search(distance: int, images: int) -> None:
 def _near_bands(options: ConvertOptions) -> int:
     """Bands the near search compares perceptual hashes by (``--near-distance`` + 1); 0: no near search."""
     return options.near_distance + 1 if options.encode.perceptual_hash else 0
+
+
+def _card_of(card: Optional[DatasetCard], stated_license: Sequence[str]) -> Optional[DatasetCard]:
+    """The user's card, with the licence the source's README states (``(licence, file)``) when it gives none."""
+    return dataset_card.with_stated_license(card, *stated_license) if stated_license else card
 
 
 def _write_card(staging: str, out: str, manifest: dict, card: Optional[DatasetCard]) -> None:

@@ -77,7 +77,7 @@ def build_croissant(manifest: Mapping, card: Optional[DatasetCard] = None, folde
         "@type": "sc:Dataset",
         "conformsTo": CONFORMS_TO,
         "name": card.name or folder_name,
-        "description": card.description or default_description(manifest),
+        "description": (card.description or default_description(manifest)) + _license_note(card),
         **({"license": list(card.license) if len(card.license) > 1 else card.license[0]} if card.license else {}),
         **({"citeAs": card.citation} if card.citation else {}),
         **({"url": card.url} if card.url else {}),
@@ -88,6 +88,13 @@ def build_croissant(manifest: Mapping, card: Optional[DatasetCard] = None, folde
         "distribution": _distribution(manifest),
         "recordSet": [_splits_record_set(manifest), _classes_record_set(manifest), _records_record_set(manifest)],
     }
+
+
+def _license_note(card: DatasetCard) -> str:
+    """Where a licence the user did not give came from (Croissant has no field for it: the description says it)."""
+    if not (card.license and card.license_source):
+        return ""
+    return f" The license is as the source's {card.license_source} states it."
 
 
 def default_description(manifest: Mapping) -> str:

@@ -43,6 +43,8 @@ class DatasetCard:
 
     ``license``: SPDX ids or license URLs (Croissant recommends a URL, e.g. one of spdx.org/licenses);
     ``citation``: the text of ``citeAs`` (ideally BibTeX); ``date_published``: ISO 8601 text.
+    ``license_source``: the file of the source that stated ``license`` (an export's README), when the user did
+    not give it: the card says so (:func:`with_stated_license`).
     """
 
     name: Optional[str] = None
@@ -54,6 +56,7 @@ class DatasetCard:
     date_published: Optional[str] = None
     creators: tuple[Creator, ...] = ()
     keywords: tuple[str, ...] = ()
+    license_source: Optional[str] = None
 
     def merged(self, other: "DatasetCard") -> "DatasetCard":
         """This card with every field ``other`` gives replacing ours (flags over a card file)."""
@@ -102,6 +105,15 @@ def card_from_flags(card_file: Optional[str] = None, licenses: Sequence[str] = (
     if flags == DatasetCard():
         return card
     return (card or DatasetCard()).merged(flags)
+
+
+def with_stated_license(card: Optional[DatasetCard], license: str, source: str) -> DatasetCard:
+    """``card`` with the licence an export's file (``source``, its README) states, noting that file; a card
+    that gives a licence (``--license``, the card file's) keeps its own: what the user says wins."""
+    card = card or DatasetCard()
+    if card.license:
+        return card
+    return dataclasses.replace(card, license=(license,), license_source=source)
 
 
 def card_from_mapping(data: Any, source: str) -> DatasetCard:

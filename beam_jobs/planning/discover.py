@@ -100,6 +100,9 @@ class InputPlan:
     # --val-fraction on class folders: class name -> the images the carve moved to validation (a warning names
     # a class that ends up with none written: carve.unstratified).
     carved: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # (licence, the file stating it) an export's README states, for the Croissant card when the user gives
+    # none (beam_jobs.sources.stated_license); empty: none stated, or the user gave one.
+    stated_license: tuple[str, ...] = ()
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}

@@ -33,7 +33,7 @@ from typing import Callable, Optional
 from beam_jobs.options import ConvertOptions, LabelMember
 from beam_jobs.planning import discover
 from beam_jobs.planning.listing import head_of
-from beam_jobs.sources import imagenet
+from beam_jobs.sources import imagenet, stated_license
 from beam_jobs.sources.archives import archives
 from beam_jobs.sources.hub import hub, hub_files
 from beam_jobs.sources.objects import coco, cvat, layout_hints, mask_folders, voc, yolo
@@ -229,7 +229,21 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
             options.src)))
     if options.synsets:  # each class's text (ImageNet's LOC_synset_mapping.txt), whatever listed the classes
         plan = dataclasses.replace(plan, class_text=imagenet.read_synsets(options.synsets, plan.classes))
-    return plan
+    return _with_stated_license(request, plan)
+
+
+def _with_stated_license(request: Request, plan: discover.InputPlan) -> discover.InputPlan:
+    """``plan`` with the licence SRC's export README states, when the user gives none (a listed SRC only: a
+    label file's folder or a Parquet file is not walked for it)."""
+    if request._found is None or (request.options.card is not None and request.options.card.license):
+        return plan
+    warnings: list[str] = []
+    with archives.LauncherReader(request.src, request._found.inflated) as read:
+        stated = stated_license.find(request._found.listing, read, warnings)
+    if stated is not None:
+        warnings.append(f"license: {stated.license}, as {discover.display_path(stated.file)} states it, is put in "
+                        "croissant.json (noting that file); --license gives another")
+    return dataclasses.replace(plan, stated_license=tuple(stated or ()), warnings=plan.warnings + tuple(warnings))
 
 
 def _refuse_flags(source: Source, options: ConvertOptions) -> None:
