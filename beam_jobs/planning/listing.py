@@ -120,13 +120,16 @@ class SkippedFiles(collections.Counter):
     """
 
     EXAMPLES = 3  # the first few files of each reason by name, for the run's summary
+    ANNOTATIONS_NAMED = 10  # annotation files no source read, named in a warning each (then how many more)
 
     def __init__(self, counts: Optional[Mapping[str, int]] = None, scratch: Optional[str] = None) -> None:
         super().__init__(counts or {})
         self._held: list[str] = []
-        self._file: Optional[BinaryIO] = open(scratch_file(scratch, "skipped"), "w+b") if scratch else None
+        self._path = scratch_file(scratch, "skipped") if scratch else None
+        self._file: Optional[BinaryIO] = None  # opened at the first add, closed when the lines are read
         self.examples: dict[str, list[str]] = {}
-        self.annotations: list[str] = []  # the annotation files skipped, in the order added
+        self.annotations: list[str] = []  # the first ANNOTATIONS_NAMED annotation files skipped, in the order added
+        self.num_annotations = 0
 
     def add(self, path: str, reason: str, detail: str = "", warned: bool = False) -> None:
         """Count ``path`` as skipped for ``reason`` and name it (``detail``: why, in words). An annotation
@@ -136,11 +139,15 @@ class SkippedFiles(collections.Counter):
         if kind and reason not in (*_SKIP_DETAILS, "converted-dataset") and reason != ANNOTATIONS_NOT_READ:
             reason, detail = ANNOTATIONS_NOT_READ, f"{kind} that the layout read does not use"
         if reason == ANNOTATIONS_NOT_READ and not warned:
-            self.annotations.append(display_path(path))
+            self.num_annotations += 1  # named up to a few: a tree with a .json beside each image has N of them
+            if len(self.annotations) < self.ANNOTATIONS_NAMED:
+                self.annotations.append(display_path(path))
         self[reason] += 1
         shown = display_path(path)
         line = json.dumps({"path": shown, "reason": reason, "detail": detail}, ensure_ascii=False)
-        if self._file is not None:
+        if self._path is not None:
+            if self._file is None:
+                self._file = open(self._path, "ab")
             self._file.write(line.encode("utf-8") + b"\n")
         else:
             self._held.append(line)
@@ -154,15 +161,17 @@ class SkippedFiles(collections.Counter):
         """Each named file's ``skipped.jsonl`` line (no newline), sorted: the same bytes whatever order the
         listing came in (a folder's walk, the same tree in a tar). Spilled ones are sorted in runs of
         :data:`SORT_RUN` lines, merged (memory: one run)."""
-        if self._file is None:
+        if self._path is None:
             yield from sorted(self._held)
             return
-        self._file.flush()
+        self.close()
+        if not os.path.exists(self._path):
+            return
         runs: list[BinaryIO] = []
         try:
-            with open(self._file.name, "rb") as handle:
+            with open(self._path, "rb") as handle:
                 while chunk := list(itertools.islice(handle, SORT_RUN)):
-                    run = open(scratch_file(os.path.dirname(self._file.name), "skipped-run"), "w+b")
+                    run = open(scratch_file(os.path.dirname(self._path), "skipped-run"), "w+b")
                     runs.append(run)
                     run.writelines(line if line.endswith(b"\n") else line + b"\n" for line in sorted(chunk))
                     run.seek(0)
@@ -173,15 +182,21 @@ class SkippedFiles(collections.Counter):
                 run.close()
                 os.remove(run.name)
 
+    def close(self) -> None:
+        """Close the spilled lines' file (a later :meth:`add` opens it again, appending)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
     def annotation_warnings(self, src: str, shown: int = 10) -> list[str]:
         """A warning naming each annotation file skipped (the first ``shown``, then how many more): an
         annotation file no source read may be a dataset, or a part of one, that this run leaves out."""
-        named = self.annotations[:shown]
-        warnings = [f"{src}/{path}: an annotation file that no source read: skipped ({ANNOTATIONS_NOT_READ} in "
+        named = self.annotations[:min(shown, self.ANNOTATIONS_NAMED)]
+        warnings = [f"{src.rstrip('/')}/{path}: an annotation file that no source read: skipped ({ANNOTATIONS_NOT_READ} in "
                     "skipped.jsonl). If it labels images of SRC, convert it on its own (--annotations FILE, or "
                     "--src its dataset's folder)" for path in named]
-        if len(self.annotations) > shown:
-            warnings.append(f"{len(self.annotations) - shown} more annotation files were not read: "
+        if self.num_annotations > len(named):
+            warnings.append(f"{self.num_annotations - len(named)} more annotation files were not read: "
                             f"{ANNOTATIONS_NOT_READ} in skipped.jsonl names each")
         return warnings
 

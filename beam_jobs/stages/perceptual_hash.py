@@ -161,8 +161,8 @@ def signature_of_scaled(pixels: np.ndarray) -> tuple[int, bytes]:
     takes them for every image (#56 §5: the two apart, with their clipping, cost a tiny image's conversion 15%).
 
     The products' low corner is the DCT's, their high corner the thumbnail's cells: the same sums in another
-    order, so a coefficient may differ from :func:`of_scaled`'s in its last bits (a bit of a flat image's hash,
-    all its coefficients noise about zero, may differ; the thumbnail not: area means of uint8 round the same).
+    order, so a coefficient may differ from :func:`of_scaled`'s in its last bits, which :func:`_bits` rounds
+    away (a flat image's hash is its mean's bit alone, 1 << 63, either way).
     The thumbnail needs no clipping: area means of uint8 lie in [0, 255].
     """
     height, width = pixels.shape[:2]
@@ -201,8 +201,16 @@ def thumbnail_distance(left: bytes, right: bytes) -> float:
     return float(thumbnail_distances(np.frombuffer(left, np.uint8)[None], np.frombuffer(right, np.uint8)[None])[0])
 
 
+# Coefficients are rounded to this many decimals before the median test: a flat image's are all rounding noise
+# (about 1e-13) but the mean's, whose signs the order of the floating-point sums decides (another BLAS, CPU or
+# product order: another hash); rounded, they are all 0 and its hash is 1 << 63 everywhere (0 when black). A
+# photo's coefficients differ by far more than the rounding.
+_DECIMALS = 6
+
+
 def _bits(low: np.ndarray) -> int:
     """Bit ``i`` (from the top) set where coefficient ``i`` is above the 64 coefficients' median."""
+    low = np.round(low, _DECIMALS)
     middle = np.partition(low, (BITS // 2 - 1, BITS // 2))  # np.median, ten times faster on 64 values
     bits = low > (middle[BITS // 2 - 1] + middle[BITS // 2]) / 2
     return int.from_bytes(np.packbits(bits).tobytes(), "big")

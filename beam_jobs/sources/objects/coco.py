@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 import posixpath
 import re
 from typing import BinaryIO, Callable, Optional, Protocol, Sequence
@@ -111,6 +112,19 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         except masks.MasksUnavailableError as err:
             raise InputError(str(err)) from err
     blobs = coco_json.Blobs(scratch) if options.masks else None
+    try:  # closed whatever fails after it is opened: a bad JSON, an unknown category, an empty class table
+        return _plan_sets(options, listing, read, labels, scratch, located, sets, blobs, warnings)
+    finally:
+        if blobs is not None:
+            blobs.close()
+
+
+def _plan_sets(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]],
+               scratch: Optional[str], located: dict, sets: list, blobs: Optional[coco_json.Blobs],
+               warnings: list[str]) -> InputPlan:
+    """The plan of the annotation files ``sets`` (``(file, its images' folder, split, locator)``), each read
+    once, masks into ``blobs``."""
+    src = options.src
     categories: dict[int, str] = {}
     supercategories: dict[int, object] = {}
     read_sets: list[coco_json.CocoSet] = []
@@ -136,14 +150,10 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     folded = annotated_plan.case_folded(located)
     images = (_image(found, index, relpath, located, folded, categories)
               for found in read_sets for index, relpath in enumerate(found.relpaths))
-    try:
-        made = annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings,
-                                   labels, scratch=scratch,
-                                   extra_features={record_schema.OBJECT_MASK: "bytes_list"} if options.masks else None)
-        return dataclasses.replace(made, skipped_files=skipped)
-    finally:
-        if blobs is not None:
-            blobs.close()
+    made = annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings,
+                               labels, scratch=scratch,
+                               extra_features={record_schema.OBJECT_MASK: "bytes_list"} if options.masks else None)
+    return dataclasses.replace(made, skipped_files=skipped)
 
 
 def _image(found: coco_json.CocoSet, index: int, relpath: str, located: dict, folded: Callable,
@@ -195,9 +205,12 @@ def _account(src: str, located: dict, listed: set[str], read_files: set[str], fo
 
 
 def _inside(src: str, path: str) -> set[str]:
-    """``--annotations``' file as a path of SRC's listing, when it lies inside SRC (it is read, not skipped)."""
+    """``--annotations``' file as a path of SRC's listing, when it lies inside SRC (it is read, not skipped),
+    however either is spelled (``./ds`` and ``ds/ann.json``, a trailing slash)."""
     if not path:
         return set()
+    if "://" not in src and "://" not in path:
+        src, path = os.path.abspath(src), os.path.abspath(path)
     base = src.rstrip("/") + "/"
     return {path[len(base):]} if path.startswith(base) else set()
 

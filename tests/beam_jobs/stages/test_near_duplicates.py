@@ -49,10 +49,18 @@ def _flip(value: int, bits) -> int:
     return value
 
 
+def _root(parent: dict, item):
+    """``item``'s representative in a plain union-find (path halving): the reference the search is held to."""
+    parent.setdefault(item, item)
+    while parent[item] != item:
+        parent[item] = parent[parent[item]]
+        item = parent[item]
+    return item
+
+
 def _reference_groups(pairs) -> list[list[str]]:
     """Connected components of path pairs by a plain union-find (the release's), each sorted, in sorted order."""
-    from bench.near_search import root
-
+    root = _root
     parent: dict = {}
     for a, b in pairs:
         first, second = root(parent, a), root(parent, b)
@@ -213,11 +221,9 @@ def _reference_pairs(records, bands, distance, block):
 
 def _reference_links(pairs):
     """The release's links: a union-find keyed by the image's CONTENT bytes, taking the pairs in order."""
-    from bench.near_search import root
-
     parent, links = {}, []
     for a, b in pairs:
-        first, second = root(parent, a[8:]), root(parent, b[8:])
+        first, second = _root(parent, a[8:]), _root(parent, b[8:])
         if first != second:
             parent[max(first, second)] = min(first, second)
             links.append((a, b))

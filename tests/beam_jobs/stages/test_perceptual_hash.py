@@ -174,3 +174,20 @@ def test_the_validation_takes_the_hash_and_the_thumbnail_in_one_product_as_each_
                     perceptual_hash.of_scaled(pixels), perceptual_hash.thumbnail_of_scaled(pixels))
                 checked += 1
     assert checked >= 60
+
+
+@pytest.mark.parametrize("noise", [0, 1])
+def test_a_flat_image_hashes_the_same_whatever_order_its_sums_take(noise):
+    """A flat image's 64 coefficients are rounding noise about zero: their signs must not decide its hash (the
+    order of a product's sums differs between BLAS builds and CPUs), nor may a pixel of noise make it random."""
+    rng = np.random.default_rng(noise)
+    for _ in range(60):
+        height, width = rng.integers(8, 300, size=2).tolist()
+        pixels = np.full((height, width, 3), rng.integers(0, 256, size=3), dtype=np.uint8)
+        if noise:
+            pixels = np.clip(pixels.astype(int) + rng.integers(-1, 2, size=pixels.shape), 0, 255).astype(np.uint8)
+        alone, joined = perceptual_hash.of_scaled(pixels), perceptual_hash.signature_of_scaled(pixels)[0]
+        assert alone == joined
+        if not noise:  # only the mean (the first coefficient) is above the median: the top bit, unless black
+            assert alone == (1 << 63 if pixels.any() else 0)
+            assert perceptual_hash.of_scaled(np.ascontiguousarray(pixels[::-1, ::-1])) == alone

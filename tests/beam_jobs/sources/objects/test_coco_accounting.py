@@ -97,3 +97,18 @@ def test_a_damaged_annotation_file_is_refused_with_the_byte_offset_and_the_text_
     path.write_text(cut(path.read_text()))
     with pytest.raises(InputError, match=r"instances_val2017.json is not valid JSON: " + expected):
         sources.plan_inputs(ConvertOptions(src=str(root), out=str(tmp_path / "ds")))
+
+
+def test_the_annotations_file_given_inside_src_is_read_not_skipped_however_the_paths_are_spelled(tmp_path,
+                                                                                                   monkeypatch):
+    """``--src ./ds --annotations ds/ann.json`` (and a trailing slash): the file read is not also listed in
+    skipped.jsonl as an annotation file no source read."""
+    from beam_jobs.sources.objects.coco import _inside
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds").mkdir()
+    for src, path in (("./ds", "ds/ann.json"), ("ds/", "./ds/ann.json"), ("ds", str(tmp_path / "ds/ann.json")),
+                      (str(tmp_path / "ds") + "/", "ds/sub/ann.json")):
+        assert _inside(src, path) == {"sub/ann.json" if "sub" in path else "ann.json"}
+    assert _inside("ds", "other/ann.json") == set()
+    assert _inside("gs://bucket/ds", "gs://bucket/ds/ann.json") == {"ann.json"}
