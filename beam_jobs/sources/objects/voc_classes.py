@@ -13,7 +13,7 @@ never becomes a class, nor one odd name renumbers every class.
 from __future__ import annotations
 
 import re
-from typing import Mapping, Optional, Sequence
+from typing import Collection, Mapping, Optional, Sequence
 
 from beam_jobs.sources.objects import annotated_plan
 
@@ -36,7 +36,7 @@ def classes_of(found: Mapping[str, int], labels: Optional[Sequence[str]]) -> tup
             f"none of the {len(names)} class names of its VOC annotations is one of VOC's 20 ({_shown(names)}): "
             f"its classes are numbered 1-{len(names)} in sorted order, not as the OD API's pascal_label_map.pbtxt; "
             "give --labels to number them otherwise")
-    own = sorted(name for name in found if name not in VOC_CLASSES and near_voc(name) is None)
+    own = sorted(name for name in found if name not in VOC_CLASSES and near_voc(name, found) is None)
     note = ""
     if own:
         note = (f"{len(own)} class name{'s' if len(own) != 1 else ''} of its VOC annotations "
@@ -60,27 +60,33 @@ _VOC_SYNONYMS = {"airplane": "aeroplane", "plane": "aeroplane", "bike": "bicycle
                  "plant": "pottedplant", "table": "diningtable", "people": "person"}
 
 
-def near_voc(name: str) -> Optional[str]:
+def near_voc(name: str, present: Optional[Collection[str]] = None) -> Optional[str]:
     """The VOC class a name that is none of VOC's 20 may have meant, or None (a class of its own).
 
     A near miss is the same name in another case (``Dog``), spaced or joined otherwise (``dining table``,
-    ``potted_plant``), a plural (``dogs``, ``buses``), another dataset's name for it (COCO's ``airplane``,
-    ``couch``, ``tv``), or, both of four letters or more, one edit away from a VOC name (``persn``, ``hors``): one
-    edit from ``cat``, ``car``, ``cow``, ``bus`` or ``dog`` is another word (``rat``, ``bat``, ``cot``), a class.
+    ``potted_plant``), or a plural (``dogs``, ``buses``); and, when the VOC name it is near is ``present`` among
+    the dataset's own names (or ``present`` is None), another dataset's name for it (COCO's ``airplane``,
+    ``couch``, ``tv``) or, both of four letters or more, one edit away from it (``persn``, ``hors``). One edit
+    from ``cat``, ``car``, ``cow``, ``bus`` or ``dog`` is another word (``rat``, ``bat``, ``cot``), a class; so
+    is ``house`` in a dataset without ``horse``, ``table`` without ``diningtable``, ``plant``, ``boot``,
+    ``chain``: ordinary words, whose objects a rejection would lose whole images of.
     """
     low = name.strip().lower()
     joined = re.sub(r"[\s_\-]+", "", low)
     for candidate in dict.fromkeys((low, joined)):
         if candidate in VOC_CLASSES:
             return candidate
-        if candidate in _VOC_SYNONYMS:
-            return _VOC_SYNONYMS[candidate]
         for cut in (1, 2):  # dogs, buses
             if candidate.endswith("es"[2 - cut:]) and candidate[:-cut] in VOC_CLASSES:
                 return candidate[:-cut]
+    likely = VOC_CLASSES if present is None else [voc for voc in VOC_CLASSES if voc in present]
+    if joined in _VOC_SYNONYMS and _VOC_SYNONYMS[joined] in likely:
+        return _VOC_SYNONYMS[joined]
+    if low in _VOC_SYNONYMS and _VOC_SYNONYMS[low] in likely:
+        return _VOC_SYNONYMS[low]
     if len(joined) < 4:
         return None
-    return next((voc for voc in VOC_CLASSES if len(voc) >= 4 and _one_edit(joined, voc)), None)
+    return next((voc for voc in likely if len(voc) >= 4 and _one_edit(joined, voc)), None)
 
 
 def _one_edit(a: str, b: str) -> bool:

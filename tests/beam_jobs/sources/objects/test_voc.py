@@ -171,6 +171,21 @@ def test_a_near_miss_is_another_case_a_plural_one_edit_or_cocos_name_and_a_short
     assert voc.near_voc(name) == meant
 
 
+@pytest.mark.parametrize("name, meant", [("house", "horse"), ("boot", "boat"), ("chain", "chair"), ("sheet", "sheep"),
+                                         ("table", "diningtable"), ("plant", "pottedplant"), ("soda", "sofa")])
+def test_an_ordinary_word_near_a_voc_name_is_a_class_of_its_own_unless_that_name_is_in_the_dataset(name, meant):
+    """One edit, or another dataset's word, is a typo only beside the VOC class it is near: a set of house, car and
+    person objects has a class 'house' (21), not images rejected for 'did you mean horse'. Case and plurals stay
+    near misses whatever the dataset holds."""
+    from beam_jobs.sources.objects import voc_classes as voc
+
+    assert voc.near_voc(name, {name, "car", "person"}) is None
+    assert voc.near_voc(name, {name, meant, "person"}) == meant
+    assert voc.near_voc(meant.capitalize() + "s", {"car"}) == meant
+    names, _ = voc.classes_of({name: 3, "car": 2, "person": 1}, None)
+    assert names.index(name) == 21
+
+
 def test_labels_naming_the_datasets_own_classes_keep_every_name_and_reject_only_those_it_lacks(tmp_path):
     root = tmp_path / "VOC2012"
     _voc_tree(root, {"a": [("dog", BOX), ("Dog", BOX), ("cat", BOX)]})
