@@ -114,7 +114,7 @@ class EncodeOptions:
         written (an unknown class, a box outside the image, a bad mask) is written without that object; by default
         it is rejected, naming the object (written without it, the object would train as background).
       perceptual_hash: take each accepted image's perceptual hash from the decode the validation does anyway
-        (the near-duplicate search needs it); ``--no-near-duplicates`` turns it off.
+        (the near-duplicate search needs it); ``--near-distance off`` turns it off.
     """
 
     quality: int = DEFAULT_QUALITY

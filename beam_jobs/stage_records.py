@@ -51,7 +51,7 @@ class Accepted(NamedTuple):
         (chunk id, byte offset, length) in the chunk's spill file; () when
         stored byte for byte.
       perceptual_hash: the stored pixels' 64-bit perceptual hash (:mod:`beam_jobs.stages.perceptual_hash`), for
-        the near-duplicate search; None when the run takes none (``--no-near-duplicates``).
+        the near-duplicate search; None when the run takes none (``--near-distance off``).
       thumbnail: the same pixels' 8x8 gray thumbnail (64 bytes), which verifies the near search's pairs; b""
         when the run takes no hash.
       stamp: the version of the local file validation read (:func:`beam_jobs.stages.validate.file_stamp`, 16

@@ -14,7 +14,7 @@ copy in the same group, exact or near, as its original) and the false pairs (two
 in one group), among all pairs of different tiles.
 
 Cost. ``bench.data``'s photos (300-500 px JPEGs, stored as they are: the 1/8-scale check's decode is what is
-hashed) converted with and without ``--no-near-duplicates``, rounds alternated in one run, compared by
+hashed) converted with and without ``--near-distance off``, rounds alternated in one run, compared by
 their medians: the search's own stage is in the time. Each conversion runs in one process
 (``--direct_running_mode=in_memory --direct_num_workers=1``) so that its CPU time is all the work (a
 worker forked from the forkserver is no child whose time the launcher collects), and CPU time is the
@@ -182,7 +182,7 @@ def measure_cost(photos: int, rounds: int, work: str) -> dict:
     src, out = os.path.join(work, "photos"), os.path.join(work, "photos-tfrecords")
     make_photo_dataset(src, photos, seed=4)
     commands = {"hashing": _converter(src, out, *ONE_PROCESS),
-                "no hashing": _converter(src, out, "--no-near-duplicates", *ONE_PROCESS)}
+                "no hashing": _converter(src, out, "--near-distance", "off", *ONE_PROCESS)}
     _timed(commands["hashing"])  # warm the page cache
     wall: dict[str, list[float]] = {name: [] for name in commands}
     cpu: dict[str, list[float]] = {name: [] for name in commands}
@@ -250,7 +250,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cost = results["cost"]
         print(f"{cost['photos']} photos, {cost['rounds']} alternated rounds, one process: with hashing "
               f"{cost['cpu_ratio']:.3f}x the CPU time ({cost['wall_ratio']:.3f}x the wall time) of "
-              f"--no-near-duplicates (goal < {1 + GOAL:.2f}x)")
+              f"--near-distance off (goal < {1 + GOAL:.2f}x)")
         validation = cost["validation"]
         print(f"  validation alone: {validation['median_cpu_ms_per_image']['hashing']:.3f} ms an image with the "
               f"hash, {validation['median_cpu_ms_per_image']['no hashing']:.3f} without ({validation['ratio']:.3f}x)")

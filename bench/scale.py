@@ -17,7 +17,7 @@ between the two sizes, checked against the targets of issue #18.
 ``--baseline REV`` converts the same data with another commit (a git worktree)
 in the same run, alternating: memory of both, and the wall-time ratio, on the
 tiny images and on JPEG photos (pass-through). ``--near-off`` converts each size
-a second time with ``--no-near-duplicates``, right after the default run: the
+a second time with ``--near-distance off``, right after the default run: the
 defaults' time over that run's is what the near search (hashes, search,
 grouping) costs at each size (issue #56 §5: at most 1.1x at 1M).
 
@@ -46,6 +46,8 @@ from bench import data
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results", "scale.json")
+# The run with issue #56's defaults (the near search, the records tables) and with the search off (--near-off).
+DEFAULTS_RESULTS = os.path.join(REPO, "bench", "results", "scale_defaults.json")
 # Growth from the small to the large size allowed for the launcher and for every worker (issue #18).
 TARGET_MB = {"local": 60, "dask": 40}
 STAGES = ("list_and_parts", "validate", "order", "write", "reports", "near", "table")
@@ -136,7 +138,7 @@ def measured_run(command: Sequence[str], env: dict, cwd: str, watch: Sequence[in
 
 
 # What a variant of a run adds to the conversion's flags (``--near-off``).
-VARIANT_FLAGS = {"this": (), "baseline": (), "near-off": ("--no-near-duplicates",)}
+VARIANT_FLAGS = {"this": (), "baseline": (), "near-off": ("--near-distance", "off")}
 
 
 def _convert_command(checkout: str, src: str, out: str, extra: Sequence[str]) -> tuple[list[str], dict]:
@@ -377,7 +379,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--speed-tiny", type=int, default=100_000, help="tiny images for the speed ratio")
     parser.add_argument("--speed-photos", type=int, default=2000, help="photos for the speed ratio")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of the speed ratio")
-    parser.add_argument("--near-off", action="store_true", help="also each size with --no-near-duplicates")
+    parser.add_argument("--near-off", action="store_true", help="also each size with --near-distance off")
     parser.add_argument("--work", default=None, help="folder for the generated data (kept when given)")
     parser.add_argument("--stages", type=int, default=100_000, help="tiny images for the per-stage costs, or 0")
     parser.add_argument("--out", default=RESULTS)

@@ -478,7 +478,7 @@ def _half(content: bytes, halves: dict[bytes, str]) -> str:
 class NearSummary:
     """The near search's counts for the manifest's ``duplicates``, and the first groups that span splits.
 
-    ``threshold`` is None when the run took no perceptual hashes (``--no-near-duplicates``).
+    ``threshold`` is None when the run took no perceptual hashes (``--near-distance off``).
     """
 
     threshold: object = None
