@@ -11,7 +11,7 @@ in the work folder, never through a shuffle, see :mod:`beam_jobs.files.work_reco
     part ids again, with CountBuckets as a side input (so after it), each dealing its share of:
       |-> ListSearches, SpreadSearches, FindDuplicates   per content-hash range a DuplicateSummary (stage 6,
       |     |                        merge_reports), per band range the near links (stage 6, near_duplicates)
-      |     | SumDuplicates, GroupNear   (DuplicateSummary, NearSummary): the exact and the near groups
+      |     | SumDuplicates, GroupNear   (DuplicateSummary, NearSummary): the exact and the near groups (near_groups)
       |     | WriteDuplicates        duplicates.jsonl in staging, the summary in the work folder
       |   (--drop-leaks) CollectDrops, DropLeaks   the counts less the dropped images (drop_leaks): the
       |                              buckets and shards below then wait for the duplicate searches
@@ -46,7 +46,7 @@ from beam_jobs.files import filesystems, publish, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.runtime.progress import ProgressWriter
-from beam_jobs.stages import drop_leaks, join_tables, merge_reports, near_duplicates
+from beam_jobs.stages import drop_leaks, join_tables, merge_reports, near_duplicates, near_groups
 from beam_jobs.stages.count import BucketTask, PartCounts, SumCounts, bucket_tasks, without
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages.order_bucket import order_bucket
@@ -109,9 +109,9 @@ def search(task: tuple[str, int], layout: WorkLayout, classes: Sequence[str],
 
 
 def group_near(exact: merge_reports.DuplicateSummary, layout: WorkLayout, classes: Sequence[str],
-               distance: int) -> tuple[merge_reports.DuplicateSummary, near_duplicates.NearSummary]:
+               distance: int) -> tuple[merge_reports.DuplicateSummary, near_groups.NearSummary]:
     """After every search task: the near groups (an empty summary when the run took no perceptual hashes)."""
-    near = near_duplicates.group_near(layout, distance, classes) if layout.near_bands else near_duplicates.NearSummary()
+    near = near_groups.group_near(layout, distance, classes) if layout.near_bands else near_groups.NearSummary()
     return exact, near
 
 

@@ -250,7 +250,7 @@ def step_costs(src: str, part_size: Optional[int] = 125, shards: int = 16) -> di
     from beam_jobs.options import DEFAULT_NEAR_DISTANCE, EncodeOptions
     from beam_jobs.planning.shard import plan_shard_counts
     from beam_jobs.stage_records import ImageRef
-    from beam_jobs.stages import list_parts, near_duplicates, order_bucket, perceptual_hash, validate_part, write
+    from beam_jobs.stages import list_parts, near_duplicates, near_groups, order_bucket, perceptual_hash, validate_part, write
     from beam_jobs.stages.count import SumCounts, bucket_tasks
 
     classes = sorted(name for name in os.listdir(src) if os.path.isdir(os.path.join(src, name)))
@@ -285,7 +285,7 @@ def step_costs(src: str, part_size: Optional[int] = 125, shards: int = 16) -> di
                 near_duplicates.find_pairs(layout, near_range, distance)
             spent["search: near, find_pairs"] = time.thread_time() - started
             started = time.thread_time()
-            near_duplicates.group_near(layout, distance, classes)
+            near_groups.group_near(layout, distance, classes)
             spent["search: near, group_near"] = time.thread_time() - started
             started = time.thread_time()
             for (split, index, num_shards), buckets in sorted(slices.items()):

@@ -41,7 +41,7 @@ from beam_jobs.files import work_layout, work_records
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.options import DEFAULT_NEAR_DISTANCE
 from beam_jobs.stage_records import Accepted, ImageRef
-from beam_jobs.stages import list_parts, near_duplicates, perceptual_hash
+from beam_jobs.stages import list_parts, near_duplicates, near_groups, perceptual_hash
 
 CONVERSION_MS = 0.63  # docs/benchmarks.md: the converter's CPU an image without the near search (quiet, 2026-11-27)
 GOAL_SHARE = 0.05  # #56: the search at most 5% of the conversion's CPU per image
@@ -124,7 +124,7 @@ def search(layout: WorkLayout) -> dict:
         near_duplicates.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE)
     pairs_cpu = time.process_time() - started
     started = time.process_time()
-    near_duplicates.group_near(layout, DEFAULT_NEAR_DISTANCE, ["c"])
+    near_groups.group_near(layout, DEFAULT_NEAR_DISTANCE, ["c"])
     group_cpu = time.process_time() - started
     sizes = [_range_records(layout, r) for r in range(layout.near_ranges)]
     largest = int(np.argmax(sizes))
@@ -136,7 +136,7 @@ def search(layout: WorkLayout) -> dict:
     for done in (layout.near_summary(), layout.near_groups(), layout.near_dropped()):  # grouped again, traced
         os.remove(done)
     tracemalloc.start()
-    near_duplicates.group_near(layout, DEFAULT_NEAR_DISTANCE, ["c"])
+    near_groups.group_near(layout, DEFAULT_NEAR_DISTANCE, ["c"])
     group_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     return {"find_pairs_cpu_s": pairs_cpu, "group_near_cpu_s": group_cpu, "ranges": layout.near_ranges,

@@ -38,7 +38,7 @@ import numpy as np
 from beam_jobs.files import filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
-from beam_jobs.stages import near_duplicates, perceptual_hash
+from beam_jobs.stages import near_duplicates, near_groups, perceptual_hash
 
 DISTANCE = 10  # the release's default --near-distance, which the baseline searched at
 
@@ -165,7 +165,7 @@ def search_cpu(layout: WorkLayout, classes: Sequence[str], search: str) -> tuple
     for near_range in range(layout.near_ranges):
         SEARCHES[search](layout, near_range, DISTANCE)
     found = time.process_time()
-    near_duplicates.group_near(layout, DISTANCE, classes)
+    near_groups.group_near(layout, DISTANCE, classes)
     grouped = time.process_time()
     return found - started, grouped - found, {os.path.basename(path): _read(path) for path in _outputs(layout)}
 

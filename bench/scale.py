@@ -256,7 +256,7 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
     from beam_jobs.files import work_records
     from beam_jobs.options import DEFAULT_NEAR_DISTANCE, EncodeOptions
     from beam_jobs.planning import discover
-    from beam_jobs.stages import count, join_tables, list_parts, merge_reports, near_duplicates, order_bucket, validate_part
+    from beam_jobs.stages import count, join_tables, list_parts, merge_reports, near_duplicates, near_groups, order_bucket, validate_part
     from beam_jobs.files import work_layout
     import record_schema
     from beam_jobs.files import filesystems
@@ -301,7 +301,7 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
     started = clock()
     for near_range in range(layout.near_ranges):
         near_duplicates.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE)
-    near_duplicates.group_near(layout, DEFAULT_NEAR_DISTANCE, plan.classes)
+    near_groups.group_near(layout, DEFAULT_NEAR_DISTANCE, plan.classes)
     costs["near"] = clock() - started
     started = clock()
     join_tables.join_split(layout, os.path.join(work, "out"), "train", 64, len(plan.refs))

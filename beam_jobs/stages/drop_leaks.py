@@ -1,7 +1,7 @@
 """``--drop-leaks``: the evaluation images that copy an earlier split's, gathered before the records are counted.
 
 In:  ``duplicates/range-r.dropped.json`` of every hash range (exact groups: the byte-identical copies in an
-     evaluation split after the group's earliest split, :func:`beam_jobs.stages.near_duplicates.leaked`) and
+     evaluation split after the group's earliest split, :func:`beam_jobs.stages.near_groups.leaked`) and
      ``near/dropped.json`` (when the near search ran: the evaluation images with a direct near pair in the
      training split), each entry a :class:`beam_jobs.stages.near_duplicates.Leak`.
 Out: ``dropped/<split>``: DROPPED records (key and path), sorted and bucketed as the split's runs, which the

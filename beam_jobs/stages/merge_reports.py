@@ -33,7 +33,8 @@ from beam_jobs.files import filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.planning.discover import display_path
 from beam_jobs.files.work_layout import WorkLayout
-from beam_jobs.stages.near_duplicates import Member, leaked
+from beam_jobs.stages.near_duplicates import Member
+from beam_jobs.stages.near_groups import leaked
 
 # Files merged at once; more are merged in rounds (each open file holds a buffer and a descriptor).
 MAX_FAN_IN = 128

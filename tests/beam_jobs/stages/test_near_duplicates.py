@@ -19,7 +19,7 @@ from beam_jobs.files import work_records
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.planning.carve import keyed_hash
 from beam_jobs.stage_records import Accepted, ImageRef
-from beam_jobs.stages import drop_leaks, near_duplicates
+from beam_jobs.stages import drop_leaks, near_duplicates, near_groups
 from beam_jobs.stages.count import PartCounts, without
 
 CLASSES = ["cat", "dog"]
@@ -97,7 +97,7 @@ def test_every_pair_within_the_distance_is_found_once_as_brute_force_finds_it(tm
             # the links written join the same groups, in fewer lines
             links = sum(near_duplicates.find_pairs(layout, r, distance) for r in range(layout.near_ranges))
             assert links <= len(expected)
-            groups = near_duplicates.components(near_duplicates._pairs(layout))
+            groups = near_groups.components(near_groups._pairs(layout))
             assert [[m[2] for m in g] for g in groups] == brute_groups
 
 
@@ -124,7 +124,7 @@ def test_groups_hold_distances_to_their_first_image_and_leave_byte_identical_gro
     layout = _layout(tmp_path, "w", [records[:3], records[3:]], 10, 2)
     for near_range in range(layout.near_ranges):
         near_duplicates.find_pairs(layout, near_range, 10)
-    summary = near_duplicates.group_near(layout, 10, CLASSES)
+    summary = near_groups.group_near(layout, 10, CLASSES)
     lines = [json.loads(line) for line in open(layout.near_groups())]
     assert lines == [{"kind": "near", "images": [
         {"split": "train", "label": "cat", "path": "train/cat/a.jpg", "distance": 0},
@@ -136,7 +136,7 @@ def test_groups_hold_distances_to_their_first_image_and_leave_byte_identical_gro
     assert [(m[2], partner[2], bits) for m, partner, bits in dropped] == [
         ("test/dog/a_copy.jpg", "train/cat/a.jpg", 0), ("validation/cat/a_small.jpg", "train/cat/a.jpg", 3)]
     # resumed: the summary found is the summary
-    assert near_duplicates.group_near(layout, 10, CLASSES) == summary
+    assert near_groups.group_near(layout, 10, CLASSES) == summary
 
 
 @pytest.mark.parametrize("group, left_out", [
@@ -147,10 +147,10 @@ def test_groups_hold_distances_to_their_first_image_and_leave_byte_identical_gro
 ])
 def test_drop_leaks_leaves_out_the_byte_identical_copies_after_the_groups_earliest_split(group, left_out):
     members = [near_duplicates.Member(split, 0, path, 0, "", 0, 0) for split, path in group]
-    leaked = near_duplicates.leaked(members)
+    leaked = near_groups.leaked(members)
     assert [leak.member.path for leak in leaked] == left_out
-    earliest = min(near_duplicates._rank(split) for split, _ in group)  # each beside the earliest split's first
-    assert all(leak.partner.path == min(p for s, p in group if near_duplicates._rank(s) == earliest)
+    earliest = min(near_groups._rank(split) for split, _ in group)  # each beside the earliest split's first
+    assert all(leak.partner.path == min(p for s, p in group if near_groups._rank(s) == earliest)
                and leak.distance == 0 for leak in leaked)
 
 
@@ -165,7 +165,7 @@ def test_drop_leaks_leaves_out_only_evaluation_images_near_a_training_image_not_
     layout = _layout(tmp_path, "w", [records[:2], records[2:]], 10, 2)
     for near_range in range(layout.near_ranges):
         near_duplicates.find_pairs(layout, near_range, 10)
-    summary = near_duplicates.group_near(layout, 10, CLASSES)
+    summary = near_groups.group_near(layout, 10, CLASSES)
     assert (summary.num_groups, summary.num_cross_split) == (1, 1)
     (group,) = [json.loads(line) for line in open(layout.near_groups())]
     assert [image["path"] for image in group["images"]] == ["t/T.jpg", "v/V1.jpg", "v/V2.jpg", "x/X.jpg"]
