@@ -19,6 +19,7 @@ import zipfile
 import apache_beam as beam
 import pytest
 
+from beam_jobs.runtime import runners
 from beam_jobs.sources.archives import archive_scan, archives
 from tests.archive_data import (
     hostile_tar,
@@ -35,7 +36,10 @@ def _scanner(folder, mode="workers"):
     """Reads the tars' headers in a Beam pipeline, then zeroes the tars (same size and time): the listing
     that follows must come from the tables alone (the lister may read no header of theirs)."""
     def run(build) -> None:
-        with beam.Pipeline() as pipeline:
+        # The converter's own runner choice, in memory: a bare beam.Pipeline() lets the DirectRunner try Prism,
+        # which leaves a beam-temp folder in /tmp each time.
+        choice = runners.choose_runner(["--direct_running_mode=in_memory", "--direct_num_workers=1"])
+        with beam.Pipeline(runner=choice.runner, options=choice.options) as pipeline:
             build(pipeline)
 
     def scan(units):
