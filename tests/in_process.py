@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 
-# Loggers whose levels the CLI sets (converter/cli.py's _configure_logging).
+# Loggers whose levels the CLI sets (converter/cli_logging.py's configure_logging).
 _LOGGERS = ("converter", "beam_jobs", "reader", "apache_beam")
 
 
