@@ -31,4 +31,4 @@ def test_the_near_duplicate_benchmark_scores_planted_copies_and_times_the_hash(t
     assert 0 <= quality["false_pairs"] < quality["pairs_of_different_tiles"]
     cost = results["cost"]
     assert cost["photos"] == 16 and cost["wall_ratio"] > 0 and cost["cpu_ratio"] > 0
-    assert "recall" in proc.stdout and "--no-near-duplicates" in proc.stdout
+    assert "recall" in proc.stdout and "--near-distance off" in proc.stdout
