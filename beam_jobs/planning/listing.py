@@ -95,6 +95,10 @@ def skip_reason(path: str, skipped: Optional[collections.Counter]) -> bool:
 _SKIP_DETAILS = {"system-file": "a file the operating system leaves in folders",
                  "hidden": "a hidden file, or in a hidden folder (its name, or a folder's, starts with a dot)"}
 NOT_AN_IMAGE = "not-an-image"
+# Reasons that stand for an annotation file's name too: its folder (a converted dataset's), its sample (a
+# WebDataset sample's .json member: metadata, read for a label or not), or its Parquet dataset (a file of a split or
+# config the run does not convert): never a dataset left out without a word.
+_KEPT_REASONS = ("converted-dataset", "sample-metadata", "other-split", "other-config")
 SORT_RUN = 100_000  # skipped.jsonl lines sorted in memory at once (~15 MB)
 ANNOTATIONS_NOT_READ = "annotations-not-read"
 # Annotation files by extension (COCO and Label Studio JSON, CVAT and VOC XML, YOLO's yaml, Parquet) -> words.
@@ -136,7 +140,7 @@ class SkippedFiles(collections.Counter):
         file (:func:`annotation_kind`) is skipped as ``annotations-not-read`` whatever the caller's reason
         (but a hidden one), and kept for :meth:`annotation_warnings` (unless the caller ``warned`` of it)."""
         kind = annotation_kind(path)
-        if kind and reason not in (*_SKIP_DETAILS, "converted-dataset") and reason != ANNOTATIONS_NOT_READ:
+        if kind and reason not in (*_SKIP_DETAILS, *_KEPT_REASONS) and reason != ANNOTATIONS_NOT_READ:
             reason, detail = ANNOTATIONS_NOT_READ, f"{kind} that the layout read does not use"
         if reason == ANNOTATIONS_NOT_READ and not warned:
             self.num_annotations += 1  # named up to a few: a tree with a .json beside each image has N of them

@@ -120,16 +120,18 @@ def _label_file(request: Request) -> discover.InputPlan:
     plan = label_file.plan
     if options.label_separator is not None:  # several labels an image
         plan = functools.partial(label_file.plan_multilabel, separator=options.label_separator)
-    if not archives.is_archive_file(options.src):  # a folder: the label file lists it, no walk needed
-        return plan(src=options.src, path=options.annotations, labels=request.labels,
-                    val_fraction=options.val_fraction, seed=options.seed, columns=options.annotation_columns,
-                    scratch=request.scratch)
+    if not archives.is_archive_file(options.src):  # a folder: the label file lists it (walked after, to account)
+        return label_file.account(plan(src=options.src, path=options.annotations, labels=request.labels,
+                                       val_fraction=options.val_fraction, seed=options.seed,
+                                       columns=options.annotation_columns, scratch=request.scratch),
+                                  options.src, options.annotations, request.scratch)
     found = request.found()
-    return request.with_archives(plan(
+    members = dict(found.listing.entries())
+    return request.with_archives(label_file.account(plan(
         src=options.src, path=options.annotations, labels=request.labels, val_fraction=options.val_fraction,
-        seed=options.seed, columns=options.annotation_columns, scratch=request.scratch,
-        archive=dict(found.listing.entries()),
-        refused=[ImageRef("train", path, 0, source) for path, source in found.listing.refused]))
+        seed=options.seed, columns=options.annotation_columns, scratch=request.scratch, archive=members,
+        refused=[ImageRef("train", path, 0, source) for path, source in found.listing.refused]),
+        options.src, options.annotations, request.scratch, members=members))
 
 
 def _webdataset(request: Request) -> discover.InputPlan:
@@ -145,7 +147,8 @@ def _webdataset(request: Request) -> discover.InputPlan:
 def _imagenet(request: Request) -> discover.InputPlan:
     options = request.options
     return request.with_archives(imagenet.plan(options.src, request.found().listing, options.val_labels,
-                                               request.labels, options.seed, scratch=request.scratch))
+                                               request.labels, options.seed, scratch=request.scratch,
+                                               synsets=options.synsets))
 
 
 def _class_folders(request: Request) -> discover.InputPlan:

@@ -17,27 +17,31 @@ tinca``) gives each class its text; label ids stay the sorted wnids, as the
 TF models scripts assign them (0-based here). The same flag pair works for any
 dataset whose train split is class folders and whose validation split is flat.
 ImageNet's odd files (a PNG named ``.JPEG``, CMYK and grayscale JPEGs) are
-handled by the converter's per-image policy like any other input.
+handled by the converter's per-image policy like any other input. Every other file of SRC (a ``test/`` folder,
+the Kaggle release's CSVs, a README) is skipped and named in ``skipped.jsonl`` with its reason.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
+import os
 import posixpath
 from typing import Iterable, Iterator, Optional, Sequence
 
 import record_schema
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, Listing
-from beam_jobs.planning.listing import is_hidden
+from beam_jobs import formats
+from beam_jobs.planning.listing import NOT_AN_IMAGE, SkippedFiles, is_hidden, skip_reason
 from beam_jobs.stage_records import ImageRef
 
 _FLAT_SPLITS = {name for name, split in record_schema.SPLIT_NAMES.items() if split == "validation"}
 
 
 def plan(src: str, listing: Listing, val_labels: str, labels: Optional[Sequence[str]], seed: int,
-         scratch: Optional[str] = None) -> InputPlan:
+         scratch: Optional[str] = None, synsets: Optional[str] = None) -> InputPlan:
     """The plan of an ImageNet-shaped SRC: ``train/<class>/...`` plus a flat validation folder.
 
     Holds the flat folder's names (ImageNet: 50,000) and the train classes;
@@ -68,8 +72,35 @@ def plan(src: str, listing: Listing, val_labels: str, labels: Optional[Sequence[
     members = discover.collect_members(triples(), scratch)
     refused = [ImageRef("validation" if path.split("/")[0].lower() in _FLAT_SPLITS else "train", path, 0, source)
                for path, source in listing.refused]
-    return discover.plan_from_members(members, train.classes, 0.0, seed, src, train.skipped, what="classes",
+    skipped = train.skipped_files if train.skipped_files is not None else SkippedFiles(train.skipped, scratch)
+    _account(listing, folder, {path for path, _ in flat}, _inside(src, (val_labels, synsets)), skipped)
+    made = discover.plan_from_members(members, train.classes, 0.0, seed, src, skipped, what="classes",
                                       refused=refused)
+    return dataclasses.replace(made, skipped_files=skipped)
+
+
+def _account(listing: Listing, folder: str, flat: set[str], read: set[str], skipped: SkippedFiles) -> None:
+    """Every file outside ``train/`` (whose own are accounted for by the class folders' plan) that is not an image
+    of the flat ``folder`` nor a flag's file read: skipped and named with its reason (an image elsewhere,
+    ``test/``'s unlabelled ones or a class folder inside ``folder``, as ``not-in-layout``)."""
+    for path, _ in listing.entries():
+        if path.split("/")[0].lower() == "train" or path in flat or path in read or skip_reason(path, skipped):
+            continue
+        if formats.has_image_extension(path):
+            skipped.add(path, "not-in-layout", f"an image in neither train/<class>/ nor the flat {folder}/")
+        else:
+            skipped.add(path, NOT_AN_IMAGE, f"neither an image of train/<class>/ nor of the flat {folder}/")
+
+
+def _inside(src: str, paths: Iterable[Optional[str]]) -> set[str]:
+    """The flags' files (``--val-labels``, ``--synsets``) that lie inside a local SRC, as its listing's paths: read,
+    not skipped."""
+    base = os.path.abspath(src[len("file://"):] if src.startswith("file://") else src) + os.sep
+    found = set()
+    for path in paths:
+        if path and "://" not in path and os.path.abspath(path).startswith(base):
+            found.add(os.path.abspath(path)[len(base):].replace(os.sep, "/"))
+    return found
 
 
 class _Train:

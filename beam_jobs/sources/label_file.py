@@ -17,19 +17,22 @@ not leave it. The same guarantees as class folders: label ids index the
 sorted class names (numerically when every label is an integer, so ``"10"``
 follows ``"9"``), or ``--labels``; a listed file that does not exist is
 rejected as ``missing-file`` and counted, not fatal. A path listed twice, an
-unknown split or a malformed line is an input error naming the line.
+unknown split or a malformed line is an input error naming the line. Every file
+under SRC that the label file does not list is skipped and named (:func:`account`).
 """
 
 from __future__ import annotations
 
 import collections
 import csv
+import dataclasses
 import hashlib
 import io
 import itertools
 import json
 import os
 import posixpath
+import tempfile
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -40,6 +43,7 @@ from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ANNOTATION_COLUMNS
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, plan_from_members
+from beam_jobs.planning.listing import NOT_AN_IMAGE, SkippedFiles, list_tree, skip_reason
 from beam_jobs.sources.archives import archive_members
 from beam_jobs.sources.objects import annotated_plan
 from record_schema import SPLIT_NAMES
@@ -347,3 +351,49 @@ def _split(path: str, line: int, value: object) -> str:
         raise InputError(f"--annotations {path} line {line}: split {value!r} is not one of train, validation "
                          "(or val, valid), test")
     return split
+
+
+def account(plan: InputPlan, src: str, path: str, scratch: Optional[str],
+            members: Optional[Iterable[str]] = None) -> InputPlan:
+    """``plan`` with every file under SRC that the label file ``path`` does not list skipped and named: an image
+    as ``not-in-annotations``, a hidden or system file so, anything else as no image (the label file itself,
+    inside SRC, is read). ``members``: SRC's files when it is an archive; else SRC is walked (the plan itself
+    needs no walk: the label file names its images). Memory: one of :attr:`_ListedOnce.RANGES` hash ranges of
+    the listed paths with a ``scratch`` folder, all of them without."""
+    skipped = SkippedFiles(plan.skipped, scratch)
+    files = members if members is not None else list_tree(src, scratch).files
+    inside = os.path.abspath(path)[len(os.path.abspath(src)) + 1:].replace(os.sep, "/") \
+        if "://" not in src + path and os.path.abspath(path).startswith(os.path.abspath(src) + os.sep) else None
+    for relpath in _unlisted(files, (ref.relpath for ref in plan.refs), scratch):
+        if relpath == inside or skip_reason(relpath, skipped):
+            continue
+        if formats.has_image_extension(relpath):
+            skipped.add(relpath, "not-in-annotations", f"an image that --annotations {posixpath.basename(path)} "
+                        "does not list")
+        else:
+            skipped.add(relpath, NOT_AN_IMAGE, f"no image, and not listed in --annotations {posixpath.basename(path)}")
+    return dataclasses.replace(plan, skipped=skipped.counts(), skipped_files=skipped)
+
+
+def _unlisted(files: Iterable[str], listed: Iterable[str], scratch: Optional[str]) -> Iterator[str]:
+    """The paths of ``files`` that ``listed`` lacks: by a set, or, with ``scratch``, range by range (both cut by
+    a hash of the path into :attr:`_ListedOnce.RANGES` files, each range's listed paths held alone)."""
+    if scratch is None:
+        named = set(listed)
+        yield from (relpath for relpath in files if relpath not in named)
+        return
+    handles = [tempfile.TemporaryFile("w+", dir=scratch, encoding="utf-8")
+               for _ in range(2 * _ListedOnce.RANGES)]
+    try:
+        for kind, paths in enumerate((listed, files)):
+            for relpath in paths:
+                digest = hashlib.blake2b(relpath.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+                handles[2 * (digest[0] % _ListedOnce.RANGES) + kind].write(json.dumps(relpath) + "\n")
+        for index in range(_ListedOnce.RANGES):
+            for handle in handles[2 * index:2 * index + 2]:
+                handle.seek(0)
+            named = {json.loads(line) for line in handles[2 * index]}  # JSON: a name may hold a line break
+            yield from (relpath for line in handles[2 * index + 1] if (relpath := json.loads(line)) not in named)
+    finally:
+        for handle in handles:
+            handle.close()

@@ -19,12 +19,13 @@ its tools, a folder's sorted listing). A sample with no label member, or a
 label member without the field or not readable, is listed only to be rejected
 as ``missing-label``; a label member with no image beside it as
 ``missing-image``; never silently dropped. The label members and other
-metadata (``.txt`` captions...) are skipped, counted as ``sample-metadata``.
+metadata (``.txt`` captions...) are skipped as ``sample-metadata``, each named in ``skipped.jsonl`` (the label
+member too: it is read for its label, and is no image).
 """
 
 from __future__ import annotations
 
-import collections
+import dataclasses
 import json
 import posixpath
 from typing import Iterator, Optional, Sequence
@@ -33,7 +34,7 @@ from beam_jobs import formats
 from beam_jobs.options import LabelMember
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, Listing
-from beam_jobs.planning.listing import skip_reason
+from beam_jobs.planning.listing import SkippedFiles, skip_reason
 from beam_jobs.sources.archives import archive_members
 from beam_jobs.stage_records import ImageRef
 
@@ -49,7 +50,7 @@ def key_of(name: str) -> tuple[str, str]:
 def plan(src: str, listing: Listing, label_member: LabelMember, labels: Optional[Sequence[str]], read_label,
          val_fraction: float, seed: int, scratch: Optional[str] = None) -> InputPlan:
     """The plan of the samples ``listing`` holds; ``read_label(path, source) -> bytes`` reads a label member."""
-    skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    skipped = SkippedFiles(listing.skipped, scratch)
     refused: list[ImageRef] = []
 
     def members() -> Iterator[tuple[str, str, str, str]]:
@@ -60,11 +61,12 @@ def plan(src: str, listing: Listing, label_member: LabelMember, labels: Optional
     if not found.counts:
         raise InputError(f"{src} holds no WebDataset samples with a .{label_member.extension} member beside an image "
                          f"(found {len(refused)} samples without one): check --label-member")
-    return discover.plan_from_members(found, labels, val_fraction, seed, src, skipped, what="labels",
+    made = discover.plan_from_members(found, labels, val_fraction, seed, src, skipped, what="labels",
                                       refused=refused)
+    return dataclasses.replace(made, skipped_files=skipped)
 
 
-def _samples(entries: Iterator[tuple[str, str]], skipped: collections.Counter) -> Iterator[list[tuple[str, str]]]:
+def _samples(entries: Iterator[tuple[str, str]], skipped: SkippedFiles) -> Iterator[list[tuple[str, str]]]:
     """Consecutive entries of one folder sharing a key, as lists of ``(path, source)``."""
     current: list[tuple[str, str]] = []
     current_id = None
@@ -83,7 +85,7 @@ def _samples(entries: Iterator[tuple[str, str]], skipped: collections.Counter) -
 
 
 def _sample_members(sample: list[tuple[str, str]], label_member: LabelMember, read_label,
-                    refused: list[ImageRef], skipped: collections.Counter) -> Iterator[tuple[str, str, str, str]]:
+                    refused: list[ImageRef], skipped: SkippedFiles) -> Iterator[tuple[str, str, str, str]]:
     """``(split, class, path, source)`` of each image of one sample, or its rejections added to ``refused``."""
     split = SPLIT_FOLDERS.get(sample[0][0].split("/")[0].lower(), "train") if "/" in sample[0][0] else "train"
     images, label_entry, refusals = [], None, []
@@ -93,10 +95,13 @@ def _sample_members(sample: list[tuple[str, str]], label_member: LabelMember, re
             refusals.append(ImageRef(split, path, 0, source))
         elif formats.has_image_extension(posixpath.basename(path)) and extension != label_member.extension:
             images.append((path, source))
-        else:
-            skipped["sample-metadata"] += 1  # the label member, captions, metadata: not images
-            if extension == label_member.extension:
-                label_entry = (path, source)
+        elif extension == label_member.extension:
+            label_entry = (path, source)
+            skipped.add(path, "sample-metadata", f"the sample's label member (--label-member {label_member.extension}"
+                        "): read for its label, no image", warned=True)
+        else:  # captions, metadata: not images
+            skipped.add(path, "sample-metadata", "a member of the sample that is no image (a caption, metadata)",
+                        warned=True)
     refused.extend(refusals)
     if not images:
         if label_entry is not None:

@@ -41,6 +41,7 @@ import record_schema
 from beam_jobs import annotations
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, Listing
+from beam_jobs.planning.listing import SkippedFiles
 from beam_jobs.sources.archives import archive_members
 from beam_jobs.sources.hub import hub_annotations, hub_cells, hub_columns, hub_files, hub_tables
 from beam_jobs.sources.objects import annotated_plan
@@ -80,27 +81,29 @@ def plan(src: str, listing: Listing, labels: Optional[Sequence[str]], val_fracti
     else:
         found = [hub_files.describe(path) for path in hub_files.parquet_files(listing)]
     files = hub_files.choose_config(found, config, src)
-    skipped = dict(listing.skipped)
+    skipped = SkippedFiles(listing.skipped, scratch)
     dropped = [f for f in files if f.split.lower() not in hub_files.SPLITS]
-    if dropped:  # splits the converter does not write (imdb's "unsupervised"...): their files are counted
+    if dropped:  # splits the converter does not write (imdb's "unsupervised"...): their files are skipped, named
         files = [f for f in files if f.split.lower() in hub_files.SPLITS]
-        skipped["other-split"] = skipped.get("other-split", 0) + len(dropped)
         if not files:
             raise InputError(f"{src} holds the splits {sorted({f.split for f in dropped})} only; the converter "
                              "writes train, validation and test")
+    chosen = {f.path for f in files}
+    hub_files.account(listing, chosen, {f.path for f in dropped}, {f.path for f in found} - chosen
+                      - {f.path for f in dropped}, skipped)
     readme = hub_columns.readme_class_names(src)
     refused: list[ImageRef] = []
     with contextlib.ExitStack() as spills:
         opened, footers, unique = _read_small_columns(src, files, refused, spills, scratch,
                                                       lambda schema, path: hub_columns.find_columns(
                                                           schema, path, image_column, label_column, readme))
-        return _plan_rows(src, files, opened, footers, unique, refused, labels, val_fraction, seed, skipped,
-                          scratch, bbox_format)
+        return dataclasses.replace(_plan_rows(src, files, opened, footers, unique, refused, labels, val_fraction,
+                                              seed, skipped, scratch, bbox_format), skipped_files=skipped)
 
 
 def _plan_rows(src: str, files: Sequence[hub_files.ParquetFile], opened: list[_Rows], footers: dict[str, int],
                unique: dict[str, bool], refused: list[ImageRef], labels: Optional[Sequence[str]], val_fraction: float,
-               seed: int, skipped: dict, scratch: Optional[str], bbox_format: Optional[str]) -> InputPlan:
+               seed: int, skipped: SkippedFiles, scratch: Optional[str], bbox_format: Optional[str]) -> InputPlan:
     """The plan of the rows read (see :func:`plan`); what the refused files lose is counted and named."""
     if not opened:
         raise InputError(f"{src} holds no readable Parquet file ({len(files)} found)")

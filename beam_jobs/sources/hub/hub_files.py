@@ -2,7 +2,8 @@
 
 In:  SRC's listing (or one file), ``--config``.
 Out: :class:`ParquetFile` (path, split, config) for each file read; the Hub revision of a snapshot folder; a
-     warning for each file a ``-of-0000N`` set names and lacks; each file's identity (size and time).
+     warning for each file a ``-of-0000N`` set names and lacks; each file's identity (size and time); every
+     other file of SRC skipped and named with its reason (:func:`account`).
 
 - ``{split}-00000-of-00004.parquet`` (``push_to_hub``, under ``data/`` or a config folder);
 - ``{config}/{split}/0000.parquet`` (the Hub's ``refs/convert/parquet`` branch, whose ``partial-{split}``
@@ -18,8 +19,10 @@ import re
 from typing import Optional, Sequence
 
 import record_schema
+from beam_jobs import formats
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.planning.discover import InputError, Listing
+from beam_jobs.planning.listing import ANNOTATIONS_NOT_READ, NOT_AN_IMAGE, SkippedFiles, skip_reason
 
 EXTENSIONS = (".parquet", ".arrow")  # Parquet (the Hub's files), Arrow (save_to_disk and the HF datasets cache)
 SPLITS = record_schema.SPLIT_NAMES
@@ -144,3 +147,33 @@ def identities(src: str, paths: Sequence[str]) -> dict[str, str]:
         meta = FileSystems.match([full_path(src, path)])[0].metadata_list[0]
         found[path or posixpath.basename(src)] = f"{meta.size_in_bytes} bytes, modified {meta.last_updated_in_seconds!r}"
     return found
+
+
+# What the datasets library writes beside a dataset's files (save_to_disk's, the Hub's older metadata): not read.
+_METADATA = frozenset({"dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json"})
+README = "README.md"  # a Hub snapshot's card: its YAML's ClassLabel names are read (hub_columns)
+
+
+def account(listing: Listing, read: set[str], other_splits: set[str], other_configs: set[str],
+            skipped: SkippedFiles) -> None:
+    """Every file of SRC's listing that is neither a dataset file ``read`` nor the snapshot's README: skipped and
+    named with its reason (a split the converter does not write, another config's file, the datasets library's
+    metadata, ``Dataset.map``'s cache files, a hidden file, anything else)."""
+    for path, _ in listing.entries():
+        if path in read or path == README or skip_reason(path, skipped):
+            continue
+        name = posixpath.basename(path)
+        if path in other_splits:
+            skipped.add(path, "other-split", "a split the converter does not write (it writes train, validation "
+                        "and test)")
+        elif path in other_configs:
+            skipped.add(path, "other-config", "a file of another config than the one converted (--config)")
+        elif name.lower() in _METADATA:
+            skipped.add(path, ANNOTATIONS_NOT_READ, "the datasets library's metadata of the dataset: not read",
+                        warned=True)
+        elif name.startswith("cache-") and name.lower().endswith(".arrow"):
+            skipped.add(path, "not-in-layout", "a cache file Dataset.map leaves beside a saved dataset")
+        elif formats.has_image_extension(name):
+            skipped.add(path, "not-in-layout", "an image file beside a Parquet dataset, whose rows hold the images")
+        else:
+            skipped.add(path, NOT_AN_IMAGE, "neither a Parquet or Arrow file of the dataset nor its README.md")

@@ -19,11 +19,12 @@ upright image's frame: Ultralytics reads images with EXIF orientation applied. T
 plan before the next image's are made (spilled to the scratch file when there is one), so the launcher never
 holds the dataset's objects. A ``test:`` folder that is not
 there is a note, not an error (Ultralytics does not need it; Roboflow writes ``test: ../test/images`` without one).
+Every other file of SRC is skipped and named in ``skipped.jsonl`` with its reason (:func:`_account`).
 """
 
 from __future__ import annotations
 
-import collections
+import dataclasses
 import posixpath
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -31,10 +32,12 @@ import record_schema
 from beam_jobs import annotations, formats
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
+from beam_jobs.planning.listing import ANNOTATIONS_NOT_READ, NOT_AN_IMAGE, SkippedFiles
 from beam_jobs.sources.objects import annotated_plan
 
 YAML_NAMES = ("data.yaml", "data.yml", "dataset.yaml")
 LABEL_STUDIO_CLASSES = "classes.txt"
+LABEL_STUDIO_NOTES = "notes.json"  # Label Studio's YOLO export: its classes again, as classes.txt lists them
 _SPLIT_KEYS = ("train", "val", "test")  # the yaml's keys, each the split record_schema.split_named says
 Reader = Callable[[str, str], bytes]
 
@@ -93,16 +96,42 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
             raise InputError(f"{where}: nc is {config['nc']} but names lists {len(names)} classes; make them agree")
         folders, notes = _split_folders(config, where, listing)
     classes = annotated_plan.class_table(names, src, where)
-    skipped: collections.Counter[str] = collections.Counter(listing.skipped)
+    skipped = SkippedFiles(listing.skipped, scratch)
     listed = [(split, path) for split, folder in folders for path in sorted(p for p in located
                                                                             if p.startswith(folder + "/"))
-              if not skip_reason(path, skipped) and formats.has_image_extension(path)]
+              if not skip_reason(path, None) and formats.has_image_extension(path)]
     labelled = {label_file_of(path) for _, path in listed}
     _check_some_labels_found(located, labelled, folders, where)
     warnings = notes + _orphan_labels(located, labelled, folders)
-    warnings += _outside_folders(located, {path for _, path in listed}, skipped, where)
-    return annotated_plan.plan(src, _images(listed, located, read, classes), classes, options.val_fraction,
+    outside = _outside_folders(located, {path for _, path in listed})
+    warnings += _outside_warning(outside, where)
+    _account(located, {path for _, path in listed} | labelled | {name or LABEL_STUDIO_CLASSES},
+             set(_orphans(located, labelled, folders)), set(outside), name is None, skipped)
+    made = annotated_plan.plan(src, _images(listed, located, read, classes), classes, options.val_fraction,
                                options.seed, skipped, warnings, labels, scratch=scratch)
+    return dataclasses.replace(made, skipped_files=skipped)
+
+
+def _account(located: dict, used: set[str], orphans: set[str], outside: set[str], label_studio: bool,
+             skipped: SkippedFiles) -> None:
+    """Every file of SRC the plan does not read, skipped and named with its reason: a hidden or system file; an
+    image in no folder the yaml names, or its label file (``not-in-yaml-folders``, warned of); a label file
+    without its image (``no-image``, warned of); an annotation file (named in a warning, but Label Studio's
+    ``notes.json``, its classes again); anything else (a README, Ultralytics' ``labels/*.cache``): no image."""
+    outside_labels = {label_file_of(path) for path in outside}
+    for path in sorted(located):
+        if path in used or skip_reason(path, skipped):
+            continue
+        if path in outside or path in outside_labels:
+            skipped.add(path, "not-in-yaml-folders", "an image in no folder the yaml names (train:, val:, test:)"
+                        if path in outside else "the label file of an image in no folder the yaml names", warned=True)
+        elif path in orphans:
+            skipped.add(path, "no-image", "a label file without its image: its objects are not written", warned=True)
+        elif label_studio and path == LABEL_STUDIO_NOTES:
+            skipped.add(path, ANNOTATIONS_NOT_READ, "Label Studio's notes.json: the classes classes.txt lists",
+                        warned=True)
+        else:
+            skipped.add(path, NOT_AN_IMAGE, "neither an image of the yaml's folders nor a label file")
 
 
 def _images(listed: Sequence[tuple[str, str]], located: dict, read: Reader,
@@ -155,14 +184,17 @@ def _labels_elsewhere(located: dict, labelled: set[str]) -> Optional[tuple[list[
     return (sorted(folders), found) if found else None
 
 
-def _outside_folders(located: dict, listed: set[str], skipped: collections.Counter, where: str) -> list[str]:
-    """Images in no folder the yaml names (an ``images/test/`` without ``test:``, an ``images/extra/``): skipped,
-    counted, and named in a warning."""
-    outside = sorted(path for path in located if path not in listed and "/" in path
-                     and formats.has_image_extension(path) and not skip_reason(path, None))
+def _outside_folders(located: dict, listed: set[str]) -> list[str]:
+    """The images in no folder the yaml names (an ``images/test/`` without ``test:``, an ``images/extra/``, one at
+    SRC's top), sorted: skipped and named."""
+    return sorted(path for path in located if path not in listed and formats.has_image_extension(path)
+                  and not skip_reason(path, None))
+
+
+def _outside_warning(outside: Sequence[str], where: str) -> list[str]:
+    """A warning naming the first images in no folder the yaml names."""
     if not outside:
         return []
-    skipped["not-in-yaml-folders"] += len(outside)
     shown = ", ".join(display_path(p) for p in outside[:3]) + (" ..." if len(outside) > 3 else "")
     return [f"{len(outside)} images are in no folder that {where} names (train:, val:, test:): skipped ({shown})"]
 

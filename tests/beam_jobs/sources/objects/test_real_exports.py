@@ -186,9 +186,10 @@ def test_roboflows_yolo_export_reads_its_yaml_paths_inside_src_and_numbers_class
     assert plan.split_counts == {"train": 1, "validation": 2, "test": 1}
     splits = {relpath: COCO_SPLITS[relpath.split("/")[0]] for relpath in expected}
     _assert_objects(_planned(plan), expected, splits, frame=annotations.NORMALIZED)
-    # README.roboflow.txt and README.dataset.txt are neither images nor label files; roboflow: is no split. The
-    # README's licence is offered for the card, in one line (tests/beam_jobs/sources/test_stated_license.py).
-    assert [w for w in plan.warnings if not w.startswith("license: CC-BY-4.0")] == [] and not plan.skipped
+    # README.roboflow.txt and README.dataset.txt are neither images nor label files (skipped, named); roboflow: is
+    # no split. The README's licence is offered for the card, in one line (tests/beam_jobs/sources/test_stated_license.py).
+    assert [w for w in plan.warnings if not w.startswith("license: CC-BY-4.0")] == []
+    assert plan.skipped == {"not-an-image": 2}
 
 
 # --- Ultralytics ------------------------------------------------------------------------------------------------
@@ -263,7 +264,7 @@ def test_label_studios_yolo_export_reads_classes_txt_and_its_corner_lines_as_box
     assert plan.classes == ("", *names) and plan.class_id_offset == 1
     assert plan.split_counts == {"train": 3}
     _assert_objects(_planned(plan), expected, dict.fromkeys(expected, "train"), frame=annotations.NORMALIZED)
-    assert plan.warnings == () and not plan.skipped
+    assert plan.warnings == () and plan.skipped == {"annotations-not-read": 1}  # notes.json: named, not warned of
 
 
 def test_label_studios_yolo_export_converts_with_each_box_on_its_object(label_studio_yolo, tmp_path):

@@ -193,7 +193,7 @@ def test_images_in_no_folder_the_yaml_names_are_counted_and_named_and_colab_path
         write_file(str(root / f"{split}/labels/a.txt"), "0 0.5 0.5 0.5 0.5\n")
     plan = _plan(root)
     assert sorted(split for split, _ in _objects_of(plan).values()) == ["train", "validation"]
-    assert plan.skipped == {"not-in-yaml-folders": 1}
+    assert plan.skipped == {"not-in-yaml-folders": 2}  # test/images/a.jpg and its label file, each named
     assert any("1 images are in no folder that" in w and "test/images/a.jpg" in w for w in plan.warnings)
     write_file(str(root / "data.yaml"), "train: train/images\nnc: 2\nnames: [cat]\n")
     with pytest.raises(InputError, match="nc is 2 but names lists 1 classes"):
