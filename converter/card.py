@@ -7,17 +7,21 @@ atomically; with ``--check``, what mlcroissant finds in it. Exit status: 0 writt
 ``--check`` found errors, 2 a usage error (a bad card file, no dataset at OUT).
 
 The converter writes the same card at every conversion (``--card``...); this command adds a license or a
-citation to a dataset converted without one, without converting again.
+citation to a dataset converted without one, without converting again. A licence the export's README stated at
+conversion (the manifest's ``stated_license``) is kept, noting that file, unless the flags give one.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from typing import Optional, Sequence
 
+import record_schema
 from record_files import croissant
-from record_files.dataset_card import CardError, card_from_flags
+from record_files.dataset_card import CardError, DatasetCard, card_from_flags, with_stated_license
 
 
 def add_card_flags(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +35,19 @@ def add_card_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--citation", default=None, metavar="TEXT", help="how to cite the dataset (BibTeX)")
 
 
+def _with_stated(out: str, card: Optional[DatasetCard]) -> Optional[DatasetCard]:
+    """``card`` with the licence the source's README stated at conversion (the manifest's ``stated_license``),
+    when the card gives none: re-writing the card must not drop what the conversion put in it."""
+    try:
+        with open(os.path.join(out, record_schema.MANIFEST_FILE), encoding="utf-8") as handle:
+            stated = json.load(handle).get("stated_license")
+    except (OSError, ValueError, AttributeError):
+        return card  # no manifest, or not one: write_croissant names the problem
+    if not isinstance(stated, dict) or not stated.get("license"):
+        return card
+    return with_stated_license(card, str(stated["license"]), str(stated.get("file") or "README"))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``python -m converter card``; returns the exit status."""
     parser = argparse.ArgumentParser(
@@ -42,7 +59,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="validate the card with mlcroissant (pip install mlcroissant) and print what it finds")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        card = card_from_flags(args.card, args.license, args.citation)
+        card = _with_stated(args.out, card_from_flags(args.card, args.license, args.citation))
         path = croissant.write_croissant(args.out, card)
     except CardError as err:
         parser.error(str(err))

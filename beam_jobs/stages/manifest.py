@@ -125,6 +125,9 @@ def build_manifest(
         **(dict(skipped_list) if skipped_list else {}),
         "duplicates": duplicates or _no_duplicates(),
         "options": options.to_json(),
+        # The licence an export's README states, put in the card when the user gave none (`card OUT` keeps it).
+        **({"stated_license": {"license": plan.stated_license[0], "file": plan.stated_license[1]}}
+           if plan.stated_license else {}),
         "written_by": {"runner": runner, "apache_beam": _beam_version()},
         # Where the images came from: a source's own record of its files (a Hugging Face dataset's Parquet files
         # and Hub revision: "source_parquet"), or, when SRC holds archives, each one (not inside another), its size
