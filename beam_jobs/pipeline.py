@@ -151,6 +151,29 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
     return ConvertSummary.from_manifest(out, manifest, time.monotonic() - started, *(processed or (None, None)))
 
 
+def convert_into(options: ConvertOptions, plan: discover.InputPlan, staging: str, choice: runners.RunnerChoice,
+                 show_progress: Union[None, bool, str]) -> tuple[dict, str]:
+    """Run the conversion of ``plan`` into ``staging`` under OUT's lock, as :func:`run` does, without
+    publishing: for :mod:`beam_jobs.update`, which converts the changed images and composes a version.
+
+    Returns the manifest built and the staging folder that holds the work: a killed run's with the same
+    work (resumed, ``staging`` removed), else ``staging``.
+    """
+    leftovers = [path for path in publish.leftover_stagings(options.out) if path != staging]
+    choice = runners.sized_for(choice, _work_of(options, plan))
+    part_size = list_parts.choose_part_size(len(plan.refs), options.part_size, plan.read_unit)
+    layout = work_layout.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size, _near_bands(options))
+    record = resume.record_for(options, plan, part_size, list_parts.write_parts(layout, plan.refs, part_size))
+    resumed = resume.choose(leftovers, record)
+    if resumed:
+        publish.discard_staging(staging)
+        staging = resumed
+    else:
+        resume.save(layout.work, record)
+    manifest, _ = _convert(options, plan, record, staging, bool(resumed), choice, show_progress)
+    return manifest, staging
+
+
 def _plan(options: ConvertOptions, scratch: str, scanner: archives.Scanner) -> discover.InputPlan:
     """List SRC into ``scratch`` and plan the conversion; log what was skipped and any warnings."""
     plan = sources.plan_inputs(options, scratch, scanner)
@@ -546,3 +569,10 @@ def _remove_quietly(path: str) -> None:
             FileSystems.delete([path])
     except OSError as err:
         logger.warning("could not remove %s: %s", path, err)
+
+
+# What beam_jobs.update, which runs a conversion of the changed images into a version, takes from a run's steps.
+plan_inputs = _plan
+worker_log_args = _with_worker_log_level
+write_card = _write_card
+near_distance_for = _near_distance_for

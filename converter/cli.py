@@ -26,7 +26,7 @@ from converter.cli_logging import configure_logging
 
 logger = logging.getLogger("converter")
 
-SUBCOMMANDS = ("convert", "verify", "inspect", "report", "card", "reindex", "tfds-metadata")
+SUBCOMMANDS = ("convert", "verify", "inspect", "report", "card", "reindex", "tfds-metadata", "versions", "prune")
 
 _EPILOG = """\
 Other commands:
@@ -36,6 +36,8 @@ Other commands:
   python -m converter card OUT [--card F]         write OUT/croissant.json (Croissant metadata)
   python -m converter reindex OUT [--all]         rebuild missing or damaged record indexes (.idx) from the shards
   python -m converter tfds-metadata OUT           write TFDS's metadata: tfds.builder_from_directory(OUT)
+  python -m converter versions OUT                the versions --update wrote: date, counts, changes, fingerprint
+  python -m converter prune OUT --keep K          delete what none of the K latest versions reads
 
 Any other flag is an Apache Beam pipeline option, passed to PipelineOptions untouched, e.g.
   --runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp --setup_file=./setup.py
@@ -82,6 +84,10 @@ def convert(argv: Sequence[str]) -> int:
         options = convert_flags.convert_options(args)
     except ValueError as err:
         parser.error(str(err))
+    if args.rehash and not args.update:
+        parser.error("--rehash compares files by their bytes for --update; give --update too")
+    if args.update and args.overwrite:
+        parser.error("--update adds a version to --out's dataset, --overwrite replaces it: give one")
     # OUT is known before Beam loads (seconds), so a stop while it loads says the same as any other.
     interrupt.set_exit_message(_stop_line("{verb}", options.out, published=False))
     if not any(arg.startswith(("--runner", "--direct_running_mode")) for arg in pipeline_args):
@@ -92,11 +98,17 @@ def convert(argv: Sequence[str]) -> int:
     from beam_jobs import pipeline  # Beam loads only now, after logging is set
     from beam_jobs.files import publish
     from beam_jobs.planning import discover
+    from beam_jobs.files.version_store import VersionError as _VersionError
     from beam_jobs.runtime import runners
 
     interrupt.raise_if_received()  # a signal while Beam loaded whose exception Python lost in an import callback
     try:
-        summary = pipeline.run(options, pipeline_args, show_progress="auto" if args.progress else False)
+        if args.update:  # a new version of OUT from what changed (beam_jobs/update.py)
+            from beam_jobs import update
+
+            summary = update.run(options, pipeline_args, args.rehash, "auto" if args.progress else False)
+        else:
+            summary = pipeline.run(options, pipeline_args, show_progress="auto" if args.progress else False)
     except interrupt.Interrupted as err:
         # Cleanup (workers, scratch, lock) ran on the way out; nothing else is worth a traceback.
         line = _stop_line(err.verb, options.out, err.published) + (f". {err.kept}" if err.kept else "")
@@ -110,7 +122,7 @@ def convert(argv: Sequence[str]) -> int:
         parser.error(str(err))
     except runners.BadFlagValueError as err:
         parser.error(str(err))
-    except (discover.InputError, publish.PublishError, pipeline.TooManyRejectedError) as err:
+    except (discover.InputError, publish.PublishError, pipeline.TooManyRejectedError, _VersionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except pipeline.ConversionFailedError as err:
@@ -143,7 +155,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return {"convert": convert, "verify": dataset_commands.verify, "inspect": dataset_commands.inspect,
                 "reindex": dataset_commands.reindex, "report": dataset_commands.report, "card": card_main,
-                "tfds-metadata": dataset_commands.tfds_metadata}[command](rest)
+                "tfds-metadata": dataset_commands.tfds_metadata, "versions": dataset_commands.versions,
+                "prune": dataset_commands.prune}[command](rest)
     except KeyboardInterrupt as err:  # before or after the run itself (while loading, verifying...)
         stop = err if isinstance(err, interrupt.Interrupted) else interrupt.Interrupted(signal.SIGINT)
         with contextlib.suppress(OSError):

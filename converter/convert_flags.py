@@ -105,6 +105,12 @@ def _conversion_flags(group) -> None:
         "source numbers its classes itself (COCO, YOLO, the Hub): a check, a list that differs is refused")
     add("--overwrite", action="store_true",
         help="replace a dataset already in --out, once the new one is complete (default: refuse)")
+    add("--update", action="store_true",
+        help="write what changed in --src since --out's latest version as a new version: new and changed images "
+        "into new shards, unchanged shards reused, splits and class ids kept (class folders; same flags as the "
+        "conversion that made --out). Nothing changed: no version written")
+    add("--rehash", action="store_true",
+        help="with --update: read every file and compare its bytes, not its size and modification time")
 
 
 def _source_flags(parser: argparse.ArgumentParser) -> None:

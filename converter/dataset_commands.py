@@ -1,4 +1,5 @@
-"""The commands that take a converted dataset: ``verify``, ``inspect``, ``report``, ``reindex``, ``tfds-metadata``.
+"""The commands that take a converted dataset: ``verify``, ``inspect``, ``report``, ``reindex``, ``tfds-metadata``,
+``versions``, ``prune``.
 
 In: the command's arguments (the dataset's folder, local, gs:// or s3://, and its flags). Out: what the
 command prints, and its exit status (0 done; 1 the dataset failed a check or could not be read, one
@@ -183,3 +184,57 @@ def report(argv: Sequence[str]) -> int:
 
         webbrowser.open(pathlib.Path(os.path.abspath(paths.html)).as_uri())
     return 0
+
+
+def versions(argv: Sequence[str]) -> int:
+    """``python -m converter versions OUT``: each version --update wrote (and version 1), oldest first."""
+    parser = _dataset_command(
+        "versions", "List a dataset's versions (python -m converter --update writes them): each one's number, "
+        "date, records per split, what changed and its content fingerprint; the latest is marked.")
+
+    def show(args: argparse.Namespace) -> int:
+        from reader.info import dataset_info, latest_version, version_numbers
+
+        latest = latest_version(args.out)
+        for number in version_numbers(args.out):
+            info = dataset_info(args.out, version=number)
+            counts = ", ".join(f"{name} {split.num_examples}" for name, split in info.splits.items())
+            changes = info.manifest.get("changes")
+            changed = (f"  +{changes['added']} ~{changes['changed']} -{changes['deleted']}, "
+                       f"{changes['reused_shards']} shards reused, {changes['new_shards']} new" if changes
+                       else "  (converted)")
+            print(f"{'*' if number == latest else ' '} {number:>4}  {info.manifest.get('created', '?')}  "
+                  f"{info.fingerprint}  {counts}{changed}")
+        return 0
+
+    return _on_dataset(parser.parse_args(argv), show)
+
+
+def prune(argv: Sequence[str]) -> int:
+    """``python -m converter prune OUT --keep K``: delete the versions before the K latest and every file no kept
+    version reads (never a file no version lists)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m converter prune",
+        description="Delete a dataset's versions older than the K latest, and every shard, index and table that "
+                    "no kept version reads. Files that are no version's are never touched.")
+    parser.add_argument("out", metavar="OUT", help="the dataset folder (local)")
+    parser.add_argument("--keep", type=int, required=True, metavar="K", help="versions to keep, the latest included")
+    args = parser.parse_args(list(argv))
+    if args.keep < 1:
+        parser.error(f"--keep must be at least 1 (the latest version), got {args.keep}")
+    configure_logging(verbose=False)
+    from beam_jobs.files import publish, version_store
+
+    try:
+        with publish.output_lock(args.out):
+            pruned = version_store.prune(args.out, args.keep)
+    except (publish.PublishError, version_store.VersionError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if not pruned.versions:
+        print(f"nothing to prune: {args.out} has at most {args.keep} versions")
+    else:
+        print(f"pruned versions {', '.join(map(str, pruned.versions))} of {args.out}: {len(pruned.files)} files, "
+              f"{pruned.num_bytes:,} bytes")
+    return 0
+

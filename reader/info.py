@@ -19,6 +19,7 @@ import tensorflow as tf
 import record_schema
 from reader import storage
 from record_files import staging as staging_names
+from record_files import versions
 from record_files.records_table import RecordsTable, TableError
 
 
@@ -84,6 +85,7 @@ class DatasetInfo:
     splits: dict[str, SplitInfo]
     manifest: dict
     all_jpeg: bool = False
+    version: int = versions.FIRST_VERSION  # which version of a dataset that grows (--update) this is
 
     @property
     def num_classes(self) -> int:
@@ -166,14 +168,18 @@ def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()[:12]
 
 
-def dataset_info(data_dir: str) -> DatasetInfo:
-    """Read ``data_dir/manifest.json``.
+def dataset_info(data_dir: str, version: Optional[int] = None) -> DatasetInfo:
+    """Read the manifest of ``data_dir``'s latest version, or of ``version`` (a dataset that grows: ``--update``).
+
+    The latest is the version ``versions/latest`` names (docs/format.md, "Versions"); a dataset never updated
+    has version 1 only, ``data_dir/manifest.json``.
 
     Raises:
-      DatasetNotFoundError: no manifest (not converted, or a conversion never finished).
-      ValueError: a manifest of an unknown format version or malformed.
+      DatasetNotFoundError: no manifest (not converted, or a conversion never finished), or ``version`` pruned.
+      ValueError: a manifest of an unknown format version or malformed; ``version`` beyond the latest.
     """
-    path = os.path.join(data_dir, record_schema.MANIFEST_FILE)
+    version = _chosen_version(data_dir, version)
+    path = os.path.join(data_dir, versions.manifest_path(version))
     if not storage.is_s3(data_dir) and tf.io.gfile.exists(data_dir) and not tf.io.gfile.isdir(data_dir):
         raise DatasetNotFoundError(
             f"{data_dir} is a file, not a dataset folder: pass the folder that holds {record_schema.MANIFEST_FILE} "
@@ -188,16 +194,54 @@ def dataset_info(data_dir: str) -> DatasetInfo:
         manifest = json.loads(body.decode("utf-8"))
     except ValueError as err:
         raise ValueError(f"{path} is not valid JSON: {err}") from err
-    version = manifest.get("format_version")
-    if version != record_schema.FORMAT_VERSION:
+    layout = manifest.get("format_version")
+    if layout != record_schema.FORMAT_VERSION:
         raise ValueError(
-            f"{path} has format_version {version!r}; this reader reads version {record_schema.FORMAT_VERSION}"
+            f"{path} has format_version {layout!r}; this reader reads version {record_schema.FORMAT_VERSION}"
         )
     try:
         splits = {name: _split_info(data_dir, name, raw) for name, raw in manifest["splits"].items()}
-        return DatasetInfo(data_dir, tuple(manifest["classes"]), splits, manifest, all_jpeg=True)
+        return DatasetInfo(data_dir, tuple(manifest["classes"]), splits, manifest, all_jpeg=True, version=version)
     except (KeyError, TypeError) as err:
         raise ValueError(f"{path} is malformed (missing or bad {err})") from err
+
+
+def latest_version(data_dir: str) -> int:
+    """The number of ``data_dir``'s latest version: what ``versions/latest`` holds, 1 without it."""
+    pointer = os.path.join(data_dir, versions.POINTER_FILE)
+    try:
+        return versions.parse_pointer(storage.read_bytes(pointer).decode("utf-8", "replace"), pointer)
+    except (FileNotFoundError, tf.errors.NotFoundError):
+        return versions.FIRST_VERSION
+
+
+def version_numbers(data_dir: str) -> list[int]:
+    """The versions of ``data_dir`` whose manifests are there (not pruned), oldest first."""
+    return [number for number in range(versions.FIRST_VERSION, latest_version(data_dir) + 1)
+            if storage.exists(os.path.join(data_dir, versions.manifest_path(number)))]
+
+
+def files_of_versions(data_dir: str) -> set[str]:
+    """The shard files (relative to ``data_dir``) that any version of it not pruned reads."""
+    files = set()
+    for number in version_numbers(data_dir):
+        manifest = json.loads(storage.read_bytes(os.path.join(data_dir, versions.manifest_path(number))))
+        files.update(shard["file"] for split in manifest["splits"].values() for shard in split["shards"])
+    return files
+
+
+def _chosen_version(data_dir: str, version: Optional[int]) -> int:
+    """``version`` checked against the latest (None: the latest)."""
+    latest = latest_version(data_dir)
+    if version is None:
+        return latest
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= latest:
+        raise ValueError(f"version={version!r}: {data_dir} has versions 1 to {latest} "
+                         "(python -m converter versions lists them)")
+    if version != latest and not storage.exists(os.path.join(data_dir, versions.manifest_path(version))):
+        raise DatasetNotFoundError(f"version {version} of {data_dir} was pruned (python -m converter prune): "
+                                   "python -m converter versions lists the versions kept")
+    return version
 
 
 def _not_found_message(data_dir: str) -> str:

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 import record_schema
 from reader import storage
-from reader.info import DatasetInfo, dataset_info, open_records_table
+from reader.info import DatasetInfo, dataset_info, files_of_versions, open_records_table
 from record_files import idx
 from record_files.tfrecord import FrameError, read_frames
 
@@ -186,6 +186,8 @@ def _row_problem(row: dict, shard: int, index: int, offset: int, data: bytes, ta
 
 def _check_listing(info: DatasetInfo, report: Report) -> None:
     listed = {os.path.basename(s.path) for split in info.splits.values() for s in split.shards}
+    if info.version > 1 or info.manifest.get("version"):  # a dataset that grows: its other versions' shards too
+        listed |= files_of_versions(info.data_dir)
     for split in info.splits.values():
         for shard in split.shards:
             if not storage.exists(shard.path):

@@ -41,7 +41,7 @@ from beam_jobs.files.filesystems import (
     remove_folder,
     write_text,
 )
-from record_files import croissant, idx
+from record_files import croissant, idx, versions
 from record_files import staging as staging_names
 
 logger = logging.getLogger(__name__)
@@ -208,6 +208,7 @@ def check_out(out: str, overwrite: bool) -> None:
     foreign = sorted(n for n in names if n not in _DATASET_FILES and n not in record_schema.TFDS_METADATA_FILES
                      and n not in record_schema.REPORT_FILES
                      and n not in {record_schema.records_table_filename(split) for split in record_schema.SPLITS}
+                     and n != versions.VERSIONS_DIR  # the versions --update wrote (record_files/versions.py)
                      and record_schema.parse_shard_filename(
         n.removesuffix(idx.SUFFIX)) is None)
     if foreign and record_schema.MANIFEST_FILE in names:

@@ -16,7 +16,8 @@ from converter.convert_flags import convert_options, deprecations
 from tests.conftest import REPO
 
 GROUPS = {
-    "the conversion": ["--src", "--out", "--shards", "--val-fraction", "--seed", "--labels", "--overwrite"],
+    "the conversion": ["--src", "--out", "--shards", "--val-fraction", "--seed", "--labels", "--overwrite",
+                       "--update", "--rehash"],
     "label files (CSV, TSV, JSON Lines) and COCO JSON": ["--annotations", "--annotation-columns", "--label-separator"],
     "ImageNet as it ships": ["--val-labels", "--synsets"],
     "WebDataset (img2dataset's tars)": ["--label-member"],

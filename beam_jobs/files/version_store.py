@@ -1,0 +1,269 @@
+"""A dataset's versions on disk (``--update``, issue #59): read one, publish one, list them, prune them.
+
+In:  OUT (a local folder, held under the conversion's lock by the caller) and the layout of
+     :mod:`record_files.versions`.
+Out: the latest version's manifest and sources; a new version published by writing its pointer last;
+     the files no kept version lists, deleted.
+
+A version's files are written whole into ``versions/<N>/`` before ``versions/latest`` names it, so a run
+killed at any moment leaves the latest version whole; a version folder above the pointer is an interrupted
+update's and is removed by the next run (:func:`remove_unpublished`). Local folders only for now: an update
+of OUT in an object store is refused before anything is read (docs/converter.md, "Updating a dataset").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+from typing import Iterable, Optional
+
+import record_schema
+from beam_jobs import faults
+from beam_jobs.files.filesystems import is_local, local_path
+from record_files import idx, versions
+from record_files.records_table import RecordsTable, TableError
+from record_files.versions import SourceRow
+
+logger = logging.getLogger(__name__)
+
+
+class VersionError(RuntimeError):
+    """OUT's versions cannot be read or changed as asked (a message naming the file or the flag)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Version:
+    """One published version: its number and manifest."""
+
+    number: int
+    manifest: dict
+
+    def shard_files(self) -> list[str]:
+        """Every shard file this version reads, relative to OUT, in manifest order (splits in manifest order)."""
+        return [shard["file"] for split in self.manifest["splits"].values() for shard in split["shards"]]
+
+    def files(self) -> set[str]:
+        """Every file of OUT this version lists or owns (shards, their indexes, tables), relative to OUT."""
+        names = set()
+        for split in self.manifest["splits"].values():
+            for shard in split["shards"]:
+                names.add(shard["file"])
+                if shard.get("dali_index"):
+                    names.add(shard["dali_index"])
+            if split.get("records_table"):
+                names.add(split["records_table"]["file"])
+        return names
+
+
+def _root(out: str) -> str:
+    if not is_local(out):
+        raise VersionError(f"--out {out!r}: updating and listing versions of a dataset in an object store is not "
+                           "supported yet (local folders only); convert again with --overwrite")
+    return local_path(out)
+
+
+def latest_number(out: str) -> int:
+    """The latest version's number (1 when OUT has no pointer)."""
+    pointer = os.path.join(_root(out), versions.POINTER_FILE)
+    try:
+        with open(pointer, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return versions.FIRST_VERSION
+    try:
+        return versions.parse_pointer(text, pointer)
+    except ValueError as err:
+        raise VersionError(str(err)) from None
+
+
+def read(out: str, number: int) -> Version:
+    """Version ``number``'s manifest."""
+    path = os.path.join(_root(out), versions.manifest_path(number))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return Version(number, json.load(handle))
+    except FileNotFoundError:
+        raise VersionError(f"{path} is missing: version {number} of {out} was pruned, or {out} is no "
+                           "converted dataset") from None
+    except ValueError as err:
+        raise VersionError(f"{path} is not valid JSON ({err})") from None
+
+
+def existing(out: str) -> list[int]:
+    """The versions whose manifests OUT holds, oldest first (each up to the pointer's)."""
+    root, latest = _root(out), latest_number(out)
+    found = [versions.FIRST_VERSION] if os.path.exists(os.path.join(root, record_schema.MANIFEST_FILE)) else []
+    folder = os.path.join(root, versions.VERSIONS_DIR)
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    for name in names:
+        number = versions.folder_version(name)
+        if number is not None and number <= latest and os.path.exists(
+                os.path.join(root, versions.manifest_path(number))):
+            found.append(number)
+    return found
+
+
+def sources_of(out: str, version: Version) -> list[SourceRow]:
+    """Every image version ``version`` accounts for: its sources table, or for version 1 (none written) its
+    records tables and ``rejected.jsonl``, unstamped (the update then compares by content)."""
+    root = _root(out)
+    table = version.manifest.get("sources_table")
+    if table:
+        path = os.path.join(root, table["file"])
+        with open(path, "rb") as handle:
+            try:
+                return versions.read_sources(handle.read(), path)
+            except ValueError as err:
+                raise VersionError(str(err)) from None
+    rows = []
+    for split, entry in version.manifest["splits"].items():
+        if not entry.get("records_table"):
+            raise VersionError(
+                f"{out} was converted before records tables (#56): its split {split!r} has none, so --update cannot "
+                "tell its images apart without reading every shard; convert it again once with --overwrite")
+        files = [shard["file"] for shard in entry["shards"]]
+        try:
+            records = RecordsTable(os.path.join(root, entry["records_table"]["file"]))
+            for group in records.row_groups(("shard", "index", "sha256", "path")):
+                columns = group.to_pydict()
+                rows.extend(SourceRow(path, split, files[shard], index, versions.UNKNOWN, versions.UNKNOWN, sha.hex())
+                            for shard, index, sha, path in zip(columns["shard"], columns["index"], columns["sha256"],
+                                                               columns["path"]))
+        except (TableError, OSError) as err:
+            raise VersionError(f"{out}: the records table of split {split!r} cannot be read ({err})") from None
+    rejected = os.path.join(root, version.manifest.get("rejected_file", record_schema.REJECTED_FILE)) \
+        if version.number == versions.FIRST_VERSION else ""
+    if rejected and os.path.exists(rejected):
+        with open(rejected, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    item = json.loads(line)
+                    if "annotation" not in item:  # an image's rejection, not an object's
+                        rows.append(SourceRow(item["path"], "", "", -1, versions.UNKNOWN, versions.UNKNOWN, ""))
+    return rows
+
+
+def remove_unpublished(out: str) -> None:
+    """Remove version folders above the pointer: an update killed before its pointer was written left them."""
+    root, latest = _root(out), latest_number(out)
+    folder = os.path.join(root, versions.VERSIONS_DIR)
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+        number = versions.folder_version(name)
+        if number is not None and number > latest:
+            logger.warning("removing %s: an interrupted update's version %d, never published", name, number)
+            shutil.rmtree(os.path.join(folder, name))
+
+
+def publish(staging: str, out: str, number: int, manifest: dict, sources: bytes) -> None:
+    """Make ``staging`` version ``number`` of OUT: its files into ``versions/<N>/``, then the pointer, last."""
+    root = _root(out)
+    _write_whole(os.path.join(staging, versions.SOURCES_TABLE), sources)
+    _write_whole(os.path.join(staging, record_schema.MANIFEST_FILE),
+                 (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    target = os.path.join(root, versions.version_dir(number))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if os.path.exists(target):  # an interrupted update's, never published (the caller holds the lock)
+        shutil.rmtree(target)
+    os.rename(staging, target)
+    _fsync_folder(os.path.dirname(target))
+    faults.point("version-moved")  # whole in versions/<N>, unpublished: the next run removes it, and redoes it
+    write_pointer(out, number)
+
+
+def write_pointer(out: str, number: int) -> None:
+    """``versions/latest`` := ``number``, atomically: a temporary file renamed over it."""
+    pointer = os.path.join(_root(out), versions.POINTER_FILE)
+    _write_whole(pointer + ".tmp", versions.pointer_text(number).encode("ascii"))
+    os.replace(pointer + ".tmp", pointer)
+    _fsync_folder(os.path.dirname(pointer))
+
+
+def _write_whole(path: str, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _fsync_folder(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pruned:
+    """What :func:`prune` removed: the versions, and the files (relative to OUT) with their bytes."""
+
+    versions: tuple[int, ...]
+    files: tuple[str, ...]
+    num_bytes: int
+
+
+def prune(out: str, keep: int) -> Pruned:
+    """Delete the versions older than the ``keep`` latest, and every file that no kept version lists.
+
+    Version 1's own files (its manifest, labels, reports) go with it when it is pruned; files that are no
+    version's (a user's, a report) are never touched.
+    """
+    if keep < 1:
+        raise VersionError(f"--keep {keep}: keep at least the latest version (1)")
+    root = _root(out)
+    numbers = existing(out)
+    kept, dropped = numbers[-keep:], numbers[:-keep]
+    if not dropped:
+        return Pruned((), (), 0)
+    needed: set[str] = set()
+    for number in kept:
+        needed |= read(out, number).files()
+    doomed: set[str] = set()
+    for number in dropped:
+        doomed |= {name for name in read(out, number).files() if name not in needed}
+    if versions.FIRST_VERSION in dropped:
+        doomed |= {name for name in _first_version_own_files(root) if name not in needed}
+    num_bytes = sum(os.path.getsize(os.path.join(root, name)) for name in doomed
+                    if os.path.exists(os.path.join(root, name)))
+    # The manifests go first: a version is gone before any of its shards is, never half there.
+    for number in dropped:
+        path = os.path.join(root, versions.manifest_path(number))
+        if os.path.exists(path):
+            os.remove(path)
+    for name in sorted(doomed):
+        path = os.path.join(root, name)
+        if os.path.exists(path):
+            os.remove(path)
+    for number in dropped:  # its own files (sources table, labels, reports), not the shards a kept version reuses
+        folder = versions.version_dir(number)
+        if not folder:
+            continue
+        for name in sorted(os.listdir(os.path.join(root, folder))):
+            if f"{folder}/{name}" not in needed:
+                num_bytes += os.path.getsize(os.path.join(root, folder, name))
+                os.remove(os.path.join(root, folder, name))
+        if not os.listdir(os.path.join(root, folder)):
+            os.rmdir(os.path.join(root, folder))
+    return Pruned(tuple(dropped), tuple(sorted(doomed)), num_bytes)
+
+
+def _first_version_own_files(root: str) -> Iterable[str]:
+    """Version 1's files besides its shards: what a conversion writes at OUT's top (its manifest already gone)."""
+    names = {record_schema.LABELS_FILE, record_schema.LABEL_MAP_FILE, record_schema.REJECTED_FILE,
+             record_schema.SKIPPED_FILE, record_schema.DUPLICATES_FILE, record_schema.DROPPED_FILE, "croissant.json",
+             *record_schema.TFDS_METADATA_FILES, *record_schema.REPORT_FILES}
+    return [name for name in names if os.path.isfile(os.path.join(root, name))]
+
+
+def index_of(shard_file: str) -> str:
+    """A shard's record index file, relative to OUT as its shard is."""
+    return shard_file + idx.SUFFIX
+
+
+def live_files(out: str) -> Optional[set[str]]:
+    """The files the latest version reads (None when OUT has no version)."""
+    numbers = existing(out)
+    return read(out, numbers[-1]).files() if numbers else None

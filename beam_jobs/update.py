@@ -1,0 +1,320 @@
+"""``--update``: write what changed in SRC as a new version of OUT (issue #59).
+
+In:  the conversion's options (the same flags as the conversion that made OUT), OUT's latest version.
+Out: version N+1 in ``OUT/versions/<N+1>/``, published by its pointer written last
+     (:mod:`beam_jobs.files.version_store`); or nothing, when nothing changed.
+
+It lists SRC as a conversion does, compares it with the latest version (:mod:`beam_jobs.planning.changes`:
+stamps, no bytes read), runs the conversion's own pipeline (:func:`beam_jobs.pipeline.convert_into`) over
+the images to convert only (new, changed, and the survivors of shards that lost a record), then composes
+the version's manifest: the latest version's shards kept as they are, then the new ones. Class folders on
+a local OUT for now; other sources are refused naming them. (docs/converter.md, "Updating a dataset".)
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import time
+from typing import Optional, Sequence, Union
+
+import record_schema
+from beam_jobs import faults, pipeline, sources
+from beam_jobs.files import filesystems, publish, version_store
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.options import ConvertOptions
+from beam_jobs.planning import changes as change_plan
+from beam_jobs.planning import discover, resume
+from beam_jobs.runtime import interrupt, runners
+from beam_jobs.stages.manifest import ConvertSummary, publish_skipped
+from record_files import versions
+from record_files.records_table import RecordsTable
+from record_files.versions import SourceRow
+
+logger = logging.getLogger(__name__)
+
+# The options whose change would change records already written: an update keeps them (flag -> what it is).
+_FIXED = {"encode": "the image options (--max-side, --quality, --min-side, ...)", "seed": "--seed",
+          "val_fraction": "--val-fraction", "labels_file": "--labels", "drop_leaks": "--drop-leaks",
+          "synsets": "--synsets"}
+
+
+class UpdateRefusedError(discover.InputError):
+    """The update cannot be made as asked (another source than class folders, other options...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateSummary:
+    """What an update did: the version written (None: nothing changed), its changes and the conversion's."""
+
+    out: str
+    version: Optional[int]
+    previous: int
+    changes: dict
+    converted: Optional[ConvertSummary]
+    elapsed_s: float
+
+    def format(self) -> str:
+        if self.version is None:
+            return (f"nothing changed in SRC since version {self.previous} of {self.out}: no version written "
+                    f"({self.elapsed_s:.1f} s)")
+        counts = self.changes
+        return "\n".join([
+            f"published version {self.version} of {self.out} (was {self.previous})",
+            f"  images:     {counts['added']} added, {counts['changed']} changed, {counts['deleted']} deleted, "
+            f"{counts['unchanged']} unchanged",
+            f"  shards:     {counts['reused_shards']} reused, {counts['new_shards']} new "
+            f"({counts['compacted_shards']} compacted: {counts['recompacted']} unchanged images written again)",
+            f"  elapsed:    {self.elapsed_s:.1f} s",
+        ])
+
+
+def run(options: ConvertOptions, pipeline_args: Sequence[str] = (), rehash: bool = False,
+        show_progress: Union[None, bool, str] = None) -> UpdateSummary:
+    """Update ``options.out`` to hold exactly ``options.src``: a new version, or nothing when nothing changed.
+
+    Raises:
+      UpdateRefusedError: SRC is not a source updates support yet, OUT holds no dataset, or an option that
+        shapes the records differs from the latest version's (naming the flag).
+      version_store.VersionError: OUT's versions cannot be read (naming the file).
+      the exceptions of :func:`beam_jobs.pipeline.run`.
+    """
+    with interrupt.handled():
+        return _run(options, pipeline_args, rehash, show_progress)
+
+
+def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
+         show_progress: Union[None, bool, str]) -> UpdateSummary:
+    started = time.monotonic()
+    out = options.out
+    version_store.latest_number(out)  # refuses an OUT in an object store before anything else
+    choice = runners.choose_runner(pipeline.worker_log_args(pipeline_args))
+    if not choice.local:
+        raise UpdateRefusedError(f"--update runs on the local runner only for now, not {choice.description}")
+    FileSystems.set_options(choice.options)
+    with publish.output_lock(out):
+        faults.point("locked")
+        publish.recover_and_clean(out)
+        if not version_store.existing(out):
+            raise UpdateRefusedError(f"--update: {out} holds no converted dataset to update; convert SRC into it "
+                                     "first (the same command without --update)")
+        version_store.remove_unpublished(out)
+        latest = version_store.read(out, version_store.latest_number(out))
+        _check_options(options, latest.manifest)
+        scratch, staging = publish.new_scratch(out), None
+        try:
+            with interrupt.live_run(last_resort=lambda: resume.last_resort(staging, out, scratch)):
+                plan = _plan(options, scratch)
+                options = pipeline.near_distance_for(options, len(plan.refs))  # as converting all of SRC would
+                found = change_plan.compare(plan.refs, options.src, plan.classes,
+                                            version_store.sources_of(out, latest), latest.manifest["classes"],
+                                            options.val_fraction, options.seed, rehash)
+                if found.nothing:
+                    logger.info("nothing changed since version %d", latest.number)
+                    return UpdateSummary(out, None, latest.number, found.counts(), None,
+                                         time.monotonic() - started)
+                staging = publish.new_staging(out)
+                number = latest.number + 1
+                converted, staging = _convert(options, plan, found, staging, choice, show_progress)
+                manifest = _compose(options, plan, found, latest, number, converted, staging)
+                pipeline.write_card(staging, out, manifest, options.card)
+                rows = _source_rows(found, converted, staging, number)
+            shutil.rmtree(scratch, ignore_errors=True)
+            faults.point("before-commit")
+            with interrupt.deferred():
+                filesystems.remove_folder(publish.work_dir(staging))
+                for split in record_schema.SPLITS:  # the new shards' rows are in the sources table now
+                    _remove_if_there(os.path.join(staging, record_schema.records_table_filename(split)))
+                version_store.publish(staging, out, number, manifest, versions.sources_bytes(rows))
+            faults.point("committed")
+        except BaseException as err:
+            if staging is not None and os.path.exists(staging) and not getattr(err, "kept_staging", None) \
+                    and not resume.kept_on_stop(err, staging):
+                publish.discard_staging(staging)
+            raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    summary = ConvertSummary.from_manifest(out, manifest, time.monotonic() - started)
+    return UpdateSummary(out, number, latest.number, manifest["changes"], summary, time.monotonic() - started)
+
+
+def _check_options(options: ConvertOptions, manifest: dict) -> None:
+    """Refuse options that would change how the records already written were made, naming the flag."""
+    now = json.loads(json.dumps(options.to_json(), default=str))
+    before = manifest.get("options", {})
+    for key, flag in _FIXED.items():
+        if key in before and before[key] != now.get(key):
+            raise UpdateRefusedError(
+                f"--update: {flag} is {now.get(key)!r} here but {before[key]!r} in the latest version of "
+                f"{options.out}; an update keeps the options the records were written with (give the same, or "
+                "convert again with --overwrite)")
+
+
+def _plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
+    """SRC's plan, refused unless it is class folders (the one source updates support yet), naming its kind."""
+    labels = discover.read_labels_file(options.labels_file) if options.labels_file else None
+    request = sources.Request(options, scratch, None, labels)
+    source = next(source for source in sources.SOURCES if source.claims(request))
+    if source.name != "class-folders" or request.found().identities:
+        kind = "archives of class folders" if source.name == "class-folders" else f"{source.what} ({source.name})"
+        raise UpdateRefusedError(f"--update supports class folders only for now; {options.src} is read as {kind}: "
+                                 "convert it again with --overwrite")
+    plan = pipeline.plan_inputs(options, scratch, None)
+    if any(ref.source for ref in plan.refs):
+        raise UpdateRefusedError(f"--update supports class folders only for now; {options.src} holds archives")
+    return plan
+
+
+def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes, staging: str,
+             choice: runners.RunnerChoice, show_progress) -> tuple[Optional[dict], str]:
+    """Convert ``found.refs`` into ``staging`` as a conversion would; (its manifest, the staging folder used:
+    a killed update's, when it resumes one). No refs (only deletions): labels and reports written, no pipeline."""
+    counts = collections.Counter(ref.split for ref in found.refs)
+    # Classes without an image to convert are not "empty": their records are in the shards reused.
+    converting = {ref.label for ref in found.refs}
+    narrowed = dataclasses.replace(plan, refs=found.refs, classes=found.classes, class_text=found.classes,
+                                   split_counts=dict(counts), carved={}, unlisted=tuple(
+                                       name for label, name in enumerate(found.classes) if label not in converting))
+    if not found.refs:
+        filesystems.write_text(FileSystems.join(staging, record_schema.LABELS_FILE),
+                               "".join(name + "\n" for name in found.classes))
+        for name in (record_schema.REJECTED_FILE, record_schema.DUPLICATES_FILE):
+            filesystems.write_text(FileSystems.join(staging, name), "")
+        return None, staging
+    # The carve was the update's (a fixed threshold): the conversion of the new images carves nothing more.
+    return pipeline.convert_into(dataclasses.replace(options, val_fraction=0.0), narrowed, staging, choice,
+                                 show_progress)
+
+
+def _compose(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes,
+             latest: version_store.Version, number: int, converted: Optional[dict], staging: str) -> dict:
+    """Version ``number``'s manifest: the latest version's reused shards, then the new ones, per split."""
+    folder = versions.version_dir(number)
+    base = dict(converted) if converted else {}
+    rejected = _merge_rejections(options.out, found, latest, staging)
+    by_reason = collections.Counter(json.loads(line)["reason"] for line in rejected)
+    splits = {}
+    for split in record_schema.SPLITS:
+        before = latest.manifest["splits"].get(split, {})
+        reused = [shard for shard in before.get("shards", ()) if shard["file"] in found.reused]
+        new = base.get("splits", {}).get(split, {})
+        fresh = [dict(shard, file=f"{folder}/{shard['file']}",
+                      **({"dali_index": f"{folder}/{shard['dali_index']}"} if shard.get("dali_index") else {}))
+                 for shard in new.get("shards", ())]
+        if not reused and not fresh:
+            continue
+        labels = list(new.get("label_counts", [0] * len(found.classes)))
+        labels += [0] * (len(found.classes) - len(labels))
+        for (where, label), count in found.kept_labels.items():
+            if where == split:
+                labels[label] += count
+        old = before if reused else {}
+        reencoded = collections.Counter(old.get("reencoded_by_reason", {}))
+        reencoded.update(new.get("reencoded_by_reason", {}))
+        splits[split] = {
+            "num_examples": sum(s["num_examples"] for s in reused + fresh),
+            "num_bytes": sum(s["num_bytes"] for s in reused + fresh),
+            "num_shards": len(reused) + len(fresh),
+            "label_counts": labels,
+            # Counted per split, not per shard, in earlier versions: with shards compacted, upper bounds.
+            "num_reencoded": sum(reencoded.values()),
+            "reencoded_by_reason": dict(sorted(reencoded.items())),
+            "max_side": max(old.get("max_side", 0), new.get("max_side", 0)),
+            "num_grayscale": old.get("num_grayscale", 0) + new.get("num_grayscale", 0),
+            "num_small": old.get("num_small", 0) + new.get("num_small", 0),
+            "shards": reused + fresh,
+        }
+    manifest = dict(base) if base else _empty_manifest(plan, latest, staging)
+    manifest.update({
+        "classes": list(found.classes),
+        "class_text": list(found.classes),
+        "num_classes": len(found.classes),
+        "splits": splits,
+        "num_listed": len(plan.refs),
+        "num_rejected": len(rejected),
+        "rejected_by_reason": dict(sorted(by_reason.items())),
+        "options": options.to_json(),
+        "version": number,
+        "previous_version": latest.number,
+        "changes": dict(found.counts(), reused_shards=sum(len(s["shards"]) for s in splits.values())
+                        - sum(len(base.get("splits", {}).get(n, {}).get("shards", ())) for n in splits),
+                        new_shards=sum(len(base.get("splits", {}).get(n, {}).get("shards", ())) for n in splits)),
+        "sources_table": {"file": f"{folder}/{versions.SOURCES_TABLE}"},
+    })
+    return manifest
+
+
+def _empty_manifest(plan: discover.InputPlan, latest: version_store.Version, staging: str) -> dict:
+    """The fields a version without new shards takes from the latest version's manifest (its skipped files
+    are SRC's now)."""
+    manifest = {key: value for key, value in latest.manifest.items()
+                if key not in ("version", "previous_version", "changes", "sources_table")}
+    manifest.update(publish_skipped(plan, staging))
+    manifest["duplicates"] = dict(manifest.get("duplicates", {}), num_groups=0, num_duplicate_images=0)
+    return manifest
+
+
+def _merge_rejections(out: str, found: change_plan.Changes, latest: version_store.Version,
+                      staging: str) -> list[str]:
+    """The version's ``rejected.jsonl`` (written into staging): the latest version's lines of rejected images
+    still in SRC unchanged, and the update's own, sorted as a conversion sorts them."""
+    still = {row.path for row in found.kept if not row.file}
+    lines: list[str] = []
+    before = os.path.join(filesystems.local_path(out), versions.in_version(latest.number,
+                                                                             record_schema.REJECTED_FILE))
+    if still and os.path.exists(before):
+        with open(before, encoding="utf-8") as handle:
+            lines += [line.rstrip("\n") for line in handle if line.strip() and json.loads(line)["path"] in still]
+    mine = os.path.join(staging, record_schema.REJECTED_FILE)
+    # The conversion's own lines, kept aside the first time: a resumed update composes the version again.
+    own = os.path.join(publish.work_dir(staging), "update-" + record_schema.REJECTED_FILE)
+    if not os.path.exists(own):
+        os.makedirs(os.path.dirname(own), exist_ok=True)
+        if os.path.exists(mine):
+            shutil.copyfile(mine, own + ".tmp")
+        else:
+            open(own + ".tmp", "w").close()
+        os.replace(own + ".tmp", own)
+    with open(own, encoding="utf-8") as handle:
+        lines += [line.rstrip("\n") for line in handle if line.strip()]
+    lines.sort()
+    with open(mine, "w", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+    return lines
+
+
+def _source_rows(found: change_plan.Changes, converted: Optional[dict], staging: str,
+                 number: int) -> list[SourceRow]:
+    """The version's sources table: the rows kept, then each new record's (from the update's records tables,
+    which are then removed: a version's splits list no table yet) and each image the update rejected."""
+    rows = list(found.kept)
+    folder = versions.version_dir(number)
+    for split, entry in (converted or {}).get("splits", {}).items():
+        table = entry.pop("records_table", None)
+        if not table:
+            continue
+        files = [f"{folder}/{shard['file']}" for shard in entry["shards"]]
+        path = os.path.join(staging, table["file"])
+        for group in RecordsTable(path).row_groups(("shard", "index", "sha256", "path")):
+            columns = group.to_pydict()
+            for shard, index, sha, name in zip(columns["shard"], columns["index"], columns["sha256"],
+                                               columns["path"]):
+                size, mtime = found.stamps[name]
+                rows.append(SourceRow(name, split, files[shard], index, size, mtime, sha.hex()))
+    kept_rejected = {row.path for row in found.kept if not row.file}
+    with open(os.path.join(staging, record_schema.REJECTED_FILE), encoding="utf-8") as handle:
+        for line in handle:
+            item = json.loads(line)
+            if item["path"] not in kept_rejected and item["path"] in found.stamps:
+                size, mtime = found.stamps[item["path"]]
+                rows.append(SourceRow(item["path"], "", "", -1, size, mtime, ""))
+    return rows
+
+
+def _remove_if_there(path: str) -> None:
+    if os.path.exists(path):
+        os.remove(path)

@@ -1,0 +1,124 @@
+"""The version layout of a dataset that grows (``--update``, issue #59): names, the pointer, the sources table.
+
+Both sides import it: the converter writes versions (:mod:`beam_jobs.update`), the reader opens one
+(:func:`reader.info.dataset_info`). No TensorFlow, no Beam, no file system of its own: each side reads and
+writes the bytes with its own (local, ``gs://``, ``s3://``).
+
+Version 1 is the dataset folder as a conversion wrote it (``OUT/manifest.json``). Version N > 1 lives in
+``OUT/versions/<N:05d>/``: its manifest, its sources table, the shards it wrote. ``OUT/versions/latest``
+holds the latest version's number, written last: the one atomic step that publishes a version. No pointer:
+the latest version is 1. A shard ``file`` in any version's manifest is relative to OUT. (docs/format.md,
+"Versions".)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from typing import Iterable, Optional
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import record_schema
+
+FIRST_VERSION = 1
+VERSIONS_DIR = "versions"
+POINTER_FILE = f"{VERSIONS_DIR}/latest"
+SOURCES_TABLE = "sources.parquet"
+# What a row's size and modification time hold when the version did not record them (version 1).
+UNKNOWN = -1
+
+
+def version_dir(version: int) -> str:
+    """The folder, relative to OUT, that holds version ``version``'s own files ("" for version 1: OUT itself)."""
+    _check(version)
+    return "" if version == FIRST_VERSION else f"{VERSIONS_DIR}/{version:05d}"
+
+
+def in_version(version: int, name: str) -> str:
+    """``name`` (a file of version ``version``'s own) relative to OUT."""
+    folder = version_dir(version)
+    return f"{folder}/{name}" if folder else name
+
+
+def manifest_path(version: int) -> str:
+    """Version ``version``'s manifest, relative to OUT."""
+    return in_version(version, record_schema.MANIFEST_FILE)
+
+
+def pointer_text(version: int) -> str:
+    """The pointer's body: the version's number and a newline."""
+    _check(version)
+    return f"{version}\n"
+
+
+def parse_pointer(text: str, where: str) -> int:
+    """The version a pointer's body names; ValueError naming ``where`` when it names none."""
+    try:
+        version = int(text.strip())
+    except ValueError:
+        version = 0
+    if version <= FIRST_VERSION:
+        raise ValueError(f"{where} should hold the latest version's number (2 or more), holds {text[:40]!r}: "
+                         "the version pointer is damaged; write the number of the newest complete "
+                         f"{VERSIONS_DIR}/<N>/manifest.json into it")
+    return version
+
+
+def folder_version(name: str) -> Optional[int]:
+    """The version a ``versions/`` entry's name is the folder of (``00002`` -> 2), or None."""
+    return int(name) if len(name) >= 5 and name.isdigit() and int(name) > FIRST_VERSION else None
+
+
+def _check(version: int) -> None:
+    if not isinstance(version, int) or isinstance(version, bool) or version < FIRST_VERSION:
+        raise ValueError(f"version must be an integer from {FIRST_VERSION}, got {version!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceRow:
+    """One image of SRC a version accounts for: where its record is, and its file's stamp when it was read.
+
+    ``file``: the shard holding its record, relative to OUT ("" for a rejected image); ``index``: the
+    record's place in it (-1 for a rejected one); ``size``, ``mtime_ns``: its source file's (UNKNOWN when
+    not recorded); ``sha256``: the stored image's hex SHA-256 (``image/key/sha256``; "" for a rejected one).
+    """
+
+    path: str
+    split: str
+    file: str
+    index: int
+    size: int
+    mtime_ns: int
+    sha256: str
+
+    @property
+    def stamped(self) -> bool:
+        return self.size != UNKNOWN and self.mtime_ns != UNKNOWN
+
+
+_SCHEMA = pa.schema([("path", pa.string()), ("split", pa.string()), ("file", pa.string()), ("index", pa.int64()),
+                     ("size", pa.int64()), ("mtime_ns", pa.int64()), ("sha256", pa.string())])
+
+
+def sources_bytes(rows: Iterable[SourceRow]) -> bytes:
+    """The sources table's bytes: the rows sorted by path (so the same rows give the same bytes), zstd."""
+    ordered = sorted(rows, key=lambda row: row.path)
+    columns = {name: [getattr(row, name) for row in ordered] for name in _SCHEMA.names}
+    table = pa.Table.from_pydict(columns, schema=_SCHEMA)
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd", row_group_size=65536)
+    return sink.getvalue()
+
+
+def read_sources(data: bytes, where: str) -> list[SourceRow]:
+    """The rows of a sources table's bytes; ValueError naming ``where`` when they are not one."""
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowInvalid, OSError) as err:
+        raise ValueError(f"{where} is not a sources table ({err})") from err
+    if table.schema.names != _SCHEMA.names:
+        raise ValueError(f"{where} has the columns {table.schema.names}, not a sources table's {_SCHEMA.names}")
+    columns = table.to_pydict()
+    return [SourceRow(*values) for values in zip(*(columns[name] for name in _SCHEMA.names))]

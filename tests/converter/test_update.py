@@ -1,0 +1,230 @@
+"""``--update`` (issue #59): a dataset that grows is a series of versions, each holding exactly SRC as it was.
+
+The rule every update is held to: the latest version holds exactly SRC (every image once, in its class),
+every unchanged image keeps its split, its class id and its shard file (unless that shard lost a record
+and was compacted), and every earlier version still reads as it was. Small generated class folders; the
+conversions run in this process on the in-memory runner, a kill in its own process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import record_schema
+from beam_jobs import faults
+from beam_jobs import pipeline as conversion
+from beam_jobs import update
+from beam_jobs.options import ConvertOptions
+from reader.info import dataset_info, latest_version
+from record_files import versions
+from tests.conftest import REPO
+
+FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+
+
+def _image(path: str, seed: int) -> None:
+    rng = random.Random(seed)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.new("RGB", (24, 20), tuple(rng.randrange(256) for _ in range(3))).save(path, quality=90)
+
+
+def _source(root: str) -> str:
+    src = os.path.join(root, "src")
+    for cls in ("cat", "dog"):
+        for i in range(8):
+            _image(os.path.join(src, cls, f"{i}.jpg"), sum(map(ord, cls)) * 100 + i)
+    return src
+
+
+def _options(src: str, out: str) -> ConvertOptions:
+    return ConvertOptions(src=src, out=out, val_fraction=0.25, near_distance=3)
+
+
+def _records(out: str, version=None) -> dict[str, tuple[str, int, str]]:
+    """path -> (split, label id, shard file relative to OUT) of every record a version's shards hold."""
+    info = dataset_info(out, version=version)
+    found = {}
+    for split in info.splits.values():
+        for shard in split.shards:
+            for raw in tf.data.TFRecordDataset(shard.path):
+                feature = tf.train.Example.FromString(raw.numpy()).features.feature
+                path = feature[record_schema.FILENAME].bytes_list.value[0].decode()
+                assert path not in found, f"{path} is in version {info.version} twice"
+                found[path] = (split.name, feature[record_schema.LABEL].int64_list.value[0],
+                               os.path.relpath(shard.path, out))
+    return found
+
+
+def _src_images(src: str) -> dict[str, str]:
+    """path -> class of every image in SRC."""
+    return {f"{cls}/{name}": cls for cls in sorted(os.listdir(src)) for name in os.listdir(os.path.join(src, cls))}
+
+
+def _check_rule(src: str, out: str, before: dict, changed: set[str]) -> dict:
+    """The latest version holds exactly SRC, each record labelled by its folder; every image unchanged since
+    ``before`` keeps its split and id, and its shard file unless that shard was compacted."""
+    now, info = _records(out), dataset_info(out)
+    assert set(now) == set(_src_images(src))
+    for path, cls in _src_images(src).items():
+        assert info.classes[now[path][1]] == cls
+    compacted = {before[path][2] for path in before if path in changed or path not in now}
+    for path, (split, label, shard) in before.items():
+        if path in now and path not in changed:
+            assert now[path][:2] == (split, label), path
+            if shard not in compacted:
+                assert now[path][2] == shard, path
+    return now
+
+
+def _files(out: str) -> dict[str, bytes]:
+    return {os.path.relpath(os.path.join(folder, name), out): open(os.path.join(folder, name), "rb").read()
+            for folder, _, names in os.walk(out) for name in names}
+
+
+def _content(out: str) -> dict[str, bytes]:
+    """Every file but those that hold the time of the run (manifests, the Croissant card)."""
+    return {name: data for name, data in _files(out).items()
+            if os.path.basename(name) not in (record_schema.MANIFEST_FILE, "croissant.json")}
+
+
+@pytest.mark.slow
+def test_updates_hold_exactly_src_keep_splits_ids_and_shards_and_old_versions_read_as_they_were(tmp_path):
+    src = _source(str(tmp_path))
+    outs = [str(tmp_path / "out"), str(tmp_path / "twin")]  # the same SRC through the same updates, twice
+    for out in outs:
+        conversion.run(_options(src, out), FAST, show_progress=False)
+    first = _records(outs[0])
+
+    # Nothing changed: no version, not a byte written.
+    files = _files(outs[0])
+    assert update.run(_options(src, outs[0]), FAST).version is None
+    assert _files(outs[0]) == files
+
+    # Added images and a new class: every old shard reused, the new class gets the next id.
+    for i in range(3):
+        _image(os.path.join(src, "bird", f"{i}.jpg"), 100 + i)
+        _image(os.path.join(src, "cat", f"new{i}.jpg"), 200 + i)
+    done = [update.run(_options(src, out), FAST) for out in outs]
+    assert [d.version for d in done] == [2, 2] and done[0].changes["added"] == 6
+    second = _check_rule(src, outs[0], first, set())
+    assert dataset_info(outs[0]).classes == ("cat", "dog", "bird")
+    assert {shard for _, _, shard in first.values()} <= {shard for _, _, shard in second.values()}
+
+    # A changed image, a deleted one, a class that loses every image: compaction, stable ids.
+    _image(os.path.join(src, "cat", "0.jpg"), 999)
+    os.remove(os.path.join(src, "dog", "3.jpg"))
+    shutil.rmtree(os.path.join(src, "bird"))
+    done = [update.run(_options(src, out), FAST) for out in outs]
+    assert [d.version for d in done] == [3, 3]
+    assert (done[0].changes["changed"], done[0].changes["deleted"]) == (1, 4)
+    _check_rule(src, outs[0], second, {"cat/0.jpg"})
+    assert dataset_info(outs[0]).classes == ("cat", "dog", "bird")
+
+    # Every version reads as it was; the twin has the same bytes and content versions.
+    assert latest_version(outs[0]) == 3
+    assert _records(outs[0], version=1) == first and _records(outs[0], version=2) == second
+    assert _content(outs[0]) == _content(outs[1])
+    assert [dataset_info(outs[0], version=v).fingerprint for v in (1, 2, 3)] == \
+        [dataset_info(outs[1], version=v).fingerprint for v in (1, 2, 3)]
+
+
+def test_a_version_pointer_is_read_and_a_version_beyond_it_refused(tmp_path):
+    out = tmp_path / "out"
+    (out / versions.VERSIONS_DIR).mkdir(parents=True)
+    (out / versions.POINTER_FILE).write_text("7\n")
+    assert latest_version(str(out)) == 7
+    with pytest.raises(ValueError, match="versions 1 to 7"):
+        dataset_info(str(out), version=8)
+    (out / versions.POINTER_FILE).write_text("junk")
+    with pytest.raises(ValueError, match="version pointer is damaged"):
+        latest_version(str(out))
+
+
+def test_the_sources_table_gives_back_its_rows_sorted_and_the_same_rows_the_same_bytes():
+    rows = [versions.SourceRow("b.jpg", "train", "versions/00002/train-00000-of-00001.tfrecord", 0, 10, 5, "ab"),
+            versions.SourceRow("a.jpg", "", "", -1, versions.UNKNOWN, versions.UNKNOWN, "")]
+    data = versions.sources_bytes(rows)
+    assert versions.read_sources(data, "t") == sorted(rows, key=lambda row: row.path)
+    assert versions.sources_bytes(reversed(rows)) == data
+    assert not versions.read_sources(data, "t")[0].stamped
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("point", ["before-commit", "version-moved"])
+def test_a_killed_update_leaves_the_latest_version_whole_and_the_same_command_finishes_it(tmp_path, point):
+    src = _source(str(tmp_path))
+    out = str(tmp_path / "out")
+    conversion.run(_options(src, out), FAST, show_progress=False)
+    _image(os.path.join(src, "cat", "new.jpg"), 5)
+    os.remove(os.path.join(src, "dog", "1.jpg"))
+    before = _files(out)
+    command = [sys.executable, "-m", "converter", "--src", src, "--out", out, "--val-fraction", "0.25",
+               "--near-distance", "3", "--update", "--no-progress", *FAST]
+    env = {**os.environ, "PYTHONPATH": REPO, "TMPDIR": str(tmp_path)}
+    killed = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO,
+                            env={**env, faults.ENV: f"kill@{point}"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    # Version 1 whole and still the latest: no pointer; at most an unpublished versions/00002, read by nobody.
+    assert {name: data for name, data in _files(out).items() if not name.startswith("versions/")} == before
+    assert latest_version(out) == 1 and dataset_info(out).version == 1
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    assert finished.returncode == 0, finished.stderr
+    assert "published version 2" in finished.stdout
+    assert set(_records(out)) == set(_src_images(src))
+    leftovers = [name for name in os.listdir(tmp_path) if name.startswith(".out.")]
+    assert not leftovers, leftovers
+
+
+def test_update_refuses_another_source_naming_it_and_options_that_shape_the_records(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / record_schema.MANIFEST_FILE).write_text(json.dumps(
+        {"format_version": 1, "classes": ["a"], "splits": {}, "options": {"seed": 1}}))
+    src = tmp_path / "coco"
+    src.mkdir()
+    with pytest.raises(update.UpdateRefusedError, match="--seed"):
+        update.run(ConvertOptions(src=str(src), out=str(out), seed=2), FAST)
+    (src / "annotations.json").write_text(json.dumps({"images": [], "annotations": [], "categories": []}))
+    with pytest.raises(update.UpdateRefusedError, match="class folders only"):
+        update.run(ConvertOptions(src=str(src), out=str(out), seed=1, annotations=str(src / "annotations.json")),
+                   FAST)
+
+
+def test_prune_keeps_every_file_a_kept_version_reads(tmp_path):
+    """Version 2 reuses a shard of version 1 and one of its own that version 3 reuses; pruning 1 and 2
+    deletes only what version 3 does not read (hand-made manifests: prune reads nothing else)."""
+    from beam_jobs.files import version_store
+
+    out = tmp_path / "out"
+
+    def manifest(folder, files, number=None):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+        body = {"format_version": 1, "classes": [], "splits": {"train": {"shards": [{"file": f} for f in files]}}}
+        (out / folder / record_schema.MANIFEST_FILE).write_text(json.dumps(dict(body, version=number)))
+
+    for name in ("a.tfrecord", "b.tfrecord", "versions/00002/c.tfrecord", "versions/00002/d.tfrecord",
+                 "versions/00003/e.tfrecord"):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(hashlib.sha256(name.encode()).digest())
+    manifest(".", ["a.tfrecord", "b.tfrecord"])
+    manifest("versions/00002", ["a.tfrecord", "versions/00002/c.tfrecord", "versions/00002/d.tfrecord"], 2)
+    manifest("versions/00003", ["versions/00002/c.tfrecord", "versions/00003/e.tfrecord"], 3)
+    (out / "labels.txt").write_text("")
+    (out / "notes.txt").write_text("mine")
+    version_store.write_pointer(str(out), 3)
+    pruned = version_store.prune(str(out), keep=1)
+    assert pruned.versions == (1, 2)
+    left = sorted(os.path.relpath(os.path.join(f, n), out) for f, _, names in os.walk(out) for n in names)
+    assert left == ["notes.txt", "versions/00002/c.tfrecord", "versions/00003/e.tfrecord",
+                    "versions/00003/manifest.json", "versions/latest"]
