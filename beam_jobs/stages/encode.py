@@ -82,6 +82,8 @@ class Encoded:
         ``EncodeOptions.perceptual_hash`` is off.
       thumbnail: the stored pixels' 8x8 gray thumbnail (64 bytes, :func:`perceptual_hash.thumbnail_of_scaled`),
         from the same pixels as the hash, which verifies the near search's pairs; b"" when it takes none.
+      signature_pixels: the scaled decode the hash and thumbnail are still to be taken from, when
+        :func:`encode_image` was asked to leave them to a batch (``sign=False``: :func:`signed`); else None.
     """
 
     data: bytes
@@ -94,6 +96,7 @@ class Encoded:
     source_size: tuple = ()
     perceptual_hash: Optional[int] = None
     thumbnail: bytes = b""
+    signature_pixels: Optional[np.ndarray] = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def input_size(self) -> tuple[int, int]:
@@ -122,18 +125,30 @@ class Rejected:
 EncodeResult = Union[Encoded, Rejected]
 
 
-def encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
+def encode_image(data: bytes, options: EncodeOptions, sign: bool = True) -> EncodeResult:
     """Validate one image file's bytes and return what to store, or why not.
 
     The result depends only on ``data`` and ``options`` (and the library
-    versions), so a rerun produces byte-identical output.
+    versions), so a rerun produces byte-identical output. ``sign`` False: a JPEG
+    stored as it is keeps its scaled decode in ``signature_pixels`` instead of its
+    perceptual hash and thumbnail, for the caller to take many at once
+    (:func:`perceptual_hash.signatures_of_scaled`, the same bits: the validation
+    does, #56 §5).
     """
     result = _encode_image(data, options)
     if isinstance(result, Rejected):
         # Library messages may carry memory addresses ("<_io.BytesIO object at 0x7f...>"); the report
         # must be byte-identical across runs, like the shards.
         return Rejected(result.reason, _ADDRESS.sub("", result.detail))
-    return result
+    return signed(result) if sign else result
+
+
+def signed(result: Encoded) -> Encoded:
+    """``result`` with the perceptual hash and thumbnail of its ``signature_pixels`` taken (as it is without)."""
+    if result.signature_pixels is None:
+        return result
+    phash, thumbnail = perceptual_hash.signature_of_scaled(result.signature_pixels)
+    return dataclasses.replace(result, perceptual_hash=phash, thumbnail=thumbnail, signature_pixels=None)
 
 
 _ADDRESS = re.compile(r" (object )?at 0x[0-9a-fA-F]+")
@@ -187,9 +202,8 @@ def _encode_image(data: bytes, options: EncodeOptions) -> EncodeResult:
     if fmt == "jpeg" and fits and img.mode in ("RGB", "L") and _orientation(img) in (None, 1):
         warning, pixels = _libjpeg_check(data, img.mode, options.perceptual_hash)
         if warning is None:
-            phash, thumbnail = _signature_of(pixels, options)
             return Encoded(data, height, width, fmt, channels=1 if img.mode == "L" else 3,
-                           perceptual_hash=phash, thumbnail=thumbnail)
+                           signature_pixels=_signature_pixels(pixels, options))
         return _reencode(img, data, fmt, options, because="corrupt-data")
     return _reencode(img, data, fmt, options, because=_reencode_reason(img, fmt, fits))
 
@@ -270,9 +284,8 @@ def _clean_jpeg(data: bytes, options: EncodeOptions) -> Optional[Encoded]:
     warning, pixels = _libjpeg_check(data, "L" if colorspace == "Gray" else "RGB", options.perceptual_hash)
     if warning is not None:
         return None
-    phash, thumbnail = _signature_of(pixels, options)
     return Encoded(data, height, width, "jpeg", channels=1 if colorspace == "Gray" else 3,
-                   perceptual_hash=phash, thumbnail=thumbnail)
+                   signature_pixels=_signature_pixels(pixels, options))
 
 
 def _orientation(img: Image.Image) -> Optional[int]:
@@ -311,12 +324,10 @@ def _libjpeg_warning(data: bytes, mode: str) -> Optional[str]:
     return _libjpeg_check(data, mode)[0]
 
 
-def _signature_of(pixels: Optional[np.ndarray], options: EncodeOptions) -> tuple[Optional[int], bytes]:
-    """The perceptual hash of a pass-through JPEG's checked pixels and the thumbnail that verifies its near
-    pairs, of the same pixels, when the options ask for them (``(None, b"")`` when not)."""
-    if not options.perceptual_hash or pixels is None:
-        return None, b""
-    return perceptual_hash.signature_of_scaled(pixels)
+def _signature_pixels(pixels: Optional[np.ndarray], options: EncodeOptions) -> Optional[np.ndarray]:
+    """A pass-through JPEG's checked pixels, which its perceptual hash and the thumbnail that verifies its near
+    pairs are taken from (:func:`signed`), when the options ask for them (None when not)."""
+    return pixels if options.perceptual_hash else None
 
 
 def _reencode_reason(img: Image.Image, fmt: str, fits: bool) -> str:

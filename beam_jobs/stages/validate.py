@@ -20,6 +20,7 @@ import os
 import time
 from typing import Callable, Optional, Sequence, Union
 
+import numpy as np
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 from apache_beam.io.localfilesystem import LocalFileSystem
 
@@ -30,6 +31,7 @@ from beam_jobs.planning.discover import display_path
 from beam_jobs.sources.archives import archive_members, member_reads
 from beam_jobs.sources.archives.member_reads import MemberReader, keeps_bytes
 from beam_jobs.stage_records import Accepted, ImageRef, RejectedInput
+from beam_jobs.stages import perceptual_hash
 from beam_jobs.stages.encode import Encoded, encode_image
 
 
@@ -110,8 +112,12 @@ def file_stamp(stat: os.stat_result, now_ns: int) -> bytes:
 
 
 def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = "",
-                 members: Optional[MemberReader] = None) -> Union[tuple[Accepted, Encoded], RejectedInput]:
+                 members: Optional[MemberReader] = None,
+                 sign: bool = True) -> Union[tuple[Accepted, Encoded], RejectedInput]:
     """Read ``ref`` and decide whether it is written: ``(Accepted, Encoded)`` or the rejection.
+
+    ``sign`` False: a JPEG stored as it is comes without its perceptual hash and thumbnail, its scaled decode in
+    ``Encoded.signature_pixels`` for the caller to take them in a batch (:func:`validate_chunk`).
 
     A file that vanished or cannot be read since the listing is rejected, not
     fatal: the run goes on and the report names it. So is an archive member the
@@ -129,7 +135,7 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
             return RejectedInput(display_path(ref.relpath), "missing-file", missing_detail(ref.relpath))
         return RejectedInput(display_path(ref.relpath), "unreadable",
                              f"could not be read: {display_path(str(err))}")
-    result = encode_image(data, options)
+    result = encode_image(data, options, sign)
     if not isinstance(result, Encoded):
         located = member_reads.where(ref.source)  # a Parquet row: its file and row, beside its record name
         return RejectedInput(display_path(ref.relpath), result.reason,
@@ -225,18 +231,21 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
     image of the chunk was re-encoded.
     """
     results: list[Union[Accepted, RejectedInput]] = []
+    unsigned = _Unsigned(results)
     spill = None
     offset = 0
     members = MemberReader(src, work, [ref.source for ref in refs], local_paths=options.local_paths)
     try:
         for ref in refs:
-            result = validate_ref(src, ref, options, work, members)
+            result = validate_ref(src, ref, options, work, members, sign=False)
             if on_result is not None:
                 on_result()
             if isinstance(result, RejectedInput):
                 results.append(result)
                 continue
             accepted, encoded = result
+            if encoded.signature_pixels is not None:
+                unsigned.add(len(results), encoded.signature_pixels)
             # A Parquet row's bytes are spilled even when stored as they are: the writer, in shard order,
             # would otherwise read a whole row group for each row.
             if encoded.reencoded or keeps_bytes(ref.source):
@@ -246,11 +255,45 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
                 accepted = accepted._replace(spill=(chunk, offset, len(encoded.data)))
                 offset += len(encoded.data)
             results.append(accepted)
+            unsigned.sign_when_full()
+        unsigned.sign()
     finally:
         members.close()
         if spill is not None:
             spill.close()
     return results
+
+
+class _Unsigned:
+    """Accepted images whose perceptual hash and thumbnail are still to be taken, signed a batch at a time into
+    the results list (:func:`perceptual_hash.signatures_of_scaled`: one image at a time, numpy's cost per call
+    was most of a small image's hashing, #56 §5). A batch holds at most :data:`_SIGN_BATCH` images and
+    :data:`_SIGN_BYTES` of scaled pixels, so a part of large photos holds a few MB of them at once."""
+
+    def __init__(self, results: list) -> None:
+        self._results = results
+        self._waiting: list[tuple[int, np.ndarray]] = []
+        self._bytes = 0
+
+    def add(self, position: int, pixels: np.ndarray) -> None:
+        self._waiting.append((position, pixels))
+        self._bytes += pixels.nbytes
+
+    def sign_when_full(self) -> None:
+        if len(self._waiting) >= _SIGN_BATCH or self._bytes >= _SIGN_BYTES:
+            self.sign()
+
+    def sign(self) -> None:
+        if not self._waiting:
+            return
+        signatures = perceptual_hash.signatures_of_scaled([pixels for _, pixels in self._waiting])
+        for (position, _), (phash, thumbnail) in zip(self._waiting, signatures):
+            self._results[position] = self._results[position]._replace(perceptual_hash=phash, thumbnail=thumbnail)
+        self._waiting, self._bytes = [], 0
+
+
+_SIGN_BATCH = 256
+_SIGN_BYTES = 8 << 20
 
 
 def read_spilled(work: str, item: Accepted) -> bytes:

@@ -126,14 +126,24 @@ def test_encode_options_name_the_bad_flag(field, value):
 
 
 def test_the_pillow_free_jpeg_path_takes_only_clean_upright_jpegs(sample_images):
-    from beam_jobs.stages.encode import _clean_jpeg
+    from beam_jobs.stages.encode import _clean_jpeg, signed
 
     for kind in PASS_THROUGH:
-        assert _clean_jpeg(sample_images[kind], OPTIONS) == encode_image(sample_images[kind], OPTIONS)
+        assert signed(_clean_jpeg(sample_images[kind], OPTIONS)) == encode_image(sample_images[kind], OPTIONS)
     for kind in ("jpeg_cmyk", "jpeg_exif_rotated", "jpeg_corrupt_data", "truncated_jpeg"):
         assert _clean_jpeg(sample_images[kind], OPTIONS) is None
     assert _clean_jpeg(sample_images["jpeg_large"], EncodeOptions(max_side=200)) is None
     assert _clean_jpeg(sample_images["jpeg_large"], EncodeOptions(max_pixels=1000)) is None
+
+
+def test_an_image_signed_later_gets_the_hash_and_thumbnail_it_gets_signed_at_once(sample_images):
+    from beam_jobs.stages.encode import signed
+
+    for kind in PASS_THROUGH:
+        later = encode_image(sample_images[kind], OPTIONS, sign=False)
+        assert later.perceptual_hash is None and later.signature_pixels is not None
+        assert signed(later) == encode_image(sample_images[kind], OPTIONS)
+        assert signed(later).signature_pixels is None
 
 
 def test_exif_orientation_one_is_still_stored_byte_for_byte():

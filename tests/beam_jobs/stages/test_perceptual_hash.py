@@ -176,6 +176,25 @@ def test_the_validation_takes_the_hash_and_the_thumbnail_in_one_product_as_each_
     assert checked >= 60
 
 
+def test_a_batch_of_images_signs_each_as_it_is_signed_alone(photos):
+    """``signatures_of_scaled`` (the validation signs a part's images a batch at a time) gives each image the bits
+    and cells ``signature_of_scaled`` gives it alone, whatever else is in the batch: shapes repeated and not,
+    RGB and gray, flat images, a batch of one."""
+    rng = np.random.default_rng(11)
+    images = []
+    for photo in photos:
+        for width in rng.integers(8, 120, size=4).tolist():
+            image = photo.resize((width, max(8, int(width * rng.uniform(0.5, 1.6)))))
+            images += [np.asarray(image), np.asarray(image.convert("L")), np.asarray(image.resize((8, 8)))]
+    images += [np.full((40, 50, 3), value, dtype=np.uint8) for value in (0, 7, 255)]
+    alone = [perceptual_hash.signature_of_scaled(pixels) for pixels in images]
+    assert perceptual_hash.signatures_of_scaled(images) == alone
+    order = rng.permutation(len(images)).tolist()
+    assert perceptual_hash.signatures_of_scaled([images[i] for i in order]) == [alone[i] for i in order]
+    assert perceptual_hash.signatures_of_scaled(images[:1]) == alone[:1]
+    assert perceptual_hash.signatures_of_scaled([]) == []
+
+
 @pytest.mark.parametrize("noise", [0, 1])
 def test_a_flat_image_hashes_the_same_whatever_order_its_sums_take(noise):
     """A flat image's 64 coefficients are rounding noise about zero: their signs must not decide its hash (the
