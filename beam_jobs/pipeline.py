@@ -152,12 +152,13 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
 
 
 def convert_into(options: ConvertOptions, plan: discover.InputPlan, staging: str, choice: runners.RunnerChoice,
-                 show_progress: Union[None, bool, str]) -> tuple[dict, str]:
+                 show_progress: Union[None, bool, str], budget: Optional[tuple[int, int]] = None) -> tuple[dict, str]:
     """Run the conversion of ``plan`` into ``staging`` under OUT's lock, as :func:`run` does, without
     publishing: for :mod:`beam_jobs.update`, which converts the changed images and composes a version.
 
     Returns the manifest built and the staging folder that holds the work: a killed run's with the same
-    work (resumed, ``staging`` removed), else ``staging``.
+    work (resumed, ``staging`` removed), else ``staging``. ``budget``: (images listed, rejected already) of the
+    whole dataset, which ``--max-bad-fraction`` weighs the run's rejections against (default: the plan alone).
     """
     leftovers = [path for path in publish.leftover_stagings(options.out) if path != staging]
     choice = runners.sized_for(choice, _work_of(options, plan))
@@ -170,7 +171,7 @@ def convert_into(options: ConvertOptions, plan: discover.InputPlan, staging: str
         staging = resumed
     else:
         resume.save(layout.work, record)
-    manifest, _ = _convert(options, plan, record, staging, bool(resumed), choice, show_progress)
+    manifest, _ = _convert(options, plan, record, staging, bool(resumed), choice, show_progress, budget)
     return manifest, staging
 
 
@@ -219,6 +220,7 @@ def _convert(
     resumed: bool,
     choice: runners.RunnerChoice,
     show_progress: Union[None, bool, str],
+    budget: Optional[tuple[int, int]] = None,
 ) -> tuple[dict, Optional[int]]:
     """Run the pipeline into ``staging`` (a killed run's, when ``resumed``).
 
@@ -263,7 +265,9 @@ def _convert(
     faults.point("pipeline-done")
     counts = PartCounts.from_json(filesystems.read_text(FileSystems.join(work, COUNTS_FILE)))
     _log_rejections(FileSystems.join(staging, record_schema.REJECTED_FILE))
-    _check_error_budget(options, len(plan.refs), counts.rejected_by_reason(), staging, plan.lost_inputs)
+    listed, already = budget or (len(plan.refs), 0)
+    # (Rejected already: counted as the lost inputs are, as rejected and as listed.)
+    _check_error_budget(options, listed - already, counts.rejected_by_reason(), staging, plan.lost_inputs + already)
     if plan.task == record_schema.TASK_OBJECTS:
         _check_object_budget(options, counts, staging)
         _warn_about_assumed_frames(counts)

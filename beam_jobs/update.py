@@ -68,7 +68,7 @@ class UpdateSummary:
             f"  images:     {counts['added']} added, {counts['changed']} changed, {counts['deleted']} deleted, "
             f"{counts['unchanged']} unchanged",
             f"  shards:     {counts['reused_shards']} reused, {counts['new_shards']} new "
-            f"({counts['compacted_shards']} compacted: {counts['recompacted']} unchanged images written again)",
+            f"({counts['compacted_shards']} that lost records compacted: {counts['recompacted']} records copied)",
             f"  elapsed:    {self.elapsed_s:.1f} s",
         ])
 
@@ -120,9 +120,10 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
                 staging = publish.new_staging(out)
                 number = latest.number + 1
                 converted, staging = _convert(options, plan, found, staging, choice, show_progress)
-                manifest = _compose(options, plan, found, latest, number, converted, staging)
+                compacted, survivors = _compact(out, staging, found, latest, number)
+                manifest = _compose(options, plan, found, latest, number, converted, compacted, staging)
                 pipeline.write_card(staging, out, manifest, options.card)
-                rows = _source_rows(found, converted, staging, number)
+                rows = _source_rows(found, converted, staging, number) + survivors
             shutil.rmtree(scratch, ignore_errors=True)
             faults.point("before-commit")
             with interrupt.deferred():
@@ -186,13 +187,44 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
             filesystems.write_text(FileSystems.join(staging, name), "")
         return None, staging
     # The carve was the update's (a fixed threshold): the conversion of the new images carves nothing more.
+    rejected_before = sum(1 for row in found.kept if not row.file)
     return pipeline.convert_into(dataclasses.replace(options, val_fraction=0.0), narrowed, staging, choice,
-                                 show_progress)
+                                 show_progress, budget=(len(plan.refs), rejected_before))
+
+
+# Where a version's compacted shards are, in its folder: their names are the split's shard names anew.
+COMPACTED = "compacted"
+
+
+def _compact(out: str, staging: str, found: change_plan.Changes, latest: version_store.Version,
+             number: int) -> tuple[dict[str, list[dict]], list[SourceRow]]:
+    """Copy the survivors of each shard that lost a record, record by record (the same bytes: no image read,
+    none converted), into a shard of their own in ``staging/compacted/``, in the latest version's shard order.
+
+    Returns each split's new shard entries (files relative to OUT) and the survivors' rows, in their new places.
+    """
+    folder, entries, rows = versions.version_dir(number), {}, []
+    for split, entry in latest.manifest["splits"].items():
+        shards = [shard for shard in entry["shards"] if found.survivors.get(shard["file"])]
+        for position, shard in enumerate(shards):
+            name = f"{COMPACTED}/{record_schema.shard_filename(split, position, len(shards))}"
+            os.makedirs(os.path.join(staging, COMPACTED), exist_ok=True)
+            survivors = found.survivors[shard["file"]]
+            copied = version_store.copy_records(out, shard, [row.index for row, _ in survivors],
+                                                os.path.join(staging, name))
+            entries.setdefault(split, []).append({
+                "file": f"{folder}/{name}", "num_examples": copied.num_examples, "num_bytes": copied.num_bytes,
+                "sha256": copied.sha256, "dali_index": f"{folder}/{name}.idx", "index_bytes": copied.index_bytes})
+            rows += [dataclasses.replace(row, file=f"{folder}/{name}", index=index)
+                     for index, (row, _) in enumerate(survivors)]
+    return entries, rows
 
 
 def _compose(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes,
-             latest: version_store.Version, number: int, converted: Optional[dict], staging: str) -> dict:
-    """Version ``number``'s manifest: the latest version's reused shards, then the new ones, per split."""
+             latest: version_store.Version, number: int, converted: Optional[dict], compacted: dict[str, list[dict]],
+             staging: str) -> dict:
+    """Version ``number``'s manifest: per split, the latest version's reused shards, the compacted ones, then
+    the new ones."""
     folder = versions.version_dir(number)
     base = dict(converted) if converted else {}
     rejected = _merge_rejections(options.out, found, latest, staging)
@@ -202,9 +234,10 @@ def _compose(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
         before = latest.manifest["splits"].get(split, {})
         reused = [shard for shard in before.get("shards", ()) if shard["file"] in found.reused]
         new = base.get("splits", {}).get(split, {})
-        fresh = [dict(shard, file=f"{folder}/{shard['file']}",
-                      **({"dali_index": f"{folder}/{shard['dali_index']}"} if shard.get("dali_index") else {}))
-                 for shard in new.get("shards", ())]
+        fresh = compacted.get(split, []) + [
+            dict(shard, file=f"{folder}/{shard['file']}",
+                 **({"dali_index": f"{folder}/{shard['dali_index']}"} if shard.get("dali_index") else {}))
+            for shard in new.get("shards", ())]
         if not reused and not fresh:
             continue
         labels = list(new.get("label_counts", [0] * len(found.classes)))
@@ -240,9 +273,8 @@ def _compose(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
         "options": options.to_json(),
         "version": number,
         "previous_version": latest.number,
-        "changes": dict(found.counts(), reused_shards=sum(len(s["shards"]) for s in splits.values())
-                        - sum(len(base.get("splits", {}).get(n, {}).get("shards", ())) for n in splits),
-                        new_shards=sum(len(base.get("splits", {}).get(n, {}).get("shards", ())) for n in splits)),
+        "changes": dict(found.counts(), reused_shards=len(found.reused),
+                        new_shards=sum(len(s["shards"]) for s in splits.values()) - len(found.reused)),
         "sources_table": {"file": f"{folder}/{versions.SOURCES_TABLE}"},
     })
     return manifest

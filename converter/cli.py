@@ -90,7 +90,8 @@ def convert(argv: Sequence[str]) -> int:
         parser.error("--update adds a version to --out's dataset, --overwrite replaces it: give one")
     # OUT is known before Beam loads (seconds), so a stop while it loads says the same as any other.
     interrupt.set_exit_message(_stop_line("{verb}", options.out, published=False))
-    if not any(arg.startswith(("--runner", "--direct_running_mode")) for arg in pipeline_args):
+    # (An update converts what changed, usually few images: in the launcher's own process, no workers started.)
+    if not args.update and not any(arg.startswith(("--runner", "--direct_running_mode")) for arg in pipeline_args):
         from beam_jobs.runtime import worker_start
 
         # only for runs with workers, whose Beam then loads beside the launcher's (worker_start)

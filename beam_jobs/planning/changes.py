@@ -2,8 +2,9 @@
 
 In:  the plan of SRC (its refs, labels, splits), the latest version's sources (:class:`record_files.versions.
      SourceRow`: path, split, shard file, stamp, SHA-256) and classes, ``--val-fraction`` and ``--seed``.
-Out: :class:`Changes`: the refs to convert (new, changed, and the survivors of shards that lost a record),
-     the rows kept as they are (their shards reused), the classes with stable ids, each listed image's stamp.
+Out: :class:`Changes`: the refs to convert (new and changed images), the rows kept as they are (their shards
+     reused), the survivors of shards that lost a record (copied, record by record, into compacted shards),
+     the classes with stable ids, each listed image's stamp.
 
 An image is unchanged when its path is the version's and its file's size and modification time are the
 ones recorded (no byte read); with ``rehash``, or against a version that recorded no stamps (version 1), its
@@ -32,14 +33,16 @@ class Changes:
 
     ``refs``: to convert, sorted by (split, relpath); ``kept``: rows of the unchanged images whose shards are
     reused (and unchanged rejected images: ``file`` ""), stamped now; ``reused``: the shard files kept;
-    ``compacted``: the shards that lost a record, whose survivors are in ``refs``; ``kept_labels``: records of
-    each (split, label id) in the reused shards; ``stamps``: each listed image's (size, mtime_ns) by path.
+    ``compacted``: the shards that lost a record; ``survivors``: per compacted shard, the rows of its unchanged
+    images (stamped now, by record index) with their label ids; ``kept_labels``: records of each (split, label
+    id) in the reused shards and the survivors; ``stamps``: each listed image's (size, mtime_ns) by path.
     """
 
     refs: tuple[ImageRef, ...]
     kept: tuple[SourceRow, ...]
     reused: frozenset[str]
     compacted: frozenset[str]
+    survivors: Mapping[str, tuple[tuple[SourceRow, int], ...]]
     classes: tuple[str, ...]
     kept_labels: Mapping[tuple[str, int], int]
     stamps: Mapping[str, tuple[int, int]]
@@ -105,17 +108,20 @@ def compare(refs: Iterable[ImageRef], src: str, listed_classes: Sequence[str], p
     deleted = [row for path, row in rows.items() if path not in stamps]
     touched.update(row.file for row in deleted)
     touched.discard("")
-    survivors = [(row, ref) for row, ref in kept.values() if row.file in touched]
-    convert.extend(ref._replace(split=row.split) for row, ref in survivors)
+    survivors: dict[str, list[tuple[SourceRow, int]]] = collections.defaultdict(list)
+    for row, ref in kept.values():
+        if row.file in touched:
+            survivors[row.file].append((row, ref.label))
     staying = [(row, ref) for row, ref in kept.values() if row.file not in touched]
     kept_labels: collections.Counter[tuple[str, int]] = collections.Counter(
-        (row.split, ref.label) for row, ref in staying if row.file)
+        (row.split, ref.label) for row, ref in kept.values() if row.file)
     return Changes(
         refs=tuple(sorted(convert, key=lambda ref: (ref.split, ref.relpath))),
         kept=tuple(row for row, _ in staying),
         reused=frozenset(row.file for row, _ in staying if row.file),
         compacted=frozenset(touched), classes=classes, kept_labels=dict(kept_labels), stamps=stamps,
-        added=added, changed=changed, deleted=len(deleted), recompacted=len(survivors),
+        survivors={file: tuple(sorted(rows, key=lambda item: item[0].index)) for file, rows in survivors.items()},
+        added=added, changed=changed, deleted=len(deleted), recompacted=sum(map(len, survivors.values())),
     )
 
 

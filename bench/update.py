@@ -1,0 +1,93 @@
+"""``python -m bench.update``: an ``--update`` of a 1% change against the full conversion (issue #59's goal: <= 0.3x).
+
+    python -m bench.update                     # 12,000 photos (the issue's size): about half an hour on 2 cores
+    python -m bench.update --photos 2000       # a first figure
+
+One run, every command a process of its own as a user runs it (start-up included), on the same photos
+(:mod:`bench.data`): the full conversion of SRC, then three updates of 1% each, one after the other:
+photos added, photos changed in place (other bytes, same names) and photos deleted, and last an update
+that finds nothing changed. Each is timed by wall clock and by the CPU its process used; the ratios are to
+the full conversion's. Without masks (docs/format.md, "Versions") a change or a deletion compacts every shard
+it touches: the figures say what that costs. Written to ``bench/results/update.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.data import make_photo_dataset
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "bench", "results", "update.json")
+
+
+def _timed(args: list[str]) -> dict:
+    """Run ``python -m converter ARGS``: its wall time, CPU time (its process tree) and last line."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "converter", *args, "--no-progress"], cwd=REPO,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"converter {' '.join(args)} failed:\n{proc.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "said": proc.stdout.strip().splitlines()[:3]}
+
+
+def _images(src: str) -> list[str]:
+    return sorted(os.path.join(cls, name) for cls in os.listdir(src) for name in os.listdir(os.path.join(src, cls)))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.update", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--photos", type=int, default=12_000)
+    parser.add_argument("--change", type=float, default=0.01, help="the fraction each update changes")
+    parser.add_argument("--results", default=RESULTS, help="where to write the JSON ('-': print only)")
+    args = parser.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="bench-update-")
+    try:
+        src, out = os.path.join(work, "photos"), os.path.join(work, "out")
+        make_photo_dataset(src, args.photos, seed=0)
+        flags = ["--src", src, "--out", out, "--val-fraction", "0.1"]
+        figures = {"photos": args.photos, "change": args.change, "full": _timed(flags)}
+        count = max(1, round(args.photos * args.change))
+        rng = random.Random(0)
+        extra = os.path.join(work, "extra")
+        make_photo_dataset(extra, 2 * count, seed=1)
+        fresh = _images(extra)
+        for index, name in enumerate(fresh[:count]):  # added: new names
+            shutil.copyfile(os.path.join(extra, name), os.path.join(src, os.path.dirname(name), f"new-{index}.jpg"))
+        figures["added"] = _timed(flags + ["--update"])
+        for old, new in zip(rng.sample(_images(src), count), fresh[count:]):  # changed: other bytes, same names
+            shutil.copyfile(os.path.join(extra, new), os.path.join(src, old))
+        figures["changed"] = _timed(flags + ["--update"])
+        for name in rng.sample(_images(src), count):
+            os.remove(os.path.join(src, name))
+        figures["deleted"] = _timed(flags + ["--update"])
+        figures["nothing"] = _timed(flags + ["--update"])
+        full = figures["full"]
+        for case in ("added", "changed", "deleted", "nothing"):
+            figures[case]["wall_ratio"] = round(figures[case]["wall_s"] / full["wall_s"], 3)
+            figures[case]["cpu_ratio"] = round(figures[case]["cpu_s"] / full["cpu_s"], 3)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if args.results != "-":
+        with open(args.results, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
