@@ -214,17 +214,21 @@ def place(objects: Objects, stored: tuple[int, int], orientation: int, given_fra
         return Objects(objects.source_id, (), NORMALIZED, True, tuple(rejected), objects.masks, (), 1,
                        objects.class_mask, orientation)
     mask_frame = () if objects.frame == NORMALIZED else (int(taken.frame[0]), int(taken.frame[1]))
+    scaled = objects.masks and objects.frame == NORMALIZED  # YOLO's polygons: fractions of the image's pixels
+    if scaled:
+        mask_frame = taken.pixels
     placed = []
     for box in objects.boxes:
         result = _placed(box, taken, orientation)
         if not isinstance(result, Box):
             rejected.append((box.name, *result))
             continue
-        problem = _mask_problem(box.mask, mask_frame, max_pixels) if objects.masks else None
+        mask = _in_pixels(box.mask, taken.pixels) if scaled else box.mask
+        problem = _mask_problem(mask, mask_frame, max_pixels) if objects.masks else None
         if problem:
             rejected.append((box.name, BAD_MASK, problem))
             continue
-        placed.append(result)
+        placed.append(result._replace(mask=mask) if scaled else result)
     return Objects(objects.source_id, tuple(placed), NORMALIZED, True, tuple(rejected), objects.masks, mask_frame,
                    orientation if taken.turn else 1, objects.class_mask, orientation,
                    taken.assumed if placed else "")
@@ -303,6 +307,19 @@ def _problem(box: Box, frame: tuple[float, float], pixel: tuple[float, float],
         return BOX_OUTSIDE, (f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} reaches outside "
                              f"the {size} by more than a pixel")
     return None
+
+
+def _in_pixels(mask: str, pixels: tuple[int, int]) -> str:
+    """Normalized polygons (JSON ``[[x1, y1, x2, y2, ...], ...]``, fractions of the image: YOLO's segmentation
+    lines) in the pixels of a ``(width, height)`` image, as COCO's are; anything else as it is (the check that
+    follows names what is wrong with it)."""
+    try:
+        polygons = json.loads(mask)
+        if not (isinstance(polygons, list) and all(isinstance(polygon, list) for polygon in polygons)):
+            return mask
+        return json.dumps([[value * pixels[index % 2] for index, value in enumerate(polygon)] for polygon in polygons])
+    except (ValueError, TypeError, RecursionError):
+        return mask
 
 
 def _mask_problem(mask: str, frame: tuple[int, ...], max_pixels: int) -> Optional[str]:

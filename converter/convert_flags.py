@@ -156,7 +156,8 @@ def _source_flags(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument_group("objects (COCO, Pascal VOC, YOLO, CVAT, the Hub's objects)").add_argument
     add("--masks", action="store_true",
         help="COCO: write each object's segmentation (polygons, a crowd's RLE) as a PNG mask in its record "
-        "(image/object/mask, Model Garden's include_mask; needs pip install '.[masks]'); Pascal VOC: the "
+        "(image/object/mask, Model Garden's include_mask; needs pip install '.[masks]'); YOLO: each polygon "
+        "line's, the same way; Pascal VOC: the "
         "segmentation images with their class masks")
     add("--annotation-frame", choices=opts.ANNOTATION_FRAMES, default=opts.ANNOTATION_FRAMES[0],
         help="the frame boxes are in where an image's size cannot tell (EXIF orientations 2-4, square "

@@ -196,7 +196,8 @@ SOURCES: tuple[Source, ...] = (
            frozenset({"--annotations"})),
     Source("hugging-face", lambda r: bool(hub_files.parquet_files(r.found().listing)), _hub_folder, _PARQUET,
            _HUB_FLAGS),
-    Source("yolo", lambda r: yolo.claims(r.found().listing), _objects(yolo), f"{_ANNOTATED} (YOLO)"),
+    Source("yolo", lambda r: yolo.claims(r.found().listing), _objects(yolo), f"{_ANNOTATED} (YOLO)",
+           frozenset({"--masks"})),
     Source("cvat", lambda r: not (r.options.label_member or r.options.val_labels)
            and cvat.claims(r.found().listing), _objects(cvat), f"{_ANNOTATED} (CVAT)"),
     Source("pascal-voc", lambda r: not (r.options.label_member or r.options.val_labels)
@@ -259,6 +260,6 @@ def _refuse_flags(source: Source, options: ConvertOptions) -> None:
         raise discover.InputError(f"{flag} names a part of a Parquet dataset, but {options.src} holds no .parquet "
                                   "files")
     if flag == "--masks":
-        raise discover.InputError(f"--masks writes COCO's instance masks and Pascal VOC's class masks, but "
+        raise discover.InputError(f"--masks writes COCO's and YOLO's instance masks and Pascal VOC's class masks, but "
                                   f"{options.src} is read as {source.name}, which has none")
     raise discover.InputError(f"{flag}: {options.src} is {source.what}")

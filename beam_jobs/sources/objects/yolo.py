@@ -7,7 +7,8 @@ In:  SRC holding the dataset's yaml (``data.yaml``, or one ``*.yaml`` named afte
      of the same path with
      ``images`` turned into ``labels`` (Ultralytics' rule), one ``<stem>.txt`` per image, a line per object:
      ``class cx cy w h``, normalized to the image (or ``class x1 y1 x2 y2 ...``, a polygon, whose extent is
-     its box, as Ultralytics reads segments for detection).
+     its box, as Ultralytics reads segments for detection; with ``--masks``, also its instance mask, drawn as
+     COCO's polygons are once the image's size is known: :func:`beam_jobs.annotations.place`).
 Out: the plan of every image in the split folders (:mod:`beam_jobs.sources.objects.annotated_plan`), class ids the
      yaml's indexes one higher (the records' id 0 is the background); an empty or missing label file is an
      image without objects, a label file without its image a warning naming it.
@@ -25,11 +26,12 @@ Every other file of SRC is skipped and named in ``skipped.jsonl`` with its reaso
 from __future__ import annotations
 
 import dataclasses
+import json
 import posixpath
 from typing import Callable, Iterator, Optional, Sequence
 
 import record_schema
-from beam_jobs import annotations, formats
+from beam_jobs import annotations, formats, masks
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
 from beam_jobs.planning.listing import ANNOTATIONS_NOT_READ, NOT_AN_IMAGE, SkippedFiles
@@ -107,8 +109,18 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     warnings += _outside_warning(outside, where)
     _account(located, {path for _, path in listed} | labelled | {name or LABEL_STUDIO_CLASSES},
              set(_orphans(located, labelled, folders)), set(outside), name is None, skipped)
-    made = annotated_plan.plan(src, _images(listed, located, read, classes), classes, options.val_fraction,
-                               options.seed, skipped, warnings, labels, scratch=scratch)
+    if options.masks:
+        try:
+            masks.check_available()
+        except masks.MasksUnavailableError as err:
+            raise InputError(str(err)) from err
+    polygons = [0]  # polygon lines read (--masks: a dataset of boxes only has no masks to write)
+    made = annotated_plan.plan(src, _images(listed, located, read, classes, options.masks, polygons), classes,
+                               options.val_fraction, options.seed, skipped, warnings, labels, scratch=scratch,
+                               extra_features={record_schema.OBJECT_MASK: "bytes_list"} if options.masks else None)
+    if options.masks and not polygons[0]:
+        raise InputError(f"--masks writes the instance masks of polygon lines ('class x1 y1 x2 y2 ...', Ultralytics' "
+                         f"segmentation labels), but no label file of {where}'s splits holds one: leave --masks out")
     return dataclasses.replace(made, skipped_files=skipped)
 
 
@@ -134,14 +146,14 @@ def _account(located: dict, used: set[str], orphans: set[str], outside: set[str]
             skipped.add(path, NOT_AN_IMAGE, "neither an image of the yaml's folders nor a label file")
 
 
-def _images(listed: Sequence[tuple[str, str]], located: dict, read: Reader,
-            classes: Sequence[str]) -> Iterator[annotated_plan.AnnotatedImage]:
+def _images(listed: Sequence[tuple[str, str]], located: dict, read: Reader, classes: Sequence[str],
+            with_masks: bool = False, polygons: Optional[list[int]] = None) -> Iterator[annotated_plan.AnnotatedImage]:
     """Each listed image with its objects, made as the plan takes it: its label file read ahead by
     :func:`beam_jobs.sources.objects.annotated_plan.read_in_order`, its objects encoded by the plan (and, with a scratch folder, spilled) before the
     next image's are made, so no image's objects wait in memory for the others'."""
     wanted = ((label, located[label]) if (label := label_file_of(path)) in located else None for _, path in listed)
     for (split, path), data in zip(listed, annotated_plan.read_in_order(read, wanted)):
-        objects = _objects(path, label_file_of(path), data, len(classes), classes)
+        objects = _objects(path, label_file_of(path), data, len(classes), classes, with_masks, polygons)
         yield annotated_plan.AnnotatedImage(split, path, objects, located[path])
 
 
@@ -293,12 +305,14 @@ def label_file_of(image: str) -> str:
     return posixpath.splitext("/".join(parts))[0] + ".txt"
 
 
-def _objects(image: str, label_path: str, data: Optional[bytes], num_classes: int,
-             classes: Sequence[str]) -> annotations.Objects:
-    """The objects of one image from its label file's bytes (none when it has no label file: ``data`` None)."""
+def _objects(image: str, label_path: str, data: Optional[bytes], num_classes: int, classes: Sequence[str],
+             with_masks: bool = False, polygons: Optional[list[int]] = None) -> annotations.Objects:
+    """The objects of one image from its label file's bytes (none when it has no label file: ``data`` None).
+    ``with_masks``: each polygon line's points go with its object (``Box.mask``: ``[[x1, y1, ...]]``, normalized,
+    as COCO's segmentation is in pixels), counted in ``polygons[0]``; a box line has no mask, and is rejected."""
     source_id = annotated_plan.derived_source_id(image)
     if data is None:
-        return annotations.Objects(source_id, (), annotations.NORMALIZED, True)
+        return annotations.Objects(source_id, (), annotations.NORMALIZED, True, masks=with_masks)
     boxes, rejected = [], []
     text = data.decode("utf-8-sig", "replace")
     for number, line in enumerate(text.splitlines(), start=1):
@@ -309,13 +323,20 @@ def _objects(image: str, label_path: str, data: Optional[bytes], num_classes: in
         if parsed is None:
             rejected.append((name, annotations.BAD_ANNOTATION, _unparsed(line)))
             continue
-        label, (x0, y0, x1, y1) = parsed
+        label, (x0, y0, x1, y1), polygon = parsed
         if not 0 <= label < num_classes or not classes[label]:
             rejected.append((name, annotations.UNKNOWN_CLASS, f"class {label} is not in names ({num_classes} "
                              "classes)"))
             continue
-        boxes.append(annotations.Box(name, label, x0, y0, x1, y1))
-    return annotations.Objects(source_id, tuple(boxes), annotations.NORMALIZED, True, tuple(rejected))
+        if with_masks and polygon is None:
+            rejected.append((name, annotations.BAD_MASK, "--masks: a box line ('class cx cy w h') has no polygon to "
+                             "draw its mask from ('class x1 y1 x2 y2 ...')"))
+            continue
+        if with_masks and polygons is not None:
+            polygons[0] += 1
+        boxes.append(annotations.Box(name, label, x0, y0, x1, y1, mask=json.dumps([polygon]) if with_masks else ""))
+    return annotations.Objects(source_id, tuple(boxes), annotations.NORMALIZED, True, tuple(rejected),
+                               masks=with_masks)
 
 
 def _unparsed(line: str) -> str:
@@ -333,16 +354,17 @@ def _unparsed(line: str) -> str:
     return f"{shown} is neither 'class cx cy w h' nor a polygon 'class x1 y1 x2 y2 x3 y3 ...'"
 
 
-def _line(line: str) -> Optional[tuple[int, tuple[float, float, float, float]]]:
-    """``(class, (x0, y0, x1, y1))`` of a label line, normalized; None when it does not parse."""
+def _line(line: str) -> Optional[tuple[int, tuple[float, float, float, float], Optional[list[float]]]]:
+    """``(class, (x0, y0, x1, y1), polygon)`` of a label line, normalized (``polygon``: its points, None for a box
+    line); None when it does not parse."""
     fields = line.split()
     try:
         label, values = int(fields[0]), [float(v) for v in fields[1:]]
     except (ValueError, IndexError):
         return None
     if len(values) == 4:
-        return label, annotations.corners("yolo", *values)
+        return label, annotations.corners("yolo", *values), None
     if len(values) >= 6 and len(values) % 2 == 0:  # a polygon: its extent
         xs, ys = values[0::2], values[1::2]
-        return label, (min(xs), min(ys), max(xs), max(ys))
+        return label, (min(xs), min(ys), max(xs), max(ys)), values
     return None
