@@ -143,7 +143,7 @@ def _heads(records: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def _bucket_pairs(band: int, shas: np.ndarray, hashes: np.ndarray, distance: int,
-                  block: int = _BLOCK) -> Iterator[np.ndarray]:
+                  block: int = _BLOCK, signatures: Optional[np.ndarray] = None) -> Iterator[np.ndarray]:
     """The pairs (``(2, k)`` indices into one band value's records) within ``distance`` whose first common band
     is ``band``, in blocks, in the order a union-find takes them (:func:`find_pairs` keeps that order).
 
@@ -151,12 +151,20 @@ def _bucket_pairs(band: int, shas: np.ndarray, hashes: np.ndarray, distance: int
     every band, so the first copy of a content is the same image in each; each pair is ``(earlier, later)``.
     Order: the copies' links to their first copy, then blocks of ``block`` x ``block`` hashes (rows, then
     columns, of the upper triangle), each block's pairs row by row. Every test is numpy over the block.
+
+    ``signatures`` (``(n, k)`` uint8 rows: split, hash and thumbnail; given for a bucket of more than a block's
+    records): images whose hash and thumbnail are the same are copies too (:func:`_signature_firsts`), so a
+    bucket of a million blank frames compares its few distinct signatures, not 5e11 pairs (#56 §1).
     """
-    first = np.ones(len(shas), dtype=bool)
-    first[1:] = (shas[1:] != shas[:-1]).any(axis=1)
+    if signatures is None:
+        first = np.ones(len(shas), dtype=bool)
+        first[1:] = (shas[1:] != shas[:-1]).any(axis=1)
+        firsts_of = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
+    else:
+        firsts_of = _signature_firsts(signatures)
+        first = firsts_of == np.arange(len(firsts_of))
     if band == 0 and not first.all():  # copies share every band: linked once, in the first
         copies = np.flatnonzero(~first)
-        firsts_of = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
         yield np.stack([firsts_of[copies], copies])
     firsts = np.flatnonzero(first)
     if firsts.size < 2:
@@ -173,6 +181,30 @@ def _bucket_pairs(band: int, shas: np.ndarray, hashes: np.ndarray, distance: int
                 rows, columns = rows[keep], columns[keep]
             if rows.size:
                 yield np.stack([firsts[rows], firsts[columns]])
+
+
+def _signature_firsts(signatures: np.ndarray) -> np.ndarray:
+    """For each of a bucket's records (``(n, k)`` uint8 rows: split code, then hash and thumbnail), the record
+    its copies are linked to: of the records with its hash and thumbnail, the first of the earliest split.
+
+    Every pair of such records is within any distance and verified (their thumbnails are the same), and each
+    pairs with whatever the others pair with: one link each to that first keeps the groups, and the first of
+    the earliest split is the partner a leak of theirs would name (:class:`_Leaks` extends its leaks to them).
+    Byte-identical copies are such records: they get the first the SHA-256 order gives them.
+    """
+    rows = np.ascontiguousarray(signatures)
+    keys = rows[:, 1:].view(np.dtype((np.void, rows.shape[1] - 1))).ravel()
+    _, inverse = np.unique(keys, return_inverse=True)
+    order = np.lexsort((np.arange(len(rows)), rows[:, 0], inverse.ravel()))  # by class, split, record
+    classes = inverse.ravel()[order]
+    starts = np.ones(len(order), dtype=bool)
+    starts[1:] = classes[1:] != classes[:-1]
+    first_of_class = np.empty(int(classes.max()) + 1 if len(order) else 0, dtype=np.int64)
+    first_of_class[classes[starts]] = order[starts]
+    return first_of_class[inverse.ravel()]
+
+
+_COLLAPSE_OVER = _BLOCK  # a bucket of more records has its records of one signature linked, not compared
 
 
 _STRIP = 256  # rows of a diagonal block compared at once, each with the columns from its own on
@@ -201,13 +233,17 @@ _SMALL = 64  # a band value's bucket of at most this many records is searched wi
 _SMALL_PAIRS = 1 << 20  # the candidate pairs of the small buckets searched at once (about 50 MB of arrays)
 
 
-def pair_indices(records: Sequence[bytes], bands: int, distance: int, block: int = _BLOCK) -> Iterator[np.ndarray]:
+def pair_indices(records: Sequence[bytes], bands: int, distance: int, block: int = _BLOCK,
+                 thumbnails: Optional[np.ndarray] = None,
+                 collapse_over: int = _COLLAPSE_OVER) -> Iterator[np.ndarray]:
     """Every pair within ``distance`` among sorted NEAR records, each once (in its first common band), as
     ``(2, k)`` blocks of indices into ``records``, in the order :func:`find_pairs` joins them.
 
     Most buckets hold a few records (a 16-bit band value: N / 65,536 on average), and numpy's cost per call
     would be most of the search: runs of consecutive small buckets are searched at once
-    (:func:`_small_bucket_pairs`, the same pairs in the same order as one by one), larger ones in blocks."""
+    (:func:`_small_bucket_pairs`, the same pairs in the same order as one by one), larger ones in blocks.
+    ``thumbnails`` (``(n, 64)`` uint8, by record): a bucket of more than ``collapse_over`` records links its
+    records of one hash and thumbnail to one of them and compares that one only (:func:`_bucket_pairs`)."""
     if not records:
         return
     positions, shas, hashes = _heads(records)
@@ -234,8 +270,21 @@ def pair_indices(records: Sequence[bytes], bands: int, distance: int, block: int
                 yield pairs
             continue
         start, stop = int(starts[index]), int(stops[index])
-        for pairs in _bucket_pairs(int(bands_of[index]), shas[start:stop], hashes[start:stop], distance, block):
+        signatures = None
+        if thumbnails is not None and stop - start > collapse_over:
+            signatures = _signatures(records[start:stop], thumbnails[start:stop])
+        for pairs in _bucket_pairs(int(bands_of[index]), shas[start:stop], hashes[start:stop], distance, block,
+                                   signatures):
             yield pairs + start
+
+
+def _signatures(records: Sequence[bytes], thumbnails: np.ndarray) -> np.ndarray:
+    """``(n, 73)`` uint8: each NEAR record's split code, hash and thumbnail (what :func:`_signature_firsts` reads)."""
+    heads = np.frombuffer(b"".join(record[:_HEAD.itemsize] for record in records), dtype=np.uint8)
+    heads = heads.reshape(-1, _HEAD.itemsize)
+    split = _HEAD.fields["split"][1]
+    phash = _HEAD.fields["phash"][1]
+    return np.hstack([heads[:, split:split + 1], heads[:, phash:phash + 8], thumbnails])
 
 
 def _small_bucket_pairs(starts: np.ndarray, stops: np.ndarray, bands_of: np.ndarray, shas: np.ndarray,
@@ -341,7 +390,8 @@ def boruvka(first: np.ndarray, second: np.ndarray, label: np.ndarray) -> np.ndar
     return np.flatnonzero(chosen)
 
 
-def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbnails: bool = True) -> int:
+def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbnails: bool = True,
+               collapse_over: int = _COLLAPSE_OVER) -> int:
     """The links of band range ``near_range`` into ``near/pairs-r.jsonl`` (lines sorted); returns their number.
 
     A link is a pair within ``distance`` that joins two groups of the range's pairs found so far: a spanning
@@ -350,6 +400,8 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
     and the forest is found in numpy (:func:`spanning_links`): Python touches only the links written. A range
     whose file exists (a killed run this one resumes) is not searched again. ``check_thumbnails`` False: every
     pair within the distance, unchecked (``bench.near_search`` compares that with the release's search).
+    ``collapse_over``: a band value's bucket of more records compares one image of each hash and thumbnail
+    (:func:`pair_indices`); the others are linked to it.
     """
     out = layout.near_pairs(near_range)
     if FileSystems.exists(out):
@@ -362,9 +414,10 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
     contents = [record[8:] for record in records]  # an image: its CONTENT record
     ids = {content: index for index, content in enumerate(dict.fromkeys(contents))}
     images = np.fromiter(map(ids.__getitem__, contents), dtype=np.int64, count=len(contents))
-    leaks = _Leaks(records)
     thumbnails = np.frombuffer(work_records.near_thumbnails(records), np.uint8).reshape(-1, perceptual_hash.THUMB_BYTES)
-    pairs = pair_indices(records, layout.near_bands, distance)
+    leaks = _Leaks(records, thumbnails)
+    pairs = pair_indices(records, layout.near_bands, distance, thumbnails=thumbnails if check_thumbnails else None,
+                         collapse_over=collapse_over)
     if check_thumbnails:
         pairs = verified(pairs, perceptual_hash.standardized(thumbnails))
     halves: dict[bytes, str] = {}
@@ -399,16 +452,18 @@ class _Leaks:
     pairs must not carry a leak on (train T near validation V1, V1 near V2, V2 near test X: V1 alone leaks,
     though X is within the distance of V2). Byte-identical copies are the exact search's (any earlier split).
 
-    Pairs are between an image's first copy (the same bytes sort together, the earliest split's first), so
-    a leaked image's byte-identical copies in its own or a later split leak with it: its partner is theirs.
+    Pairs are between an image's first copy (the same bytes sort together, the earliest split's first; in a
+    bucket too large to compare whole, the same hash and thumbnail: :func:`_signature_firsts`), so a leaked
+    image's copies of a later split than its partner's leak with it: its partner is theirs.
     """
 
-    def __init__(self, records: Sequence[bytes]) -> None:
-        self._records = records
+    def __init__(self, records: Sequence[bytes], thumbnails: np.ndarray) -> None:
         heads = np.frombuffer(b"".join(record[:_HEAD.itemsize] for record in records), dtype=_HEAD) \
             if records else np.zeros(0, dtype=_HEAD)
         self._ranks = heads["split"].astype(np.int64)  # split codes are record_schema.SPLITS' order
         self._hashes = heads["phash"].astype(np.uint64)
+        self._positions = heads["position"].astype(np.uint64)
+        self._thumbnails = thumbnails
         self._found: list[np.ndarray] = []
 
     def see(self, pairs: np.ndarray) -> np.ndarray:
@@ -425,25 +480,31 @@ class _Leaks:
         return pairs
 
     def closest(self) -> dict[int, tuple[int, int]]:
-        """Each leaked record (and its later copies) -> ``(distance, partner record)``, the closest partner (by
-        distance, then its place in the range's sorted records: the same choice on every run)."""
-        best: dict[int, tuple[int, int]] = {}
-        for later, earlier, bits in (np.concatenate(self._found, axis=1).T.tolist() if self._found else ()):
-            for image in self._with_copies(later, self._ranks[earlier]):
-                if (bits, earlier) < best.get(image, (65, 0)):
-                    best[image] = (bits, earlier)
-        return best
+        """Each leaked record (and its copies of an evaluation split) -> ``(distance, partner record)``, the
+        closest partner (by distance, then its place in the range's sorted records: the same choice on every run).
 
-    def _with_copies(self, first: int, partner_rank: int) -> Iterator[int]:
-        """``first`` and the byte-identical copies after it in its band value, those of a split after the
-        partner's (an earlier one's copy is no leak of it)."""
-        yield first
-        head = self._records[first][:24]  # position and SHA-256 prefix
-        index = first + 1
-        while index < len(self._records) and self._records[index][:24] == head:
-            if self._ranks[index] > partner_rank:
-                yield index
-            index += 1
+        A copy (the same band value, hash and thumbnail) pairs with whatever its first pairs with, in the same
+        band, so the closest partner of any of them is theirs: found once a class of copies, in numpy (a bucket
+        of a million blank frames across splits is a million leaks of one class)."""
+        if not self._found:
+            return {}
+        later, earlier, bits = np.concatenate(self._found, axis=1)
+        classes = self._classes()
+        order = np.lexsort((earlier, bits, classes[later]))
+        leaked = classes[later][order]
+        closest = np.ones(len(order), dtype=bool)
+        closest[1:] = leaked[1:] != leaked[:-1]
+        partners = dict(zip(leaked[closest].tolist(), zip(bits[order][closest].tolist(),
+                                                           earlier[order][closest].tolist())))
+        members = np.flatnonzero(np.isin(classes, leaked[closest]) & (self._ranks > 0))  # partners are training
+        return {member: partners[group] for member, group in zip(members.tolist(), classes[members].tolist())}
+
+    def _classes(self) -> np.ndarray:
+        """Each record's class of copies: an id shared by the records of one band value, hash and thumbnail."""
+        rows = np.hstack([self._positions[:, None].view(np.uint8), self._hashes[:, None].view(np.uint8),
+                          self._thumbnails])
+        keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()
+        return np.unique(keys, return_inverse=True)[1].ravel()
 
 
 def _half(content: bytes, halves: dict[bytes, str]) -> str:

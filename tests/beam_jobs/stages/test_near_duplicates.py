@@ -284,3 +284,43 @@ def test_a_link_lines_half_is_its_member_as_json_dumps_writes_it(relpath):
     content = _content(relpath, 2**64 - 1, "validation", 7, data=b"pixels")
     assert near_duplicates._half(content, {}) == json.dumps(
         near_duplicates.Member.of(work_records.decode_content(content)))
+
+
+def _signed(relpath: str, phash: int, thumbnail: bytes, split: str) -> bytes:
+    sha = hashlib.sha256(relpath.encode()).digest()
+    return work_records.encode_content(Accepted(ImageRef(split, relpath, 0), sha, "", 1, 1, stored_bytes=100,
+                                                perceptual_hash=phash, thumbnail=thumbnail), objects=0)
+
+
+def test_a_bucket_of_many_copies_links_them_to_one_and_finds_the_groups_and_leaks_the_whole_search_finds(tmp_path):
+    """A band value holding hundreds of blank frames (one hash, one thumbnail; #56 §1: a million of them were
+    5e11 comparisons) links them to one image and compares that one: the same groups and the same leak lines as
+    comparing every pair, while frames of that hash with other thumbnails are still compared, not linked."""
+    rng = random.Random(7)
+    splits = ("train", "validation", "test")
+    blank = 1 << 63
+    records = [_signed(f"blank{i:04d}.jpg", blank, bytes(64), rng.choice(splits)) for i in range(240)]
+    records += [_signed(f"alike{i:04d}.jpg", _flip(blank, rng.sample(range(64), rng.randint(0, 3))),
+                        bytes(rng.randrange(256) for _ in range(64)), rng.choice(splits)) for i in range(60)]
+    others = [rng.getrandbits(64) for _ in range(150)]
+    records += [_signed(f"other{i:04d}.jpg", h, bytes(64), rng.choice(splits)) for i, h in enumerate(others)]
+    records += [_signed(f"near{i:04d}.jpg", _flip(h, rng.sample(range(64), rng.randint(0, 3))), bytes(64),
+                        rng.choice(splits)) for i, h in enumerate(others[:60])]
+    parts = [records[0::2], records[1::2]]
+    whole, collapsed = _layout(tmp_path, "whole", parts, 3, 2), _layout(tmp_path, "collapsed", parts, 3, 2)
+    for near_range in range(whole.near_ranges):
+        near_duplicates.find_pairs(whole, near_range, 3, collapse_over=10**9)
+        near_duplicates.find_pairs(collapsed, near_range, 3, collapse_over=16)
+    groups = near_groups.components(near_groups._pairs(whole))
+    assert any(len(group) >= 240 for group in groups)
+    assert near_groups.components(near_groups._pairs(collapsed)) == groups
+    leaks = [(tmp_path / layout.near_leaks(r)).read_text() for layout in (whole, collapsed) for r in range(2)]
+    assert leaks[:2] == leaks[2:] and sum(line.count("\n") for line in leaks[:2]) > 100
+    # what the blank frames' bucket compares: one pair per copy and the pairs of the rest, not 240 * 239 / 2
+    ranged = sorted(record for part in range(2) for r in range(2)
+                    for record in work_records.read_bucket(collapsed.near(part), work_records.NEAR, r))
+    thumbnails = np.frombuffer(work_records.near_thumbnails(ranged), np.uint8).reshape(-1, 64)
+    compared = sum(block.shape[1] for block in near_duplicates.pair_indices(ranged, 4, 3, thumbnails=thumbnails,
+                                                                            collapse_over=16))
+    every = sum(block.shape[1] for block in near_duplicates.pair_indices(ranged, 4, 3))
+    assert every > 240 * 239 // 2 > 10 * compared
