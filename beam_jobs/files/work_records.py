@@ -50,6 +50,7 @@ from __future__ import annotations
 import struct
 from typing import BinaryIO, Callable, Generic, Iterable, Iterator, NamedTuple, Optional, TypeVar
 
+import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
@@ -194,6 +195,11 @@ def encode_near(position: int, content: bytes) -> bytes:
 
 
 _NEAR_HEAD = struct.Struct(">Q16sBIBQ")
+# The same heads as numpy reads them for every record of a part or a range at once (the searches' inner loops):
+# a CONTENT record's SHA-256 prefix, split, label, whether hashed, hash; a NEAR record's position, then those.
+CONTENT_HEAD = np.dtype([("sha", "V16"), ("split", "u1"), ("label", ">u4"), ("hashed", "u1"), ("phash", ">u8")])
+NEAR_HEAD = np.dtype([("position", ">u8"), ("sha", "V16"), ("split", "u1"), ("label", ">u4"), ("hashed", "u1"),
+                      ("phash", ">u8")])
 
 
 def near_head(record: bytes) -> tuple[int, bytes, int]:

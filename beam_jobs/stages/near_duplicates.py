@@ -41,7 +41,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 
-from beam_jobs.stages import perceptual_hash
+from beam_jobs.stages import near_leaks, perceptual_hash
 from beam_jobs.files import filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
@@ -77,7 +77,8 @@ def near_records(content: Sequence[bytes], distance: int) -> list[bytes]:
     every CONTENT record whole)."""
     if not content:
         return []
-    heads = np.frombuffer(b"".join(record[:_CONTENT_HEAD.itemsize] for record in content), dtype=_CONTENT_HEAD)
+    head = work_records.CONTENT_HEAD
+    heads = np.frombuffer(b"".join(record[:head.itemsize] for record in content), dtype=head)
     hashed = np.flatnonzero(heads["hashed"]).tolist()
     if not hashed:
         return []
@@ -124,21 +125,12 @@ class Leak(NamedTuple):
         return other is None or (self.distance, self.partner.path) < (other.distance, other.partner.path)
 
 
-# The head of a CONTENT record (work_records' ">16sBIBQ..."): the SHA-256 prefix, split, label, whether hashed, hash.
-_CONTENT_HEAD = np.dtype([("sha", "V16"), ("split", "u1"), ("label", ">u4"), ("hashed", "u1"), ("phash", ">u8")])
-
-# The head of a NEAR record as work_records.near_head unpacks it (">Q16sBIBQ": position, then the CONTENT
-# record's SHA-256 prefix, split, label, whether hashed, hash), read for every record at once.
-_HEAD = np.dtype([("position", ">u8"), ("sha", "V16"), ("split", "u1"), ("label", ">u4"), ("hashed", "u1"),
-                  ("phash", ">u8")])
-
-
 def _heads(records: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(positions, shas, hashes)`` of NEAR records, as :func:`work_records.near_head` gives them one by one:
     uint64, ``(n, 16)`` uint8, uint64."""
-    joined = b"".join(record[:_HEAD.itemsize] for record in records)
-    heads = np.frombuffer(joined, dtype=_HEAD)
-    shas = np.frombuffer(joined, dtype=np.uint8).reshape(-1, _HEAD.itemsize)[:, 8:24]
+    joined = b"".join(record[:work_records.NEAR_HEAD.itemsize] for record in records)
+    heads = np.frombuffer(joined, dtype=work_records.NEAR_HEAD)
+    shas = np.frombuffer(joined, dtype=np.uint8).reshape(-1, work_records.NEAR_HEAD.itemsize)[:, 8:24]
     return heads["position"].astype(np.uint64), shas, heads["phash"].astype(np.uint64)
 
 
@@ -189,7 +181,7 @@ def _signature_firsts(signatures: np.ndarray) -> np.ndarray:
 
     Every pair of such records is within any distance and verified (their thumbnails are the same), and each
     pairs with whatever the others pair with: one link each to that first keeps the groups, and the first of
-    the earliest split is the partner a leak of theirs would name (:class:`_Leaks` extends its leaks to them).
+    the earliest split is the partner a leak of theirs would name (:class:`near_leaks.Leaks` extends its leaks to them).
     Byte-identical copies are such records: they get the first the SHA-256 order gives them.
     """
     rows = np.ascontiguousarray(signatures)
@@ -280,10 +272,10 @@ def pair_indices(records: Sequence[bytes], bands: int, distance: int, block: int
 
 def _signatures(records: Sequence[bytes], thumbnails: np.ndarray) -> np.ndarray:
     """``(n, 73)`` uint8: each NEAR record's split code, hash and thumbnail (what :func:`_signature_firsts` reads)."""
-    heads = np.frombuffer(b"".join(record[:_HEAD.itemsize] for record in records), dtype=np.uint8)
-    heads = heads.reshape(-1, _HEAD.itemsize)
-    split = _HEAD.fields["split"][1]
-    phash = _HEAD.fields["phash"][1]
+    heads = np.frombuffer(b"".join(record[:work_records.NEAR_HEAD.itemsize] for record in records), dtype=np.uint8)
+    heads = heads.reshape(-1, work_records.NEAR_HEAD.itemsize)
+    split = work_records.NEAR_HEAD.fields["split"][1]
+    phash = work_records.NEAR_HEAD.fields["phash"][1]
     return np.hstack([heads[:, split:split + 1], heads[:, phash:phash + 8], thumbnails])
 
 
@@ -415,7 +407,7 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
     ids = {content: index for index, content in enumerate(dict.fromkeys(contents))}
     images = np.fromiter(map(ids.__getitem__, contents), dtype=np.int64, count=len(contents))
     thumbnails = np.frombuffer(work_records.near_thumbnails(records), np.uint8).reshape(-1, perceptual_hash.THUMB_BYTES)
-    leaks = _Leaks(records, thumbnails)
+    leaks = near_leaks.Leaks(records, thumbnails)
     pairs = pair_indices(records, layout.near_bands, distance, thumbnails=thumbnails if check_thumbnails else None,
                          collapse_over=collapse_over)
     if check_thumbnails:
@@ -442,69 +434,6 @@ def verified(pairs: Iterable[np.ndarray], thumbnails: np.ndarray) -> Iterator[np
             <= perceptual_hash.MAX_THUMBNAIL_DISTANCE
         if keep.any():
             yield block[:, keep]
-
-
-class _Leaks:
-    """The direct pairs across splits among a band range's pairs: for each evaluation image (a record index)
-    paired with a training image, its closest such partner (``--drop-leaks`` leaves it out).
-
-    Against the training split only: what a model has seen is what inflates its scores, and a chain of near
-    pairs must not carry a leak on (train T near validation V1, V1 near V2, V2 near test X: V1 alone leaks,
-    though X is within the distance of V2). Byte-identical copies are the exact search's (any earlier split).
-
-    Pairs are between an image's first copy (the same bytes sort together, the earliest split's first; in a
-    bucket too large to compare whole, the same hash and thumbnail: :func:`_signature_firsts`), so a leaked
-    image's copies of a later split than its partner's leak with it: its partner is theirs.
-    """
-
-    def __init__(self, records: Sequence[bytes], thumbnails: np.ndarray) -> None:
-        heads = np.frombuffer(b"".join(record[:_HEAD.itemsize] for record in records), dtype=_HEAD) \
-            if records else np.zeros(0, dtype=_HEAD)
-        self._ranks = heads["split"].astype(np.int64)  # split codes are record_schema.SPLITS' order
-        self._hashes = heads["phash"].astype(np.uint64)
-        self._positions = heads["position"].astype(np.uint64)
-        self._thumbnails = thumbnails
-        self._found: list[np.ndarray] = []
-
-    def see(self, pairs: np.ndarray) -> np.ndarray:
-        """Note the pairs that cross splits; return them as they came (so the links see them too)."""
-        ranks = self._ranks[pairs]
-        across = (ranks[0] != ranks[1]) & (ranks.min(axis=0) == 0)  # an evaluation image and a training one
-        if across.any():
-            crossing = pairs[:, across]
-            later_first = ranks[0, across] > ranks[1, across]
-            later = np.where(later_first, crossing[0], crossing[1])
-            earlier = np.where(later_first, crossing[1], crossing[0])
-            bits = np.bitwise_count(self._hashes[later] ^ self._hashes[earlier]).astype(np.int64)
-            self._found.append(np.stack([later, earlier, bits]))
-        return pairs
-
-    def closest(self) -> dict[int, tuple[int, int]]:
-        """Each leaked record (and its copies of an evaluation split) -> ``(distance, partner record)``, the
-        closest partner (by distance, then its place in the range's sorted records: the same choice on every run).
-
-        A copy (the same band value, hash and thumbnail) pairs with whatever its first pairs with, in the same
-        band, so the closest partner of any of them is theirs: found once a class of copies, in numpy (a bucket
-        of a million blank frames across splits is a million leaks of one class)."""
-        if not self._found:
-            return {}
-        later, earlier, bits = np.concatenate(self._found, axis=1)
-        classes = self._classes()
-        order = np.lexsort((earlier, bits, classes[later]))
-        leaked = classes[later][order]
-        closest = np.ones(len(order), dtype=bool)
-        closest[1:] = leaked[1:] != leaked[:-1]
-        partners = dict(zip(leaked[closest].tolist(), zip(bits[order][closest].tolist(),
-                                                           earlier[order][closest].tolist())))
-        members = np.flatnonzero(np.isin(classes, leaked[closest]) & (self._ranks > 0))  # partners are training
-        return {member: partners[group] for member, group in zip(members.tolist(), classes[members].tolist())}
-
-    def _classes(self) -> np.ndarray:
-        """Each record's class of copies: an id shared by the records of one band value, hash and thumbnail."""
-        rows = np.hstack([self._positions[:, None].view(np.uint8), self._hashes[:, None].view(np.uint8),
-                          self._thumbnails])
-        keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()
-        return np.unique(keys, return_inverse=True)[1].ravel()
 
 
 def _half(content: bytes, halves: dict[bytes, str]) -> str:
