@@ -2,8 +2,8 @@
 
     python -m bench.resume                         # about 20 minutes (12,000 photos: more records than a buffer)
     python -m bench.resume --photos 600 --tiny 5000 --rounds 2   # a quick look
-    python -m bench.resume --photos 70 --tiny 1200 --rounds 1 --batches 1 --latency-rounds 1 --shuffle-records 1000
-                                                   # a smoke run (tests/bench/test_resume.py): the harness, no figures
+    python -m bench.resume --photos 70 --tiny 400 --rounds 1 --batches 1 --latency-rounds 1 --shuffle-records 1000 \
+        --batch 8 --quality-batch 64             # a smoke run (tests/bench/test_resume.py): the harness, no figures
 
 Four things, each measured in this one run on the same data (issue #20):
 
@@ -85,11 +85,12 @@ def _pipeline(data: str, order: str, seed: Optional[int], batch: int = BATCH, si
                                 options=read_options(data, order, batch, shuffle_records), **kwargs)
 
 
-def bench_throughput(data: str, rounds: int, batches: int, shuffle_records: int = SHUFFLE_RECORDS) -> dict:
+def bench_throughput(data: str, rounds: int, batches: int, shuffle_records: int = SHUFFLE_RECORDS,
+                     batch: int = BATCH) -> dict:
     from bench.read_bench import alternating_rounds, paired_ratio
 
     def pipeline(order: str, seed: Optional[int]):
-        return lambda: _pipeline(data, order, seed, shuffle_records=shuffle_records)
+        return lambda: _pipeline(data, order, seed, batch=batch, shuffle_records=shuffle_records)
 
     makers = {"streams_seeded": pipeline("streams", 1), "buffer_seeded": pipeline("buffer", 1),
               "streams": pipeline("streams", None), "buffer": pipeline("buffer", None)}
@@ -100,42 +101,43 @@ def bench_throughput(data: str, rounds: int, batches: int, shuffle_records: int 
             "ratio_unseeded": round(paired_ratio(measured, "streams", "buffer"), 3)}
 
 
-def peak_rss_mb(data: str, order: str, batches: int, shuffle_records: int = SHUFFLE_RECORDS) -> float:
+def peak_rss_mb(data: str, order: str, batches: int, shuffle_records: int = SHUFFLE_RECORDS,
+                batch: int = BATCH) -> float:
     """Peak RSS of a process that reads ``batches`` training batches in ``order`` (its own process, fresh)."""
-    options = read_options(data, order, BATCH, shuffle_records)
+    options = read_options(data, order, batch, shuffle_records)
     code = ("import sys, reader\n"
-            f"ds = reader.build_dataset({data!r}, 'train', {BATCH}, {SIZE}, seed=1, options={options!r})\n"
+            f"ds = reader.build_dataset({data!r}, 'train', {batch}, {SIZE}, seed=1, options={options!r})\n"
             f"for _ in ds.take({batches}): pass\n"
             "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1])\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True)
     return int(proc.stdout.split()[-1]) / 1024
 
 
-def first_batch_seconds(data: str, start: int) -> float:
+def first_batch_seconds(data: str, start: int, batch: int = QUALITY_BATCH) -> float:
     started = time.perf_counter()
-    next(iter(_pipeline(data, "streams", 1, batch=QUALITY_BATCH, size=64, start=start)))
+    next(iter(_pipeline(data, "streams", 1, batch=batch, size=64, start=start)))
     return time.perf_counter() - started
 
 
-def bench_latency(data: str, old: str, repeats: int) -> dict:
+def bench_latency(data: str, old: str, repeats: int, batch: int = QUALITY_BATCH) -> dict:
     import reader
 
-    steps = reader.steps_per_epoch(data, "train", QUALITY_BATCH)
+    steps = reader.steps_per_epoch(data, "train", batch)
     starts = {"fresh": 0, **{f"{int(p * 100)}%": int(p * steps) for p in POSITIONS}}
     samples: dict = {f"{kind} {name}": [] for kind in ("indexed", "no index") for name in starts}
-    first_batch_seconds(data, 0)  # TensorFlow's own start-up is nobody's latency
+    first_batch_seconds(data, 0, batch)  # TensorFlow's own start-up is nobody's latency
     for repeat in range(repeats):
         names = list(starts) if repeat % 2 == 0 else list(reversed(starts))
         for name in names:
-            samples[f"indexed {name}"].append(first_batch_seconds(data, starts[name]))
-            samples[f"no index {name}"].append(first_batch_seconds(old, starts[name]))
+            samples[f"indexed {name}"].append(first_batch_seconds(data, starts[name], batch))
+            samples[f"no index {name}"].append(first_batch_seconds(old, starts[name], batch))
     seconds = {name: round(statistics.median(values), 3) for name, values in samples.items()}
     ratios = {name: round(seconds[name] / seconds[f"{name.rsplit(' ', 1)[0]} fresh"], 2) for name in seconds
               if not name.endswith("fresh")}
     return {"steps_per_epoch": steps, "seconds": seconds, "ratio_to_fresh": ratios}
 
 
-def _record_ids(data: str, order: str, epochs: int) -> tuple[list[int], dict]:
+def _record_ids(data: str, order: str, epochs: int, batch: int = QUALITY_BATCH) -> tuple[list[int], dict]:
     """Record ids in the order ``order`` reads them over ``epochs`` epochs, and id -> (shard, label)."""
     import tensorflow as tf
 
@@ -155,7 +157,7 @@ def _record_ids(data: str, order: str, epochs: int) -> tuple[list[int], dict]:
                 where[len(names)] = (shard, int(label))
                 names[name] = len(names)
     if order == "streams":
-        layout = stream_order.stream_layout(info.num_examples, QUALITY_BATCH)
+        layout = stream_order.stream_layout(info.num_examples, batch)
         ids = []
         for epoch in range(epochs):
             records = stream_order.host_records(info.files, counts, [s.index_path for s in info.shards], layout, 1,
@@ -184,20 +186,20 @@ def _batch_stats(ids: Sequence[int], where: dict, batch: int) -> dict:
             "label_entropy_bits": round(statistics.mean(entropies), 3)}
 
 
-def bench_quality(data: str) -> dict:
+def bench_quality(data: str, batch: int = QUALITY_BATCH) -> dict:
     import reader
 
     info = reader.dataset_info(data).split("train")
-    per_epoch = info.num_examples // QUALITY_BATCH * QUALITY_BATCH
-    streams, where = _record_ids(data, "streams", 2)
-    buffer, _ = _record_ids(data, "buffer", 1)
+    per_epoch = info.num_examples // batch * batch
+    streams, where = _record_ids(data, "streams", 2, batch)
+    buffer, _ = _record_ids(data, "buffer", 1, batch)
     uniform = list(np.random.default_rng(0).permutation(info.num_examples))
     first, second = streams[:per_epoch], streams[per_epoch:]
     return {
-        "records": info.num_examples, "shards": len(info.shards), "batch": QUALITY_BATCH,
-        "streams": _batch_stats(first, where, QUALITY_BATCH),
-        "buffer_10000": _batch_stats(buffer, where, QUALITY_BATCH),
-        "uniform": _batch_stats(uniform, where, QUALITY_BATCH),
+        "records": info.num_examples, "shards": len(info.shards), "batch": batch,
+        "streams": _batch_stats(first, where, batch),
+        "buffer_10000": _batch_stats(buffer, where, batch),
+        "uniform": _batch_stats(uniform, where, batch),
         "epochs_are_permutations": len(set(first)) == len(first) == per_epoch and len(set(second)) == per_epoch,
         "epoch_orders_differ": first != second,
         "same_position_in_both_epochs": sum(a == b for a, b in zip(first, second)),
@@ -257,6 +259,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="records the buffer order's shuffle buffer holds in the throughput and memory "
                         "measurements, and the streams order's windows as many (default: %(default)s, the reader's "
                         "default; a smoke run takes fewer: the buffer fills before its first batch)")
+    parser.add_argument("--batch", type=int, default=BATCH,
+                        help="batch of the throughput and memory measurements (default: %(default)s; a smoke run "
+                        "takes fewer: each decodes whole 300-500 px photos)")
+    parser.add_argument("--quality-batch", type=int, default=QUALITY_BATCH,
+                        help="batch of the latency, state and quality measurements (default: %(default)s; a smoke "
+                        "run takes fewer, on fewer --tiny images)")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "imgshards-bench-resume"))
     parser.add_argument("--results", default=RESULTS)
     args = parser.parse_args(argv)
@@ -276,13 +284,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import reader
 
     results = {
-        "throughput": bench_throughput(photo_data, args.rounds, args.batches, args.shuffle_records),
-        "memory_mb": {order: round(peak_rss_mb(photo_data, order, 3 * args.batches, args.shuffle_records), 1)
+        "throughput": bench_throughput(photo_data, args.rounds, args.batches, args.shuffle_records, args.batch),
+        "memory_mb": {order: round(peak_rss_mb(photo_data, order, 3 * args.batches, args.shuffle_records,
+                                               args.batch), 1)
                       for order in ("streams", "buffer")},
-        "latency": bench_latency(tiny_data, old, args.latency_rounds or max(3, args.rounds)),
-        "state_bytes": len(reader.position(tiny_data, "train", QUALITY_BATCH, 1, 123).to_json().encode()),
-        "quality": bench_quality(tiny_data),
+        "latency": bench_latency(tiny_data, old, args.latency_rounds or max(3, args.rounds), args.quality_batch),
+        "state_bytes": len(reader.position(tiny_data, "train", args.quality_batch, 1, 123).to_json().encode()),
+        "quality": bench_quality(tiny_data, args.quality_batch),
         "images": {"photos": args.photos, "tiny": args.tiny},
+        **({} if args.batch == BATCH else {"batch": args.batch}),
         **({} if args.shuffle_records == SHUFFLE_RECORDS else {"shuffle_records": args.shuffle_records}),
     }
     os.makedirs(os.path.dirname(args.results), exist_ok=True)
