@@ -178,11 +178,13 @@ def _shards(folder):
 
 # The chains of blocks, each run in its own copy of the set-up checkout: (name, words). A block joins the first
 # chain whose words it holds (the files only that chain's blocks make or train on), else the last one.
-# Five: the two test processes then stay busy to the end (train_classifier.py alone takes as long as a chain).
+# Six: the two test processes then stay busy to the end (train_classifier.py alone takes as long as a chain), and
+# no chain nears pytest's timeout on a loaded machine (the rest, sources with it, once ran 900 s there).
 CHAINS = (("objects", ("shapes-coco", "shapes-yolo")),
           ("classifier", ("train_classifier.py",)),
           ("keras", (".fit(", "apply_gradients(")),
           ("folders", ("folders-tfrecords",)),
+          ("sources", ("imagenet-tfrecords", "beans-tfrecords", "shards-tfrecords", "s3://my-bucket")),
           ("the-rest", ()))
 
 
