@@ -23,10 +23,10 @@ import time
 from typing import Optional, Sequence, Union
 
 import record_schema
-from beam_jobs import faults, pipeline, sources
+from beam_jobs import faults, pipeline
 from beam_jobs.files import filesystems, publish, version_store
 from beam_jobs.files.filesystems import FileSystems
-from beam_jobs.options import ConvertOptions
+from beam_jobs.options import AUTO, ConvertOptions
 from beam_jobs.planning import changes as change_plan
 from beam_jobs.planning import discover, resume
 from beam_jobs.runtime import interrupt, runners
@@ -156,18 +156,27 @@ def _check_options(options: ConvertOptions, manifest: dict) -> None:
 
 
 def _plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
-    """SRC's plan, refused unless it is class folders (the one source updates support yet), naming its kind."""
-    labels = discover.read_labels_file(options.labels_file) if options.labels_file else None
-    request = sources.Request(options, scratch, None, labels)
-    source = next(source for source in sources.SOURCES if source.claims(request))
-    if source.name != "class-folders" or request.found().identities:
-        kind = "archives of class folders" if source.name == "class-folders" else f"{source.what} ({source.name})"
-        raise UpdateRefusedError(f"--update supports class folders only for now; {options.src} is read as {kind}: "
-                                 "convert it again with --overwrite")
+    """SRC's plan (listed once), refused unless it is class folders (the one source updates support yet),
+    naming the source it is read as."""
+    given = [flag for flag, value in (("--annotations", options.annotations), ("--label-member", options.label_member),
+                                      ("--val-labels", options.val_labels), ("--config", options.config),
+                                      ("--image-column", options.image_column),
+                                      ("--label-column", options.label_column)) if value]
+    if given:
+        _refuse(options, f"the source {given[0]} names")
     plan = pipeline.plan_inputs(options, scratch, None)
-    if any(ref.source for ref in plan.refs):
-        raise UpdateRefusedError(f"--update supports class folders only for now; {options.src} holds archives")
+    if plan.task != record_schema.TASK_CLASSIFICATION:
+        _refuse(options, f"an annotated dataset (COCO, YOLO, Pascal VOC, CVAT or masks beside images: task {plan.task!r})")
+    if plan.provenance:
+        _refuse(options, "a Parquet dataset (the Hub's)")
+    if plan.archives or any(ref.source for ref in plan.refs):
+        _refuse(options, "class folders inside archives")
     return plan
+
+
+def _refuse(options: ConvertOptions, kind: str) -> None:
+    raise UpdateRefusedError(f"--update supports class folders only for now; {options.src} is read as {kind}: "
+                             "convert it again with --overwrite")
 
 
 def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes, staging: str,
@@ -187,9 +196,11 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
             filesystems.write_text(FileSystems.join(staging, name), "")
         return None, staging
     # The carve was the update's (a fixed threshold): the conversion of the new images carves nothing more.
+    # Their shards are sized by their bytes (--shards auto), not by the count the whole dataset was cut into:
+    # 120 new photos make one shard, not 64 of two images.
     rejected_before = sum(1 for row in found.kept if not row.file)
-    return pipeline.convert_into(dataclasses.replace(options, val_fraction=0.0), narrowed, staging, choice,
-                                 show_progress, budget=(len(plan.refs), rejected_before))
+    return pipeline.convert_into(dataclasses.replace(options, val_fraction=0.0, shards=AUTO), narrowed, staging,
+                                 choice, show_progress, budget=(len(plan.refs), rejected_before))
 
 
 # Where a version's compacted shards are, in its folder: their names are the split's shard names anew.
