@@ -148,7 +148,7 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     if note:
         warnings.append(f"{display_path(src)}: {note}")
     unknown = collections.Counter({name: count for name, count in counts.items() if name not in classes})
-    refused = [_refused(entry) for entry in listed if entry.problem or not entry.image]
+    refused = [_refused(entry, list(names)) for entry in listed if entry.problem or not entry.image]
     if unknown:
         given = labels is not None
         shown = ", ".join(f"{name!r}" + (f" x{count}" if count > 1 else "") + voc_classes.near(name, classes, given)
@@ -226,7 +226,8 @@ def _wanted(src: str, root: str, located: dict, read: Reader, lists: str,
 
 def _wanted_flat(src: str, folder: str, located: dict, warnings: list[str]) -> list[tuple[str, str, str]]:
     """``(split, image, XML)`` of each XML of ``folder`` beside its image (the split: the folder's name, else
-    train); an image without an XML is skipped and counted (``no-annotation``), an XML without an image named."""
+    train); an image without an XML is skipped and counted (``no-annotation``), an XML without an image is a
+    missing image (``image`` ""), rejected by :func:`_refused`."""
     prefix = folder + "/" if folder else ""
     xmls, images = {}, {}
     for path in sorted(located):
@@ -243,11 +244,9 @@ def _wanted_flat(src: str, folder: str, located: dict, warnings: list[str]) -> l
     if bare:
         warnings.append(f"{len(bare)} image{'s' if len(bare) != 1 else ''} of {where} have no VOC XML of the same "
                         f"name beside them: skipped ({_some(bare)})")
-    orphans = sorted(path for stem, path in xmls.items() if stem not in images)
-    if orphans:
-        warnings.append(f"{len(orphans)} annotation file{'s' if len(orphans) != 1 else ''} of {where} have no image "
-                        f"of the same name beside them: not read ({_some(orphans)})")
-    return [(split, images[stem], xml) for stem, xml in sorted(xmls.items()) if stem in images]
+    # An XML without its image (deleted, or lost on the way) is a missing image, rejected by name with its
+    # objects' classes, as COCO's and CVAT's are: its objects must not vanish with a warning only.
+    return [(split, images.get(stem, ""), xml) for stem, xml in sorted(xmls.items())]
 
 
 def _expected_image(xml: str) -> str:
@@ -284,14 +283,17 @@ def _read(wanted: Sequence[tuple[str, str, str]], located: dict, read: Reader, n
         yield _Listed(split, image, xml, frame, "", bytes(packed))
 
 
-def _refused(entry: _Listed) -> ImageRef:
-    """An image refused whole: its XML cannot be read, or its image is not there."""
+def _refused(entry: _Listed, names: Sequence[str]) -> ImageRef:
+    """An image refused whole: its XML cannot be read, or its image is not there (its objects' classes named:
+    ``names``, the class names by their index in the packed objects)."""
     if entry.problem:
         return ImageRef(entry.split, entry.image, 0, archive_members.refusal(annotations.BAD_ANNOTATION, entry.problem))
     expected = _expected_image(entry.xml)
+    named = collections.Counter(names[values[0]] for values in _PACKED.iter_unpack(entry.packed))
+    shown = ", ".join(f"{name} {count}" for name, count in sorted(named.items(), key=lambda kv: (-kv[1], kv[0])))
     return ImageRef(entry.split, expected, 0, archive_members.refusal(
         "missing-file", f"{display_path(entry.xml)} annotates it, but {display_path(expected)} (or another image "
-        "extension) is not there"))
+        "extension) is not there" + (f" (its objects: {shown})" if shown else "")))
 
 
 def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequence[str], located: dict, masks: bool,

@@ -109,6 +109,9 @@ def test_a_flat_folder_whose_xml_has_no_image_is_named_and_masks_are_refused(tmp
     roboflow_split(root, "train", {"a": (32, 32, [("dog", (1, 1, 20, 20))])})
     write_file(str(root / "train/lost.xml"), roboflow_xml("lost.jpg", 32, 32, [("dog", (1, 1, 9, 9))]))
     plan = plan_inputs(ConvertOptions(src=str(root)))
-    assert len(plan.refs) == 1 and any("train/lost.xml" in w and "no image" in w for w in plan.warnings)
+    # A missing image, rejected by name with its objects' classes, as COCO's and CVAT's are (it was a warning).
+    lost = [ref for ref in plan.refs if ref.source.startswith("!")]
+    assert len(plan.refs) == 2 and [ref.relpath for ref in lost] == ["train/lost.jpg"]
+    assert lost[0].source.startswith("!missing-file\ttrain/lost.xml annotates it") and "dog 1" in lost[0].source
     with pytest.raises(InputError, match=r"--masks.*Roboflow"):
         plan_inputs(ConvertOptions(src=str(root), masks=True))
