@@ -1,8 +1,8 @@
 """``python -m bench.read_objects``: the detection pipeline against the decode bound and the classification preset.
 
     python -m bench.read_objects                               # 640 photos, 5 rounds
-    python -m bench.read_objects --images 32 --rounds 1 --batches 1 --batch 8 --configs 224 --json /tmp/r.json
-                                                               # a smoke run (tests/bench/test_smoke.py)
+    python -m bench.read_objects --images 32 --rounds 1 --batches 1 --batch 8 --configs 224 --json /tmp/r.json \
+        --direct-running-mode in_memory                        # a smoke run (tests/bench/test_smoke.py)
 
 Issue #41's targets, on the same photos converted twice: as class folders (classification) and as a COCO
 tree with 1-8 boxes an image (objects); in two configurations (``--configs``), 224 px on 300-500 px photos
@@ -220,7 +220,8 @@ def decode_bound(photos: list[str], size: int, batch: int):
 
 
 def measure(images: int, rounds: int, batches: int, work: str, size: int = 224,
-            sides: tuple[int, int] = (300, 500), stages: bool = False, batch: Optional[int] = None) -> dict:
+            sides: tuple[int, int] = (300, 500), stages: bool = False, batch: Optional[int] = None,
+            running_mode: str = "multi_processing") -> dict:
     from beam_jobs.options import ConvertOptions
     from beam_jobs.pipeline import run
     from bench import data, read_bench
@@ -234,7 +235,7 @@ def measure(images: int, rounds: int, batches: int, work: str, size: int = 224,
     converted = {}
     for name, src in (("classification", folders), ("objects", os.path.join(work, "coco"))):
         converted[name] = os.path.join(work, f"{name}-tfrecords")
-        run(ConvertOptions(src=src, out=converted[name], shards=8), ["--direct_running_mode=multi_processing"],
+        run(ConvertOptions(src=src, out=converted[name], shards=8), [f"--direct_running_mode={running_mode}"],
             show_progress=False)
     batch = batch or read_bench.BATCH
     makers = {
@@ -304,6 +305,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", default=RESULTS, help="where to write the results")
     parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=sorted(CONFIGS),
                         help="224: 224 px on 300-500 px photos; 384: 384 px on 480-640 px photos (issue #49)")
+    parser.add_argument("--direct-running-mode", default="multi_processing",
+                        choices=("multi_processing", "in_memory"),
+                        help="how the two conversions run (set-up, not measured; the same shards either way; "
+                        "default: %(default)s; a smoke run converts its few photos in this process)")
     parser.add_argument("--stages", action="store_true",
                         help="also measure the detection pipeline with one stage taken away at a time (the profile)")
     args = parser.parse_args(argv)
@@ -312,7 +317,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         work = tempfile.mkdtemp(prefix="bench-read-objects-")
         try:
             by_config[name] = measure(args.images, args.rounds, args.batches, work, *CONFIGS[name], args.stages,
-                                      args.batch)
+                                      args.batch, args.direct_running_mode)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         found = by_config[name]

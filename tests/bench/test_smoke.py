@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bench import reader_stages
+from bench import read_objects, reader_stages
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
@@ -133,13 +133,12 @@ def test_the_objects_benchmark_runs_against_model_gardens_script(tmp_path):
 def test_the_detection_reading_benchmark_compares_with_the_bound_and_classification(tmp_path):
     """bench.read_objects at a tiny size: the same photos converted both ways, four pipelines measured; in one
     configuration (224 px), which --configs picks (the other, 384 px, is the same code at other sizes), in
-    batches of 8 (each measurement decodes 3 batches)."""
+    batches of 8 (each measurement decodes 3 batches). Run in this process (``main(argv)``, as ``python -m
+    bench.read_objects`` runs it), its two conversions too (``--direct-running-mode in_memory``: the same
+    shards as its default's worker processes, each of which would import Beam and TensorFlow first)."""
     out = tmp_path / "read_objects.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.read_objects", "--images", "32", "--rounds", "1",
-                           "--batches", "1", "--batch", "8", "--configs", "224", "--json", str(out)],
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert read_objects.main(["--images", "32", "--rounds", "1", "--batches", "1", "--batch", "8", "--configs", "224",
+                              "--direct-running-mode", "in_memory", "--json", str(out)]) == 0
     results = json.loads(out.read_text())
     assert set(results["images_per_s"]) == {"detection_train", "classification_train", "detection_images_only",
                                             "decode_bound_in_memory"}
