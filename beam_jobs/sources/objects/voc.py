@@ -148,7 +148,7 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     if note:
         warnings.append(f"{display_path(src)}: {note}")
     unknown = collections.Counter({name: count for name, count in counts.items() if name not in classes})
-    refused = [_refused(entry, list(names)) for entry in listed if entry.problem or not entry.image]
+    refused = [_refused(entry) for entry in listed if entry.problem]
     if unknown:
         given = labels is not None
         shown = ", ".join(f"{name!r}" + (f" x{count}" if count > 1 else "") + voc_classes.near(name, classes, given)
@@ -167,7 +167,7 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         refused += without_mask
         if without_mask:
             warnings.append(_no_mask_warning(without_mask))
-    images = _annotated((entry for entry in listed if not (entry.problem or not entry.image)), list(names), classes,
+    images = _annotated((entry for entry in listed if not entry.problem), list(names), classes,
                         located, options.masks, labels is not None)
     seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes"}
     made = annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, None,
@@ -283,17 +283,20 @@ def _read(wanted: Sequence[tuple[str, str, str]], located: dict, read: Reader, n
         yield _Listed(split, image, xml, frame, "", bytes(packed))
 
 
-def _refused(entry: _Listed, names: Sequence[str]) -> ImageRef:
-    """An image refused whole: its XML cannot be read, or its image is not there (its objects' classes named:
-    ``names``, the class names by their index in the packed objects)."""
-    if entry.problem:
-        return ImageRef(entry.split, entry.image, 0, archive_members.refusal(annotations.BAD_ANNOTATION, entry.problem))
-    expected = _expected_image(entry.xml)
-    named = collections.Counter(names[values[0]] for values in _PACKED.iter_unpack(entry.packed))
+def _refused(entry: _Listed) -> ImageRef:
+    """An image refused whole: its XML cannot be read."""
+    return ImageRef(entry.split, entry.image, 0, archive_members.refusal(annotations.BAD_ANNOTATION, entry.problem))
+
+
+def _missing(xml: str, boxes: Sequence[annotations.Box], names: Sequence[str]) -> tuple[str, str]:
+    """``(path, refusal)`` of the image an XML annotates that is not there: rejected as ``missing-file`` with its
+    objects (counted as a rejected image's, their classes named), as COCO's missing images are."""
+    expected = _expected_image(xml)
+    named = collections.Counter(names[box.label] for box in boxes)
     shown = ", ".join(f"{name} {count}" for name, count in sorted(named.items(), key=lambda kv: (-kv[1], kv[0])))
-    return ImageRef(entry.split, expected, 0, archive_members.refusal(
-        "missing-file", f"{display_path(entry.xml)} annotates it, but {display_path(expected)} (or another image "
-        "extension) is not there" + (f" (its objects: {shown})" if shown else "")))
+    return expected, archive_members.refusal(
+        "missing-file", f"{display_path(xml)} annotates it, but {display_path(expected)} (or another image "
+        "extension) is not there" + (f" (its objects: {shown})" if shown else ""))
 
 
 def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequence[str], located: dict, masks: bool,
@@ -309,13 +312,16 @@ def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequenc
                 continue
             boxes.append(annotations.Box(label, class_id[name], x0 - 1, y0 - 1, x1, y1, -1.0, False, bool(difficult),
                                          bool(truncated)))
+        source = annotated_plan.source_of(image, located) if image else ""
+        if not image:  # the XML's image is not there
+            image, source = _missing(xml_path, boxes, classes)
         class_mask = ()
         if masks:
             mask = _mask_of(image)
             class_mask = (mask, located.get(mask, ""))
         objects_value = annotations.Objects(annotated_plan.derived_source_id(image), tuple(boxes), frame, False,
                                             tuple(rejected), class_mask=class_mask)
-        yield annotated_plan.AnnotatedImage(split, image, objects_value, annotated_plan.source_of(image, located))
+        yield annotated_plan.AnnotatedImage(split, image, objects_value, source)
 
 
 def _with_masks(listed: Sequence[_Listed], located: dict) -> tuple[list[_Listed], list[ImageRef]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from beam_jobs import annotations
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError
 from beam_jobs.sources import plan_inputs
@@ -72,6 +73,9 @@ def test_a_roboflow_voc_export_with_a_cut_xml_a_deleted_image_and_an_entity_bomb
     assert refused["train/fox2.jpg"] == ("missing-file", "train/fox2.xml annotates it, but train/fox2.jpg (or "
                                          "another image extension) is not there (its objects: fox 1)")
     assert refused["train/bomb.jpg"][0] == "bad-annotation" and "train/bomb.xml" in refused["train/bomb.jpg"][1]
+    # The deleted image's objects go with its rejection, so validation counts them (num_objects_of_rejected_images).
+    lost = next(ref for ref in plan.refs if ref.relpath == "train/fox2.jpg")
+    assert [box.label for box in annotations.decode(lost.annotation).boxes] == [plan.classes.index("fox")]
     planned = sorted(ref.relpath for ref in plan.refs if not ref.source.startswith("!"))
     assert planned == ["train/cat3.jpg", "train/fox1.jpg", "valid/fox4.jpg"]
 
