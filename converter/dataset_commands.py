@@ -195,6 +195,7 @@ def versions(argv: Sequence[str]) -> int:
     def show(args: argparse.Namespace) -> int:
         from reader.info import dataset_info, latest_version, version_numbers
 
+        dataset_info(args.out)  # not a dataset: an error naming why, as every dataset command's
         latest = latest_version(args.out)
         for number in version_numbers(args.out):
             info = dataset_info(args.out, version=number)

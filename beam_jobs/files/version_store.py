@@ -217,6 +217,8 @@ def prune(out: str, keep: int) -> Pruned:
         raise VersionError(f"--keep {keep}: keep at least the latest version (1)")
     root = _root(out)
     numbers = existing(out)
+    if not numbers:
+        raise VersionError(f"{out} holds no converted dataset (no {record_schema.MANIFEST_FILE}, no versions)")
     kept, dropped = numbers[-keep:], numbers[:-keep]
     if not dropped:
         return Pruned((), (), 0)
