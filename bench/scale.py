@@ -247,11 +247,12 @@ def bench_speed(checkouts: dict[str, str], work: str, tiny: int, photos: int, ro
     return result
 
 
-def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
+def stage_costs(src: str, work: str, part_size: int = 1 << 14, near: bool = True) -> dict:
     """CPU microseconds per image of each stage, run in this process on ``src`` (no Beam: the stages' own cost).
 
     What a 1e9-image projection multiplies: each stage's per-image cost, its
     files and its largest in-memory unit (a part, a bucket, a hash range).
+    ``near`` False: as ``--near-distance off`` runs them (no hashes, no band records, no search).
     """
     from beam_jobs.files import work_records
     from beam_jobs.options import DEFAULT_NEAR_DISTANCE, EncodeOptions
@@ -270,13 +271,15 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
     plan = discover.plan_inputs(discover.list_tree(src, os.path.join(work, "scratch")),
                                 scratch=os.path.join(work, "scratch"))
     # The near search at its default distance for this size (auto's choice below 8.4M images: 3 bits, 4 bands).
-    layout = work_layout.plan_layout(os.path.join(work, "work"), plan.split_sizes(), part_size, DEFAULT_NEAR_DISTANCE + 1)
+    layout = work_layout.plan_layout(os.path.join(work, "work"), plan.split_sizes(), part_size,
+                                     DEFAULT_NEAR_DISTANCE + 1 if near else 0)
+    options = EncodeOptions(perceptual_hash=near)
     list_parts.write_parts(layout, plan.refs, part_size)
     costs["list_and_parts"] = clock() - started
     started = clock()
     totals = count.PartCounts({}, {})
     for part in range(layout.num_parts):
-        totals = totals.plus(validate_part.validate_part(src, layout, part, 0, EncodeOptions()))
+        totals = totals.plus(validate_part.validate_part(src, layout, part, 0, options))
     costs["validate"] = clock() - started
     started, slices = clock(), {}
     for task in count.bucket_tasks(totals, {"train": 64}):
@@ -289,7 +292,7 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
                  for record in work_records.iter_file(layout.slice("train", shard, bucket), work_records.ACCEPTED))
         with filesystems.whole_file(layout.table_part("train", shard)) as handle:
             rows = ShardRows(handle, shard, record_schema.TASK_CLASSIFICATION)
-            write_shard(src, os.path.join(work, "out"), "train", shard, 64, items, plan.classes, EncodeOptions(),
+            write_shard(src, os.path.join(work, "out"), "train", shard, 64, items, plan.classes, options,
                         work=layout.work, table=rows)
             rows.close("train")
     costs["write"] = clock() - started
@@ -299,9 +302,10 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
     merge_reports.merge_rejections(layout, os.path.join(work, "out", "rejected.jsonl"))
     costs["reports"] = clock() - started
     started = clock()
-    for near_range in range(layout.near_ranges):
-        near_duplicates.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE)
-    near_groups.group_near(layout, DEFAULT_NEAR_DISTANCE, plan.classes)
+    if near:
+        for near_range in range(layout.near_ranges):
+            near_duplicates.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE)
+        near_groups.group_near(layout, DEFAULT_NEAR_DISTANCE, plan.classes)
     costs["near"] = clock() - started
     started = clock()
     join_tables.join_split(layout, os.path.join(work, "out"), "train", 64, len(plan.refs))
@@ -314,6 +318,20 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14) -> dict:
               "work_bytes_per_image": round(work_bytes / images, 1)}
     shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def near_cost_by_stage(src: str, work: str, rounds: int) -> tuple[dict, dict]:
+    """:func:`stage_costs` with the near search and without, alternated ``rounds`` times, each stage's least."""
+    runs: dict[bool, list[dict]] = {True: [], False: []}
+    for _ in range(rounds):
+        for near in (True, False):
+            runs[near].append(stage_costs(src, work, near=near))
+    least = {}
+    for near, measured in runs.items():
+        least[near] = dict(measured[0])
+        least[near]["cpu_us_per_image"] = {stage: min(run["cpu_us_per_image"][stage] for run in measured)
+                                           for stage in measured[0]["cpu_us_per_image"]}
+    return least[True], least[False]
 
 
 def _worktree(rev: str, work: str) -> str:
@@ -360,6 +378,12 @@ def format_table(results: dict) -> str:
         costs = ", ".join(f"{stage} {measured[stage]}" for stage in STAGES if stage in measured)
         lines.append(f"CPU us per image by stage ({results['stages']['images']:,} tiny images): {costs}; work files "
                      f"{results['stages']['work_bytes_per_image']:.0f} bytes per image.")
+    if "stages_near_off" in results:
+        on, off = (sum(results[name]["cpu_us_per_image"].values()) for name in ("stages", "stages_near_off"))
+        measured = results["stages_near_off"]["cpu_us_per_image"]
+        costs = ", ".join(f"{stage} {measured[stage]}" for stage in STAGES if stage in measured)
+        lines.append(f"With the near search off, in the same process, alternated: {costs}; the stages' CPU with the "
+                     f"search over without it: {on:.0f} / {off:.0f} us = {on / off:.2f}x.")
     return "\n".join(lines) + "\n"
 
 
@@ -400,7 +424,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.stages:
             src = os.path.join(work, f"tiny-{args.stages}")
             make_tiny_jpegs(src, args.stages)
-            results["stages"] = stage_costs(src, os.path.join(work, "stages"))
+            if args.near_off:  # alternated, the least of each stage over the rounds: in one process, load swings less
+                results["stages"], results["stages_near_off"] = near_cost_by_stage(src, os.path.join(work, "stages"),
+                                                                                   args.rounds)
+            else:
+                results["stages"] = stage_costs(src, os.path.join(work, "stages"))
             print(f"stages: {results['stages']}", file=sys.stderr, flush=True)
         if args.baseline:
             results["speed"] = bench_speed(checkouts, work, args.speed_tiny, args.speed_photos, args.rounds)

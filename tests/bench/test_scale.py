@@ -36,3 +36,15 @@ def test_readme_quotes_the_recorded_scale_results_verbatim(results):
         table = scale.format_table(json.load(handle))
     with open(os.path.join(REPO, "docs", "scaling.md"), encoding="utf-8") as handle:
         assert table in handle.read()
+
+
+@pytest.mark.e2e  # in this process, but pyarrow's first import runs ldconfig
+def test_the_stage_costs_with_the_search_and_without_it_are_alternated_and_compared(tmp_path):
+    """``--near-off --stages N``: each stage's CPU with the near search and without, in one process, alternated."""
+    src = str(tmp_path / "tiny")
+    scale.make_tiny_jpegs(src, 60, classes=3)
+    on, off = scale.near_cost_by_stage(src, str(tmp_path / "stages"), rounds=1)
+    assert set(on["cpu_us_per_image"]) == set(off["cpu_us_per_image"]) == set(scale.STAGES)
+    assert off["work_bytes_per_image"] < on["work_bytes_per_image"]  # no band records without the search
+    table = scale.format_table({"stages": on, "stages_near_off": off})
+    assert "the stages' CPU with the search over without it" in table
