@@ -101,7 +101,7 @@ def _validation(args: argparse.Namespace, info: reader.DatasetInfo, replicas: in
         print(f"note: {args.data} has no validation split, so this trains for --epochs without measuring "
               "accuracy; convert with --val-fraction 0.2 to carve one", file=sys.stderr)
         return None
-    dataset = reader.build_dataset(args.data, "validation", args.batch_size, training=False, **common)
+    dataset = reader.build_dataset(info, "validation", args.batch_size, training=False, **common)
     if replicas == 1:
         return dataset
     count = info.split("validation").num_examples
@@ -152,14 +152,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
 
     strategy = _strategy(args.mirrored, args.cpu_replicas)
-    common = dict(image_size=args.image_size, normalization="mobilenet", info=info, seed=args.seed)
+    common = dict(image_size=args.image_size, normalization="mobilenet", seed=args.seed)  # info: read once
     # Crops of at least --min-crop-area of the image: ImageNet's 8% can cut a small object out of the frame.
     augment = reader.Augmentation(area_range=(args.min_crop_area, 1.0))
     steps = args.steps_per_epoch or max(1, reader.steps_per_epoch(args.data, "train", args.batch_size))
     if args.mirrored:
-        train = reader.distributed_dataset(strategy, args.data, "train", args.batch_size, augment=augment, **common)
+        train = reader.distributed_dataset(strategy, info, "train", args.batch_size, augment=augment, **common)
     else:
-        train = reader.build_dataset(args.data, "train", args.batch_size, augment=augment, **common)
+        train = reader.build_dataset(info, "train", args.batch_size, augment=augment, **common)
     validation = _validation(args, info, strategy.num_replicas_in_sync, common)
     with strategy.scope():
         if args.model == "small":

@@ -119,8 +119,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     tf.keras.utils.set_random_seed(args.seed)
     model = build_detector(info.num_classes)
-    train = reader.build_dataset(args.data, "train", args.batch_size, args.image_size, seed=args.seed,
-                                 normalization="mobilenet", num_epochs=args.epochs, info=info)
+    train = reader.build_dataset(info, "train", args.batch_size, args.image_size, seed=args.seed,
+                                 normalization="mobilenet", num_epochs=args.epochs)
     steps = reader.steps_per_epoch(args.data, "train", args.batch_size)
     # shuffle=False: the reader shuffles; Keras's default True only warns that it ignores itself.
     history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, shuffle=False, verbose=2)

@@ -1,6 +1,6 @@
 """Train a small object detector on a mixture of a COCO-style and a VOC-style dataset, and score it per source.
 
-``reader.build_mixture`` gives every batch each source's exact share, their
+``reader.build_dataset(plan)`` gives every batch each source's exact share, their
 classes met by name (``--rename motorbike=motorcycle``, ``--rename dog=`` drops
 a class, ``--labels`` keeps only the listed ones), and evaluation says which
 source each image came from, so AP is computed for each source on its own
@@ -48,7 +48,7 @@ def evaluate_by_source(model, plan: "reader.Mixture", split: str, image_size: in
     from pycocotools.cocoeval import COCOeval
 
     coco_box = _detector_example()._coco_box
-    dataset = reader.build_mixture(plan, split, batch_size, image_size, training=False, normalization="mobilenet",
+    dataset = reader.build_dataset(plan, split, batch_size, image_size, training=False, normalization="mobilenet",
                                    targets=reader.ObjectTargets(source_size=True), with_source=True)
     per_source = {name: {"images": [], "truth": [], "found": []} for name in plan.names}
     for batch, targets, sources in dataset:
@@ -129,8 +129,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     tf.keras.utils.set_random_seed(args.seed)
     model = _detector_example().build_detector(plan.num_classes)
     steps = plan.steps_for(1, plan.names[0])
-    train = reader.build_mixture(plan, "train", args.batch_size, args.image_size, seed=args.seed,
-                                 normalization="mobilenet", num_steps=args.epochs * steps)
+    train = reader.build_dataset(plan, image_size=args.image_size, seed=args.seed, normalization="mobilenet",
+                                 num_steps=args.epochs * steps)  # the plan's split and batch
     history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, shuffle=False, verbose=2)
     metrics = {"sources": evaluate_by_source(model, plan, args.eval_split, args.image_size, args.batch_size),
                "loss": round(float(history.history["loss"][-1]), 4), "classes": list(plan.object_classes),

@@ -4,8 +4,9 @@
 >>> info = reader.dataset_info("shapes-tfrecords")
 >>> ds = reader.build_dataset("shapes-tfrecords", split="train", batch_size=64, image_size=224)
 
-Several datasets read as one, each its exact share of every batch, their
-classes united by name: ``reader.build_mixture([(dir_a, 0.7), (dir_b, 0.3)], ...)``.
+Several datasets read as one, each its exact share of every batch, their classes
+united by name: ``reader.build_dataset(reader.mixture([(dir_a, 0.7), (dir_b, 0.3)], "train", 64), ...)``
+(``build_dataset`` takes a folder, a :class:`DatasetInfo` or a :class:`Mixture`: ``reader/builder.py``).
 
 Training resumes exactly from a step, on any number of input pipelines:
 ``build_dataset(..., seed=7, start=step)`` (or a :class:`Position`, or Keras'
@@ -41,12 +42,11 @@ from reader.info import (
 )
 from reader.boxes import boxes_to_source
 from reader.label_space import LabelSpace
-from reader.mixture import Mixture, MixturePosition, mixture
-from reader.mixture_pipeline import build_mixture
+from reader.mixture import Mixture, mixture
 from reader.repeat_factor import RepeatFactor
-from reader.options import Augmentation, BoxAugmentation, FeatureKeys, ObjectTargets, ReadOptions
-from reader.order import Position
-from reader.pipeline import build_dataset, distributed_dataset, position
+from reader.options import Augmentation, BoxAugmentation, FeatureKeys, ForeignShards, ObjectTargets, ReadOptions
+from reader.positions import DatasetPosition, MixturePosition, Position
+from reader.builder import build_dataset, build_mixture, distributed_dataset, position
 from reader.preprocess import eval_image, finish, train_image
 from reader.records import file_order, interleave_records, parse_record, parse_records, read_shard
 
@@ -66,8 +66,10 @@ __all__ = [
     "CacheTooLargeError",
     "DatasetInfo",
     "DatasetNotFoundError",
+    "DatasetPosition",
     "ExactResume",
     "FeatureKeys",
+    "ForeignShards",
     "LabelSpace",
     "Mixture",
     "MixturePosition",

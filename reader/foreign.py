@@ -97,7 +97,8 @@ def check_foreign_shards(split_info: SplitInfo, keys) -> None:
         raise ValueError(f"shard {path}: its first record is not a tf.train.Example ({err})") from None
     found = {name: feature.WhichOneof("kind") for name, feature in features.items()}
     listed = ", ".join(f"{name} ({kind})" for name, kind in sorted(found.items()))
-    hint = "pass keys=reader.FeatureKeys(image=..., label=...) naming them (TFDS: reader.FeatureKeys.tfds())"
+    hint = ("pass keys=reader.FeatureKeys(image=..., label=...) naming them in foreign=reader.ForeignShards(...) "
+            "(TFDS: reader.FeatureKeys.tfds())")
     if found.get(keys.image) != "bytes_list":
         raise ValueError(f"shard {path}: its records have no image bytes under {keys.image!r}; they hold "
                          f"{listed}; {hint}")

@@ -29,10 +29,10 @@ import keras
 import tensorflow as tf
 
 from reader.info import dataset_info
-from reader.mixture import Mixture, MixturePosition
+from reader.builder import position
+from reader.mixture import Mixture
 from reader.options import ReadOptions
-from reader.order import Position
-from reader.pipeline import position
+from reader.positions import DatasetPosition, MixturePosition, Position
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class ExactResume(keras.callbacks.Callback):
         self._total = self._epochs * (self._steps_per_epoch or now.steps_per_epoch)
         if tf.io.gfile.exists(self.path):
             with tf.io.gfile.GFile(self.path, "r") as handle:
-                saved = Position.from_json(handle.read())
+                saved = DatasetPosition.from_json(handle.read())
             if saved.fingerprint != now.fingerprint and not dataset_info(self._args[0]).is_version(saved.fingerprint):
                 raise ValueError(
                     f"{self.path}: this run was trained on {saved.dataset()}, and {self._args[0]} is version "

@@ -3,7 +3,7 @@
 Data in: ``(data_dir or DatasetInfo, weight[, name])`` per source, a split, the
 global batch size G and a :class:`reader.LabelSpace`. Data out: a
 :class:`Mixture`, the plan ``build_mixture`` reads by (``reader/mixture_pipeline.py``),
-and :class:`MixturePosition` (``reader/mixture_position.py``), a run's place in it. Nothing is read but
+and :class:`MixturePosition` (``reader/positions.py``), a run's place in it. Nothing is read but
 manifests.
 
 The order of a mixture, a pure function of (seed, step) as a single dataset's is::
@@ -43,7 +43,7 @@ import numpy as np
 import record_schema
 from reader.info import DatasetInfo, SplitInfo, dataset_info
 from reader.label_space import LabelMap, LabelSpace, unite
-from reader.mixture_position import MixturePosition
+from reader.positions import MixturePosition
 from reader.order import DEFAULT_SHUFFLE_RECORDS, MIN_STREAM_RECORDS, WINDOWS_IN_FLIGHT, StreamLayout, stream_layout
 from reader.options import as_int, as_options
 from reader.quotas import Quotas, Split, as_fractions, plan_quotas, split_quotas

@@ -1,7 +1,7 @@
-"""``build_mixture``: the input pipeline over a :class:`reader.Mixture`, for training or evaluation.
+"""A mixture's input pipeline, training or evaluation: what ``reader.build_dataset`` runs for a :class:`reader.Mixture`.
 
 Data in: a mixture (``reader/mixture.py``) or its sources. Data out: batches as
-``build_dataset`` yields them (the task's), with the mixture's label ids, and on
+one dataset's pipeline yields them (the task's), with the mixture's label ids, and on
 request each example's source index as a third element. Training, per input
 pipeline::
 
@@ -22,21 +22,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from typing import Optional, Sequence, Union
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
 import record_schema
-from reader import record_index, tasks
-from reader.label_space import LabelSpace
-from reader.mixture import Mixture, MixturePosition, mixture
+from reader import tasks
+from reader.delivery import deliver, tf_options
+from reader.info import SplitInfo
+from reader.mixture import Mixture
 from reader.mixture_sources import source_records as _source_records
 from reader.mixture_split import Share, SplitTables
 from reader.options import (
-    Augmentation,
-    BoxAugmentation,
     FeatureKeys,
+    ForeignShards,
     ObjectTargets,
     ReadOptions,
     as_int,
@@ -45,110 +45,68 @@ from reader.options import (
     check_output,
     image_hw,
 )
-from reader.order import Position
-from reader.pipeline import PARSE_BATCH, _check_seed, _check_shards_present, _check_targets, _deliver, _options
-from reader.repeat_factor import RepeatFactor
+from reader.pipeline_checks import Request, check_seed, check_targets, present_split, start_step
+from reader.positions import MixturePosition
 from reader.records import AUTOTUNE, Source, file_order, interleave_records
+from reader.tasks import PARSE_BATCH
 
 logger = logging.getLogger(__name__)
 _SOURCE_SEED = 0x6D1C  # salts a source's order seed away from the run's seed (two copies of a dataset differ)
 
 
-def build_mixture(
-    sources: Union[Mixture, Sequence[tuple]],
-    split: str = "train",
-    batch_size: int = 64,
-    image_size: Union[int, Sequence[int]] = 224,
-    training: bool = True,
-    seed: Optional[int] = None,
-    deterministic: Optional[bool] = None,
-    input_context: Optional[tf.distribute.InputContext] = None,
-    *,
-    start: Union[None, int, MixturePosition, tf.Variable, tf.Tensor] = None,
-    num_steps: Optional[int] = None,
-    dtype: tf.DType = tf.float32,
-    normalization: Optional[str] = None,
-    augment: Union[None, Augmentation, BoxAugmentation] = None,
-    crop_fraction: float = 0.875,
-    targets: ObjectTargets = ObjectTargets(),
-    labels: LabelSpace = LabelSpace(),
-    with_source: bool = False,
-    repeat_factor: Optional[RepeatFactor] = None,
-    options: ReadOptions = ReadOptions(),
-) -> tf.data.Dataset:
-    """A ``tf.data.Dataset`` of batches drawn from several converted datasets, each its exact share of every batch.
+def mixture_batches(plan: Mixture, request: Request) -> tf.data.Dataset:
+    """The batches of ``plan`` for ``request``; ``reader.build_dataset`` documents every argument.
 
-    Args:
-      sources: a :class:`reader.Mixture` (``reader.mixture(...)``), or its
-        sources, ``[(data_dir, weight), ...]`` or ``(data_dir, weight, name)``.
-      split, batch_size: as ``build_dataset``'s (``batch_size`` is the global
-        batch, each source's share of which is exact: floor or ceiling of
-        ``batch_size * weight``); with a Mixture, they must be its own.
-      training: True: the training preset and the mixture's order (repeats
-        without end, or ``num_steps``). False: each source once, in order.
-      seed, input_context, start: as ``build_dataset``'s (always deterministic:
-        ``deterministic=False`` is refused, since examples overtaking each other
-        would move them between batches and break the quotas); a
-        ``start`` position is a :class:`reader.MixturePosition`
-        (``mixture.position(seed, step)``), refused on another mixture naming
-        the difference.
-      num_steps: training steps to yield, counted from step 0 (size a run in
-        passes over a source with ``mixture.steps_for(passes, name)``).
-      image_size, dtype, normalization, augment, crop_fraction, targets: the
-        mixture's, as ``build_dataset``'s; the same for every source.
-      labels: how the classes unite (:class:`reader.LabelSpace`; with a
-        Mixture, its own).
-      with_source: also yield each example's source index (int32 ``[B]``,
-        into ``mixture.names``): batches are ``(images, targets, sources)``.
-      repeat_factor: repeat-factor sampling in training (:class:`reader.RepeatFactor`;
-        with a Mixture, its own): images of rare classes repeated, each source's epoch longer.
-      options: ``window``, ``private_threads`` and ``prefetch_to_device`` apply.
-
-    Raises:
-      ValueError: a bad argument, a source of another task (named with its
-        task), a position of another mixture (naming the difference).
+    Training reads the plan's split at its batch size (another is refused, naming both); evaluation
+    reads any split at any batch size of the same sources (the plan is re-planned for it).
     """
-    training = check_flag(training, "training")
-    with_source = check_flag(with_source, "with_source")
-    options = as_options(options, ReadOptions, "options")
-    targets = as_options(targets, ObjectTargets, "targets")
-    if options.order != "streams" or options.cache is not None or options.service is not None or options.streams:
-        raise ValueError("a mixture reads each source in its own streams order: ReadOptions(order=, streams=, "
-                         "cache=, service=) do not apply to it (window=, private_threads=, prefetch_to_device= do)")
-    plan = sources if isinstance(sources, Mixture) else mixture(
-        sources, split, batch_size, labels, targets.contiguous_ids, options.window, repeat_factor if training else None)
-    if isinstance(sources, Mixture) and not training:  # evaluation: any split and batch of the same sources
-        plan = plan.replanned(plan.sources[0].info.split(split).name, batch_size)
-    _check_plan(plan, split, batch_size, labels, targets, repeat_factor if training else None)
-    size = image_hw(image_size)
-    dtype = check_output(dtype, normalization)
-    augment = tasks.default_augment(plan.task, augment)
+    r = request
+    training = check_flag(r.training, "training")
+    with_source = check_flag(r.with_source, "with_source")
+    options = check_mixture_options(r.options)
+    targets = as_options(r.targets, ObjectTargets, "targets")
+    _check_unused(r)
+    batch_size = r.batch_size
+    if not training:  # evaluation: any split and batch of the same sources
+        plan = plan.replanned(plan.sources[0].info.split(r.split).name, batch_size)
+    check_plan(plan, r.split, batch_size, targets)
+    size = image_hw(r.image_size)
+    dtype = check_output(r.dtype, r.normalization)
+    augment = tasks.default_augment(plan.task, r.augment)
     splits = [_present(source) for source in plan.sources]
     for source in plan.sources:
-        _check_targets(targets, source.info)
+        check_targets(targets, source.info)
     large = any(s.max_side is None or s.max_side >= 2 * min(size) for s in splits)
     images = tasks.ImageChoices(size, augment, {"all_jpeg": all(s.info.all_jpeg for s in plan.sources),
-                                                "scaled_decode": large}, dtype, normalization, crop_fraction)
+                                                "scaled_decode": large}, dtype, r.normalization, r.crop_fraction)
     task = tasks.for_dataset(plan.task, plan.classes, FeatureKeys(), 0,
                              dataclasses.replace(targets, contiguous_ids=False), images)
     remap = _remap(plan)
-    pipelines, pipeline_id = (1, 0) if input_context is None else (
-        input_context.num_input_pipelines, input_context.input_pipeline_id)
     if not training:
-        if input_context is not None or start is not None or num_steps is not None:
+        if r.input_context is not None or r.start is not None or r.num_steps is not None:
             raise ValueError("evaluation over a mixture reads each source once in one pipeline: input_context=, "
                              "start= and num_steps= are for training")
         dataset = _evaluation(plan, splits, task, remap, with_source, batch_size)
-        return _deliver(dataset.with_options(_options(True, None, options.private_threads)), options)
+        return deliver(dataset.with_options(tf_options(True, None, options.private_threads)), options)
+    dataset = _training(plan, splits, task, remap, r)
+    return deliver(dataset.with_options(tf_options(True, r.input_context, options.private_threads)), options)
+
+
+def _training(plan: Mixture, splits: list, task: tasks.Task, remap, r: Request) -> tf.data.Dataset:
+    """This input pipeline's training batches: its slots of every global batch from the start step on."""
+    batch_size, input_context = r.batch_size, r.input_context
+    pipelines, pipeline_id = (1, 0) if input_context is None else (
+        input_context.num_input_pipelines, input_context.input_pipeline_id)
     if batch_size % pipelines:
         raise ValueError(f"{pipelines} input pipelines cannot share a global batch of {batch_size} evenly")
-    seed = _check_seed(seed)
-    seed, start_step = _start(start, seed, plan)
-    if deterministic is False:
+    seed = check_seed(r.seed)
+    seed, start = start_step(r.start, seed, MixturePosition, lambda saved: plan.mismatch(saved, seed),
+                             "this mixture")
+    if r.deterministic is False:
         raise ValueError("deterministic=False would let examples overtake each other across batches, and a "
                          "mixture's batches hold their exact quotas only in order: leave deterministic unset")
-    deterministic = True
     run_seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
+    num_steps = r.num_steps
     if num_steps is not None and (as_int(num_steps) is None or num_steps < 1):
         raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
     per_pipeline = batch_size // pipelines
@@ -159,70 +117,55 @@ def build_mixture(
                         "plan the mixture with reader.mixture(..., canonical_pipelines=N), N a multiple of %d "
                         "dividing %d, to read only its share", pipelines, plan.canonical_pipelines, pipelines,
                         batch_size)
-    records = _mixed_records(plan, splits, run_seed, start_step, num_steps, slots)
+    records = _mixed_records(plan, splits, run_seed, start, num_steps, slots)
     per_replica = per_pipeline if input_context is None else input_context.get_per_replica_batch_size(batch_size)
-    dataset = _train_batches(records, task, remap, _source_seeds(run_seed, len(plan.sources)), deterministic,
-                             per_replica)
-    if with_source:
-        dataset = _with_sources(dataset, _step_sources(plan, start_step, num_steps, slots).unbatch()
+    dataset = _train_batches(records, task, remap, _source_seeds(run_seed, len(plan.sources)), True, per_replica)
+    if r.with_source:
+        dataset = _with_sources(dataset, _step_sources(plan, start, num_steps, slots).unbatch()
                                 .batch(per_replica, drop_remainder=True))
-    return _deliver(dataset.with_options(_options(deterministic, input_context, options.private_threads)), options)
+    return dataset
 
 
-def _check_plan(plan: Mixture, split: str, batch_size: int, labels: LabelSpace, targets: ObjectTargets,
-                repeat_factor: Optional[RepeatFactor]) -> None:
-    """A Mixture given whole must be the one the other arguments describe."""
+def check_mixture_options(options: object) -> ReadOptions:
+    """The tuning options a mixture takes: each source reads in its own streams order."""
+    options = as_options(options, ReadOptions, "options")
+    if options.order != "streams" or options.cache is not None or options.service is not None or options.streams:
+        raise ValueError("a mixture reads each source in its own streams order: ReadOptions(order=, streams=, "
+                         "cache=, service=) do not apply to it (window=, private_threads=, prefetch_to_device= do)")
+    return options
+
+
+def _check_unused(request: Request) -> None:
+    """Arguments of one dataset that a mixture has no use for are refused, not ignored."""
+    if request.foreign != ForeignShards():
+        raise ValueError("foreign= reads shards written by other tools; a mixture's sources are the converter's "
+                         "(it unites their classes by name from their manifests)")
+    if request.skip_corrupt is not False:
+        raise ValueError("skip_corrupt=True would shift a mixture's exact quotas: verify the sources "
+                         "(python -m converter verify DIR) and read them whole")
+    if request.num_epochs is not None:
+        raise ValueError("num_epochs= counts one dataset's epochs; a mixture's sources pass at their own rates: "
+                         "size the run with num_steps= (mixture.steps_for(passes, source))")
+
+
+def check_plan(plan: Mixture, split: str, batch_size: int, targets: ObjectTargets) -> None:
+    """A Mixture's own split and batch are the ones the other arguments name (they need not be said again)."""
     if plan.batch_size != batch_size:
-        raise ValueError(f"the mixture was planned for batch_size={plan.batch_size} and build_mixture got "
-                         f"batch_size={batch_size}")
+        raise ValueError(f"the mixture was planned for batch_size={plan.batch_size} and build_dataset got "
+                         f"batch_size={batch_size}: leave batch_size unset to read the plan's, or plan another "
+                         "with reader.mixture(..., batch_size=...)")
     if plan.split != plan.sources[0].info.split(split).name:
-        raise ValueError(f"the mixture was planned for split {plan.split!r} and build_mixture got split={split!r}")
+        raise ValueError(f"the mixture was planned for split {plan.split!r} and build_dataset got split={split!r}: "
+                         "leave split unset to read the plan's, or plan another with reader.mixture(..., split=...)")
     if targets.contiguous_ids and not plan.contiguous_ids and plan.task == record_schema.TASK_OBJECTS:
         raise ValueError(f"the mixture numbers objects with contiguous_ids={plan.contiguous_ids} and targets has "
                          f"contiguous_ids={targets.contiguous_ids}: plan it with reader.mixture(..., "
                          f"contiguous_ids={targets.contiguous_ids})")
-    # A Mixture carries its own label space and repeat factors: other ones given beside it would be ignored.
-    if labels != LabelSpace() and labels != plan.space:
-        raise ValueError(f"build_mixture got labels={labels!r} and a mixture planned with labels={plan.space!r}: "
-                         "plan it with reader.mixture(..., labels=...) instead")
-    if repeat_factor is not None and repeat_factor != plan.repeat_factor:
-        raise ValueError(f"build_mixture got repeat_factor={repeat_factor!r} and a mixture planned with "
-                         f"repeat_factor={plan.repeat_factor!r}: plan it with reader.mixture(..., repeat_factor=...)")
 
 
-def _present(source):
+def _present(source) -> "SplitInfo":
     """The source's split with every shard present (or an error naming the missing) and usable indexes."""
-    split = source.split
-    listings = record_index.list_folders([s.path for s in split.shards] + [s.index_path for s in split.shards
-                                                                          if s.index_path])
-    split = _check_shards_present(split, False, listings)
-    return record_index.usable(split, listings)
-
-
-def _start(start, seed: Optional[int], plan: Mixture):
-    """(seed, a function giving the start step as a tensor); ``ValueError`` naming a mismatch."""
-    if start is None:
-        return seed, lambda: tf.constant(0, tf.int64)
-    if isinstance(start, Position):
-        raise ValueError(f"start={start.to_json()} is a position of one dataset; a mixture resumes from a "
-                         "reader.MixturePosition (mixture.position(seed, step)) or a global step")
-    if isinstance(start, MixturePosition):
-        mismatch = plan.mismatch(start, seed)
-        if mismatch:
-            raise ValueError(f"start={start.to_json()} cannot resume this mixture: {mismatch}")
-        return start.seed, lambda: tf.constant(start.step, tf.int64)
-    if seed is None:
-        raise ValueError("start= needs the run's seed: pass seed=..., the same on every restart")
-    step = as_int(start)
-    if step is not None:
-        if step < 0:
-            raise ValueError(f"start must be a global step >= 0, got {start!r}")
-        return seed, lambda: tf.constant(step, tf.int64)
-    variable = getattr(start, "value", start)
-    if isinstance(variable, tf.Variable) or tf.is_tensor(variable):
-        return seed, lambda: tf.convert_to_tensor(variable)
-    raise ValueError(f"start must be None, a global step, a reader.MixturePosition or a variable holding the step, "
-                     f"got {type(start).__name__} {start!r}")
+    return present_split(source.split)
 
 
 def _source_seeds(seed: int, count: int) -> list[int]:

@@ -34,6 +34,26 @@ class FeatureKeys:
 
 
 @dataclasses.dataclass(frozen=True)
+class ForeignShards:
+    """What only shards written by other tools need, in one place (as :class:`ReadOptions` holds the tuning).
+
+    Attributes:
+      keys: the features holding the image and the label (TFDS: ``FeatureKeys.tfds()``).
+      label_offset: added to every label (1-based Inception labels: -1).
+    """
+
+    keys: FeatureKeys = FeatureKeys()
+    label_offset: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", as_options(self.keys, FeatureKeys, "ForeignShards.keys"))
+        offset = as_int(self.label_offset)
+        if offset is None:
+            raise ValueError(f"ForeignShards(label_offset=...) must be an integer, got {self.label_offset!r}")
+        object.__setattr__(self, "label_offset", offset)
+
+
+@dataclasses.dataclass(frozen=True)
 class Augmentation:
     """The training preset's random-resized-crop and flip.
 

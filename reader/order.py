@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 from typing import Callable, Optional, Sequence
 
@@ -41,7 +40,6 @@ from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.framework import dtypes, tensor_spec
 from tensorflow.python.ops import gen_dataset_ops
 
-POSITION_VERSION = 1
 MAX_STREAMS = 64  # default C: gcd(G, 64), so every power-of-two host count up to 64 divides it ...
 MIN_STREAM_RECORDS = 512  # ... halved (not below 8) while a stream would hold fewer records than this per epoch,
 MIN_DEFAULT_STREAMS = 8  # since each stream costs about 5 ms of CPU per epoch to plan and open (bench/resume.py)
@@ -127,52 +125,6 @@ def check_pipelines(layout: StreamLayout, pipelines: int) -> None:
         else f"use a global batch size divisible by {pipelines}"
     raise ValueError(f"{pipelines} input pipelines cannot share {layout.streams} streams evenly (the global batch "
                      f"{layout.batch_size} gives {layout.streams} by default); {hint}, and keep it for the whole run")
-
-
-@dataclasses.dataclass(frozen=True)
-class Position:
-    """Where a training run is in its data: a few hundred bytes of JSON, the same on every host.
-
-    ``step`` counts global batches since the start of ``epoch``. Building the
-    pipeline with ``start=position`` yields, bit for bit, the batches the
-    uninterrupted run yields from there, with any number of input pipelines
-    that divides ``streams``. ``data_dir`` is where it was taken, for messages
-    only: a copy of the same version elsewhere resumes it.
-    """
-
-    fingerprint: str
-    split: str
-    seed: int
-    batch_size: int
-    streams: int
-    window: int
-    epoch: int
-    step: int
-    steps_per_epoch: int
-    version: int = POSITION_VERSION
-    data_dir: str = ""
-
-    def dataset(self) -> str:
-        """The dataset it was taken on, as a message names it: its folder and version, or the version."""
-        return f"{self.data_dir} (version {self.fingerprint})" if self.data_dir else f"version {self.fingerprint}"
-
-    @property
-    def global_step(self) -> int:
-        return self.epoch * self.steps_per_epoch + self.step
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: "str | bytes") -> "Position":
-        """The position ``to_json`` wrote; ``ValueError`` naming what is wrong with anything else."""
-        try:
-            raw = json.loads(text)
-            if raw.get("version") != POSITION_VERSION:
-                raise ValueError(f"position version {raw.get('version')!r}; this reader reads {POSITION_VERSION}")
-            return cls(**raw)
-        except (TypeError, AttributeError, json.JSONDecodeError) as err:
-            raise ValueError(f"not a reader position: {err}") from None
 
 
 def host_records(

@@ -34,6 +34,8 @@ from reader.options import Augmentation, BoxAugmentation, FeatureKeys, ObjectTar
 
 # Class id of padded and void mask pixels (VOC's void outline is 255 in its own PNGs).
 IGNORE_LABEL = 255
+# Records per parse_example call in both pipelines (measured in reader/pipeline.py's docstring).
+PARSE_BATCH = 64
 
 
 class Task(NamedTuple):
