@@ -3,7 +3,8 @@
     python -m bench.resume                         # about 20 minutes (12,000 photos: more records than a buffer)
     python -m bench.resume --photos 600 --tiny 5000 --rounds 2   # a quick look
     python -m bench.resume --photos 70 --tiny 400 --rounds 1 --batches 1 --latency-rounds 1 --shuffle-records 1000 \
-        --batch 8 --quality-batch 64             # a smoke run (tests/bench/test_resume.py): the harness, no figures
+        --batch 8 --quality-batch 64 --convert-in-process
+                                                   # a smoke run (tests/bench/test_resume.py): the harness, no figures
 
 Four things, each measured in this one run on the same data (issue #20):
 
@@ -43,8 +44,18 @@ POSITIONS = (0.01, 0.5, 0.99)
 SHUFFLE_RECORDS = 10_000  # the reader's default shuffle buffer, and what its default stream windows hold
 
 
-def convert(src: str, out: str, shards: int) -> None:
+def convert(src: str, out: str, shards: int, in_process: bool = False) -> None:
+    """``python -m converter`` in a process of its own; or, for a smoke run, the same job in this process on
+    Beam's in-memory runner (set-up, not measured: the same shards; a converter process's start-up would cost
+    more than its few photos)."""
     if os.path.exists(os.path.join(out, "manifest.json")):
+        return
+    if in_process:
+        from beam_jobs.options import ConvertOptions
+        from beam_jobs.pipeline import run
+
+        run(ConvertOptions(src=src, out=out, shards=shards),
+            ["--direct_running_mode=in_memory", "--direct_num_workers=1"], show_progress=False)
         return
     subprocess.run([sys.executable, "-m", "converter", "--src", src, "--out", out, "--shards", str(shards),
                     "--no-progress"], cwd=REPO, check=True, capture_output=True)
@@ -265,6 +276,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--quality-batch", type=int, default=QUALITY_BATCH,
                         help="batch of the latency, state and quality measurements (default: %(default)s; a smoke "
                         "run takes fewer, on fewer --tiny images)")
+    parser.add_argument("--convert-in-process", action="store_true",
+                        help="convert the two datasets in this process, in memory (set-up, not measured: a smoke "
+                        "run's few photos cost less than a converter process's start-up)")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "imgshards-bench-resume"))
     parser.add_argument("--results", default=RESULTS)
     args = parser.parse_args(argv)
@@ -278,8 +292,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.rename(photos + ".tmp", photos)
     make_tiny_jpegs(tiny, args.tiny, classes=100)
     photo_data, tiny_data = photos + "-tfrecords", tiny + "-tfrecords"
-    convert(photos, photo_data, 64)
-    convert(tiny, tiny_data, max(8, min(128, args.tiny // 400)))
+    convert(photos, photo_data, 64, args.convert_in_process)
+    convert(tiny, tiny_data, max(8, min(128, args.tiny // 400)), args.convert_in_process)
     old = without_indexes(tiny_data, tiny_data + "-no-index")
     import reader
 
