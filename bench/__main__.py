@@ -3,7 +3,8 @@
     python -m bench                      # defaults: 12000 + 1000 images, 5 rounds (about an hour on 2 cores)
     python -m bench --images 1200 --rounds 1 --out /tmp/bench   # quicker, noisier
     python -m bench --images 36 --rounds 1 --batches 1 --slow-batches 1 --batch 8 --large-images 8 \
-        --downsize-images 0 --png-images 0 --out /tmp/bench     # a smoke run (tests/bench/test_smoke.py): no figures
+        --downsize-images 0 --png-images 0 --convert-in-process --out /tmp/bench
+                                         # a smoke run (tests/bench/test_smoke.py): no figures
 
 Converter comparisons (each against the plain loop, side by side): JPEG
 pass-through on 300-500 px photos; ``--max-side 256`` on 1200-1600 px photos;
@@ -49,6 +50,9 @@ def main(argv=None) -> int:
                         "(default: %(default)s)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     parser.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--convert-in-process", action="store_true",
+                        help="make the shards the reader measurements read in this process, in memory (set-up, "
+                        "not measured; for a smoke run); the converter comparisons run processes regardless")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     work = args.work or tempfile.mkdtemp(prefix="imgshards-bench-")
@@ -64,7 +68,7 @@ def main(argv=None) -> int:
         results["convert"] = convert_bench.bench_converter((small, small_n), (large, large_n), work, args.rounds)
         print("converter done", flush=True)
         shards = os.path.join(work, "shards")
-        convert_bench.timed_run(convert_bench.ours(large, shards, 16))
+        convert_bench.prepare(large, shards, 16, args.convert_in_process)
         results["read"] = read_bench.bench_reader(large, shards, args.rounds, args.batches, args.slow_batches,
                                                   args.batch)
         print("reader done", flush=True)
@@ -79,7 +83,7 @@ def main(argv=None) -> int:
         if args.large_images:
             photos, photo_shards = os.path.join(work, "large-photos"), os.path.join(work, "large-photo-shards")
             data.make_photo_dataset(photos, args.large_images, seed=3, sides=LARGE_SIDES)
-            convert_bench.timed_run(convert_bench.ours(photos, photo_shards, 8))
+            convert_bench.prepare(photos, photo_shards, 8, args.convert_in_process)
             results["read_large_photos"] = {
                 "images": args.large_images, "sides": list(LARGE_SIDES),
                 **read_bench.bench_large_photos(photos, photo_shards, args.rounds, max(1, args.batches // 2),

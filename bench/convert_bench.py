@@ -81,6 +81,20 @@ def ours(src: str, out: str, shards: int, extra: Sequence[str] = ()) -> list[str
             *extra]
 
 
+def prepare(src: str, out: str, shards: int, in_process: bool = False) -> None:
+    """Shards that a reader measurement reads (set-up, not measured): ``python -m converter`` in a process of its
+    own; or, for a smoke run, the same job in this process on Beam's in-memory runner (the same shards; a
+    converter process's start-up would cost more than its few photos)."""
+    if not in_process:
+        timed_run(ours(src, out, shards))
+        return
+    from beam_jobs.options import ConvertOptions
+    from beam_jobs.pipeline import run
+
+    run(ConvertOptions(src=src, out=out, shards=shards), ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+        show_progress=False)
+
+
 def plain(src: str, out: str, shards: int, extra: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", "bench.plain_loop", src, out, "--shards", str(shards), *extra]
 

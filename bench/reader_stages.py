@@ -143,11 +143,13 @@ def main(argv=None) -> int:
     parser.add_argument("--order", action="store_true",
                         help=f"also run {' and '.join(ORDER_VARIANTS)}: what the training order costs an image")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--convert-in-process", action="store_true",
+                        help="convert the photos in this process, in memory (set-up, not measured; for a smoke run)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="reader-stages-") as work:
         images, shards = os.path.join(work, "images"), os.path.join(work, "shards")
         data.make_photo_dataset(images, args.images, seed=2)
-        convert_bench.timed_run(convert_bench.ours(images, shards, 16))
+        convert_bench.prepare(images, shards, 16, args.convert_in_process)
         makers = variants(shards, args.batch)
         chosen = args.only or [*VARIANTS, *(ORDER_VARIANTS if args.order else ())]
         makers = {name: makers[name] for name in chosen}
