@@ -104,6 +104,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
                                      "first (the same command without --update)")
         version_store.remove_unpublished(out)
         latest = version_store.read(out, version_store.latest_number(out))
+        _refuse_dropped(out, latest)
         _check_options(options, latest.manifest)
         scratch, staging = publish.new_scratch(out), None
         try:
@@ -141,6 +142,18 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
             shutil.rmtree(scratch, ignore_errors=True)
     summary = ConvertSummary.from_manifest(out, manifest, time.monotonic() - started)
     return UpdateSummary(out, number, latest.number, manifest["changes"], summary, time.monotonic() - started)
+
+
+def _refuse_dropped(out: str, latest: version_store.Version) -> None:
+    """Refuse a latest version that left images out (``--drop-leaks``): they are in no sources table, so the
+    update would take them for new images and convert them, undoing the drop (issue #59's review)."""
+    manifest = latest.manifest
+    dropped = manifest.get("duplicates", {}).get("num_dropped", 0)
+    if manifest.get("options", {}).get("drop_leaks") or dropped:
+        raise UpdateRefusedError(
+            f"--update: version {latest.number} of {out} was converted with --drop-leaks ({dropped} image(s) "
+            "dropped); an update cannot keep them dropped yet and would convert them back; convert SRC again "
+            "with --overwrite (and --drop-leaks) instead")
 
 
 def _check_options(options: ConvertOptions, manifest: dict) -> None:

@@ -187,7 +187,7 @@ def test_a_killed_update_leaves_the_latest_version_whole_and_the_same_command_fi
     assert not leftovers, leftovers
 
 
-def test_update_refuses_another_source_naming_it_and_options_that_shape_the_records(tmp_path):
+def test_update_refuses_another_source_naming_it_options_that_shape_the_records_and_dropped_leaks(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / record_schema.MANIFEST_FILE).write_text(json.dumps(
@@ -200,6 +200,12 @@ def test_update_refuses_another_source_naming_it_and_options_that_shape_the_reco
     with pytest.raises(update.UpdateRefusedError, match="class folders only"):
         update.run(ConvertOptions(src=str(src), out=str(out), seed=1, annotations=str(src / "annotations.json")),
                    FAST)
+    # A version that dropped leaks: its dropped images are in no sources table, an update would convert them back.
+    (out / record_schema.MANIFEST_FILE).write_text(json.dumps(
+        {"format_version": 1, "classes": ["a"], "splits": {}, "options": {"seed": 1, "drop_leaks": True},
+         "duplicates": {"num_dropped": 2}}))
+    with pytest.raises(update.UpdateRefusedError, match="--drop-leaks.*--overwrite"):
+        update.run(ConvertOptions(src=str(src), out=str(out), seed=1, drop_leaks=True), FAST)
 
 
 def test_prune_keeps_every_file_a_kept_version_reads(tmp_path):
