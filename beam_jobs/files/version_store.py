@@ -20,7 +20,7 @@ import struct
 import logging
 import os
 import shutil
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 import record_schema
 from beam_jobs import faults
@@ -241,17 +241,39 @@ def prune(out: str, keep: int) -> Pruned:
         path = os.path.join(root, name)
         if os.path.exists(path):
             os.remove(path)
-    for number in dropped:  # its own files (sources table, labels, reports), not the shards a kept version reuses
-        folder = versions.version_dir(number)
-        if not folder:
-            continue
-        for name in sorted(os.listdir(os.path.join(root, folder))):
-            if f"{folder}/{name}" not in needed:
-                num_bytes += os.path.getsize(os.path.join(root, folder, name))
-                os.remove(os.path.join(root, folder, name))
-        if not os.listdir(os.path.join(root, folder)):
-            os.rmdir(os.path.join(root, folder))
+    for number in [*dropped, *_pruned_before(root, numbers)]:
+        num_bytes += _sweep(root, versions.version_dir(number), needed)
     return Pruned(tuple(dropped), tuple(sorted(doomed)), num_bytes)
+
+
+def _sweep(root: str, folder: str, needed: set[str]) -> int:
+    """Delete a dropped version's own files (sources table, labels, reports, its compacted shards) that no kept
+    version reads, then its folders left empty, deepest first; returns the bytes freed."""
+    if not folder or not os.path.isdir(os.path.join(root, folder)):
+        return 0
+    freed = 0
+    for parent, folders, names in os.walk(os.path.join(root, folder), topdown=False):
+        for name in names:
+            path = os.path.join(parent, name)
+            if os.path.relpath(path, root).replace(os.sep, "/") not in needed:
+                freed += os.path.getsize(path)
+                os.remove(path)
+        if not os.listdir(parent):
+            os.rmdir(parent)
+    return freed
+
+
+def _pruned_before(root: str, numbers: Sequence[int]) -> list[int]:
+    """Version folders up to the latest version whose manifest is gone: what a prune that was stopped left (it
+    removes a version's manifest first). Folders past the pointer are an update's still to publish: kept."""
+    folder = os.path.join(root, versions.VERSIONS_DIR)
+    latest = max(numbers) if numbers else 0
+    found = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        number = versions.folder_version(name)
+        if number is not None and number < latest and number not in numbers:
+            found.append(number)
+    return found
 
 
 def _first_version_own_files(root: str) -> Iterable[str]:
