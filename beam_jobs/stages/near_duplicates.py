@@ -239,13 +239,15 @@ def pair_indices(records: Sequence[bytes], bands: int, distance: int, block: int
     if not records:
         return
     positions, shas, hashes = _heads(records)
-    span = np.uint64((1 << 64) // bands)
     edges = np.flatnonzero(positions[1:] != positions[:-1]) + 1  # where each band value's bucket starts
     starts = np.concatenate([[0], edges])
     stops = np.concatenate([edges, [len(records)]])
     shared = stops - starts > 1
     starts, stops = starts[shared], stops[shared]
-    bands_of = (positions[starts] // span).astype(np.int64)
+    if bands > 1:  # one band (distance 0) spans the whole key space: 2**64 is no uint64
+        bands_of = (positions[starts] // np.uint64((1 << 64) // bands)).astype(np.int64)
+    else:
+        bands_of = np.zeros(starts.size, dtype=np.int64)
     small = stops - starts <= min(_SMALL, block, _STRIP)  # one block, one strip: its pairs row by row
     waiting, pending = [], 0
     for index in range(starts.size):

@@ -324,3 +324,17 @@ def test_a_bucket_of_many_copies_links_them_to_one_and_finds_the_groups_and_leak
                                                                             collapse_over=16))
     every = sum(block.shape[1] for block in near_duplicates.pair_indices(ranged, 4, 3))
     assert every > 240 * 239 // 2 > 10 * compared
+
+
+def test_distance_0_one_band_over_the_whole_key_space_finds_the_images_of_one_hash(tmp_path):
+    """``--near-distance 0``: one band of 64 bits, whose key span (2**64) is no uint64; it crashed the search."""
+    rng = random.Random(9)
+    hashes = [rng.getrandbits(64) for _ in range(40)]
+    records = [_content(f"img{i:04d}.jpg", h) for i, h in enumerate(hashes)]
+    records += [_content(f"same{i:04d}.jpg", h, split="validation") for i, h in enumerate(hashes[:10])]
+    layout = _layout(tmp_path, "d0", [records[0::2], records[1::2]], 0, 2)
+    links = sum(near_duplicates.find_pairs(layout, r, 0) for r in range(layout.near_ranges))
+    assert links == 10
+    groups = near_groups.components(near_groups._pairs(layout))
+    assert sorted(sorted(m[2] for m in g) for g in groups) == [[f"img{i:04d}.jpg", f"same{i:04d}.jpg"]
+                                                              for i in range(10)]
