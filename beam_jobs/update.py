@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import json
 import logging
 import os
@@ -305,13 +306,28 @@ def _compose(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
 
 
 def _empty_manifest(plan: discover.InputPlan, latest: version_store.Version, staging: str) -> dict:
-    """The fields a version without new shards takes from the latest version's manifest (its skipped files
-    are SRC's now)."""
+    """The fields a version without new shards takes from the latest version's manifest, made true of it: its
+    own ``created``, SRC's skipped files now, and no duplicate groups (the update converted no image)."""
     manifest = {key: value for key, value in latest.manifest.items()
                 if key not in ("version", "previous_version", "changes", "sources_table")}
     manifest.update(publish_skipped(plan, staging))
-    manifest["duplicates"] = dict(manifest.get("duplicates", {}), num_groups=0, num_duplicate_images=0)
+    manifest.update({
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "num_skipped": sum(plan.skipped.values()), "skipped_by_reason": dict(plan.skipped),
+        "skipped_examples": dict(sorted(plan.skipped_files.examples.items())) if plan.skipped_files else {},
+        "duplicates": {key: _none_of(key, value) for key, value in manifest.get("duplicates", {}).items()},
+    })
     return manifest
+
+
+def _none_of(key: str, value):
+    """A duplicates field of the latest version's manifest as it reads when no image was searched: counts 0,
+    lists empty, no dropped file; the file's name and the threshold kept."""
+    if key in ("dropped_file", "dropped_sha256"):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, list)):
+        return value
+    return 0 if isinstance(value, int) else []
 
 
 def _merge_rejections(out: str, found: change_plan.Changes, latest: version_store.Version,
@@ -360,15 +376,17 @@ def _source_rows(found: change_plan.Changes, converted: Optional[dict], staging:
             for shard, index, sha, name in zip(columns["shard"], columns["index"], columns["sha256"],
                                                columns["path"]):
                 size, mtime = found.stamps[name]
-                rows.append(SourceRow(name, split, files[shard], index, size, mtime, sha.hex()))
+                rows.append(SourceRow(name, split, files[shard], index, size, mtime, sha.hex(),
+                                      found.source_sha256(name)))
     kept_rejected = {row.path for row in found.kept if not row.file}
     with open(os.path.join(staging, record_schema.REJECTED_FILE), encoding="utf-8") as handle:
         for line in handle:
             item = json.loads(line)
             if item["path"] not in kept_rejected and item["path"] in found.stamps:
                 size, mtime = found.stamps[item["path"]]
-                rows.append(SourceRow(item["path"], "", "", -1, size, mtime, ""))
+                rows.append(SourceRow(item["path"], "", "", -1, size, mtime, "", found.source_sha256(item["path"])))
     return rows
+
 
 
 def _remove_if_there(path: str) -> None:

@@ -82,7 +82,10 @@ class SourceRow:
 
     ``file``: the shard holding its record, relative to OUT ("" for a rejected image); ``index``: the
     record's place in it (-1 for a rejected one); ``size``, ``mtime_ns``: its source file's (UNKNOWN when
-    not recorded); ``sha256``: the stored image's hex SHA-256 (``image/key/sha256``; "" for a rejected one).
+    not recorded); ``sha256``: the stored image's hex SHA-256 (``image/key/sha256``; "" for a rejected one);
+    ``source_sha256``: the source file's hex SHA-256 as the version read it ("" when not recorded: version 1,
+    tables written before the column). ``--update --rehash`` compares a file with it: a re-encoded image's
+    stored bytes are not its source's.
     """
 
     path: str
@@ -92,6 +95,7 @@ class SourceRow:
     size: int
     mtime_ns: int
     sha256: str
+    source_sha256: str = ""
 
     @property
     def stamped(self) -> bool:
@@ -99,7 +103,10 @@ class SourceRow:
 
 
 _SCHEMA = pa.schema([("path", pa.string()), ("split", pa.string()), ("file", pa.string()), ("index", pa.int64()),
-                     ("size", pa.int64()), ("mtime_ns", pa.int64()), ("sha256", pa.string())])
+                     ("size", pa.int64()), ("mtime_ns", pa.int64()), ("sha256", pa.string()),
+                     ("source_sha256", pa.string())])
+# The columns of tables written before ``source_sha256`` (still read: the column is then "").
+_FIRST_COLUMNS = _SCHEMA.names[:-1]
 
 
 def sources_bytes(rows: Iterable[SourceRow]) -> bytes:
@@ -118,7 +125,7 @@ def read_sources(data: bytes, where: str) -> list[SourceRow]:
         table = pq.read_table(io.BytesIO(data))
     except (pa.ArrowInvalid, OSError) as err:
         raise ValueError(f"{where} is not a sources table ({err})") from err
-    if table.schema.names != _SCHEMA.names:
+    if table.schema.names not in (_SCHEMA.names, _FIRST_COLUMNS):
         raise ValueError(f"{where} has the columns {table.schema.names}, not a sources table's {_SCHEMA.names}")
     columns = table.to_pydict()
-    return [SourceRow(*values) for values in zip(*(columns[name] for name in _SCHEMA.names))]
+    return [SourceRow(*values) for values in zip(*(columns[name] for name in table.schema.names))]

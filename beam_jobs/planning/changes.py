@@ -8,7 +8,8 @@ Out: :class:`Changes`: the refs to convert (new and changed images), the rows ke
 
 An image is unchanged when its path is the version's and its file's size and modification time are the
 ones recorded (no byte read); with ``rehash``, or against a version that recorded no stamps (version 1), its
-bytes' SHA-256 must equal its record's instead. (docs/converter.md, "Updating a dataset".)
+bytes' SHA-256 must equal the source file's the version recorded instead (version 1 recorded none: the stored
+image's, which a re-encoded image's source never matches). A file gone since SRC was listed is deleted. (docs/converter.md, "Updating a dataset".)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import collections
 import dataclasses
 import hashlib
 import os
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from beam_jobs.planning.carve import carve_key
 from beam_jobs.planning.discover import display_path
@@ -35,7 +36,8 @@ class Changes:
     reused (and unchanged rejected images: ``file`` ""), stamped now; ``reused``: the shard files kept;
     ``compacted``: the shards that lost a record; ``survivors``: per compacted shard, the rows of its unchanged
     images (stamped now, by record index) with their label ids; ``kept_labels``: records of each (split, label
-    id) in the reused shards and the survivors; ``stamps``: each listed image's (size, mtime_ns) by path.
+    id) in the reused shards and the survivors; ``stamps``: each listed image's (size, mtime_ns) by path;
+    ``files``: each listed image's file (under SRC) by path.
     """
 
     refs: tuple[ImageRef, ...]
@@ -50,11 +52,26 @@ class Changes:
     changed: int
     deleted: int
     recompacted: int
+    files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def nothing(self) -> bool:
         """Nothing to write: no image added, changed or deleted, and no new class."""
         return not (self.added or self.changed or self.deleted or self.recompacted)
+
+    def source_sha256(self, path: str) -> str:
+        """The hex SHA-256 of image ``path``'s source file, read again after its conversion ("" when it is no
+        longer the file the update stamped: the next ``--rehash`` then converts it again, as it should).
+
+        The conversion's workers hashed it too, but keep the digest in their work files only; a second read
+        of the new images alone is the small price of a sources table that ``--rehash`` can compare with.
+        """
+        try:
+            digest = file_sha256(self.files[path])
+            stat = os.stat(self.files[path])
+        except FileNotFoundError:
+            return ""
+        return digest if (stat.st_size, stat.st_mtime_ns) == self.stamps[path] else ""
 
     def counts(self) -> dict:
         """The manifest's ``changes``."""
@@ -88,19 +105,25 @@ def compare(refs: Iterable[ImageRef], src: str, listed_classes: Sequence[str], p
     convert: list[ImageRef] = []
     kept: dict[str, tuple[SourceRow, ImageRef]] = {}
     stamps: dict[str, tuple[int, int]] = {}
+    files: dict[str, str] = {}
     touched: set[str] = set()
     added = changed = 0
     for ref in refs:
         path = display_path(ref.relpath)
-        stat = os.stat(os.path.join(src, ref.relpath))
+        try:
+            stat = os.stat(os.path.join(src, ref.relpath))
+        except FileNotFoundError:
+            continue  # gone since SRC was listed: deleted, as if it had been gone then
         stamp = stamps[path] = (stat.st_size, stat.st_mtime_ns)
+        files[path] = os.path.join(src, ref.relpath)
         ref = ref._replace(label=remap[ref.label])
         row = rows.get(path)
+        same = None if row is None else _unchanged(row, stamp, files[path], rehash)
         if row is None:
             convert.append(ref._replace(split=new_split(ref, val_fraction, seed)))
             added += 1
-        elif _unchanged(row, stamp, os.path.join(src, ref.relpath), rehash):
-            kept[path] = (dataclasses.replace(row, size=stamp[0], mtime_ns=stamp[1]), ref)
+        elif same is not None:
+            kept[path] = (dataclasses.replace(row, size=stamp[0], mtime_ns=stamp[1], source_sha256=same), ref)
         else:
             convert.append(ref._replace(split=row.split or new_split(ref, val_fraction, seed)))
             changed += 1
@@ -122,18 +145,34 @@ def compare(refs: Iterable[ImageRef], src: str, listed_classes: Sequence[str], p
         compacted=frozenset(touched), classes=classes, kept_labels=dict(kept_labels), stamps=stamps,
         survivors={file: tuple(sorted(rows, key=lambda item: item[0].index)) for file, rows in survivors.items()},
         added=added, changed=changed, deleted=len(deleted), recompacted=sum(map(len, survivors.values())),
+        files=files,
     )
 
 
-def _unchanged(row: SourceRow, stamp: tuple[int, int], path: str, rehash: bool) -> bool:
-    """The image at ``path`` is the one ``row`` records: the same stamp, or (``rehash``, or no stamp recorded)
-    the same bytes. A rejected image (no record, no hash) is unchanged by its stamp only."""
+def _unchanged(row: SourceRow, stamp: tuple[int, int], path: str, rehash: bool) -> Optional[str]:
+    """The source SHA-256 to record when the image at ``path`` is the one ``row`` records, else None.
+
+    The same stamp (no byte read), or, with ``rehash`` or no stamp recorded, the same bytes: the source
+    file's SHA-256 the row recorded (``source_sha256``), or, in a row without one (version 1, older tables),
+    the stored image's, which only a pass-through image matches: a re-encoded image of version 1 is
+    converted again. A rejected image without a source hash is unchanged by its stamp only.
+    """
     if row.stamped and not rehash:
-        return (row.size, row.mtime_ns) == stamp
-    if not row.sha256:
-        return False
+        return row.source_sha256 if (row.size, row.mtime_ns) == stamp else None
+    expected = row.source_sha256 or row.sha256
+    if not expected:
+        return None
+    try:
+        digest = file_sha256(path)
+    except FileNotFoundError:
+        return None  # gone since its stat: converted as changed, where its read names it
+    return digest if digest == expected else None
+
+
+def file_sha256(path: str) -> str:
+    """The hex SHA-256 of the file at ``path``, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest() == row.sha256
+    return digest.hexdigest()

@@ -8,7 +8,9 @@ conversions run in this process on the in-memory runner, a kill in its own proce
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import io
 import json
 import os
 import random
@@ -17,6 +19,8 @@ import signal
 import subprocess
 import sys
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 from PIL import Image
@@ -67,8 +71,9 @@ def _records(out: str, version=None) -> dict[str, tuple[str, int, str]]:
 
 
 def _src_images(src: str) -> dict[str, str]:
-    """path -> class of every image in SRC."""
-    return {f"{cls}/{name}": cls for cls in sorted(os.listdir(src)) for name in os.listdir(os.path.join(src, cls))}
+    """path -> class of every image in SRC (but the files named broken*, which are rejected)."""
+    return {f"{cls}/{name}": cls for cls in sorted(os.listdir(src)) for name in os.listdir(os.path.join(src, cls))
+            if not name.startswith("broken")}
 
 
 def _check_rule(src: str, out: str, before: dict, changed: set[str]) -> dict:
@@ -111,15 +116,22 @@ def test_updates_hold_exactly_src_keep_splits_ids_and_shards_and_old_versions_re
     assert update.run(_options(src, outs[0]), FAST).version is None
     assert _files(outs[0]) == files
 
-    # Added images and a new class: every old shard reused, the new class gets the next id.
+    # Added images (one re-encoded, a PNG; one rejected) and a new class: every old shard reused, the new
+    # class gets the next id.
     for i in range(3):
         _image(os.path.join(src, "bird", f"{i}.jpg"), 100 + i)
         _image(os.path.join(src, "cat", f"new{i}.jpg"), 200 + i)
+    Image.new("RGB", (20, 24), (9, 99, 199)).save(os.path.join(src, "dog", "new.png"))
+    with open(os.path.join(src, "dog", "broken.jpg"), "wb") as handle:
+        handle.write(b"not an image")
     done = [update.run(_options(src, out), FAST) for out in outs]
-    assert [d.version for d in done] == [2, 2] and done[0].changes["added"] == 6
+    assert [d.version for d in done] == [2, 2] and done[0].changes["added"] == 8
     second = _check_rule(src, outs[0], first, set())
     assert dataset_info(outs[0]).classes == ("cat", "dog", "bird")
     assert {shard for _, _, shard in first.values()} <= {shard for _, _, shard in second.values()}
+    # --rehash compares each file with the source's SHA-256 the version recorded, not the stored image's:
+    # nothing changed, no version, though the PNG was re-encoded and the broken file stored nothing.
+    assert update.run(_options(src, outs[0]), FAST, rehash=True).version is None
 
     # A changed image, a deleted one, a class that loses every image: compaction, stable ids.
     _image(os.path.join(src, "cat", "0.jpg"), 999)
@@ -139,6 +151,23 @@ def test_updates_hold_exactly_src_keep_splits_ids_and_shards_and_old_versions_re
     assert [dataset_info(outs[0], version=v).fingerprint for v in (1, 2, 3)] == \
         [dataset_info(outs[1], version=v).fingerprint for v in (1, 2, 3)]
 
+    # A deletion-only version (no pipeline run): its manifest is its own, not version 3's with new counts.
+    third = _records(outs[0])
+    path = os.path.join(outs[0], versions.manifest_path(3))
+    with open(path) as handle:
+        manifest = json.load(handle)
+    with open(path, "w") as handle:  # dated long ago, so a copied date shows
+        json.dump(dict(manifest, created="2000-01-01T00:00:00+00:00"), handle)
+    os.remove(os.path.join(src, "dog", "4.jpg"))
+    done = update.run(_options(src, outs[0]), FAST)
+    assert (done.version, done.changes["deleted"], done.changes["added"]) == (4, 1, 0)
+    _check_rule(src, outs[0], third, set())
+    with open(os.path.join(outs[0], versions.manifest_path(4))) as handle:
+        manifest = json.load(handle)
+    assert manifest["created"] > "2026" and manifest["duplicates"]["num_groups"] == 0
+    # Rows kept through compaction carry their source's hash: --rehash still finds nothing changed.
+    assert update.run(_options(src, outs[0]), FAST, rehash=True).version is None
+
 
 def test_a_version_pointer_is_read_and_a_version_beyond_it_refused(tmp_path):
     out = tmp_path / "out"
@@ -153,12 +182,18 @@ def test_a_version_pointer_is_read_and_a_version_beyond_it_refused(tmp_path):
 
 
 def test_the_sources_table_gives_back_its_rows_sorted_and_the_same_rows_the_same_bytes():
-    rows = [versions.SourceRow("b.jpg", "train", "versions/00002/train-00000-of-00001.tfrecord", 0, 10, 5, "ab"),
-            versions.SourceRow("a.jpg", "", "", -1, versions.UNKNOWN, versions.UNKNOWN, "")]
+    rows = [versions.SourceRow("b.jpg", "train", "versions/00002/train-00000-of-00001.tfrecord", 0, 10, 5, "ab", "ef"),
+            versions.SourceRow("a.jpg", "", "", -1, versions.UNKNOWN, versions.UNKNOWN, "", "cd")]
     data = versions.sources_bytes(rows)
     assert versions.read_sources(data, "t") == sorted(rows, key=lambda row: row.path)
     assert versions.sources_bytes(reversed(rows)) == data
     assert not versions.read_sources(data, "t")[0].stamped
+    # A table written before the source_sha256 column still reads, its rows without one.
+    old = pa.Table.from_pydict({name: [getattr(rows[0], name)] for name in (
+        "path", "split", "file", "index", "size", "mtime_ns", "sha256")})
+    sink = io.BytesIO()
+    pq.write_table(old, sink)
+    assert versions.read_sources(sink.getvalue(), "t") == [dataclasses.replace(rows[0], source_sha256="")]
 
 
 @pytest.mark.e2e
@@ -235,3 +270,23 @@ def test_prune_keeps_every_file_a_kept_version_reads(tmp_path):
     left = sorted(os.path.relpath(os.path.join(f, n), out) for f, _, names in os.walk(out) for n in names)
     assert left == ["notes.txt", "versions/00002/c.tfrecord", "versions/00003/e.tfrecord",
                     "versions/00003/manifest.json", "versions/latest"]
+
+
+def test_an_image_gone_between_listing_and_comparing_is_deleted_and_one_kept_by_its_source_hash(tmp_path):
+    """In process, no conversion: ``compare`` stats each listed file; one gone since is deleted, not a
+    traceback; with --rehash, a file whose bytes are the source's the version recorded is unchanged, though
+    its stored image's hash differs (re-encoded)."""
+    from beam_jobs.planning import changes
+    from beam_jobs.stage_records import ImageRef
+
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "cat" / "a.png").write_bytes(b"png bytes")
+    source = hashlib.sha256(b"png bytes").hexdigest()
+    refs = [ImageRef("train", "cat/a.png", 0), ImageRef("train", "cat/gone.jpg", 0)]
+    previous = [versions.SourceRow("cat/a.png", "train", "s0", 0, 1, 1, "ab" * 32, source),
+                versions.SourceRow("cat/gone.jpg", "train", "s0", 1, 1, 1, "cd" * 32, "cd" * 32)]
+    found = changes.compare(refs, str(tmp_path), ["cat"], previous, ["cat"], 0.0, 0, rehash=True)
+    assert (found.added, found.changed, found.deleted) == (0, 0, 1)
+    assert [row.path for row, _ in found.survivors["s0"]] == ["cat/a.png"]
+    assert found.survivors["s0"][0][0].source_sha256 == source
+    assert found.source_sha256("cat/a.png") == source
