@@ -252,7 +252,7 @@ def _sweep(root: str, folder: str, needed: set[str]) -> int:
     if not folder or not os.path.isdir(os.path.join(root, folder)):
         return 0
     freed = 0
-    for parent, folders, names in os.walk(os.path.join(root, folder), topdown=False):
+    for parent, _, names in os.walk(os.path.join(root, folder), topdown=False):
         for name in names:
             path = os.path.join(parent, name)
             if os.path.relpath(path, root).replace(os.sep, "/") not in needed:
