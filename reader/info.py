@@ -178,13 +178,13 @@ def dataset_info(data_dir: str, version: Optional[int] = None) -> DatasetInfo:
       DatasetNotFoundError: no manifest (not converted, or a conversion never finished), or ``version`` pruned.
       ValueError: a manifest of an unknown format version or malformed; ``version`` beyond the latest.
     """
-    version = _chosen_version(data_dir, version)
-    path = os.path.join(data_dir, versions.manifest_path(version))
     if not storage.is_s3(data_dir) and tf.io.gfile.exists(data_dir) and not tf.io.gfile.isdir(data_dir):
         raise DatasetNotFoundError(
             f"{data_dir} is a file, not a dataset folder: pass the folder that holds {record_schema.MANIFEST_FILE} "
             f"({os.path.dirname(data_dir) or '.'}). Shards without a manifest are read with "
             "info=reader.foreign_dataset_info({'train': [...]})")
+    version = _chosen_version(data_dir, version)  # after: a file has no version pointer under it to read
+    path = os.path.join(data_dir, versions.manifest_path(version))
     try:
         body = storage.read_bytes(path)
     except (FileNotFoundError, tf.errors.NotFoundError):
