@@ -254,14 +254,10 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14, near: bool = True
     files and its largest in-memory unit (a part, a bucket, a hash range).
     ``near`` False: as ``--near-distance off`` runs them (no hashes, no band records, no search).
     """
-    from beam_jobs.files import work_records
     from beam_jobs.options import DEFAULT_NEAR_DISTANCE, EncodeOptions
     from beam_jobs.planning import discover
     from beam_jobs.stages import count, join_tables, list_parts, merge_reports, near_duplicates, near_groups, order_bucket, validate_part
     from beam_jobs.files import work_layout
-    import record_schema
-    from beam_jobs.files import filesystems
-    from beam_jobs.stages.write import ShardRows, write_shard
 
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.join(work, "scratch"))
@@ -287,14 +283,7 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14, near: bool = True
             slices.setdefault(shard, []).append((task.bucket, records))
     costs["order"] = clock() - started
     started = clock()
-    for shard in range(64):  # each with its rows of the records table, as the pipeline's writer
-        items = (work_records.decode_accepted(record, "train") for bucket, _ in sorted(slices.get(shard, []))
-                 for record in work_records.iter_file(layout.slice("train", shard, bucket), work_records.ACCEPTED))
-        with filesystems.whole_file(layout.table_part("train", shard)) as handle:
-            rows = ShardRows(handle, shard, record_schema.TASK_CLASSIFICATION)
-            write_shard(src, os.path.join(work, "out"), "train", shard, 64, items, plan.classes, options,
-                        work=layout.work, table=rows)
-            rows.close("train")
+    _write_train_shards(src, work, layout, slices, plan.classes, options)
     costs["write"] = clock() - started
     started = clock()
     for hash_range in range(layout.hash_ranges):
@@ -318,6 +307,23 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14, near: bool = True
               "work_bytes_per_image": round(work_bytes / images, 1)}
     shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def _write_train_shards(src: str, work: str, layout, slices: dict, classes: Sequence[str], options) -> None:
+    """The writer stage of :func:`stage_costs`: 64 train shards from the ordered slices, each with its rows of the
+    records table, as the pipeline's writer does."""
+    from beam_jobs.files import filesystems, work_records
+    from beam_jobs.stages.write import ShardRows, write_shard
+    import record_schema
+
+    for shard in range(64):  # each with its rows of the records table, as the pipeline's writer
+        items = (work_records.decode_accepted(record, "train") for bucket, _ in sorted(slices.get(shard, []))
+                 for record in work_records.iter_file(layout.slice("train", shard, bucket), work_records.ACCEPTED))
+        with filesystems.whole_file(layout.table_part("train", shard)) as handle:
+            rows = ShardRows(handle, shard, record_schema.TASK_CLASSIFICATION)
+            write_shard(src, os.path.join(work, "out"), "train", shard, 64, items, classes, options,
+                        work=layout.work, table=rows)
+            rows.close("train")
 
 
 def near_cost_by_stage(src: str, work: str, rounds: int) -> tuple[dict, dict]:
