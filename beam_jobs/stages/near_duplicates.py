@@ -413,7 +413,7 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
     pairs = pair_indices(records, layout.near_bands, distance, thumbnails=thumbnails if check_thumbnails else None,
                          collapse_over=collapse_over)
     if check_thumbnails:
-        pairs = verified(pairs, perceptual_hash.standardized(thumbnails))
+        pairs = verified(pairs, thumbnails)
     halves: dict[bytes, str] = {}
     lines = [f"[{_half(contents[a], halves)}, {_half(contents[b], halves)}]"  # as json.dumps writes the pair
              for a, b in spanning_links(map(leaks.see, pairs), images).T.tolist()]
@@ -428,14 +428,23 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
 
 
 def verified(pairs: Iterable[np.ndarray], thumbnails: np.ndarray) -> Iterator[np.ndarray]:
-    """The pairs (``(2, k)`` record indices) whose thumbnails (:func:`perceptual_hash.standardized`, by record)
-    agree: within :data:`perceptual_hash.MAX_THUMBNAIL_DISTANCE`, as copies are and other photos of one scene
-    are not."""
+    """The pairs (``(2, k)`` record indices) whose thumbnails (``(n, 64)`` uint8, by record) agree: within
+    :data:`perceptual_hash.MAX_THUMBNAIL_DISTANCE`, as copies are and other photos of one scene are not.
+
+    Each block's rows are standardized as it comes (each row alone: the same values as all at once), not the
+    range's records all at once up front: that was 256 bytes of float32 a record, a fifth of a range task's
+    memory, for the few records in a pair (#56 §1: a task within the part size's budget)."""
     for block in pairs:
-        keep = perceptual_hash.standardized_distances(thumbnails[block[0]], thumbnails[block[1]]) \
+        keep = np.concatenate([
+            perceptual_hash.thumbnail_distances(thumbnails[block[0, start:start + _VERIFY_BATCH]],
+                                                thumbnails[block[1, start:start + _VERIFY_BATCH]])
             <= perceptual_hash.MAX_THUMBNAIL_DISTANCE
+            for start in range(0, block.shape[1], _VERIFY_BATCH)]) if block.shape[1] else np.zeros(0, dtype=bool)
         if keep.any():
             yield block[:, keep]
+
+
+_VERIFY_BATCH = 1 << 16  # pairs whose thumbnails are compared at once: about 50 MB of float32 rows
 
 
 def _half(content: bytes, halves: dict[bytes, str]) -> str:
