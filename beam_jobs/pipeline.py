@@ -91,7 +91,7 @@ def run(
       interrupt.Interrupted: SIGINT, SIGTERM or SIGHUP stopped the run (in the main
         thread); nothing published unless ``published`` says the commit had begun.
     """
-    with interrupt.handled():
+    with interrupt.handled(), worker_start.stopped_after():  # no forkserver outlives the run (a notebook's kernel)
         return _run(options, pipeline_args, show_progress)
 
 

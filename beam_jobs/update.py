@@ -30,7 +30,7 @@ from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import AUTO, ConvertOptions
 from beam_jobs.planning import changes as change_plan
 from beam_jobs.planning import discover, resume
-from beam_jobs.runtime import interrupt, runners
+from beam_jobs.runtime import interrupt, runners, worker_start
 from beam_jobs.stages.manifest import ConvertSummary, publish_skipped
 from record_files import versions
 from record_files.records_table import RecordsTable
@@ -84,7 +84,7 @@ def run(options: ConvertOptions, pipeline_args: Sequence[str] = (), rehash: bool
       version_store.VersionError: OUT's versions cannot be read (naming the file).
       the exceptions of :func:`beam_jobs.pipeline.run`.
     """
-    with interrupt.handled():
+    with interrupt.handled(), worker_start.stopped_after():  # no forkserver outlives the update
         return _run(options, pipeline_args, rehash, show_progress)
 
 

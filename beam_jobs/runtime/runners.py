@@ -18,15 +18,12 @@ import difflib
 import os
 import shlex
 import sys
-import threading
 from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
-from apache_beam.portability import python_urns
-from apache_beam.runners.portability.fn_api_runner.worker_handlers import SubprocessSdkWorkerHandler, WorkerHandler
 
-from beam_jobs.runtime import log_filters, worker_start
+from beam_jobs.runtime import log_filters, worker_handler, worker_start
 from beam_jobs.runtime.work_size import (  # noqa: F401 - the rule's figures, named here as before
     CHECK_BYTES_PER_S, DOWNSIZE_BYTES_PER_S, PER_IMAGE_S, WORKERS_FROM_S, Work, wants_workers)
 
@@ -139,20 +136,6 @@ def starts_workers(choice: RunnerChoice) -> bool:
     return choice.local and choice.options.view_as(DirectOptions).direct_running_mode == _OWN_WORKERS
 
 
-@WorkerHandler.register_environment(python_urns.SUBPROCESS_SDK, bytes)
-class ForkedOrSubprocessHandler(SubprocessSdkWorkerHandler):
-    """Beam's handler of subprocess workers, forking ours from the forkserver once it runs."""
-
-    def start_worker(self) -> None:
-        command = self._worker_command_line.decode("utf-8")
-        if not worker_start.running() or command != worker_start.FORKED_COMMAND:
-            super().start_worker()
-            return
-        self.worker = worker_start.ForkedSdkWorker(self.control_address, self.provision_info, self.worker_id)
-        self.worker_thread = threading.Thread(name="run_worker", target=self.worker.run)
-        self.worker_thread.start()
-
-
 def runner_names() -> list[str]:
     """The runner names ``--runner`` takes: Beam's known runners, and ``dask``."""
     return sorted({path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS} | {"DaskRunner"})
@@ -201,6 +184,7 @@ def _local_runner(options: PipelineOptions) -> tuple[beam.runners.PipelineRunner
         # The launcher stops its workers itself (beam_jobs.runtime.interrupt).
         command = f"trap '' INT TERM HUP; exec {shlex.quote(sys.executable)} -m beam_jobs.runtime.local_worker"
         worker_start.FORKED_COMMAND = command  # forked from the forkserver instead, once it runs (worker_start)
+        worker_handler.install()  # the handler that forks them, or Beam's own with a warning naming what moved
         environment = environments.SubprocessSDKEnvironment.from_command_string(command_string=command)
         # FnApiRunner.run_pipeline replaces its environment with Beam's own worker command when it
         # sees this mode; the workers already have the options (above), so the runner sees our name.

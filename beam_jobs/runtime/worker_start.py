@@ -3,7 +3,8 @@
 Each local worker process used to import Beam before reading an image (2-3 s of
 CPU; docs/design.md, "Who converts a small run"). The launcher now starts the
 standard library's forkserver as soon as it knows the run is local
-(:func:`start_early`): a fresh ``python`` (exec'd, so none of the launcher's
+(:func:`start_early`), and stops it when the run returns (:func:`stop`; a notebook's kernel would otherwise keep a
+process with Beam loaded for its life): a fresh ``python`` (exec'd, so none of the launcher's
 threads or descriptors) that imports Beam's SDK harness and the stages once,
 while the launcher lists SRC. Each worker is then forked from it, already
 loaded, and runs :func:`beam_jobs.runtime.local_worker.main` as the command
@@ -12,7 +13,7 @@ worker starts, and the runner's channels), working folder, stdout and stderr,
 stop signals ignored, dying with its parent.
 
 Beam's runner starts local workers through the handler registered for its
-subprocess environment; ``runners.ForkedOrSubprocessHandler`` takes that place
+subprocess environment; ``worker_handler.ForkedOrSubprocessHandler`` takes that place
 and forks only the command :mod:`beam_jobs.runtime.runners` gives our own
 workers (:data:`FORKED_COMMAND`), when the forkserver runs (:func:`running`).
 Any other command (another pipeline of the caller's, or no forkserver on this
@@ -22,6 +23,7 @@ no Beam, so the CLI starts the forkserver before the launcher's own import.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -29,7 +31,7 @@ import signal
 import sys
 import threading
 from multiprocessing import reduction
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from beam_jobs.runtime import work_size
 
@@ -41,6 +43,9 @@ PRELOAD = ["beam_jobs.runtime.forkserver_signals", "apache_beam.runners.worker.s
            "beam_jobs.runtime.local_worker", "beam_jobs.transforms"]
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 _context: Optional[multiprocessing.context.BaseContext] = None
+# The forkserver start_early started (None: none, or the caller's own ran already) and the preload it replaced.
+_started_pid: Optional[int] = None
+_preload_before: Optional[list[str]] = None
 # The worker command (runners.py) that a forked worker stands in for; set by runners at import.
 FORKED_COMMAND: Optional[str] = None
 
@@ -53,7 +58,7 @@ def start_for(src: Optional[str], pipeline_args: Sequence[str] = (), downsizing:
 
     Started for nothing, the forkserver would import Beam on the other core beside the small run, and hold the
     run's stdout and stderr open until its import ends. Where the glance says small and the plan then disagrees,
-    the workers start as commands (:class:`beam_jobs.runtime.runners.ForkedOrSubprocessHandler`): slower, the
+    the workers start as commands (:class:`beam_jobs.runtime.worker_handler.ForkedOrSubprocessHandler`): slower, the
     same bytes.
     """
     sized = not any(arg.startswith(("--direct_running_mode", "--direct_num_workers")) for arg in pipeline_args)
@@ -68,26 +73,68 @@ def start_for(src: Optional[str], pipeline_args: Sequence[str] = (), downsizing:
 def start_early() -> None:
     """Start the forkserver now, so its imports overlap the launcher's listing; nothing where the platform has
     none. Idempotent: a process's later runs reuse it (it ends with the process)."""
-    global _context
+    global _context, _started_pid, _preload_before
     if _context is not None or "forkserver" not in multiprocessing.get_all_start_methods() or not _main_is_safe():
         return
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # noqa: SLF001 - the standard library's one forkserver of this process
+    already = getattr(server, "_forkserver_pid", None)  # the caller's own forkserver, if it runs: never stopped
     context = multiprocessing.get_context("forkserver")
+    _preload_before = list(getattr(server, "_preload_modules", ["__main__"]))
     context.set_forkserver_preload(PRELOAD)
     # The forkserver inherits the mask: a Ctrl-C to the terminal's group while it imports stays pending
     # there, never a traceback; the launcher gets its own as soon as the mask is back.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS) if _main_thread() else None
     try:
-        from multiprocessing import forkserver
-
         forkserver.ensure_running()
     finally:
         if blocked is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     _context = context
+    _started_pid = None if already else getattr(server, "_forkserver_pid", None)
 
 
 def running() -> bool:
     return _context is not None
+
+
+def stop() -> None:
+    """Stop the forkserver :func:`start_early` started, if it did; the next run starts one again.
+
+    Called when a run returns (:func:`stopped_after`), when its workers have exited: the forkserver holds Beam
+    and the stages loaded and nothing else, so it is killed at once, even midway through its imports (a run that
+    ended in a second must not wait for them). A forkserver the caller's own code had started is left running,
+    and the preload it had is given back.
+    """
+    global _context, _started_pid
+    if _context is None:
+        return
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # noqa: SLF001
+    pid, _context, _started_pid = _started_pid, None, None
+    if _preload_before is not None:
+        server.set_forkserver_preload(_preload_before)
+    stop_server = getattr(server, "_stop", None)  # private, as the standard library's tests use it
+    if pid is None or getattr(server, "_forkserver_pid", None) != pid or stop_server is None:
+        logger.debug("forkserver left running: not ours, or this Python stops it otherwise")
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    try:
+        stop_server()  # reaps it and closes its socket
+    except OSError as err:
+        logger.debug("forkserver %d: %s", pid, err)
+
+
+@contextlib.contextmanager
+def stopped_after() -> Iterator[None]:
+    """The body, then :func:`stop`: what a conversion or an update runs inside."""
+    try:
+        yield
+    finally:
+        stop()
 
 
 def _main_thread() -> bool:
