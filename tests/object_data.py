@@ -141,3 +141,67 @@ def class_mask_png(width: int, height: int, box: Sequence[int], class_id: int) -
     Image.fromarray(ids, mode="L").save(out, format="PNG")
     return out.getvalue()
 
+
+
+def voc_colormap() -> list[int]:
+    """VOC's palette (the devkit's ``labelcolormap``: index i's bits spread over R, G, B from the high bit down),
+    flat, 256 colours: 1 is (128, 0, 0), 255 the void outline (224, 224, 192)."""
+    palette = []
+    for index in range(256):
+        red = green = blue = 0
+        value = index
+        for shift in range(7, -1, -1):
+            red |= (value & 1) << shift
+            green |= ((value >> 1) & 1) << shift
+            blue |= ((value >> 2) & 1) << shift
+            value >>= 3
+        palette += [red, green, blue]
+    return palette
+
+
+def palette_png(ids: np.ndarray) -> bytes:
+    """A palette PNG of ``ids`` (uint8 indexes) in VOC's colours, as SegmentationClass/ and SegmentationObject/ ship."""
+    image = Image.fromarray(ids.astype(np.uint8), mode="P")
+    image.putpalette(voc_colormap())
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def voc_segmented(width: int, height: int, classes: Sequence[int], seed: int):
+    """A segmented VOC image of one object per entry of ``classes`` (each a VOC class id), drawn as seeded ellipses
+    and polygons, later ones in front, each outlined by a 1-pixel void band (255) as VOC's are.
+
+    Returns ``(picture, instance ids, class ids, boxes)``: uint8 arrays of the two PNGs' indexes (instance k is the
+    k-th object), and each object's box as VOC's XML writes it (1-based, inclusive) around its visible pixels."""
+    from PIL import ImageDraw
+
+    rng = np.random.default_rng(seed)
+    canvas = Image.new("L", (width, height), 0)
+    draw = ImageDraw.Draw(canvas)
+    for k in range(1, len(classes) + 1):
+        x0, y0 = int(rng.integers(0, width // 2)), int(rng.integers(0, height // 2))
+        x1, y1 = int(rng.integers(x0 + 8, width)), int(rng.integers(y0 + 8, height))
+        if k % 2:
+            draw.ellipse((x0, y0, x1, y1), fill=k)
+        else:
+            draw.polygon([(x0, y1), ((x0 + x1) // 2, y0), (x1, y1), (x0 + 2, (y0 + y1) // 2)], fill=k)
+    instance = np.asarray(canvas).copy()
+    # The void band: an object pixel beside a pixel of another value (another object, the background).
+    padded = np.pad(instance, 1, mode="edge")
+    edge = np.zeros_like(instance, dtype=bool)
+    for dy, dx in ((0, 1), (2, 1), (1, 0), (1, 2)):
+        edge |= padded[dy:dy + height, dx:dx + width] != instance
+    instance[edge & (instance > 0)] = 255
+    lookup = np.array([0, *classes] + [0] * (254 - len(classes)) + [255], np.uint8)
+    class_ids = lookup[instance]
+    colours = rng.integers(0, 256, size=(len(classes) + 1, 3), dtype=np.uint8)
+    pixels = rng.integers(60, 160, size=(height, width, 3), dtype=np.uint8)
+    for k in range(1, len(classes) + 1):
+        pixels[instance == k] = colours[k]
+    boxes = []
+    for k in range(1, len(classes) + 1):
+        ys, xs = np.nonzero(instance == k)
+        boxes.append((int(xs.min()) + 1, int(ys.min()) + 1, int(xs.max()) + 1, int(ys.max()) + 1) if len(xs) else
+                     (1, 1, 2, 2))
+    return Image.fromarray(pixels), instance, class_ids, boxes

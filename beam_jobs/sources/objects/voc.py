@@ -11,7 +11,10 @@ Out: the plan (:mod:`beam_jobs.sources.objects.annotated_plan`) of the images th
      ``ImageSets/Main``, every annotated image, in the split its root's name says (``valid/``), else train.
 
 With ``--masks``, the images of ``ImageSets/Segmentation`` instead, each with its ``SegmentationClass/<id>.png``
-(palette indexes: VOC's class ids, 0 background, 255 the void outline) as ``image/segmentation/class/encoded``.
+(palette indexes: VOC's class ids, 0 background, 255 the void outline) as ``image/segmentation/class/encoded``,
+and, where SRC has ``SegmentationObject/``, each object's mask as ``image/object/mask``
+(:mod:`beam_jobs.sources.objects.voc_masks`: checked against the class mask). A root without segmentation lists
+is read by its ``Main`` lists, and its images without masks are skipped and counted (``no-mask``).
 
 ``bndbox`` is 1-based and inclusive: a box of ``xmin 1 .. xmax 10`` covers the first ten pixels, whose
 edges in 0-based pixel coordinates are 0 and 10. So the box written is ``xmin - 1 .. xmax`` (TFDS and the
@@ -45,12 +48,12 @@ import xml.etree.ElementTree as ElementTree
 from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import record_schema
-from beam_jobs import annotations, formats
+from beam_jobs import annotations, formats, masks
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
 from beam_jobs.planning.listing import SkippedFiles
 from beam_jobs.sources.archives import archive_members
-from beam_jobs.sources.objects import annotated_plan, voc_classes
+from beam_jobs.sources.objects import annotated_plan, voc_classes, voc_masks
 from beam_jobs.stage_records import ImageRef
 
 _LISTS = ("train", "val", "test")  # ImageSets' list files, each the split record_schema.split_named says
@@ -128,18 +131,30 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     located = dict(listing.entries())
     skipped = SkippedFiles(listing.skipped, scratch)
     warnings: list[str] = []
-    lists = "Segmentation" if options.masks else "Main"
     flat, standard = flat_roots(listing), roots(listing)
+    kinds = {root: voc_masks.list_kind(root, located, options.masks) for root in standard}
+    instances = options.masks and bool(voc_masks.held(standard, located, voc_masks.OBJECT_FOLDER))
+    if instances:
+        try:
+            masks.check_available()
+        except masks.MasksUnavailableError as err:
+            raise InputError(str(err)) from err
     if flat and options.masks:
         raise InputError(f"--masks reads VOC's ImageSets/Segmentation and SegmentationClass/, but {display_path(src)} "
                          f"holds XMLs beside their images in {', '.join((r or '.') + '/' for r in flat[:3])} (Roboflow's "
                          "Pascal VOC export), which have no masks: leave --masks out")
-    wanted = [entry for root in standard for entry in _wanted(src, root, located, read, lists, warnings)]
+    wanted = [entry for root in standard for entry in _wanted(src, root, located, read, kinds[root], warnings)]
     wanted += [entry for root in flat for entry in _wanted_flat(src, root, located, warnings)]
     used = {path for _, image, xml in wanted for path in (image, xml)}
-    used |= {posixpath.join(root, "ImageSets", lists, f"{name}.txt") for root in standard for name in (*_LISTS, "trainval")}
+    used |= {posixpath.join(root, "ImageSets", kind, f"{name}.txt") for root, kind in kinds.items()
+             for name in (*_LISTS, "trainval")}
     if options.masks:
-        used |= {_mask_of(image) for _, image, _ in wanted if image}
+        used |= {voc_masks.mask_path(image, folder) for _, image, _ in wanted if image
+                 for folder in (voc_masks.CLASS_FOLDER, voc_masks.OBJECT_FOLDER)}
+    elif voc_masks.held(standard, located, voc_masks.CLASS_FOLDER):
+        warnings.append(f"{display_path(src)}: the masks of {voc_masks.CLASS_FOLDER}/ and {voc_masks.OBJECT_FOLDER}/ "
+                        "are not read without --masks (skipped, in skipped.jsonl); --masks converts "
+                        "ImageSets/Segmentation's images with each image's class mask and each object's mask")
     _account(located, used, standard, flat, skipped)
     names: dict[str, int] = {}  # class name -> its index in the packed objects
     counts: collections.Counter[str] = collections.Counter()  # objects by class name
@@ -161,15 +176,18 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
                         + ("" if labels is not None else ", or, if they are classes of their own, list every class "
                            "name of the dataset, one a line, in --labels"))
     if not listed:
-        raise InputError(f"{src}: its VOC split lists (ImageSets/{lists}/*.txt) name no images")
-    if options.masks:  # each image without its mask named, not only counted (bad-mask, unreadable)
-        listed, without_mask = _with_masks(listed, located)
+        raise InputError(f"{src}: its VOC split lists (ImageSets/{'|'.join(sorted(set(kinds.values())))}/*.txt) "
+                         "name no images")
+    if options.masks:  # each image without its mask named, not only counted
+        segmented = {root for root, kind in kinds.items() if kind == "Segmentation"}
+        listed, without_mask, said = voc_masks.with_masks(listed, located, instances, segmented, skipped)
         refused += without_mask
-        if without_mask:
-            warnings.append(_no_mask_warning(without_mask))
-    images = _annotated((entry for entry in listed if not entry.problem), list(names), classes,
-                        located, options.masks, labels is not None)
-    seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes"}
+        warnings += said
+    kept = [entry for entry in listed if not entry.problem]
+    pngs = voc_masks.read_pairs(read, located, [entry.image for entry in kept]) if instances else None
+    images = _annotated(kept, list(names), classes, located, options.masks, labels is not None, pngs)
+    seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes",
+           **({record_schema.OBJECT_MASK: "bytes_list"} if instances else {})}
     made = annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings, None,
                                refused, scratch=scratch, extra_features=seg if options.masks else None)
     # Pascal's ids the dataset does not use are the OD API's label map, not classes gone missing: no warning.
@@ -299,12 +317,13 @@ def _missing(xml: str, boxes: Sequence[annotations.Box], names: Sequence[str]) -
         "extension) is not there" + (f" (its objects: {shown})" if shown else ""))
 
 
-def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequence[str], located: dict, masks: bool,
-               given: bool) -> Iterator[annotated_plan.AnnotatedImage]:
-    """The listed images with their objects, class ids now known, made as the plan takes them."""
+def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequence[str], located: dict,
+               with_masks: bool, given: bool, pngs: Optional[Iterator] = None) -> Iterator[annotated_plan.AnnotatedImage]:
+    """The listed images with their objects, class ids now known, made as the plan takes them; ``pngs``: each
+    image's ``(SegmentationObject, SegmentationClass)`` PNGs (:func:`voc_masks.read_pairs`), for its objects' masks."""
     class_id = {name: index for index, name in enumerate(classes) if name}
     for split, image, xml_path, frame, _, packed in listed:
-        boxes, rejected = [], []
+        boxes, rejected, places = [], [], []
         for index, (name_index, x0, y0, x1, y1, difficult, truncated) in enumerate(_PACKED.iter_unpack(packed), 1):
             name, label = names[name_index], f"{display_path(xml_path)} object {index}"
             if name not in class_id:
@@ -312,45 +331,23 @@ def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequenc
                 continue
             boxes.append(annotations.Box(label, class_id[name], x0 - 1, y0 - 1, x1, y1, -1.0, False, bool(difficult),
                                          bool(truncated)))
+            places.append(index)
+        pair = next(pngs) if pngs is not None else None
+        if pair is not None:  # each object's instance mask, its class checked against the class mask
+            boxes, bad = voc_masks.with_instances(list(zip(places, boxes)), len(packed) // _PACKED.size, *pair, *(
+                display_path(voc_masks.mask_path(image, folder))
+                for folder in (voc_masks.OBJECT_FOLDER, voc_masks.CLASS_FOLDER)))
+            rejected += bad
         source = annotated_plan.source_of(image, located) if image else ""
         if not image:  # the XML's image is not there
             image, source = _missing(xml_path, boxes, classes)
         class_mask = ()
-        if masks:
-            mask = _mask_of(image)
+        if with_masks:
+            mask = voc_masks.mask_path(image, voc_masks.CLASS_FOLDER)
             class_mask = (mask, located.get(mask, ""))
         objects_value = annotations.Objects(annotated_plan.derived_source_id(image), tuple(boxes), frame, False,
-                                            tuple(rejected), class_mask=class_mask)
+                                            tuple(rejected), masks=pair is not None, class_mask=class_mask)
         yield annotated_plan.AnnotatedImage(split, image, objects_value, source)
-
-
-def _with_masks(listed: Sequence[_Listed], located: dict) -> tuple[list[_Listed], list[ImageRef]]:
-    """``--masks``: the listed images whose ``SegmentationClass/<id>.png`` is there, and each other one refused as
-    ``missing-file`` naming the mask it lacks (a list of ImageSets/Segmentation names it: it is damage, counted
-    against the error budget, not a file left out)."""
-    kept, refused = [], []
-    for entry in listed:
-        mask = _mask_of(entry.image) if entry.image and not entry.problem else ""
-        if not mask or mask in located:
-            kept.append(entry)
-            continue
-        refused.append(ImageRef(entry.split, entry.image, 0, archive_members.refusal(
-            "missing-file", f"ImageSets/Segmentation lists it, but its mask {display_path(mask)} is not there")))
-    return kept, refused
-
-
-def _no_mask_warning(refused: Sequence[ImageRef]) -> str:
-    count = len(refused)
-    return (f"{count} image{' has' if count == 1 else 's have'} no mask in SegmentationClass/ though "
-            f"ImageSets/Segmentation lists {'it' if count == 1 else 'them'}: rejected as missing-file "
-            f"({', '.join(display_path(ref.relpath) for ref in refused[:3])}{' ...' if count > 3 else ''}; "
-            f"each in {record_schema.REJECTED_FILE})")
-
-
-def _mask_of(image: str) -> str:
-    """``SegmentationClass/<id>.png`` beside ``JPEGImages/<id>.jpg``: an image's class mask (``--masks``)."""
-    return posixpath.join(posixpath.dirname(posixpath.dirname(image)), "SegmentationClass",
-                          posixpath.splitext(posixpath.basename(image))[0] + ".png")
 
 
 def _some(paths: Sequence[str]) -> str:
