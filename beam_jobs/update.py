@@ -5,7 +5,7 @@ Out: version N+1 in ``OUT/versions/<N+1>/``, published by its pointer written la
      (:mod:`beam_jobs.files.version_store`); or nothing, when nothing changed.
 
 It lists SRC as a conversion does, compares it with the latest version (:mod:`beam_jobs.planning.changes`:
-stamps, no bytes read), runs the conversion's own pipeline (:func:`beam_jobs.pipeline.convert_into`) over
+stamps, no bytes read), runs the conversion's own pipeline (:func:`beam_jobs.pipeline.launch.convert_into`) over
 the images to convert only (new, changed, and the survivors of shards that lost a record), then composes
 the version's manifest: the latest version's shards kept as they are, then the new ones. Class folders on
 a local OUT for now; other sources are refused naming them. (docs/converter.md, "Updating a dataset".)
@@ -24,10 +24,11 @@ import time
 from typing import Optional, Sequence, Union
 
 import record_schema
-from beam_jobs import faults, pipeline
+from beam_jobs import faults
 from beam_jobs.files import filesystems, publish, version_store
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import AUTO, ConvertOptions
+from beam_jobs.pipeline import beam_run, label_files, launch, run_plan
 from beam_jobs.planning import changes as change_plan
 from beam_jobs.planning import discover, resume
 from beam_jobs.runtime import interrupt, runners, worker_start
@@ -93,7 +94,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
     started = time.monotonic()
     out = options.out
     version_store.latest_number(out)  # refuses an OUT in an object store before anything else
-    choice = runners.choose_runner(pipeline.worker_log_args(pipeline_args))
+    choice = runners.choose_runner(beam_run.worker_log_args(pipeline_args))
     if not choice.local:
         raise UpdateRefusedError(f"--update runs on the local runner only for now, not {choice.description}")
     FileSystems.set_options(choice.options)
@@ -111,7 +112,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
         try:
             with interrupt.live_run(last_resort=lambda: resume.last_resort(staging, out, scratch)):
                 plan = _plan(options, scratch)
-                options = pipeline.near_distance_for(options, len(plan.refs))  # as converting all of SRC would
+                options = run_plan.near_distance_for(options, len(plan.refs))  # as converting all of SRC would
                 found = change_plan.compare(plan.refs, options.src, plan.classes,
                                             version_store.sources_of(out, latest), latest.manifest["classes"],
                                             options.val_fraction, options.seed, rehash)
@@ -124,7 +125,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
                 converted, staging = _convert(options, plan, found, staging, choice, show_progress)
                 compacted, survivors = _compact(out, staging, found, latest, number)
                 manifest = _compose(options, plan, found, latest, number, converted, compacted, staging)
-                pipeline.write_card(staging, out, manifest, options.card)
+                label_files.write_card(staging, out, manifest, options.card)
                 rows = _source_rows(found, converted, staging, number) + survivors
             shutil.rmtree(scratch, ignore_errors=True)
             faults.point("before-commit")
@@ -178,7 +179,7 @@ def _plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
                                       ("--label-column", options.label_column)) if value]
     if given:
         _refuse(options, f"the source {given[0]} names")
-    plan = pipeline.plan_inputs(options, scratch, None)
+    plan = run_plan.plan_inputs(options, scratch, None)
     if plan.task != record_schema.TASK_CLASSIFICATION:
         _refuse(options, f"an annotated dataset (COCO, YOLO, Pascal VOC, CVAT or masks beside images: task {plan.task!r})")
     if plan.provenance:
@@ -213,7 +214,7 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
     # Their shards are sized by their bytes (--shards auto), not by the count the whole dataset was cut into:
     # 120 new photos make one shard, not 64 of two images.
     rejected_before = sum(1 for row in found.kept if not row.file)
-    return pipeline.convert_into(dataclasses.replace(options, val_fraction=0.0, shards=AUTO), narrowed, staging,
+    return launch.convert_into(dataclasses.replace(options, val_fraction=0.0, shards=AUTO), narrowed, staging,
                                  choice, show_progress, budget=(len(plan.refs), rejected_before))
 
 

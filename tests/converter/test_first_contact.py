@@ -137,7 +137,7 @@ def test_verbose_logs_each_rejection_once_and_the_summary_counts_shards_in_words
     (src / "circle" / "broken.jpg").write_bytes(b"not an image at all")
     proc = run_converter_process("--src", str(src), "--shards", "1", "-v", *FAST, check=True)
     assert proc.stderr.count("broken.jpg") == 1
-    assert "INFO beam_jobs.pipeline: rejected circle/broken.jpg (not-an-image): " in proc.stderr
+    assert "INFO beam_jobs.pipeline.run_notes: rejected circle/broken.jpg (not-an-image): " in proc.stderr
     assert "Worker: " not in proc.stderr  # the runner's copies of worker log records
     assert "train 90 (1 shard)" in proc.stdout
 

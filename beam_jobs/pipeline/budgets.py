@@ -1,0 +1,86 @@
+"""``--max-bad-fraction``: a run that rejected more inputs (or objects) than it allows publishes nothing.
+
+In:  the run's rejections by reason (:class:`beam_jobs.stages.count.PartCounts`), the images listed.
+Out: nothing, or :class:`TooManyRejectedError` with the rejection report moved beside OUT
+     (``OUT.rejected.jsonl``), naming each reason's count and what the commonest asks of the user.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+import record_schema
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.options import ConvertOptions
+from beam_jobs.stages.count import PartCounts
+
+logger = logging.getLogger(__name__)
+
+
+class TooManyRejectedError(RuntimeError):
+    """More inputs were rejected than --max-bad-fraction allows; nothing was published."""
+
+
+def check_error_budget(
+    options: ConvertOptions, num_listed: int, rejected_by_reason: Mapping[str, int], staging: str, lost: int = 0
+) -> None:
+    """Fail, keeping the rejection report beside OUT, when too many inputs were rejected.
+
+    ``lost``: inputs held by containers refused whole beyond the one rejection each is (a cut Parquet file's
+    rows): they count as rejected inputs.
+    """
+    rejected = sum(rejected_by_reason.values()) + lost
+    num_listed += lost
+    fraction = rejected / num_listed
+    if fraction <= options.max_bad_fraction and rejected < num_listed:
+        return
+    report = rejected_report_path(options.out)
+    FileSystems.rename([FileSystems.join(staging, record_schema.REJECTED_FILE)], [report])
+    ordered = sorted(rejected_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))
+    counted = ", ".join(f"{reason} {count}" for reason, count in ordered)
+    if lost:
+        counted += f"; and about {lost} more inputs in files refused whole, each named in a warning"
+    raise TooManyRejectedError(
+        f"{rejected} of {num_listed} files ({fraction:.1%}) were rejected ({counted}), more than "
+        f"--max-bad-fraction {options.max_bad_fraction:g}; nothing was published. "
+        f"Each file and its reason is in {report}" + "".join(
+            f". {hint}" for reason, hint in _REASON_HINTS.items() if rejected_by_reason.get(reason))
+    )
+
+
+# What a rejection reason asks of the user, said in the error line when rejections fail the run.
+_REASON_HINTS = {
+    "absolute-path": "The Parquet rows hold absolute paths of the machine that wrote them and no image bytes: "
+                     "pass --local-paths to read those files from this machine",
+}
+
+
+def check_object_budget(options: ConvertOptions, counts: PartCounts, staging: str) -> None:
+    """Fail, keeping the report, when more objects were rejected than --max-bad-fraction allows of all objects."""
+    rejected = counts.rejected_objects_by_reason()
+    bad = sum(rejected.values())
+    total = bad + sum(counts.objects.values())
+    if not bad or bad / total <= options.max_bad_fraction:
+        return
+    report = rejected_report_path(options.out)
+    FileSystems.rename([FileSystems.join(staging, record_schema.REJECTED_FILE)], [report])
+    counted = ", ".join(f"{reason} {count}" for reason, count in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])))
+    raise TooManyRejectedError(
+        f"{bad} of {total} objects ({bad / total:.1%}) were rejected ({counted}), more than --max-bad-fraction "
+        f"{options.max_bad_fraction:g}; nothing was published. Each object and its reason is in {report}")
+
+
+def rejected_report_path(out: str) -> str:
+    """Where the rejection report of a run that exceeded the error budget is kept."""
+    return out.rstrip("/") + ".rejected.jsonl"
+
+
+def remove_rejected_report(out: str) -> None:
+    """Remove an earlier failed run's report beside OUT, once a run has published (a warning if it cannot)."""
+    path = rejected_report_path(out)
+    try:
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+    except OSError as err:
+        logger.warning("could not remove %s: %s", path, err)
