@@ -13,27 +13,8 @@ import os
 import numpy as np
 from PIL import Image, ImageEnhance
 
-_SKIMAGE = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "hubble_deep_field.jpg", "retina.jpg",
-            "motorcycle_left.png", "motorcycle_right.png", "color.png")
-_SKLEARN = ("china.jpg", "flower.jpg")
-
-
-def source_photos() -> list[Image.Image]:
-    """The colour photographs shipped inside scikit-image and scikit-learn."""
-    import skimage
-    import sklearn.datasets
-
-    folders = [(os.path.join(os.path.dirname(skimage.__file__), "data"), _SKIMAGE),
-               (os.path.join(os.path.dirname(sklearn.datasets.__file__), "images"), _SKLEARN)]
-    photos = []
-    for folder, names in folders:
-        for name in names:
-            path = os.path.join(folder, name)
-            if os.path.exists(path):
-                photos.append(Image.open(path).convert("RGB"))
-    if len(photos) < 4:
-        raise RuntimeError("scikit-image and scikit-learn sample photographs not found; pip install '.[bench]'")
-    return photos
+# The source photographs are the tests' too: they live in tests/ (bench runs from a clone, beside them).
+from tests.photo_data import source_photos
 
 
 def make_photo_dataset(folder: str, count: int, seed: int = 0, sides: tuple[int, int] = (300, 500),

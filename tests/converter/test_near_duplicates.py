@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bench.data import source_photos
+from tests.photo_data import source_photos
 from tests.conftest import read_records, run_converter
 
 pytestmark = pytest.mark.e2e  # runs the converter's command line

@@ -12,7 +12,7 @@ import pytest
 import simplejpeg
 from PIL import Image
 
-from bench.data import source_photos
+from tests.photo_data import source_photos
 from beam_jobs.stages import perceptual_hash
 from beam_jobs.options import DEFAULT_NEAR_DISTANCE, EncodeOptions
 from beam_jobs.stages.encode import Encoded, encode_image
