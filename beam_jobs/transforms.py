@@ -10,7 +10,7 @@ in the work folder, never through a shuffle, see :mod:`beam_jobs.files.work_reco
       |-> MergeRejections            rejected.jsonl in staging    (stage 6, merge_reports)
     part ids again, with CountBuckets as a side input (so after it), each dealing its share of:
       |-> ListSearches, SpreadSearches, FindDuplicates   per content-hash range a DuplicateSummary (stage 6,
-      |     |                        merge_reports), per band range the near links (stage 6, near_duplicates)
+      |     |                        merge_reports), per band range the near links (stage 6, near_links)
       |     | SumDuplicates, GroupNear   (DuplicateSummary, NearSummary): the exact and the near groups (near_groups)
       |     | WriteDuplicates        duplicates.jsonl in staging, the summary in the work folder
       |   (--drop-leaks) CollectDrops, DropLeaks   the counts less the dropped images (drop_leaks): the
@@ -46,7 +46,7 @@ from beam_jobs.files import filesystems, publish, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.runtime.progress import ProgressWriter
-from beam_jobs.stages import drop_leaks, join_tables, merge_reports, near_duplicates, near_groups
+from beam_jobs.stages import drop_leaks, join_tables, merge_reports, near_groups, near_links
 from beam_jobs.stages.count import BucketTask, PartCounts, SumCounts, bucket_tasks, without
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages.order_bucket import order_bucket
@@ -104,7 +104,7 @@ def search(task: tuple[str, int], layout: WorkLayout, classes: Sequence[str],
     kind, index = task
     if kind == "exact":
         return merge_reports.find_duplicates(layout, index, classes)
-    near_duplicates.find_pairs(layout, index, distance)
+    near_links.find_pairs(layout, index, distance)
     return merge_reports.DuplicateSummary()
 
 

@@ -264,7 +264,7 @@ def step_costs(src: str, part_size: Optional[int] = 125, shards: int = 16) -> di
     from beam_jobs.options import DEFAULT_NEAR_DISTANCE, EncodeOptions
     from beam_jobs.planning.shard import plan_shard_counts
     from beam_jobs.stage_records import ImageRef
-    from beam_jobs.stages import list_parts, near_duplicates, near_groups, order_bucket, perceptual_hash, validate_part, write
+    from beam_jobs.stages import list_parts, near_groups, near_links, order_bucket, perceptual_hash, validate_part, write
     from beam_jobs.stages.count import SumCounts, bucket_tasks
 
     classes = sorted(name for name in os.listdir(src) if os.path.isdir(os.path.join(src, name)))
@@ -296,7 +296,7 @@ def step_costs(src: str, part_size: Optional[int] = 125, shards: int = 16) -> di
             spent["order: order_bucket, all"] = time.thread_time() - started
             started = time.thread_time()
             for near_range in range(layout.near_ranges):
-                near_duplicates.find_pairs(layout, near_range, distance)
+                near_links.find_pairs(layout, near_range, distance)
             spent["search: near, find_pairs"] = time.thread_time() - started
             started = time.thread_time()
             near_groups.group_near(layout, distance, classes)

@@ -41,7 +41,7 @@ from beam_jobs.files import work_layout, work_records
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.options import DEFAULT_NEAR_DISTANCE
 from beam_jobs.stage_records import Accepted, ImageRef
-from beam_jobs.stages import list_parts, near_duplicates, near_groups, perceptual_hash
+from beam_jobs.stages import list_parts, near_duplicates, near_groups, near_links, perceptual_hash
 
 CONVERSION_MS = 0.63  # docs/benchmarks.md: the converter's CPU an image without the near search (quiet, 2026-11-27)
 GOAL_SHARE = 0.05  # #56: the search at most 5% of the conversion's CPU per image
@@ -121,7 +121,7 @@ def search(layout: WorkLayout) -> dict:
     """CPU of the search stage's functions, and the largest task's records and traced peak memory."""
     started = time.process_time()
     for near_range in range(layout.near_ranges):
-        near_duplicates.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE)
+        near_links.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE)
     pairs_cpu = time.process_time() - started
     started = time.process_time()
     near_groups.group_near(layout, DEFAULT_NEAR_DISTANCE, ["c"])
@@ -130,7 +130,7 @@ def search(layout: WorkLayout) -> dict:
     largest = int(np.argmax(sizes))
     os.remove(layout.near_pairs(largest))  # searched again, traced
     tracemalloc.start()
-    near_duplicates.find_pairs(layout, largest, DEFAULT_NEAR_DISTANCE)
+    near_links.find_pairs(layout, largest, DEFAULT_NEAR_DISTANCE)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     for done in (layout.near_summary(), layout.near_groups(), layout.near_dropped()):  # grouped again, traced

@@ -10,7 +10,7 @@ In:  class folders of photos (``bench/data.py``'s), validated here by the conver
 Out: per folder and round (the two searches alternating which goes first), the CPU seconds of the search
      stage's functions -- ``find_pairs`` over every band range, then ``group_near`` -- for
      :func:`baseline_find_pairs` (the release's search, kept here as the baseline: a Python loop per
-     candidate pair, a union-find keyed by bytes) and for :func:`beam_jobs.stages.near_duplicates.find_pairs`;
+     candidate pair, a union-find keyed by bytes) and for :func:`beam_jobs.stages.near_links.find_pairs`;
      the medians and the new over the old; and a check that both wrote the same bytes (this checkout's search
      without its thumbnail check, #56, which the release did not have: the same pairs; ``near/dropped.json``
      left out, the release having dropped whole groups).
@@ -38,7 +38,7 @@ import numpy as np
 from beam_jobs.files import filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
-from beam_jobs.stages import near_duplicates, near_groups, perceptual_hash
+from beam_jobs.stages import near_duplicates, near_groups, near_links, perceptual_hash
 
 DISTANCE = 10  # the release's default --near-distance, which the baseline searched at
 
@@ -120,7 +120,7 @@ def baseline_find_pairs(layout: WorkLayout, near_range: int, distance: int) -> i
 
 def _current_unchecked(layout: WorkLayout, near_range: int, distance: int) -> int:
     """This checkout's search as the release's was: every pair within the distance, no thumbnail check."""
-    return near_duplicates.find_pairs(layout, near_range, distance, check_thumbnails=False)
+    return near_links.find_pairs(layout, near_range, distance, check_thumbnails=False)
 
 
 SEARCHES: dict[str, Callable[[WorkLayout, int, int], int]] = {

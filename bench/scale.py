@@ -256,7 +256,7 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14, near: bool = True
     """
     from beam_jobs.options import DEFAULT_NEAR_DISTANCE, EncodeOptions
     from beam_jobs.planning import discover
-    from beam_jobs.stages import count, join_tables, list_parts, merge_reports, near_duplicates, near_groups, order_bucket, validate_part
+    from beam_jobs.stages import count, join_tables, list_parts, merge_reports, near_groups, near_links, order_bucket, validate_part
     from beam_jobs.files import work_layout
 
     shutil.rmtree(work, ignore_errors=True)
@@ -293,7 +293,7 @@ def stage_costs(src: str, work: str, part_size: int = 1 << 14, near: bool = True
     started = clock()
     if near:
         for near_range in range(layout.near_ranges):
-            near_duplicates.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE)
+            near_links.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE)
         near_groups.group_near(layout, DEFAULT_NEAR_DISTANCE, plan.classes)
     costs["near"] = clock() - started
     started = clock()

@@ -42,6 +42,10 @@ class WorkLayout:
     near_bands: int = 0
     near_ranges: int = 0
 
+    def __post_init__(self) -> None:
+        if self.near_bands and self.near_ranges % self.near_bands:  # a range would straddle two bands
+            raise ValueError(f"near_ranges ({self.near_ranges}) must be a multiple of near_bands ({self.near_bands})")
+
     def part_counts(self, part: int) -> str:
         """Written last by a validated part: its counts (and the mark that its files are complete)."""
         return FileSystems.join(self.work, staging_names.part_counts_name(part))
@@ -134,21 +138,22 @@ def plan_layout(work: str, split_sizes: Mapping[str, int], part_size: int, near_
 
 # Band records a near range holds at least (about 2.5 MB): fewer, larger tasks for a small run.
 MIN_NEAR_RANGE = 16384
-# A task's memory is the part size's budget (about 200 bytes an image, what the ordering stage holds of a
-# part); a NEAR record is about 150 bytes (its CONTENT record with the thumbnail, and a path), so a range
-# holds 4/3 of a part's images' worth of records.
+# A range's share of the work: the records of a part's budget (about 200 bytes an image, what the ordering
+# stage holds of a part) at about 150 bytes a NEAR record (its CONTENT record with the thumbnail, and a path),
+# 4/3 of a part's images. The task reads them a chunk at a time: its memory does not follow the range's size.
 PART_BYTES_PER_IMAGE = 200
 NEAR_RECORD_BYTES = 150
 
 
 def near_ranges(total: int, part_size: int, bands: int) -> int:
-    """Band ranges of the near search (a band record per band of each image): each within the part size's
-    memory (``part_size * PART_BYTES_PER_IMAGE`` bytes of records, #56), and no fewer than MIN_NEAR_RANGE
-    records each. Each task opens every part's file once: with the part count at 64 from 8,192 images on
+    """Band ranges of the near search (a band record per band of each image): a whole number of ranges per band,
+    so that no range straddles two bands (its task then holds each image once), each band's cut into ranges of
+    about a part's images (``part_size * PART_BYTES_PER_IMAGE / NEAR_RECORD_BYTES`` records: a task's share of
+    the work, which it reads a chunk at a time, :mod:`beam_jobs.stages.near_links`) and of no fewer than
+    MIN_NEAR_RANGE records. Each task opens every part's file: with the part count at 64 from 8,192 images on
     (:func:`beam_jobs.stages.list_parts.choose_part_size`), that is 192 ranges of 64 reads, about 12,000 bucket
-    reads at the default distance whatever N is; at 3,000 images MIN_NEAR_RANGE keeps it to one range."""
+    reads at the default distance whatever N is; a small run has one range a band."""
     if not bands:
         return 0
-    records = total * bands
     per_range = max(1, part_size * PART_BYTES_PER_IMAGE // NEAR_RECORD_BYTES)
-    return max(1, min(math.ceil(records / per_range), math.ceil(records / MIN_NEAR_RANGE)))
+    return bands * max(1, min(math.ceil(total / per_range), math.ceil(total / MIN_NEAR_RANGE)))

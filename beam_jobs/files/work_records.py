@@ -62,8 +62,9 @@ MAGIC = b"IMGSHARDS-WORK"
 END = b"WORK-END"
 # 2: source locators (archive members); 3: annotations (an image's objects); 4: perceptual hashes;
 # 5: the file's stamp in ACCEPTED records; 6: the thumbnail that verifies near pairs in CONTENT records;
-# 7: the perceptual hash in ACCEPTED records (the records table)
-VERSION = 7
+# 7: the perceptual hash in ACCEPTED records (the records table); 8: NEAR positions of band b start at
+# ceil(b * 2**64 / bands), so a range of buckets that is a multiple of the bands never straddles two bands
+VERSION = 8
 LISTED, ACCEPTED, CONTENT, PATH, MEMBER, NEAR, DROPPED = 1, 2, 3, 4, 5, 6, 7
 
 _HEADER = struct.Struct(">14sBBI")
@@ -384,6 +385,40 @@ def read_bucket(path: str, kind: int, bucket: int) -> list[bytes]:
         start, stop = struct.unpack(">2Q", handle.read(16))
         handle.seek(start)
         return list(_records(handle.read(stop - start)))
+
+
+def bucket_span(path: str, kind: int, bucket: int) -> tuple[int, int]:
+    """``(start, stop)``: the byte offsets of bucket ``bucket``'s records in a sorted file (for
+    :func:`read_span`, which reads them a piece at a time)."""
+    with _open(path) as handle:
+        buckets = _check_header(handle.read(_HEADER.size), path, kind)
+        if not 0 <= bucket < buckets:
+            raise WorkFileError(f"{path} has {buckets} buckets; bucket {bucket} was asked for")
+        handle.seek(_index_offset(handle, path) + 8 * bucket)
+        return struct.unpack(">2Q", handle.read(16))
+
+
+def read_span(path: str, start: int, size: int) -> bytes:
+    """``size`` bytes of ``path`` from ``start`` (a piece of a bucket :func:`bucket_span` located)."""
+    with _open(path) as handle:
+        handle.seek(start)
+        data = handle.read(size)
+    if len(data) != size:
+        raise WorkFileError(f"{path} is shorter than its index says")
+    return data
+
+
+def whole_records(data: bytes) -> tuple[list[bytes], int]:
+    """The records that ``data`` (a piece of a file's records) holds whole, and the bytes they take: the rest
+    is the start of the next record."""
+    records, position = [], 0
+    while position + _LENGTH.size <= len(data):
+        (length,) = _LENGTH.unpack_from(data, position)
+        if position + _LENGTH.size + length > len(data):
+            break
+        records.append(data[position + _LENGTH.size:position + _LENGTH.size + length])
+        position += _LENGTH.size + length
+    return records, position
 
 
 class Spilled(Generic[T]):

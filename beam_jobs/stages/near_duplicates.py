@@ -1,13 +1,13 @@
-"""Stage 6, near: groups of images that look alike (perceptual hashes within a distance), within and across splits.
+"""Stage 2's band records and stage 6's search kernels: which images look alike (perceptual hashes within a
+distance), within and across splits.
 
-In:  ``near/part-P`` of every part (NEAR records, written by stage 2 from its CONTENT records: one per band
-     of each image's 64-bit hash, sorted by the band's position: :func:`near_records`).
-Out: per band range ``r`` (:func:`find_pairs`, one task each, as the exact search's hash ranges):
-     ``near/pairs-r.jsonl``, the links between the pairs within the distance that first agree on a band of
-     the range (a spanning forest of them: as many lines as images at most), and ``near/leaks-r.jsonl``, each
-     evaluation image with a direct pair in the training split and its closest partner there.
-     Memory: the range's records (about a part's worth of images per band range).
-     Then once: the links joined into groups (:mod:`beam_jobs.stages.near_groups`).
+In:  a part's CONTENT records (stage 2: :func:`near_records` writes ``near/part-P``, one NEAR record per band of
+     each image's 64-bit hash, sorted by the band's position); a chunk of a band range's sorted NEAR records
+     (stage 6: :func:`pair_indices`).
+Out: NEAR records; the pairs within the distance among a chunk's records, each once, in the order a union-find
+     takes them, and the links that join groups (:class:`SpanningForest`). The band range's task that reads
+     the records and writes ``near/pairs-r.jsonl`` and ``near/leaks-r.jsonl`` is
+     :mod:`beam_jobs.stages.near_links`; the groups, :mod:`beam_jobs.stages.near_groups`.
 
 Why bands: two 64-bit hashes within distance ``d`` agree exactly on at least one of ``d + 1`` disjoint
 bands (pigeonhole), so comparing only images that share a band's value finds every pair, and a range of
@@ -35,16 +35,12 @@ N / 64 each (N**2 / 10). :func:`perceptual_hash.expected_candidates` gives the f
 from __future__ import annotations
 
 import itertools
-from json.encoder import encode_basestring_ascii as _json_text
 from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
 
-from beam_jobs.stages import near_leaks, perceptual_hash
-from beam_jobs.files import filesystems, work_records
-from beam_jobs.files.filesystems import FileSystems
-from beam_jobs.files.work_layout import WorkLayout
+from beam_jobs.files import work_records
+from beam_jobs.stages import perceptual_hash
 
 _BLOCK = 2048  # hashes compared at once in a bucket: a block of _BLOCK x _BLOCK distances, 32 MB
 EVALUATION_SPLITS = ("validation", "test")
@@ -65,8 +61,16 @@ def band_positions(hashes: Sequence[int], distance: int) -> np.ndarray:
     positions = np.empty_like(values)
     for band, bits in enumerate(cut):
         step = np.uint64(span >> len(bits))
-        positions[:, band] = np.uint64(band * span) + values[:, band] * step
+        positions[:, band] = np.uint64(band_start(band, len(cut))) + values[:, band] * step
     return positions
+
+
+def band_start(band: int, bands: int) -> int:
+    """Where band ``band``'s positions start: ``ceil(band * 2**64 / bands)``, so that with a number of key
+    buckets that is a multiple of ``bands`` every bucket holds one band's values only (a band range's task
+    then holds each image once: :mod:`beam_jobs.stages.near_links`). Its values take less than ``2**64 //
+    bands`` from there, so ``position // (2**64 // bands)`` is still the band."""
+    return -(-(band << 64) // bands)
 
 
 def near_records(content: Sequence[bytes], distance: int) -> list[bytes]:
@@ -88,7 +92,7 @@ def near_records(content: Sequence[bytes], distance: int) -> list[bytes]:
     return sorted(packed[8 * slot:8 * slot + 8] + content[hashed[slot // bands]] for slot in range(positions.size))
 
 
-# --- stage 6: pairs per band range -----------------------------------------------------------------------------
+# --- stage 6: pairs among a band range's records -----------------------------------------------------------------------------
 
 class Member(NamedTuple):
     """An image as the searches' link, leak and drop lines hold it (a JSON list of these, in this order)."""
@@ -137,7 +141,7 @@ def _heads(records: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def _bucket_pairs(band: int, shas: np.ndarray, hashes: np.ndarray, distance: int,
                   block: int = _BLOCK, signatures: Optional[np.ndarray] = None) -> Iterator[np.ndarray]:
     """The pairs (``(2, k)`` indices into one band value's records) within ``distance`` whose first common band
-    is ``band``, in blocks, in the order a union-find takes them (:func:`find_pairs` keeps that order).
+    is ``band``, in blocks, in the order a union-find takes them (:func:`beam_jobs.stages.near_links.find_pairs` keeps that order).
 
     The records are sorted as bytes: by SHA-256, then the rest of the image's CONTENT record, the same order in
     every band, so the first copy of a content is the same image in each; each pair is ``(earlier, later)``.
@@ -196,7 +200,7 @@ def _signature_firsts(signatures: np.ndarray) -> np.ndarray:
     return first_of_class[inverse.ravel()]
 
 
-_COLLAPSE_OVER = _BLOCK  # a bucket of more records has its records of one signature linked, not compared
+COLLAPSE_OVER = _BLOCK  # a bucket of more records has its records of one signature linked, not compared
 
 
 _STRIP = 256  # rows of a diagonal block compared at once, each with the columns from its own on
@@ -227,9 +231,9 @@ _SMALL_PAIRS = 1 << 20  # the candidate pairs of the small buckets searched at o
 
 def pair_indices(records: Sequence[bytes], bands: int, distance: int, block: int = _BLOCK,
                  thumbnails: Optional[np.ndarray] = None,
-                 collapse_over: int = _COLLAPSE_OVER) -> Iterator[np.ndarray]:
+                 collapse_over: int = COLLAPSE_OVER) -> Iterator[np.ndarray]:
     """Every pair within ``distance`` among sorted NEAR records, each once (in its first common band), as
-    ``(2, k)`` blocks of indices into ``records``, in the order :func:`find_pairs` joins them.
+    ``(2, k)`` blocks of indices into ``records``, in the order a band range's task joins them.
 
     Most buckets hold a few records (a 16-bit band value: N / 65,536 on average), and numpy's cost per call
     would be most of the search: runs of consecutive small buckets are searched at once
@@ -324,25 +328,40 @@ _LINK_BATCH = 1 << 21  # pairs joined at once: about 100 MB of indices and Boruv
 def spanning_links(pairs: Iterable[np.ndarray], images: np.ndarray, batch: int = _LINK_BATCH) -> np.ndarray:
     """The pairs (``(2, k)`` blocks of record indices; ``images[i]`` is record ``i``'s image id) that join two
     groups of the pairs before them: the links a union-find taking the pairs in order writes, as ``(2, links)``
-    record indices in that order.
+    record indices in that order (:class:`SpanningForest` over one call)."""
+    return SpanningForest().links(pairs, images, batch)
+
+
+class SpanningForest:
+    """The links a union-find taking pairs in order writes, over pairs that come in several calls (a band
+    range's chunks: :mod:`beam_jobs.stages.near_links`), each call's image ids new or seen before.
 
     They are the minimum spanning forest of the pairs when the ``i``-th pair weighs ``i`` (distinct weights:
     one forest, the greedy order's), found by Boruvka's rounds in numpy over batches of pairs, each batch
-    over the groups the earlier ones left: no Python per pair, memory for a batch of pairs.
+    over the groups the earlier ones left: no Python per pair, memory for a batch of pairs and 8 bytes an image.
     """
-    label = np.arange(int(images.max()) + 1 if images.size else 0)
-    links, waiting, pending = [], [], 0
-    for block in itertools.chain(pairs, [None]):
-        if block is not None:
-            waiting.append(block)
-            pending += block.shape[1]
-            if pending < batch:
-                continue
-        if waiting:
-            joined = np.concatenate(waiting, axis=1)
-            links.append(joined[:, boruvka(images[joined[0]], images[joined[1]], label)])
-        waiting, pending = [], 0
-    return np.concatenate(links, axis=1) if links else np.zeros((2, 0), dtype=np.int64)
+
+    def __init__(self) -> None:
+        self._label = np.zeros(0, dtype=np.int64)  # each image's group's image, the images seen so far
+
+    def links(self, pairs: Iterable[np.ndarray], images: np.ndarray, batch: int = _LINK_BATCH) -> np.ndarray:
+        """The pairs (``(2, k)`` blocks of record indices, ``images[i]`` record ``i``'s image id) that join two
+        groups of the pairs before them (in this call and the earlier ones), ``(2, links)`` in their order."""
+        needed = int(images.max()) + 1 if images.size else 0
+        if needed > self._label.size:
+            self._label = np.concatenate([self._label, np.arange(self._label.size, needed)])
+        links, waiting, pending = [], [], 0
+        for block in itertools.chain(pairs, [None]):
+            if block is not None:
+                waiting.append(block)
+                pending += block.shape[1]
+                if pending < batch:
+                    continue
+            if waiting:
+                joined = np.concatenate(waiting, axis=1)
+                links.append(joined[:, boruvka(images[joined[0]], images[joined[1]], self._label)])
+            waiting, pending = [], 0
+        return np.concatenate(links, axis=1) if links else np.zeros((2, 0), dtype=np.int64)
 
 
 def boruvka(first: np.ndarray, second: np.ndarray, label: np.ndarray) -> np.ndarray:
@@ -382,77 +401,3 @@ def boruvka(first: np.ndarray, second: np.ndarray, label: np.ndarray) -> np.ndar
             pointer = jumped
         label[:] = pointer[label]
     return np.flatnonzero(chosen)
-
-
-def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbnails: bool = True,
-               collapse_over: int = _COLLAPSE_OVER) -> int:
-    """The links of band range ``near_range`` into ``near/pairs-r.jsonl`` (lines sorted); returns their number.
-
-    A link is a pair within ``distance`` that joins two groups of the range's pairs found so far: a spanning
-    forest of the range's pairs, which joins the same groups as all of them (``group_near`` needs no more),
-    so ten photos that all look alike write 9 lines, not 45. The images are integer ids (by CONTENT record),
-    and the forest is found in numpy (:func:`spanning_links`): Python touches only the links written. A range
-    whose file exists (a killed run this one resumes) is not searched again. ``check_thumbnails`` False: every
-    pair within the distance, unchecked (``bench.near_search`` compares that with the release's search).
-    ``collapse_over``: a band value's bucket of more records compares one image of each hash and thumbnail
-    (:func:`pair_indices`); the others are linked to it.
-    """
-    out = layout.near_pairs(near_range)
-    if FileSystems.exists(out):
-        with FileSystems.open(out, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            return sum(1 for _ in handle)
-    records: list[bytes] = []
-    for part in range(layout.num_parts):
-        records += work_records.read_bucket(layout.near(part), work_records.NEAR, near_range)
-    records.sort()
-    contents = [record[8:] for record in records]  # an image: its CONTENT record
-    ids = {content: index for index, content in enumerate(dict.fromkeys(contents))}
-    images = np.fromiter(map(ids.__getitem__, contents), dtype=np.int64, count=len(contents))
-    thumbnails = np.frombuffer(work_records.near_thumbnails(records), np.uint8).reshape(-1, perceptual_hash.THUMB_BYTES)
-    leaks = near_leaks.Leaks(records, thumbnails)
-    pairs = pair_indices(records, layout.near_bands, distance, thumbnails=thumbnails if check_thumbnails else None,
-                         collapse_over=collapse_over)
-    if check_thumbnails:
-        pairs = verified(pairs, thumbnails)
-    halves: dict[bytes, str] = {}
-    lines = [f"[{_half(contents[a], halves)}, {_half(contents[b], halves)}]"  # as json.dumps writes the pair
-             for a, b in spanning_links(map(leaks.see, pairs), images).T.tolist()]
-    lines.sort()
-    leak_lines = sorted(f"[{_half(contents[later], halves)}, {_half(contents[partner], halves)}, {bits}]"
-                        for later, (bits, partner) in leaks.closest().items())
-    with filesystems.whole_file(layout.near_leaks(near_range)) as handle:  # before the pairs: they mark the range done
-        handle.write("".join(line + "\n" for line in leak_lines).encode("utf-8"))
-    with filesystems.whole_file(out) as handle:
-        handle.write("".join(line + "\n" for line in lines).encode("utf-8"))
-    return len(lines)
-
-
-def verified(pairs: Iterable[np.ndarray], thumbnails: np.ndarray) -> Iterator[np.ndarray]:
-    """The pairs (``(2, k)`` record indices) whose thumbnails (``(n, 64)`` uint8, by record) agree: within
-    :data:`perceptual_hash.MAX_THUMBNAIL_DISTANCE`, as copies are and other photos of one scene are not.
-
-    Each block's rows are standardized as it comes (each row alone: the same values as all at once), not the
-    range's records all at once up front: that was 256 bytes of float32 a record, a fifth of a range task's
-    memory, for the few records in a pair (#56 §1: a task within the part size's budget)."""
-    for block in pairs:
-        keep = np.concatenate([
-            perceptual_hash.thumbnail_distances(thumbnails[block[0, start:start + _VERIFY_BATCH]],
-                                                thumbnails[block[1, start:start + _VERIFY_BATCH]])
-            <= perceptual_hash.MAX_THUMBNAIL_DISTANCE
-            for start in range(0, block.shape[1], _VERIFY_BATCH)]) if block.shape[1] else np.zeros(0, dtype=bool)
-        if keep.any():
-            yield block[:, keep]
-
-
-_VERIFY_BATCH = 1 << 16  # pairs whose thumbnails are compared at once: about 50 MB of float32 rows
-
-
-def _half(content: bytes, halves: dict[bytes, str]) -> str:
-    """An image's half of a link line: its :class:`Member` as ``json.dumps`` writes it (a list of strings and
-    ints), made once an image, its strings by json's own ASCII encoder (a path that is not UTF-8, surrogate
-    escapes, travels as \\udcNN escapes and comes back whole)."""
-    if content not in halves:
-        item = work_records.decode_content(content)
-        halves[content] = (f"[{_json_text(item.split)}, {item.label}, {_json_text(item.relpath)}, "
-                           f"{item.perceptual_hash}, \"{item.sha.hex()}\", {item.stored_bytes}, {item.objects}]")
-    return halves[content]

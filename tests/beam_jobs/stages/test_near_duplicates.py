@@ -19,7 +19,7 @@ from beam_jobs.files import work_records
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.planning.carve import keyed_hash
 from beam_jobs.stage_records import Accepted, ImageRef
-from beam_jobs.stages import drop_leaks, near_duplicates, near_groups
+from beam_jobs.stages import drop_leaks, near_duplicates, near_groups, near_links
 from beam_jobs.stages.count import PartCounts, without
 
 CLASSES = ["cat", "dog"]
@@ -32,8 +32,10 @@ def _content(relpath: str, phash: int, split: str = "train", label: int = 0, dat
 
 
 def _layout(tmp_path, name: str, parts: list[list[bytes]], distance: int, ranges: int) -> WorkLayout:
+    """A work folder of ``parts``' CONTENT and NEAR records, cut into ``ranges`` hash ranges and band ranges a
+    band (a band range never straddles two bands: :func:`work_layout.near_ranges`)."""
     layout = WorkLayout(str(tmp_path / name), num_parts=len(parts), buckets={"train": 2, "validation": 1, "test": 1},
-                        hash_ranges=ranges, near_bands=distance + 1, near_ranges=ranges)
+                        hash_ranges=ranges, near_bands=distance + 1, near_ranges=ranges * (distance + 1))
     for folder in layout.folders():
         (tmp_path / folder).mkdir(parents=True)
     for index, records in enumerate(parts):
@@ -95,7 +97,7 @@ def test_every_pair_within_the_distance_is_found_once_as_brute_force_finds_it(tm
                           for pair in block.T.tolist()]
             assert sorted(pairs) == expected
             # the links written join the same groups, in fewer lines
-            links = sum(near_duplicates.find_pairs(layout, r, distance) for r in range(layout.near_ranges))
+            links = sum(near_links.find_pairs(layout, r, distance) for r in range(layout.near_ranges))
             assert links <= len(expected)
             groups = near_groups.components(near_groups._pairs(layout))
             assert [[m[2] for m in g] for g in groups] == brute_groups
@@ -107,7 +109,7 @@ def test_a_band_range_that_holds_no_record_writes_empty_files(tmp_path):
              if not work_records.read_bucket(layout.near(0), work_records.NEAR, r)]
     assert empty
     for near_range in range(layout.near_ranges):
-        assert near_duplicates.find_pairs(layout, near_range, 3) == 0
+        assert near_links.find_pairs(layout, near_range, 3) == 0
     assert open(layout.near_pairs(empty[0])).read() == open(layout.near_leaks(empty[0])).read() == ""
 
 
@@ -123,7 +125,7 @@ def test_groups_hold_distances_to_their_first_image_and_leave_byte_identical_gro
     ]
     layout = _layout(tmp_path, "w", [records[:3], records[3:]], 10, 2)
     for near_range in range(layout.near_ranges):
-        near_duplicates.find_pairs(layout, near_range, 10)
+        near_links.find_pairs(layout, near_range, 10)
     summary = near_groups.group_near(layout, 10, CLASSES)
     lines = [json.loads(line) for line in open(layout.near_groups())]
     assert lines == [{"kind": "near", "images": [
@@ -164,7 +166,7 @@ def test_drop_leaks_leaves_out_only_evaluation_images_near_a_training_image_not_
     records = [_content(path, phash, split) for split, path, phash in chain]
     layout = _layout(tmp_path, "w", [records[:2], records[2:]], 10, 2)
     for near_range in range(layout.near_ranges):
-        near_duplicates.find_pairs(layout, near_range, 10)
+        near_links.find_pairs(layout, near_range, 10)
     summary = near_groups.group_near(layout, 10, CLASSES)
     assert (summary.num_groups, summary.num_cross_split) == (1, 1)
     (group,) = [json.loads(line) for line in open(layout.near_groups())]
@@ -262,14 +264,17 @@ def test_the_vectorized_search_finds_the_release_searchs_pairs_in_its_order_and_
 def test_find_pairs_writes_the_release_searchs_files_byte_for_byte(tmp_path):
     records = _planted(5, 300, 20)
     layout = _layout(tmp_path, "w", [records[0::3], records[1::3], records[2::3]], 10, 3)
+    written = 0
     for near_range in range(layout.near_ranges):
         ranged = sorted(record for part in range(layout.num_parts)
                         for record in work_records.read_bucket(layout.near(part), work_records.NEAR, near_range))
         lines = sorted(json.dumps([near_duplicates.Member.of(work_records.decode_near(a)[1]),
                                    near_duplicates.Member.of(work_records.decode_near(b)[1])])
                        for a, b in _reference_links(_reference_pairs(ranged, 11, 10, 2048)))
-        assert near_duplicates.find_pairs(layout, near_range, 10) == len(lines) > 0
+        assert near_links.find_pairs(layout, near_range, 10) == len(lines)
         assert open(layout.near_pairs(near_range), "rb").read() == "".join(line + "\n" for line in lines).encode()
+        written += len(lines)
+    assert written > 0
 
 
 def test_the_heads_read_at_once_are_near_head_one_by_one():
@@ -282,7 +287,7 @@ def test_the_heads_read_at_once_are_near_head_one_by_one():
 @pytest.mark.parametrize("relpath", ["train/cat/a.jpg", 'x/"quoted" \\ back.jpg', "x/çà 猫.jpg", "x/bad\udcff.jpg"])
 def test_a_link_lines_half_is_its_member_as_json_dumps_writes_it(relpath):
     content = _content(relpath, 2**64 - 1, "validation", 7, data=b"pixels")
-    assert near_duplicates._half(content, {}) == json.dumps(
+    assert near_links._half([work_records.encode_near(0, content)], 0, {}) == json.dumps(
         near_duplicates.Member.of(work_records.decode_content(content)))
 
 
@@ -309,15 +314,17 @@ def test_a_bucket_of_many_copies_links_them_to_one_and_finds_the_groups_and_leak
     parts = [records[0::2], records[1::2]]
     whole, collapsed = _layout(tmp_path, "whole", parts, 3, 2), _layout(tmp_path, "collapsed", parts, 3, 2)
     for near_range in range(whole.near_ranges):
-        near_duplicates.find_pairs(whole, near_range, 3, collapse_over=10**9)
-        near_duplicates.find_pairs(collapsed, near_range, 3, collapse_over=16)
+        near_links.find_pairs(whole, near_range, 3, collapse_over=10**9)
+        near_links.find_pairs(collapsed, near_range, 3, collapse_over=16)
     groups = near_groups.components(near_groups._pairs(whole))
     assert any(len(group) >= 240 for group in groups)
     assert near_groups.components(near_groups._pairs(collapsed)) == groups
-    leaks = [(tmp_path / layout.near_leaks(r)).read_text() for layout in (whole, collapsed) for r in range(2)]
-    assert leaks[:2] == leaks[2:] and sum(line.count("\n") for line in leaks[:2]) > 100
+    leaks = [(tmp_path / layout.near_leaks(r)).read_text() for layout in (whole, collapsed)
+             for r in range(whole.near_ranges)]
+    assert leaks[:whole.near_ranges] == leaks[whole.near_ranges:]
+    assert sum(line.count("\n") for line in leaks[:whole.near_ranges]) > 100
     # what the blank frames' bucket compares: one pair per copy and the pairs of the rest, not 240 * 239 / 2
-    ranged = sorted(record for part in range(2) for r in range(2)
+    ranged = sorted(record for part in range(2) for r in range(collapsed.near_ranges)
                     for record in work_records.read_bucket(collapsed.near(part), work_records.NEAR, r))
     thumbnails = np.frombuffer(work_records.near_thumbnails(ranged), np.uint8).reshape(-1, 64)
     compared = sum(block.shape[1] for block in near_duplicates.pair_indices(ranged, 4, 3, thumbnails=thumbnails,
@@ -333,8 +340,48 @@ def test_distance_0_one_band_over_the_whole_key_space_finds_the_images_of_one_ha
     records = [_content(f"img{i:04d}.jpg", h) for i, h in enumerate(hashes)]
     records += [_content(f"same{i:04d}.jpg", h, split="validation") for i, h in enumerate(hashes[:10])]
     layout = _layout(tmp_path, "d0", [records[0::2], records[1::2]], 0, 2)
-    links = sum(near_duplicates.find_pairs(layout, r, 0) for r in range(layout.near_ranges))
+    links = sum(near_links.find_pairs(layout, r, 0) for r in range(layout.near_ranges))
     assert links == 10
     groups = near_groups.components(near_groups._pairs(layout))
     assert sorted(sorted(m[2] for m in g) for g in groups) == [[f"img{i:04d}.jpg", f"same{i:04d}.jpg"]
                                                               for i in range(10)]
+
+
+def test_a_range_read_a_chunk_at_a_time_writes_the_files_of_the_range_read_whole(tmp_path):
+    """#56 §1: a band range's task merges the parts' buckets a chunk at a time (memory flat in N, not the range's
+    records): its link and leak files are byte for byte those of one chunk holding the whole range, clusters,
+    copies across splits and a band value of blank frames (one chunk beyond the size asked) included."""
+    rng = random.Random(11)
+    records = _planted(11, 400, 30)
+    splits = ("train", "validation", "test")
+    records += [_signed(f"blank{i:04d}.jpg", 1 << 63, bytes(64), rng.choice(splits)) for i in range(90)]
+    records += [_content(f"val{i:04d}.jpg", work_records.decode_content(records[i]).perceptual_hash ^ 1,
+                         split=rng.choice(splits[1:])) for i in range(0, 400, 7)]
+    parts = [records[i::4] for i in range(4)]
+    whole, chunked = _layout(tmp_path, "whole", parts, 3, 2), _layout(tmp_path, "chunked", parts, 3, 2)
+    found = 0
+    for near_range in range(whole.near_ranges):
+        found += near_links.find_pairs(whole, near_range, 3, chunk_records=10**9)
+        near_links.find_pairs(chunked, near_range, 3, chunk_records=8, read_bytes=600)
+        for name in ("near_pairs", "near_leaks"):
+            assert (tmp_path / getattr(chunked, name)(near_range)).read_bytes() == \
+                (tmp_path / getattr(whole, name)(near_range)).read_bytes()
+    assert found > 100 and any((tmp_path / whole.near_leaks(r)).read_text() for r in range(whole.near_ranges))
+
+
+@pytest.mark.parametrize("bands", [1, 3, 4, 11])
+def test_band_ranges_a_whole_number_a_band_never_straddle_two_bands(bands):
+    """A band's positions start at ceil(band * 2**64 / bands): with a multiple of ``bands`` buckets, each bucket
+    holds one band's values (a range's task then holds an image once), for bands that do not divide 2**64 too."""
+    distance = bands - 1
+    hashes = np.array([0, 2**64 - 1] + [random.Random(bands).getrandbits(64) for _ in range(200)], dtype=np.uint64)
+    positions = near_duplicates.band_positions(hashes, distance)
+    span = (1 << 64) // bands
+    for ranges_a_band in (1, 5, 64):
+        buckets = bands * ranges_a_band
+        for band in range(bands):
+            column = [int(p) for p in positions[:, band]]
+            assert {work_records.bucket_of(p.to_bytes(8, "big"), buckets) // ranges_a_band for p in column} == {band}
+            assert {p // span for p in column} == {band}  # the band read back from a position, as the search does
+    with pytest.raises(ValueError, match="multiple of near_bands"):
+        WorkLayout("w", num_parts=1, buckets={"train": 1}, hash_ranges=1, near_bands=4, near_ranges=6)

@@ -1,0 +1,111 @@
+"""Stage 6, near (a band range's task): the links and the leaks among the images that share a band's value.
+
+In:  bucket ``r`` of every part's ``near/part-P`` (NEAR records, sorted by band position: stage 2's
+     :func:`beam_jobs.stages.near_duplicates.near_records`), merged a chunk at a time
+     (:func:`beam_jobs.files.bucket_merge.key_chunks`).
+Out: ``near/pairs-r.jsonl``, the links between the pairs within the distance that first agree on a band of the
+     range (a spanning forest of them: as many lines as images at most), and ``near/leaks-r.jsonl``, each
+     evaluation image with a direct pair in the training split and its closest partner there. Then once: the
+     links joined into groups (:mod:`beam_jobs.stages.near_groups`).
+
+Memory (#56 §1: per-task memory flat in N): a chunk of the range's records (:data:`CHUNK_RECORDS`, cut where
+a band value ends, so a band value's records are searched together), 8 bytes a record seen for the forest,
+and the lines written. Holding the range whole cost ~1.2 KB a record: 26 MB at 1M images, 258 MB at 10M,
+since a range holds 4/3 of a part's images and the part grows as N / 64 until its cap. A range never
+straddles two bands (:func:`beam_jobs.files.work_layout.near_ranges` makes their number a multiple of the
+bands, :func:`beam_jobs.stages.near_duplicates.band_start` aligns the bands with the buckets), so an image
+has one record in it and its id is the record's place in the range: no table of the range's images.
+"""
+
+from __future__ import annotations
+
+from json.encoder import encode_basestring_ascii as _json_text
+from typing import Iterable, Iterator
+
+import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+
+from beam_jobs.files import bucket_merge, filesystems, work_records
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.files.work_layout import WorkLayout
+from beam_jobs.stages import near_leaks, perceptual_hash
+from beam_jobs.stages.near_duplicates import COLLAPSE_OVER, SpanningForest, pair_indices
+
+CHUNK_RECORDS = 1 << 14  # NEAR records searched at once (about 3 MB of them), more only for one band value's
+
+
+def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbnails: bool = True,
+               collapse_over: int = COLLAPSE_OVER, chunk_records: int = CHUNK_RECORDS,
+               read_bytes: int = bucket_merge.READ_BYTES) -> int:
+    """The links of band range ``near_range`` into ``near/pairs-r.jsonl`` (lines sorted); returns their number.
+
+    A link is a pair within ``distance`` that joins two groups of the range's pairs found so far: a spanning
+    forest of the range's pairs, which joins the same groups as all of them (``group_near`` needs no more),
+    so ten photos that all look alike write 9 lines, not 45. The forest is found in numpy over the chunks in
+    order (:class:`SpanningForest`): the same links as over the range at once, Python touching only the links
+    written. A range whose file exists (a killed run this one resumes) is not searched again.
+    ``check_thumbnails`` False: every pair within the distance, unchecked (``bench.near_search`` compares that
+    with the release's search). ``collapse_over``: a band value's bucket of more records compares one image of
+    each hash and thumbnail (:func:`pair_indices`); the others are linked to it. ``chunk_records`` and
+    ``read_bytes``: :func:`bucket_merge.key_chunks`'s (the files are the same whatever they are).
+    """
+    out = layout.near_pairs(near_range)
+    if FileSystems.exists(out):
+        with FileSystems.open(out, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            return sum(1 for _ in handle)
+    forest, seen = SpanningForest(), 0
+    lines: list[str] = []
+    leak_lines: list[str] = []
+    parts = [layout.near(part) for part in range(layout.num_parts)]
+    for chunk in bucket_merge.key_chunks(parts, work_records.NEAR, near_range, chunk_records, read_bytes):
+        thumbnails = np.frombuffer(work_records.near_thumbnails(chunk), np.uint8).reshape(-1, perceptual_hash.THUMB_BYTES)
+        leaks = near_leaks.Leaks(chunk, thumbnails)
+        pairs = pair_indices(chunk, layout.near_bands, distance, thumbnails=thumbnails if check_thumbnails else None,
+                             collapse_over=collapse_over)
+        if check_thumbnails:
+            pairs = verified(pairs, thumbnails)
+        images = np.arange(seen, seen + len(chunk))  # one record an image: the range holds one band
+        halves: dict[int, str] = {}
+        lines += [f"[{_half(chunk, a, halves)}, {_half(chunk, b, halves)}]"  # as json.dumps writes the pair
+                  for a, b in forest.links(map(leaks.see, pairs), images).T.tolist()]
+        leak_lines += [f"[{_half(chunk, later, halves)}, {_half(chunk, partner, halves)}, {bits}]"
+                       for later, (bits, partner) in leaks.closest().items()]
+        seen += len(chunk)
+    lines.sort()
+    leak_lines.sort()
+    with filesystems.whole_file(layout.near_leaks(near_range)) as handle:  # before the pairs: they mark the range done
+        handle.write("".join(line + "\n" for line in leak_lines).encode("utf-8"))
+    with filesystems.whole_file(out) as handle:
+        handle.write("".join(line + "\n" for line in lines).encode("utf-8"))
+    return len(lines)
+
+
+def verified(pairs: Iterable[np.ndarray], thumbnails: np.ndarray) -> Iterator[np.ndarray]:
+    """The pairs (``(2, k)`` record indices) whose thumbnails (``(n, 64)`` uint8, by record) agree: within
+    :data:`perceptual_hash.MAX_THUMBNAIL_DISTANCE`, as copies are and other photos of one scene are not.
+
+    Each block's rows are standardized as it comes (each row alone: the same values as all at once), not the
+    range's records all at once up front: that was 256 bytes of float32 a record, a fifth of a range task's
+    memory, for the few records in a pair (#56 §1: a task within the part size's budget)."""
+    for block in pairs:
+        keep = np.concatenate([
+            perceptual_hash.thumbnail_distances(thumbnails[block[0, start:start + _VERIFY_BATCH]],
+                                                thumbnails[block[1, start:start + _VERIFY_BATCH]])
+            <= perceptual_hash.MAX_THUMBNAIL_DISTANCE
+            for start in range(0, block.shape[1], _VERIFY_BATCH)]) if block.shape[1] else np.zeros(0, dtype=bool)
+        if keep.any():
+            yield block[:, keep]
+
+
+_VERIFY_BATCH = 1 << 16  # pairs whose thumbnails are compared at once: about 50 MB of float32 rows
+
+
+def _half(chunk: list[bytes], index: int, halves: dict[int, str]) -> str:
+    """An image's half of a link line: its :class:`beam_jobs.stages.near_duplicates.Member` as ``json.dumps`` writes it (a list of strings and
+    ints), made once an image, its strings by json's own ASCII encoder (a path that is not UTF-8, surrogate
+    escapes, travels as \\udcNN escapes and comes back whole)."""
+    if index not in halves:
+        item = work_records.decode_content(chunk[index][8:])  # a NEAR record: its position, then its CONTENT
+        halves[index] = (f"[{_json_text(item.split)}, {item.label}, {_json_text(item.relpath)}, "
+                         f"{item.perceptual_hash}, \"{item.sha.hex()}\", {item.stored_bytes}, {item.objects}]")
+    return halves[index]
