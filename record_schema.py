@@ -58,6 +58,15 @@ OBJECT_TRUNCATED: Final = "image/object/truncated"
 SEGMENTATION_ENCODED: Final = "image/segmentation/class/encoded"  # a PNG of class ids, pixel by pixel
 SEGMENTATION_FORMAT: Final = "image/segmentation/class/format"  # b"png"
 OBJECT_MASK: Final = "image/object/mask"  # --masks: a PNG of 0s and 1s an object, the stored image's size
+# COCO's person_keypoints_*.json and captions_*.json, in the TF Object Detection API's keys: K points an object
+# (x, y normalized like the boxes, visibility 0/1/2; zeros for an object without them), the labelled count an object.
+KEYPOINT_X: Final = "image/object/keypoint/x"
+KEYPOINT_Y: Final = "image/object/keypoint/y"
+KEYPOINT_VISIBILITY: Final = "image/object/keypoint/visibility"
+KEYPOINT_NUM: Final = "image/object/keypoint/num"
+CAPTION: Final = "image/caption"  # an image's captions, a bytes list (Model Garden's create_coco_tf_record.py)
+KEYPOINT_FEATURES: Final[dict[str, str]] = {KEYPOINT_X: "float_list", KEYPOINT_Y: "float_list",
+                                            KEYPOINT_VISIBILITY: "int64_list", KEYPOINT_NUM: "int64_list"}
 
 # key -> proto value kind of an object record: one value, or a list with an entry per object.
 OBJECT_FEATURES: Final[dict[str, str]] = {

@@ -80,6 +80,7 @@ class Box(NamedTuple):
     difficult: bool = False
     truncated: bool = False
     mask: str = ""  # with --masks: its COCO segmentation (polygons, or a crowd's RLE) as JSON, in frame pixels
+    keypoints: tuple = ()  # COCO's keypoints: x, y, visibility for each point, in frame units (placed: normalized)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +104,10 @@ class Objects:
       assumed: once placed, the frame the boxes were taken to be in when the image's size could not tell
         (:data:`ASSUMED_STORED` or :data:`ASSUMED_UPRIGHT`: an EXIF-turned image whose stored and upright
         frames have the same size, orientations 2-4 or a square image), "" when it could or nothing turned.
+      captions: the image's captions (COCO's ``captions_*.json``), written as ``image/caption``.
+      keypoints: when not 0, every box holds that many ``(x, y, visibility)`` points in ``Box.keypoints`` (the
+        TF Object Detection API's layout: zeros, visibility 0, for an object that has none), written as
+        ``image/object/keypoint/*``.
     """
 
     source_id: str
@@ -116,6 +121,8 @@ class Objects:
     class_mask: tuple[str, ...] = ()  # a semantic mask's (path in SRC, locator): a PNG of class ids, pixel by pixel
     orientation: int = 1  # once placed: the image's EXIF orientation, which turns its class mask too
     assumed: str = ""  # once placed: ASSUMED_STORED or ASSUMED_UPRIGHT when the frame's size could not tell
+    captions: tuple[str, ...] = ()  # COCO's captions of the image (captions_*.json): image/caption
+    keypoints: int = 0  # the points each box's keypoints hold (COCO's person_keypoints_*.json: 17), 0 for none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,10 +158,14 @@ def encode(annotation: Annotation) -> bytes:
     if isinstance(annotation, Labels):
         value: list = ["labels", list(annotation.ids)]
     else:
-        value = ["objects", annotation.source_id, [list(box) for box in annotation.boxes], list(annotation.frame),
+        value = ["objects", annotation.source_id, [list(box) if box.keypoints else list(box)[:-1]
+                                                   for box in annotation.boxes], list(annotation.frame),
                  annotation.upright, [list(item) for item in annotation.rejected], annotation.masks,
                  list(annotation.mask_frame), annotation.mask_turn, list(annotation.class_mask),
-                 annotation.orientation, *([annotation.assumed] if annotation.assumed else [])]
+                 annotation.orientation, *([annotation.assumed] if annotation.assumed or annotation.captions
+                                           or annotation.keypoints else []),
+                 *([list(annotation.captions), annotation.keypoints] if annotation.captions or annotation.keypoints
+                   else [])]
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -163,10 +174,16 @@ def decode(data: bytes) -> Annotation:
     kind, *value = json.loads(data)
     if kind == "labels":
         return Labels(tuple(value[0]))
-    source_id, boxes, frame, upright, rejected, with_masks, mask_frame, mask_turn, class_mask, orientation, *assumed = value
-    return Objects(source_id, tuple(Box(*box) for box in boxes), tuple(frame), upright,
+    source_id, boxes, frame, upright, rejected, with_masks, mask_frame, mask_turn, class_mask, orientation, *rest = value
+    assumed, captions, keypoints = [*rest, *["", [], 0][len(rest):]]  # older work files end sooner
+    return Objects(source_id, tuple(_box(box) for box in boxes), tuple(frame), upright,
                    tuple(tuple(item) for item in rejected), with_masks, tuple(mask_frame), mask_turn, tuple(class_mask),
-                   orientation, *assumed)
+                   orientation, assumed, tuple(captions), keypoints)
+
+
+def _box(values: list) -> Box:
+    box = Box(*values)  # keypoints (the last field) written only where there are some
+    return box._replace(keypoints=tuple(box.keypoints)) if box.keypoints else box
 
 
 def _turn(x: float, y: float, orientation: int) -> tuple[float, float]:
@@ -212,7 +229,7 @@ def place(objects: Objects, stored: tuple[int, int], orientation: int, given_fra
     if isinstance(taken, str):  # the annotation's size is neither frame's
         rejected += [(box.name, FRAME_MISMATCH, taken) for box in objects.boxes]
         return Objects(objects.source_id, (), NORMALIZED, True, tuple(rejected), objects.masks, (), 1,
-                       objects.class_mask, orientation)
+                       objects.class_mask, orientation, "", objects.captions, objects.keypoints)
     mask_frame = () if objects.frame == NORMALIZED else (int(taken.frame[0]), int(taken.frame[1]))
     scaled = objects.masks and objects.frame == NORMALIZED  # YOLO's polygons: fractions of the image's pixels
     if scaled:
@@ -231,7 +248,7 @@ def place(objects: Objects, stored: tuple[int, int], orientation: int, given_fra
         placed.append(result._replace(mask=mask) if scaled else result)
     return Objects(objects.source_id, tuple(placed), NORMALIZED, True, tuple(rejected), objects.masks, mask_frame,
                    orientation if taken.turn else 1, objects.class_mask, orientation,
-                   taken.assumed if placed else "")
+                   taken.assumed if placed else "", objects.captions, objects.keypoints)
 
 
 class _Frame(NamedTuple):
@@ -283,7 +300,23 @@ def _placed(box: Box, taken: _Frame, orientation: int) -> Union[Box, tuple[str, 
         return BOX_EMPTY, (f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} has no area once stored "
                            "(float32)")
     area = box.area / (frame[0] * frame[1]) if box.area >= 0 else (x1 - x0) * (y1 - y0)
-    return box._replace(xmin=x0, ymin=y0, xmax=x1, ymax=y1, area=area)
+    return box._replace(xmin=x0, ymin=y0, xmax=x1, ymax=y1, area=area,
+                        keypoints=_placed_points(box.keypoints, frame, orientation if taken.turn else 1))
+
+
+def _placed_points(points: tuple, frame: tuple[float, float], orientation: int) -> tuple:
+    """Keypoints ``(x, y, visibility, ...)`` in frame units, normalized to the upright image as the boxes are
+    (clipped to [0, 1], turned by ``orientation``); a point not labelled (visibility 0) stays ``0, 0, 0``, as COCO
+    and the TF Object Detection API's script write it."""
+    placed = []
+    for index in range(0, len(points) - 2, 3):
+        x, y, visible = points[index:index + 3]
+        if not visible:
+            placed += [0.0, 0.0, 0]
+            continue
+        x, y = _turn(min(max(x / frame[0], 0.0), 1.0), min(max(y / frame[1], 0.0), 1.0), orientation)
+        placed += [x, y, int(visible)]
+    return tuple(placed)
 
 
 def _problem(box: Box, frame: tuple[float, float], pixel: tuple[float, float],

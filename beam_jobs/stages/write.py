@@ -151,8 +151,19 @@ def build_object_example(encoded: Encoded, relpath: str, objects: annotations.Ob
             **({record_schema.SEGMENTATION_ENCODED: masks.class_mask_png(
                 class_mask, objects.orientation, (encoded.width, encoded.height), display_path(objects.class_mask[0])),
                 record_schema.SEGMENTATION_FORMAT: b"png"} if objects.class_mask else {}),
+            **(_keypoint_features(boxes) if objects.keypoints else {}),
+            **({record_schema.CAPTION: ByteStrings(text.encode("utf-8") for text in objects.captions)}
+               if objects.captions else {}),
         }
     )
+
+
+def _keypoint_features(boxes: Sequence[annotations.Box]) -> dict:
+    """Each object's placed keypoints (``x, y, visibility`` each point) in the TF Object Detection API's keys."""
+    return {record_schema.KEYPOINT_X: Floats(v for box in boxes for v in box.keypoints[0::3]),
+            record_schema.KEYPOINT_Y: Floats(v for box in boxes for v in box.keypoints[1::3]),
+            record_schema.KEYPOINT_VISIBILITY: Ints(int(v) for box in boxes for v in box.keypoints[2::3]),
+            record_schema.KEYPOINT_NUM: Ints(sum(1 for v in box.keypoints[2::3] if v) for box in boxes)}
 
 
 def _image_features(encoded: Encoded, relpath: str, sha256_hex: Optional[str]) -> dict:

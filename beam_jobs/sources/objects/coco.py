@@ -23,6 +23,11 @@ the JSON lists is written even without objects (Model Garden trains on such imag
 folder that the JSON does not list is skipped and counted. A second image entry naming the file of an earlier
 one is refused, with its annotations, naming both ids.
 
+Beside ``instances_<set>.json``, ``person_keypoints_<set>.json`` and ``captions_<set>.json`` are read too
+(:mod:`beam_jobs.sources.objects.coco_extras`): each object's keypoints (``image/object/keypoint/*``, placed as its box
+is) and each image's captions (``image/caption``), the keys the TF Object Detection API's and Model Garden's scripts
+write. Stuff and panoptic files are skipped and named in a warning.
+
 Frames: COCO's own tools and Model Garden read pixels without EXIF orientation, so where the JSON's
 width and height fit both the stored and the upright image, boxes are in the stored pixels' frame
 (:mod:`beam_jobs.annotations` turns them with the image).
@@ -44,7 +49,7 @@ from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
 from beam_jobs.planning.listing import ANNOTATIONS_NOT_READ, NOT_AN_IMAGE, SkippedFiles
 from beam_jobs.sources.archives import archive_members
-from beam_jobs.sources.objects import annotated_plan, coco_json
+from beam_jobs.sources.objects import annotated_plan, coco_extras, coco_json
 
 _INSTANCES = re.compile(r"^annotations/(?P<kind>instances|image_info)_(?P<name>[^/]+)\.json$")
 _ROBOFLOW = re.compile(r"^(?P<folder>[^/]+)/_annotations\.coco\.json$")
@@ -128,6 +133,7 @@ def _plan_sets(options: ConvertOptions, listing: Listing, read: Reader, labels: 
     categories: dict[int, str] = {}
     supercategories: dict[int, object] = {}
     read_sets: list[coco_json.CocoSet] = []
+    read_extras: set[str] = set()
     skipped = SkippedFiles(listing.skipped, scratch)
     for path, folder, split, source in sets:
         where = display_path(path if options.annotations else f"{src}/{path}")
@@ -135,6 +141,8 @@ def _plan_sets(options: ConvertOptions, listing: Listing, read: Reader, labels: 
         found = coco_json.read_set(opened, where, folder, split, warnings, blobs,
                                    required="/image_info_" not in f"/{path}", upright=_annotates_upright(path),
                                    max_pixels=options.encode.max_pixels)
+        found.extras, extra_files = _extras(src, path, located, read, bool(options.annotations))
+        read_extras |= extra_files
         supercategories.update(found.supercategories)
         for category, name in found.categories.items():
             if categories.setdefault(category, name) != name:
@@ -143,16 +151,20 @@ def _plan_sets(options: ConvertOptions, listing: Listing, read: Reader, labels: 
         read_sets.append(found)
     listed = {relpath for found in read_sets for relpath in found.relpaths}
     folders = {folder for _, folder, _, _ in sets}
-    read_files = {path for path, _, _, _ in sets} | _inside(src, options.annotations)
+    read_files = {path for path, _, _, _ in sets} | _inside(src, options.annotations) | read_extras
     _account(src, located, listed, read_files, folders, skipped, warnings)
     _leave_out_unused_zero(categories, supercategories, {c for found in read_sets for c in found.used}, warnings)
     classes = annotated_plan.class_table(categories, src, "the COCO annotation files")
     folded = annotated_plan.case_folded(located)
     images = (_image(found, index, relpath, located, folded, categories)
               for found in read_sets for index, relpath in enumerate(found.relpaths))
+    extra_features = {record_schema.OBJECT_MASK: "bytes_list"} if options.masks else {}
+    if any(found.extras and found.extras.count for found in read_sets):
+        extra_features.update(record_schema.KEYPOINT_FEATURES)
+    if any(found.extras and found.extras.captions_where for found in read_sets):
+        extra_features[record_schema.CAPTION] = "bytes_list"
     made = annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings,
-                               labels, scratch=scratch,
-                               extra_features={record_schema.OBJECT_MASK: "bytes_list"} if options.masks else None)
+                               labels, scratch=scratch, extra_features=extra_features or None)
     return dataclasses.replace(made, skipped_files=skipped)
 
 
@@ -189,8 +201,8 @@ def _account(src: str, located: dict, listed: set[str], read_files: set[str], fo
         other = re.match(r"^(?P<kind>person_keypoints|captions|stuff|panoptic)_.*\.json$", name)
         if other:
             warnings.append(f"{display_path(src)}/{display_path(path)}: COCO {_OTHER_KINDS[other['kind']]}, which the "
-                            "converter does not read: skipped (only the instances files' boxes, classes and masks "
-                            "are converted)")
+                            "converter does not read: skipped (the instances files' boxes, classes and masks are "
+                            "converted, and the keypoints and captions files of a set whose instances file is read)")
             skipped.add(path, ANNOTATIONS_NOT_READ, f"COCO {_OTHER_KINDS[other['kind']]}, not read", warned=True)
         elif _in_folders(path, folders) and formats.has_image_extension(path):
             unlisted.append(path)
@@ -280,6 +292,17 @@ def _image_folder(src: str, name: str, listing: Listing) -> str:
 
 def _in_folders(path: str, folders: set[str]) -> bool:
     return any(not folder or path.startswith(folder + "/") for folder in folders)
+
+
+def _extras(src: str, path: str, located: dict, read: Reader, given: bool) -> tuple[Optional[coco_extras.Extras], set]:
+    """The keypoints and captions files beside an instances file (``annotations/person_keypoints_<set>.json``,
+    ``captions_<set>.json``), read (:mod:`beam_jobs.sources.objects.coco_extras`), and their paths."""
+    if given:
+        return None, set()
+    files = [file for file in coco_extras.files_of(path, located)]
+    opened = [(display_path(f"{src}/{file}"), _opener(src, file, located[file], read, False)) if file else None
+              for file in files]
+    return coco_extras.read(*opened), {file for file in files if file}
 
 
 def _opener(src: str, path: str, source: str, read: Reader, given: bool) -> Callable[[], BinaryIO]:

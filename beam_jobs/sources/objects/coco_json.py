@@ -99,6 +99,7 @@ class CocoSet:
         self.packed: list[bytearray] = []
         self.refusals: list[tuple[str, str]] = []  # (reason, detail) of the annotations refused while read
         self.used: set[int] = set()  # the category ids of its objects
+        self.extras: Optional[object] = None  # its keypoints and captions (coco_extras.Extras), when SRC has them
 
     def objects(self, index: int) -> annotations.Objects:
         """Image ``index``'s objects; an annotation whose category the file does not list is rejected here,
@@ -117,9 +118,18 @@ class CocoSet:
             else:
                 boxes.append(annotations.Box(name, category, x0, y0, x1, y1, area, bool(flags & _CROWD),
                                              mask=blobs.get(offset, length) if blobs else ""))
+                if self.extras is not None:
+                    points, problem = self.extras.points(ann)
+                    if problem:
+                        boxes.pop()
+                        rejected.append((name, annotations.BAD_ANNOTATION, problem))
+                    else:
+                        boxes[-1] = boxes[-1]._replace(keypoints=points)
+        extras = self.extras
         return annotations.Objects(self.source_ids[index], tuple(boxes), self.frames[index], self.upright,
-                                   tuple(rejected),
-                                   masks=blobs is not None)
+                                   tuple(rejected), masks=blobs is not None,
+                                   captions=extras.captions_of(self.source_ids[index]) if extras else (),
+                                   keypoints=extras.count if extras else 0)
 
 
 def _unknown(category: object) -> str:
@@ -133,10 +143,18 @@ def read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: str
     list categories, as an instances file does; an ``image_info`` file lists none). ``upright``: the tool that
     wrote it annotates the upright image (CVAT, Label Studio, Roboflow). ``max_pixels``: the largest mask
     (``--max-pixels``) a segmentation may ask for."""
+    reading = _Reading(CocoSet(where, folder, split, blobs, upright), max_pixels)
+    read_entries(opened, where, {"images": reading.image, "annotations": reading.annotation,
+                                 "categories": reading.category})
+    return reading.finish(warnings, required)
+
+
+def read_entries(opened: Callable[[], BinaryIO], where: str, handlers: dict[str, Callable[[dict], None]]) -> None:
+    """Each entry of the top-level lists of the JSON ``opened()`` (once) given to its list's handler (a list
+    without one is passed over); a damaged file raises :class:`InputError` naming ``where``, the byte offset and
+    the text around the fault."""
     import ijson
 
-    reading = _Reading(CocoSet(where, folder, split, blobs, upright), max_pixels)
-    handlers = {"images": reading.image, "annotations": reading.annotation, "categories": reading.category}
     tracked: Optional[_Tracked] = None
     try:
         with opened() as handle:
@@ -144,12 +162,12 @@ def read_set(opened: Callable[[], BinaryIO], where: str, folder: str, split: str
             for name, entry in entries(tracked):
                 if not isinstance(entry, dict):
                     raise InputError(f"{where}: an entry of {name!r} is not a JSON object: {str(entry)[:80]}")
-                handlers[name](entry)
+                if name in handlers:
+                    handlers[name](entry)
     except ijson.JSONError as err:
         raise InputError(f"{where} is not valid JSON: {_json_fault(err, tracked)}") from err
     except (OSError, ArchiveError) as err:  # ArchiveError: a zip's member that does not inflate as it declares
         raise InputError(f"{where} could not be read: {err}") from err
-    return reading.finish(warnings, required)
 
 
 class _Tracked:

@@ -3,7 +3,7 @@
 The tree is COCO's own layout (``annotations/`` of ``instances_``, ``person_keypoints_`` and ``captions_``
 files as ``annotations_trainval2017.zip`` holds them, beside ``val2017/``), generated small: an image the
 JSON lists but SRC lacks (issue #57 case 5), the keypoints and captions files beside the instances file
-(case 6), a README, and a hidden file.
+(case 6: read with it, and a damaged one refused by its byte offset), a README, and a hidden file.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ def _coco_val(root) -> None:
     write_coco(str(root), "val2017", images, anns, CATEGORIES,
                {"a.jpg": jpeg(picture(40, 30, [(2, 2, 12, 10)], seed=1)),
                 "b.jpg": jpeg(picture(40, 30, [(2, 2, 12, 10)], seed=2))})
-    write_file(str(root / "annotations/person_keypoints_val2017.json"),
-               json.dumps({"images": images, "annotations": [], "categories": CATEGORIES[:1]})[:-40])  # cut short
+    points = [{"id": 10, "image_id": 1, "category_id": 1, "num_keypoints": 2, "keypoints": [4, 3, 2, 6, 5, 1, 0, 0, 0]}]
+    write_file(str(root / "annotations/person_keypoints_val2017.json"), json.dumps(
+        {"images": images, "annotations": points,
+         "categories": [{**CATEGORIES[0], "keypoints": ["nose", "left_eye", "right_eye"]}]}))
     write_file(str(root / "annotations/captions_val2017.json"),
                json.dumps({"images": images, "annotations": [{"id": 1, "image_id": 1, "caption": "a person"}]}))
     write_file(str(root / "README.txt"), "COCO 2017 val, a subset\n")
@@ -57,16 +59,15 @@ def test_a_missing_images_objects_are_counted_and_named_not_called_rejected_obje
     assert manifest["num_rejected_objects"] == 0 and manifest["num_objects_of_rejected_images"] == 3
     assert "objects:    2 written, 0 rejected, 3 with their rejected images" in summary.format()
     assert "were rejected" not in said  # no class lost all its objects here, and none was "rejected"
-    # Case 6: the keypoints and captions files are named as not read, the cut one too; every file accounted.
-    assert "annotations/person_keypoints_val2017.json: COCO keypoints, which the converter does not read" in said
-    assert "annotations/captions_val2017.json: COCO captions, which the converter does not read" in said
+    # Case 6: the keypoints and captions files are read with their instances file; every file accounted.
+    assert "does not read" not in said
+    assert manifest["features"][record_schema.KEYPOINT_X] == "float_list"
+    assert manifest["features"][record_schema.CAPTION] == "bytes_list"
     skipped = {line["path"]: line["reason"] for line in map(json.loads, (out / record_schema.SKIPPED_FILE)
                                                              .read_text().splitlines())}
-    assert skipped == {"annotations/person_keypoints_val2017.json": "annotations-not-read",
-                       "annotations/captions_val2017.json": "annotations-not-read",
-                       "README.txt": "not-an-image", "val2017/.DS_Store": "system-file"}
+    assert skipped == {"README.txt": "not-an-image", "val2017/.DS_Store": "system-file"}
     files_under_src = sum(1 for path in root.rglob("*") if path.is_file())
-    annotation_files_read, listed_but_not_there = 1, 1
+    annotation_files_read, listed_but_not_there = 3, 1
     assert manifest["num_listed"] - listed_but_not_there + manifest["num_skipped"] + annotation_files_read \
         == files_under_src
     assert manifest["num_skipped_listed"] == manifest["num_skipped"]
@@ -84,18 +85,21 @@ def test_the_last_class_whose_objects_went_with_a_missing_image_is_not_said_to_b
            "(rejected.jsonl): car" in said
 
 
-@pytest.mark.parametrize("cut, expected", [
-    (lambda text: text[:-25], r"it ends at byte \d+ in the middle of its data \(cut short: a partial download or "
-                              r"copy\?\); its last bytes: '.*\"name\": \"car\", \"sup'"),
-    (lambda text: text.replace('"bbox"', '"bbox" oops', 1),
+@pytest.mark.parametrize("kind, cut, expected", [
+    ("instances", lambda text: text[:-25], r"it ends at byte \d+ in the middle of its data \(cut short: a partial "
+                                           r"download or copy\?\); its last bytes: '.*\"name\": \"car\", \"sup'"),
+    ("instances", lambda text: text.replace('"bbox"', '"bbox" oops', 1),
      r"lexical error: invalid char in json text at byte \d+: '.*\"bbox\"  <-- here --> oops: \["),
+    ("person_keypoints", lambda text: text[:-40], r"it ends at byte 399 in the middle of its data \(cut short: a "
+                                                  r"partial download or copy\?\); its last bytes: '.*\"keypoint'"),
 ])
-def test_a_damaged_annotation_file_is_refused_with_the_byte_offset_and_the_text_around_it(tmp_path, cut, expected):
+def test_a_damaged_annotation_file_is_refused_with_the_byte_offset_and_the_text_around_it(tmp_path, kind, cut,
+                                                                                          expected):
     root = tmp_path / "coco"
     _coco_val(root)
-    path = root / "annotations/instances_val2017.json"
+    path = root / f"annotations/{kind}_val2017.json"
     path.write_text(cut(path.read_text()))
-    with pytest.raises(InputError, match=r"instances_val2017.json is not valid JSON: " + expected):
+    with pytest.raises(InputError, match=rf"annotations/{kind}_val2017.json is not valid JSON: " + expected):
         sources.plan_inputs(ConvertOptions(src=str(root), out=str(tmp_path / "ds")))
 
 

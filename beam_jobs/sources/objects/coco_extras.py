@@ -1,0 +1,112 @@
+"""COCO's keypoints and captions beside its instances: ``person_keypoints_<set>.json`` and ``captions_<set>.json``.
+
+In:  the two files of a set whose ``instances_<set>.json`` is read (``annotations/`` of COCO 2014-2017), each
+     read once as a stream (:func:`beam_jobs.sources.objects.coco_json.read_entries`): the keypoints file's
+     categories (``keypoints``: the points' names, 17 for COCO's person) and annotations (``id``, ``keypoints``:
+     ``x, y, visibility`` a point, in the image's pixels), the captions file's annotations (``image_id``, ``caption``).
+Out: an :class:`Extras` that :class:`beam_jobs.sources.objects.coco_json.CocoSet` asks for each object's points (by
+     its annotation id: a keypoints annotation is the instances file's person annotation of the same id, with
+     the points added) and each image's captions.
+
+What the records get is what the TF Object Detection API's ``create_coco_tf_record.py`` (``--*_keypoint_annotations_file``)
+and Model Garden's (``--caption_annotations_file``) write: every object of an image holds K points, zeros with
+visibility 0 where it has none (a car, a person without keypoints), so ``image/object/keypoint/x`` has K entries an
+object and its decoder's ``num_keypoints`` reshapes them; ``image/caption`` lists an image's captions. The points'
+names are not written an object (the OD API writes 17 names on each: 150 MB over train2017); they are the
+keypoints file's ``categories[].keypoints``, in docs/converter.md. Held until the plan is made: 204 bytes an object
+with keypoints (train2017's 262k: 53 MB), the captions' UTF-8.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import struct
+from typing import BinaryIO, Callable, Optional
+
+from beam_jobs.planning.discover import InputError
+from beam_jobs.sources.objects import coco_json
+
+KEYPOINTS_PREFIX, CAPTIONS_PREFIX = "person_keypoints_", "captions_"
+
+
+def files_of(instances: str, located) -> tuple[str, str]:
+    """``(keypoints file, captions file)`` of the set of ``annotations/instances_<set>.json``, "" where SRC has none."""
+    folder, name = posixpath.split(instances)
+    stem = name[len("instances_"):] if name.startswith("instances_") else ""
+    found = [posixpath.join(folder, prefix + stem) for prefix in (KEYPOINTS_PREFIX, CAPTIONS_PREFIX)] if stem else []
+    return tuple(path if path in located else "" for path in found) if found else ("", "")
+
+
+class Extras:
+    """A set's keypoints (by annotation id) and captions (by image id), compact."""
+
+    def __init__(self, keypoints_where: str = "", captions_where: str = "") -> None:
+        self.keypoints_where, self.captions_where = keypoints_where, captions_where
+        self.names: tuple[str, ...] = ()  # the keypoints' names, from the file's categories
+        self.count = 0  # K: points an object; 0 without a keypoints file
+        self._points: dict[int, bytes] = {}  # annotation id -> its values as float32 (x, y, visibility a point)
+        self._bad: dict[int, str] = {}  # annotation id -> why its keypoints cannot be used
+        self._captions: dict[str, list[str]] = {}
+
+    def points(self, annotation_id: int) -> tuple[tuple, str]:
+        """``(x, y, visibility, ...)`` of an object in its image's pixels (zeros for an object without keypoints),
+        or ``((), problem)`` for keypoints that cannot be used; ``((), "")`` without a keypoints file."""
+        if not self.count:
+            return (), ""
+        if annotation_id in self._bad:
+            return (), self._bad[annotation_id]
+        packed = self._points.get(annotation_id)
+        if packed is None:
+            return (0.0, 0.0, 0) * self.count, ""
+        values = struct.unpack(f"<{len(packed) // 4}f", packed)
+        if len(values) != 3 * self.count:
+            return (), (f"{posixpath.basename(self.keypoints_where)} annotation {annotation_id}: {len(values)} keypoint "
+                        f"values, not x, y, visibility for each of the {self.count} points its categories name")
+        return tuple(value if index % 3 != 2 else int(value) for index, value in enumerate(values)), ""
+
+    def captions_of(self, source_id: str) -> tuple[str, ...]:
+        return tuple(self._captions.get(source_id, ()))
+
+    def _category(self, item: dict) -> None:
+        names = item.get("keypoints")
+        if not isinstance(names, list) or not names:
+            return
+        if self.count and len(names) != self.count:
+            raise InputError(f"{self.keypoints_where}: category {item.get('id')} names {len(names)} keypoints, another "
+                             f"{self.count}: one count of points an object is what the records' keys can hold")
+        self.names, self.count = tuple(str(name) for name in names), len(names)
+
+    def _keypoints(self, item: dict) -> None:
+        annotation_id, values = item.get("id"), item.get("keypoints")
+        if not isinstance(annotation_id, int) or values is None:
+            return
+        if not (isinstance(values, list) and len(values) % 3 == 0 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)):
+            self._bad[annotation_id] = (f"{posixpath.basename(self.keypoints_where)} annotation {annotation_id}: "
+                                        f"keypoints {str(values)[:60]} are not x, y, visibility numbers")
+            return
+        self._points[annotation_id] = struct.pack(f"<{len(values)}f", *values)
+
+    def _caption(self, item: dict) -> None:
+        image_id, text = item.get("image_id"), item.get("caption")
+        if isinstance(image_id, int) and isinstance(text, str):
+            self._captions.setdefault(str(image_id), []).append(text.strip())
+
+
+def read(keypoints: Optional[tuple[str, Callable[[], BinaryIO]]],
+         captions: Optional[tuple[str, Callable[[], BinaryIO]]]) -> Optional[Extras]:
+    """The extras of one set: ``(where, opener)`` of its keypoints and captions files (None where it has none);
+    None when it has neither. A damaged file raises :class:`InputError` naming it and the byte offset."""
+    if keypoints is None and captions is None:
+        return None
+    extras = Extras(keypoints[0] if keypoints else "", captions[0] if captions else "")
+    if keypoints is not None:
+        coco_json.read_entries(keypoints[1], keypoints[0], {"categories": extras._category,
+                                                           "annotations": extras._keypoints})
+        if not extras.count:
+            raise InputError(f"{keypoints[0]}: no category names its keypoints (\"keypoints\": [\"nose\", ...]); a "
+                             "person_keypoints file lists them")
+    if captions is not None:
+        coco_json.read_entries(captions[1], captions[0], {"annotations": extras._caption})
+    return extras

@@ -1,0 +1,107 @@
+"""COCO's person_keypoints_*.json and captions_*.json beside instances_*.json: converted into the keys the TF Object
+Detection API's and Model Garden's COCO scripts write, keypoints placed as the boxes are (issue #57 §2)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import record_schema
+from beam_jobs.options import ConvertOptions
+from beam_jobs.pipeline import run
+from beam_jobs.planning.discover import InputError
+from beam_jobs.sources import plan_inputs
+from tests.object_data import jpeg, picture, write_coco, write_file
+
+FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+PERSON = {"id": 1, "name": "person", "supercategory": "person", "keypoints": ["nose", "left_eye", "right_eye"]}
+CAR = {"id": 3, "name": "car", "supercategory": "vehicle"}
+
+
+def _coco(root) -> None:
+    """a.jpg (40x30): a person with two of three points labelled, a car; b.jpg: stored 40x30, EXIF 6 (upright
+    30x40), a person, its JSON in the stored pixels as COCO's are."""
+    images = [{"id": 1, "file_name": "a.jpg", "width": 40, "height": 30},
+              {"id": 2, "file_name": "b.jpg", "width": 40, "height": 30}]
+    anns = [{"id": 10, "image_id": 1, "category_id": 1, "bbox": [2, 2, 10, 8], "area": 80, "iscrowd": 0},
+            {"id": 11, "image_id": 1, "category_id": 3, "bbox": [20, 10, 10, 8], "area": 80, "iscrowd": 0},
+            {"id": 12, "image_id": 2, "category_id": 1, "bbox": [2, 2, 10, 8], "area": 80, "iscrowd": 0}]
+    write_coco(str(root), "val2017", images, anns, [PERSON, CAR],
+               {"a.jpg": jpeg(picture(40, 30, [(2, 2, 12, 10), (20, 10, 30, 18)], seed=1)),
+                "b.jpg": jpeg(picture(30, 40, [], seed=2), orientation=6)})
+    points = [{"id": 10, "image_id": 1, "category_id": 1, "num_keypoints": 2, "keypoints": [4, 3, 2, 6, 5, 1, 0, 0, 0]},
+              {"id": 12, "image_id": 2, "category_id": 1, "num_keypoints": 1, "keypoints": [4, 3, 2, 0, 0, 0, 0, 0, 0]}]
+    write_file(str(root / "annotations/person_keypoints_val2017.json"),
+               json.dumps({"images": images, "annotations": points, "categories": [PERSON]}))
+    write_file(str(root / "annotations/captions_val2017.json"), json.dumps(
+        {"images": images, "annotations": [{"id": 1, "image_id": 1, "caption": "A person beside a car. "},
+                                           {"id": 2, "image_id": 1, "caption": "Someone and a red car"}]}))
+
+
+def test_keypoints_are_written_normalized_and_turned_with_their_boxes_and_captions_as_an_images_list(tmp_path):
+    import tensorflow as tf
+
+    root = tmp_path / "coco"
+    _coco(root)
+    out = tmp_path / "ds"
+    run(ConvertOptions(src=str(root), out=str(out), shards=1), FAST, show_progress=False)
+    manifest = json.loads((out / record_schema.MANIFEST_FILE).read_text())
+    assert {key: manifest["features"][key] for key in record_schema.KEYPOINT_FEATURES} == \
+        record_schema.KEYPOINT_FEATURES
+    assert manifest["num_skipped"] == 0  # both files read, none skipped
+    # Parsed as the OD API's TfExampleDecoder parses them: K points an object, reshaped [objects, K].
+    spec = {key: tf.io.VarLenFeature(tf.float32 if kind == "float_list" else tf.int64)
+            for key, kind in record_schema.KEYPOINT_FEATURES.items()}
+    spec.update({record_schema.CAPTION: tf.io.VarLenFeature(tf.string),
+                 record_schema.FILENAME: tf.io.FixedLenFeature([], tf.string),
+                 **{key: tf.io.VarLenFeature(tf.float32) for key in (record_schema.BBOX_XMIN, record_schema.BBOX_YMIN,
+                                                                     record_schema.BBOX_XMAX, record_schema.BBOX_YMAX)}})
+    records = {}
+    for raw in tf.data.TFRecordDataset(sorted(str(p) for p in out.glob("validation-*.tfrecord"))):
+        parsed = tf.io.parse_single_example(raw, spec)
+        values = {key: tf.sparse.to_dense(value).numpy() if isinstance(value, tf.SparseTensor) else value.numpy()
+                  for key, value in parsed.items()}
+        records[values[record_schema.FILENAME].decode()] = values
+    a, b = records["val2017/a.jpg"], records["val2017/b.jpg"]
+    xy = np.stack([a[record_schema.KEYPOINT_X], a[record_schema.KEYPOINT_Y]], -1).reshape(2, 3, 2)
+    assert np.allclose(xy[0], [(4 / 40, 3 / 30), (6 / 40, 5 / 30), (0, 0)])  # the person's; unlabelled stays 0, 0
+    assert np.allclose(xy[1], 0)  # the car has none: zeros, visibility 0 (the OD API's layout)
+    assert a[record_schema.KEYPOINT_VISIBILITY].tolist() == [2, 1, 0, 0, 0, 0]
+    assert a[record_schema.KEYPOINT_NUM].tolist() == [2, 0]
+    assert [c.decode() for c in a[record_schema.CAPTION]] == ["A person beside a car.", "Someone and a red car"]
+    assert b[record_schema.CAPTION].size == 0
+    # b.jpg turned upright (EXIF 6: x' = 1 - y, y' = x): the point turns with its box and stays inside it.
+    x, y = b[record_schema.KEYPOINT_X][0], b[record_schema.KEYPOINT_Y][0]
+    assert np.allclose((x, y), (1 - 3 / 30, 4 / 40))
+    assert b[record_schema.BBOX_XMIN][0] <= x <= b[record_schema.BBOX_XMAX][0]
+    assert b[record_schema.BBOX_YMIN][0] <= y <= b[record_schema.BBOX_YMAX][0]
+
+
+def test_keypoints_that_are_not_triples_of_numbers_reject_their_object_by_name(tmp_path):
+    root = tmp_path / "coco"
+    _coco(root)
+    path = root / "annotations/person_keypoints_val2017.json"
+    data = json.loads(path.read_text())
+    data["annotations"][0]["keypoints"] = [4, 3, 2, 6, 5]
+    path.write_text(json.dumps(data))
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    from beam_jobs import annotations
+
+    found = {ref.relpath: annotations.decode(ref.annotation) for ref in plan.refs}
+    [rejected] = found["val2017/a.jpg"].rejected
+    assert rejected[:2] == ("instances_val2017.json annotation 10", "bad-annotation")
+    assert "person_keypoints_val2017.json annotation 10: keypoints [4, 3, 2, 6, 5] are not x, y, visibility" \
+        in rejected[2]
+
+
+def test_a_keypoints_file_whose_categories_name_no_points_is_refused_naming_it(tmp_path):
+    root = tmp_path / "coco"
+    _coco(root)
+    path = root / "annotations/person_keypoints_val2017.json"
+    data = json.loads(path.read_text())
+    data["categories"] = [CAR]
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"person_keypoints_val2017.json: no category names its keypoints"):
+        plan_inputs(ConvertOptions(src=str(root)))
