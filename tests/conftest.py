@@ -30,7 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _README = "tests/test_readme.py::test_every_readme_block_runs_as_written_after_the_setup_commands"
 LONGEST_FIRST = (f"{_README}[objects]", "tests/bench/test_smoke.py::test_the_benchmark_runs_end_to_end",
                  f"{_README}[the-rest]", f"{_README}[classifier]", f"{_README}[folders]", f"{_README}[keras]",
-                 f"{_README}[sources]",
+                 f"{_README}[sources]", "tests/bench/test_read_mixture.py::test_the_mixture_benchmark",
                  "tests/bench/test_smoke.py::test_the_detection_reading_benchmark",
                  "tests/reader/test_resume_training.py::test_a_killed_run_restarts",
                  "tests/bench/test_resume.py::test_the_resume_benchmark",
