@@ -20,7 +20,8 @@ Measured in this one run, on the same photos (300-500 px JPEGs, bench/data.py):
   records over the same steps) at H = 1, 2, 4, 8 pipelines, against 1/H of one pipeline's, and whether
   the H pipelines' batches together are the one pipeline's; beside it, pipeline 0 of 8 of the mixture
   planned with one canonical pipeline (``canonical_pipelines=1``: every pipeline reads every source);
-  and CPU to the first batch over 10 sources planned with C = 1 and the default, at H = 1 and 8.
+  and CPU to the first batch over 10 sources planned with C = 1 and the default, at H = 1 and 8; and the
+  bytes each reads at each H with repeat-factor sampling (each epoch's copies dealt over the canonical pipelines).
 
     python -m bench.read_mixture --hosts-only --work /tmp/mix   # the hosts measure alone, data kept
 """
@@ -45,6 +46,7 @@ RESULTS = os.path.join(REPO, "bench", "results", "read_mixture.json")
 SIZE, BATCH = 224, 64
 WEIGHTS = (0.5, 0.3, 0.2)
 HOST_PIPELINES = (1, 2, 4, 8)
+REPEAT_THRESHOLD = 1.0  # the hosts measure with repeat factors: every class repeated, by sqrt(1 / f(c))
 # --smoke: the harness, not the figures. Its hosts part reads at H = 1 and 2 only (the same code as at 4 and 8,
 # which built 13 more pipelines: half the smoke run's time).
 SMOKE = {"photos": 30, "rounds": 1, "batches": 1, "checked_steps": 20, "host_steps": 2, "host_pipelines": (1, 2)}
@@ -211,14 +213,7 @@ def hosts(parts: Sequence[str], steps: int, counts: Sequence[int] = HOST_PIPELIN
     plan = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH)
     splits = [_present(source) for source in plan.sources]
     _pipeline_read(plan, splits, 2, 1, 0)  # TensorFlow's own first use reads its files
-    read, same = {}, {}
-    whole = None
-    for pipelines in counts:
-        got = [_pipeline_read(plan, splits, steps, pipelines, index) for index in range(pipelines)]
-        read[pipelines] = [value for value, _ in got]
-        keys = np.concatenate([k for _, k in got], axis=1)
-        whole = keys if whole is None else whole
-        same[pipelines] = bool((keys == whole).all())
+    read, same = _reads_by_pipelines(plan, splits, steps, counts)
     one = read[counts[0]][0]
     before = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH, canonical_pipelines=1)
     old = _pipeline_read(before, splits, steps, counts[-1], 0)[0]
@@ -229,6 +224,49 @@ def hosts(parts: Sequence[str], steps: int, counts: Sequence[int] = HOST_PIPELIN
             "same_global_batches": same,
             "one_canonical_pipeline": {"pipelines": counts[-1], "bytes_read_by_pipeline_0": old,
                                        "over_share": round(old / (one / counts[-1]), 3)}}
+
+
+def _reads_by_pipelines(plan, splits, steps: int, counts: Sequence[int]) -> tuple[dict, dict]:
+    """Per pipeline count H: the bytes each of the H pipelines reads over ``steps`` steps, and whether their
+    batches together are the first count's global batches."""
+    read, same, whole = {}, {}, None
+    for pipelines in counts:
+        got = [_pipeline_read(plan, splits, steps, pipelines, index) for index in range(pipelines)]
+        read[pipelines] = [value for value, _ in got]
+        keys = np.concatenate([k for _, k in got], axis=1)
+        whole = keys if whole is None else whole
+        same[pipelines] = bool((keys == whole).all())
+    return read, same
+
+
+def hosts_repeat_factors(parts: Sequence[str], steps: int, counts: Sequence[int] = HOST_PIPELINES) -> dict:
+    """:func:`hosts` for the mixture with repeat-factor sampling (``RepeatFactor(REPEAT_THRESHOLD)``): each
+    epoch's copies of a source are dealt over the canonical pipelines, so each of H reads 1/H of its bytes."""
+    import reader
+    from reader.mixture_pipeline import _present
+
+    plan = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH,
+                          repeat_factor=reader.RepeatFactor(REPEAT_THRESHOLD))
+    splits = [_present(source) for source in plan.sources]
+    read, same = _reads_by_pipelines(plan, splits, steps, counts)
+    one = read[counts[0]][0]
+    return {"canonical_pipelines": plan.canonical_pipelines, "steps": steps, "threshold": REPEAT_THRESHOLD,
+            "records": [s.split.num_examples for s in plan.sources],
+            "epoch_records": [s.factors.epoch_records for s in plan.sources], "bytes_read": read,
+            "worst_over_share": {h: round(max(values) / (one / h), 3) for h, values in read.items()},
+            "best_over_share": {h: round(min(values) / (one / h), 3) for h, values in read.items()},
+            "same_global_batches": same}
+
+
+def format_repeat_hosts(h: dict) -> str:
+    rows = [f"| with repeat factors (t = {h['threshold']}; E / N {h['epoch_records']} / {h['records']}): H "
+            f"(C = {h['canonical_pipelines']}, {h['steps']} steps) | MB read by each (min-max) | its ratio to 1/H "
+            "of one pipeline's (min-max) | global batches as H = 1's |", "|---|---|---|---|"]
+    for count, values in h["bytes_read"].items():
+        rows.append(f"| {count} | {min(values) / 1e6:.1f}-{max(values) / 1e6:.1f} | "
+                    f"{h['best_over_share'][count]}-{h['worst_over_share'][count]} | "
+                    f"{'yes' if h['same_global_batches'][count] else 'NO'} |")
+    return "\n".join(rows)
 
 
 def first_batches(parts: Sequence[str], canonical: int, pipelines: int, rounds: int = 3) -> dict:
@@ -274,8 +312,9 @@ def format_hosts(h: dict) -> str:
 
 
 def format_table(results: dict) -> str:
+    repeat = "\n\n" + format_repeat_hosts(results["hosts_repeat_factors"]) if "hosts_repeat_factors" in results else ""
     if "throughput" not in results:
-        return format_hosts(results["hosts"])
+        return format_hosts(results["hosts"]) + repeat
     t, q = results["throughput"], results["quotas"]
     rows = [
         "| measure | value |",
@@ -300,7 +339,7 @@ def format_table(results: dict) -> str:
         f"{results['startup']['first_batch_cpu_s']['1']} / {results['startup']['first_batch_cpu_s']['10']} s "
         f"({results['startup']['first_batch_cpu_s'].get('10, windows of 8', '?')} s) |",
     ]
-    return "\n".join(rows) + ("\n\n" + format_hosts(results["hosts"]) if "hosts" in results else "")
+    return "\n".join(rows) + ("\n\n" + format_hosts(results["hosts"]) if "hosts" in results else "") + repeat
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -335,6 +374,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             "quotas": quotas(parts, args.steps, args.checked_steps),
                             "startup": startup(parts, min(3, args.rounds))})
         results["hosts"] = hosts(parts, args.host_steps, args.host_pipelines, rounds=min(3, args.rounds))
+        results["hosts_repeat_factors"] = hosts_repeat_factors(parts, args.host_steps, args.host_pipelines)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

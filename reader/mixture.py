@@ -16,7 +16,9 @@ The order of a mixture, a pure function of (seed, step) as a single dataset's is
       canonical pipeline (MosaicML Streaming's canonical nodes); canonical
       pipeline c reads its streams round-robin as one sequence that runs
       through its own epochs: a small source wraps around in a new order
-      while a large one goes on
+      while a large one goes on; with repeat factors, each epoch's E copies
+      (repeat_factor.py) cut into C runs of E / C, canonical pipeline c's
+      run of each epoch its sequence
     where canonical pipeline c is in source k at step T: split.consumed(T)[c, k], O(1)
 
 C (``canonical_pipelines``) is fixed when the mixture is planned: input
@@ -298,8 +300,9 @@ def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int
         the bytes and gives the same global batches. C must divide G and be
         at most the smallest source's records. Default: gcd(G, 64), halved
         (not below 8) while the smallest source would give each fewer than
-        512 records, and while it holds fewer records than C; 1 with repeat
-        factors (a source with repeats is one stream, read whole by every pipeline).
+        512 records, and while it holds fewer records than C. With repeat
+        factors, each epoch's E copies (in reading order) are cut into C
+        runs of E / C, one a canonical pipeline (E a multiple of C).
 
     Raises:
       ValueError: naming the source at fault: not a dataset, no such split,
@@ -336,16 +339,17 @@ def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int
     task = _one_task(infos, names)
     splits = [info.split(split) for info in infos]
     mixture_leaks.check(infos, names, splits[0].name, leaks)
-    canonical = _canonical(canonical_pipelines, batch_size, [s.num_examples for s in splits], names,
-                           repeat_factor is not None)
+    canonical = _canonical(canonical_pipelines, batch_size, [s.num_examples for s in splits], names)
     layouts = [_source_layout(s.num_examples, window, name, canonical) for s, name in zip(splits, names)]
     factors = [None] * len(infos)
     if repeat_factor is not None:
         repeat_factor = as_options(repeat_factor, RepeatFactor, "repeat_factor")
-        factors = [repeat_factors(image_classes(info, split_info), info.classes, repeat_factor.threshold)
+        factors = [repeat_factors(image_classes(info, split_info), info.classes, repeat_factor.threshold, canonical)
                    for info, split_info in zip(infos, splits)]
-        # one stream of its E records with repeats an epoch, windows as one dataset's of one stream
-        layouts = [StreamLayout(f.epoch_records, 1, 1, window or DEFAULT_SHUFFLE_RECORDS // WINDOWS_IN_FLIGHT)
+        # E records with repeats an epoch, E / C to each canonical pipeline, one a "batch" (it advances record by
+        # record); windows as one dataset's of C streams (with C = 1, the layout mixtures had before)
+        layouts = [StreamLayout(f.epoch_records, canonical, canonical,
+                                window or max(1, DEFAULT_SHUFFLE_RECORDS // (WINDOWS_IN_FLIGHT * canonical)))
                    for f in factors]
     members = tuple(MixtureSource(name, info, split_info, weight, layout, f)
                     for name, info, split_info, weight, layout, f in zip(names, infos, splits, fractions, layouts,
@@ -365,12 +369,9 @@ def _one_task(infos: Sequence[DatasetInfo], names: Sequence[str]) -> str:
     return infos[0].task
 
 
-def _canonical(given: Optional[int], batch_size: int, records: Sequence[int], names: Sequence[str],
-               repeats: bool) -> int:
+def _canonical(given: Optional[int], batch_size: int, records: Sequence[int], names: Sequence[str]) -> int:
     """The mixture's canonical pipelines: ``given`` checked, or the default (see :func:`mixture`)."""
     if given is None:
-        if repeats:
-            return 1
         canonical = math.gcd(batch_size, MAX_CANONICAL)  # a power of two: its halves divide G too
         while canonical > MIN_DEFAULT_CANONICAL and min(records) // canonical < MIN_STREAM_RECORDS:
             canonical //= 2
@@ -381,9 +382,6 @@ def _canonical(given: Optional[int], batch_size: int, records: Sequence[int], na
     if canonical is None or canonical < 1 or batch_size % canonical:
         raise ValueError(f"canonical_pipelines={given!r} must be a positive integer dividing the global batch "
                          f"size {batch_size}")
-    if repeats and canonical > 1:
-        raise ValueError(f"canonical_pipelines={canonical} with repeat factors: a source with repeats is one "
-                         "stream, which every pipeline reads whole; leave canonical_pipelines unset (1)")
     small = [(name, count) for name, count in zip(names, records) if count < canonical]
     if small:
         raise ValueError(f"source {small[0][0]!r} has {small[0][1]} records in this split, fewer than the "

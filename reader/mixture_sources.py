@@ -46,15 +46,12 @@ def source_records(plan: Mixture, splits, seeds: Sequence[int], consumed: tf.Ten
     for (repeated, segment), members in groups.items():
         sources, shards = [plan.sources[k] for k in members], [splits[k].shards for k in members]
         seed_row = tf.constant([seeds[k] for k in members], tf.int64)
-        if repeated:  # one stream a source: a mixture with repeats has one canonical pipeline
-            make = _repeated_builder(sources, shards, seed_row, tf.gather(consumed[0], members), segment)
-            entries = [(0, k) for k in members]
-        else:
-            entries = [(c, k) for c in range(count) for k in members]
-            rows = tf.constant([members.index(k) for _, k in entries], tf.int64)
-            pipelines = tf.constant([first_canonical + c for c, _ in entries], tf.int64)
-            make = _ordered_builder(sources, shards, seed_row, tf.gather_nd(consumed, entries), segment,
-                                    rows, pipelines, canonical)
+        entries = [(c, k) for c in range(count) for k in members]
+        rows = tf.constant([members.index(k) for _, k in entries], tf.int64)
+        pipelines = tf.constant([first_canonical + c for c, _ in entries], tf.int64)
+        builder = _repeated_builder if repeated else _ordered_builder
+        make = builder(sources, shards, seed_row, tf.gather_nd(consumed, entries), segment, rows, pipelines,
+                       canonical)
         for (c, k), dataset in zip(entries, _at_one_site(len(entries), make)):
             streams[c * len(plan.sources) + k] = dataset
     return streams
@@ -80,16 +77,19 @@ def _ordered_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, seg
     return make
 
 
-def _repeated_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, segment: SegmentReader):
-    """``i -> `` the i-th source's order with repeats from its record ``consumed[i]`` (``repeat_factor``)."""
+def _repeated_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, segment: SegmentReader,
+                      rows: tf.Tensor, pipelines: tf.Tensor, canonical: int):
+    """``i -> `` sequence i: canonical pipeline ``pipelines[i]``'s part of source ``rows[i]``'s order with repeats
+    (``repeat_factor.repeated_records``, E / C records an epoch), from that part's record ``consumed[i]``."""
     graph = repeated_records_graph(segment)
     files, counts, indexes = _shard_rows(shards)
     factors = _Rows.of([[s.factors.path] for s in sources], tf.string)  # files: N floats each, never constants
     sizes = tf.constant([[s.factors.epoch_records, s.layout.window] for s in sources], tf.int64)
 
     def make(i: tf.Tensor) -> tf.data.Dataset:
-        return graph(files.row(i), counts.row(i), indexes.row(i), factors.row(i)[0], sizes[i][0], sizes[i][1],
-                     seeds[i], consumed[i])
+        row = rows[i]
+        return graph(files.row(row), counts.row(row), indexes.row(row), factors.row(row)[0], sizes[row][0],
+                     sizes[row][1], seeds[row], consumed[i], tf.constant(canonical, tf.int64), pipelines[i])
 
     return make
 

@@ -296,12 +296,16 @@ def stream_segments(sizes: tf.Tensor, stream_length: tf.Tensor, seed: tf.Tensor,
     """``(shard, first record, count)`` runs making stream ``index`` of ``epoch`` from its record ``begin_at``:
     the shards (``sizes``: records each, manifest order) in :func:`shard_order`, cut into streams of
     ``stream_length`` records."""
+    return range_segments(sizes, seed, epoch, index * stream_length + begin_at, (index + 1) * stream_length)
+
+
+def range_segments(sizes: tf.Tensor, seed: tf.Tensor, epoch: tf.Tensor, begin: tf.Tensor, end: tf.Tensor) -> tuple:
+    """``(shard, first record, count)`` runs holding records ``begin .. end - 1`` of ``epoch``'s sequence: the
+    shards (``sizes``: records each, manifest order) one after another in :func:`shard_order`."""
     order = shard_order(tf.size(sizes, out_type=tf.int64), seed, epoch)
     ordered = tf.gather(sizes, order)
     ends = tf.cumsum(ordered)
     starts = ends - ordered
-    begin = index * stream_length + begin_at
-    end = (index + 1) * stream_length
     hit = tf.where(tf.logical_and(starts < end, ends > begin))[:, 0]
     first = tf.maximum(begin - tf.gather(starts, hit), 0)
     count = tf.minimum(end - tf.gather(starts, hit), tf.gather(ordered, hit)) - first

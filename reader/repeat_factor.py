@@ -10,19 +10,23 @@ and :func:`repeated_records`, a source's record sequence with each record
 repeated its count of times an epoch.
 
 Counts are a stochastic rounding of r, deterministic per (seed, epoch), by
-systematic sampling: with the factors scaled to sum to E = ceil(sum r) and
-their running sums ``S_i`` in record order, record i appears
+systematic sampling: with the factors scaled to sum to E (the least multiple
+of C at or above sum r) and their running sums ``S_i`` in record order, record i appears
 ``floor(S_i + u) - floor(S_{i-1} + u)`` times (u uniform, keyed by (seed,
 epoch)): the floor or the ceiling of its factor, its factor on average, and
 exactly E records every epoch, so where a run is stays O(1) arithmetic. An
-epoch reads its shards in a permuted order, as the streams order does, in
-windows of W records; each window's records are repeated and then shuffled
-together, so copies of an image spread over a window. This costs O(N) small
-integers per epoch (the counts), computed in the graph when the epoch starts.
+epoch reads its shards in a permuted order, as the streams order does; its E
+copies in that order are cut into C parts of E / C (:func:`part_copies`: a
+mixture's C canonical pipelines, each reading about N / C records, so H hosts
+each read 1/H of the source), and each part is read in windows of W records,
+each window's records repeated and then shuffled together, so copies of an
+image spread over a window. With C = 1 this is the order before canonical
+pipelines. Each part costs O(N) work per epoch (the counts, computed in the
+graph when its epoch starts) and keeps N / C small integers.
 
 The factors reach the graph from a file (:func:`factors_file`: N float64, named by their content, in the
-temporary folder), read when the pipeline starts: as graph constants they made the graph grow with N (8 MB
-a million records; a GraphDef cannot pass 2 GB, about 250M records) and its building slow.
+temporary folder), read as each part's epoch starts: as graph constants they made the graph grow with N
+(8 MB a million records; a GraphDef cannot pass 2 GB, about 250M records) and its building slow.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import tensorflow as tf
 
 import record_schema
 from reader.info import DatasetInfo, SplitInfo, open_records_table
-from reader.order import reading_graph, shard_order, stream_segments, window_permutation
+from reader.order import range_segments, reading_graph, shard_order, window_permutation
 
 _COUNTS = 0x4EF5  # salts the rounding's uniform away from the order's keys
 LABEL_BATCH = 1024
@@ -144,11 +148,13 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if ordered.size else ordered
 
 
-def repeat_factors(classes: Union[ClassIds, Sequence[np.ndarray]], names: Sequence[str], threshold: float) -> Factors:
+def repeat_factors(classes: Union[ClassIds, Sequence[np.ndarray]], names: Sequence[str], threshold: float,
+                   parts: int = 1) -> Factors:
     """``max(1, sqrt(t / f(c)))`` of each image's rarest class (1 for an image without classes), and the report.
 
     ``classes``: each record's ids (:class:`ClassIds`, or one array a record). Vectorized over every record's
-    (record, class) pairs: about a second for 1M records of objects.
+    (record, class) pairs: about a second for 1M records of objects. E is the least multiple of ``parts``
+    (a mixture's canonical pipelines, each reading E / parts of every epoch) at or above the factors' sum.
     """
     if not isinstance(classes, ClassIds):
         classes = ClassIds(np.concatenate([np.asarray(c, np.int64) for c in classes] + [np.zeros(0, np.int64)]),
@@ -167,7 +173,7 @@ def repeat_factors(classes: Union[ClassIds, Sequence[np.ndarray]], names: Sequen
     if pairs.size:
         first = np.flatnonzero(np.concatenate([[True], pair_rows[1:] != pair_rows[:-1]]))  # each record's first pair
         factors[pair_rows[first]] = np.maximum.reduceat(per_class[pair_classes], first)
-    epoch = max(1, math.ceil(factors.sum() - 1e-9))
+    epoch = parts * max(1, math.ceil(factors.sum() / parts - 1e-9))
     scaled = factors * epoch / factors.sum()
     holding = np.bincount(pair_classes, weights=scaled[pair_rows], minlength=width)
     report = {name: {"images": int(images[i]), "before": float(fraction[i]), "after": float(holding[i] / epoch),
@@ -193,53 +199,79 @@ def epoch_counts(factors: tf.Tensor, epoch_records: "int | tf.Tensor", seed: "in
 
 def repeated_records(files: Sequence[str], counts: Sequence[int], index_files: Sequence[str],
                      factors: Union[np.ndarray, str], epoch_records: int, window: int, seed: int, start: tf.Tensor,
-                     read_segment) -> tf.data.Dataset:
-    """``(record, key)`` of a source with repeats, from its record ``start`` (of E a epoch) on, without end.
+                     read_segment, parts: int = 1, part: int = 0) -> tf.data.Dataset:
+    """``(record, key)`` of part ``part`` of ``parts`` of a source with repeats, from its record ``start`` (of
+    E / parts an epoch) on, without end.
 
     ``factors``: each record's (or the file :func:`factors_file` wrote them to). ``read_segment(path, index_path,
     first, count)`` as ``order.host_records`` takes it (and, as there, a ``records.SegmentReader`` has its graph
     traced once a process). Keys are unique per copy (epoch * E + copy's place in the epoch), so two copies of
-    an image are augmented differently.
+    an image are augmented differently. ``parts`` must divide E (``epoch_records``); one part is the whole
+    epoch, the order mixtures had before canonical pipelines.
     """
     path = factors if isinstance(factors, str) else factors_file(factors)
     return repeated_records_graph(read_segment)(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
                  tf.constant(list(index_files), tf.string), tf.constant(path, tf.string),
                  tf.constant(epoch_records, tf.int64), tf.constant(window, tf.int64), tf.constant(seed, tf.int64),
-                 tf.cast(start, tf.int64))
+                 tf.cast(start, tf.int64), tf.constant(parts, tf.int64), tf.constant(part, tf.int64))
 
 
 def repeated_records_graph(read_segment) -> Callable[..., tf.data.Dataset]:
     """:func:`repeated_records` as its graph: ``(files, counts, index_files, factors_path, epoch_records, window,
-    seed, start) -> dataset``, every argument a tensor, for callers that build several at one site."""
+    seed, start, parts, part) -> dataset``, every argument a tensor, for callers that build several at one site."""
     return reading_graph(_REPEATED_GRAPHS, read_segment, _repeated_graph, _REPEATED_SIGNATURE)
 
 
 _REPEATED_SIGNATURE = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64),
                        tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.string)] + \
-    [tf.TensorSpec([], tf.int64)] * 4
+    [tf.TensorSpec([], tf.int64)] * 6
 _REPEATED_GRAPHS: dict = {}  # read_segment -> repeated_records' traced graph
+
+
+def part_copies(copies: tf.Tensor, parts: tf.Tensor, part: tf.Tensor) -> tuple:
+    """Part ``part`` of ``parts`` of an epoch whose records (in reading order) have ``copies`` copies each:
+    ``(first record, end record, its copies of each record first .. end - 1)``.
+
+    The epoch's E copies, one after another in reading order, are cut into ``parts`` runs of E / parts (a
+    record whose copies straddle a cut gives some to each part): a part reads about N / parts records. The
+    first part starts at record 0 and the last ends at record N, so one part is the whole epoch, as before.
+    """
+    records = tf.size(copies, out_type=tf.int64)
+    each = tf.reduce_sum(copies) // parts
+    low, high = part * each, (part + 1) * each
+    placed = tf.cumsum(copies)  # copies up to and including each record
+    first = tf.where(tf.equal(part, 0), tf.constant(0, tf.int64),
+                     tf.searchsorted(placed, low[None], side="right", out_type=tf.int64)[0])
+    end = tf.where(tf.equal(part, parts - 1), records,
+                   tf.minimum(tf.searchsorted(placed, high[None], side="left", out_type=tf.int64)[0] + 1, records))
+    mine = tf.maximum(tf.minimum(placed, high) - tf.maximum(placed - copies, low), 0)
+    return first, end, mine[first:end]
 
 
 def _repeated_graph(paths: tf.Tensor, sizes: tf.Tensor, indexes: tf.Tensor, factors_path: tf.Tensor,
                     epoch_records: tf.Tensor, window: tf.Tensor, seed: tf.Tensor, start: tf.Tensor,
-                    read_segment) -> tf.data.Dataset:
-    """:func:`repeated_records` with every number a tensor; the factors read from their file as it starts."""
-    table = tf.io.decode_raw(tf.io.read_file(factors_path), tf.float64, little_endian=True)
+                    parts: tf.Tensor, part: tf.Tensor, read_segment) -> tf.data.Dataset:
+    """:func:`repeated_records` with every number a tensor.
+
+    The factors are read from their file as each epoch starts and dropped once its counts are made: a part
+    keeps only its own records' copies (N / parts small integers), so C parts on one host hold about N.
+    """
     bases = tf.cumsum(sizes, exclusive=True)
-    records = tf.reduce_sum(sizes)
-    first_epoch = start // epoch_records
+    part_records = epoch_records // parts
+    first_epoch = start // part_records
 
     def one_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
-        begin = tf.where(tf.equal(epoch, first_epoch), start % epoch_records, tf.constant(0, tf.int64))
+        begin = tf.where(tf.equal(epoch, first_epoch), start % part_records, tf.constant(0, tf.int64))
+        table = tf.io.decode_raw(tf.io.read_file(factors_path), tf.float64, little_endian=True)
         order = shard_order(tf.size(sizes, out_type=tf.int64), seed, epoch)
         ids = tf.ragged.range(tf.gather(bases, order), tf.gather(bases + sizes, order)).flat_values
         copies = tf.gather(epoch_counts(table, epoch_records, seed, epoch), ids)  # by position in the epoch
-        ends = tf.cumsum(tf.math.segment_sum(copies, tf.range(records, dtype=tf.int64) // window))
+        first_record, end_record, copies = part_copies(copies, parts, part)
+        count = end_record - first_record
+        ends = tf.cumsum(tf.math.segment_sum(copies, tf.range(count, dtype=tf.int64) // window))
         first_window = tf.searchsorted(ends, begin[None], side="right", out_type=tf.int64)[0]
         window_start = tf.concat([[0], ends], 0)
-        # One stream of the whole epoch (a layout of batch 1, one stream): its stream length is N.
-        shard, first, count = stream_segments(sizes, records, seed, epoch, tf.constant(0, tf.int64),
-                                              first_window * window)
+        shard, first, number = range_segments(sizes, seed, epoch, first_record + first_window * window, end_record)
 
         def segment(shard_index, first_record, number):
             return read_segment(tf.gather(paths, shard_index), tf.gather(indexes, shard_index), first_record, number)
@@ -248,13 +280,13 @@ def _repeated_graph(paths: tf.Tensor, sizes: tf.Tensor, indexes: tf.Tensor, fact
             low = number * window
             repeated = tf.repeat(batch, copies[low:low + tf.size(batch, out_type=tf.int64)])
             size = tf.size(repeated, out_type=tf.int64)
-            permutation = window_permutation(size, seed, epoch, tf.constant(0, tf.int64), number)
+            permutation = window_permutation(size, seed, epoch, part, number)
             offset = window_start[number]
-            keys = epoch * epoch_records + offset + permutation
+            keys = epoch * epoch_records + part * part_records + offset + permutation
             drop = tf.where(tf.equal(number, first_window), begin - offset, 0)
             return tf.gather(repeated, permutation)[drop:], keys[drop:]
 
-        stream = tf.data.Dataset.from_tensor_slices((shard, first, count)).flat_map(segment)
+        stream = tf.data.Dataset.from_tensor_slices((shard, first, number)).flat_map(segment)
         return stream.batch(window).enumerate(start=first_window).map(expand).unbatch()
 
     return tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(one_epoch)

@@ -175,6 +175,35 @@ def test_canonical_pipelines_that_cannot_split_the_batch_or_a_source_are_refused
     assert reader.mixture(sources, "train", 24).canonical_pipelines == 8  # gcd(24, 64), and c holds 8
     # 64, halved down to 8 while c would give each fewer than 512 records (as a single dataset's streams)
     assert reader.mixture(sources, "train", 64).canonical_pipelines == 8
-    assert reader.mixture(sources, "train", BATCH, repeat_factor=reader.RepeatFactor(0.5)).canonical_pipelines == 1
-    with pytest.raises(ValueError, match=r"canonical_pipelines=2 with repeat factors"):
-        reader.mixture(sources, "train", BATCH, repeat_factor=reader.RepeatFactor(0.5), canonical_pipelines=2)
+    # repeat factors follow the same rule: each epoch's copies are dealt over the canonical pipelines
+    assert reader.mixture(sources, "train", BATCH, repeat_factor=reader.RepeatFactor(0.5)).canonical_pipelines == 4
+
+
+@pytest.fixture(scope="module")
+def repeated(sources):
+    """The sources with repeat factors (t = 0.9: every image r = sqrt(0.9 / 0.5) = 1.34, one or two copies an
+    epoch), C = 4: each epoch's E copies (a multiple of 4) cut into 4 runs of E / 4, one a canonical pipeline."""
+    made = reader.mixture(sources, "train", BATCH, repeat_factor=reader.RepeatFactor(0.9))
+    assert made.canonical_pipelines == 4 and all(s.factors.epoch_records % 4 == 0 for s in made.sources)
+    return made
+
+
+def test_repeat_factor_sources_are_dealt_so_each_pipeline_reads_its_share(repeated):
+    pipelines = 4
+    whole = _order(repeated, STEPS)
+    parts = [_order(repeated, STEPS, pipelines, h) for h in range(pipelines)]
+    for column in range(3):  # the pipelines' batches together are the one pipeline's global batches
+        assert (np.concatenate([p[column] for p in parts], axis=1) == whole[column]).all()
+    for k, source in enumerate(repeated.sources):
+        records, epoch = source.split.num_examples, source.factors.epoch_records
+        first = (whole[1] < epoch) & (whole[2] == k)  # every part's first epoch is within the STEPS read
+        assert sorted(whole[1][first]) == list(range(epoch))  # E copies, each key once
+        assert len(set(whole[0][first])) == records  # every image at least once (r >= 1)
+        held = [set(p[0][(p[1] < epoch) & (p[2] == k)]) for p in parts]
+        # each pipeline reads its parts' records: 1/H of the source and at most a record a cut more
+        assert all(len(mine) <= -(-records // pipelines) + repeated.canonical_pipelines // pipelines
+                   for mine in held), (source.name, [len(mine) for mine in held])
+        assert sum(len(mine) for mine in held) <= records + repeated.canonical_pipelines - 1
+    # resumed mid-epoch on another pipeline count: the same global batches (positions are O(1))
+    resumed = [_order(repeated, STEPS - 17, 2, h, start=17) for h in range(2)]
+    assert (np.concatenate([p[1] for p in resumed], axis=1) == whole[1][17:]).all()

@@ -76,8 +76,13 @@ def test_factors_epochs_and_frequencies_follow_the_formula(skewed):
     assert np.mean(rare_share) == pytest.approx(factors.report["rare"]["after"], abs=0.02)
 
 
-def test_the_order_with_repeats_resumes_at_any_step_and_across_an_epoch(skewed):
-    plan = reader.mixture([(skewed, 1)], "train", 10, repeat_factor=reader.RepeatFactor(THRESHOLD))
+@pytest.mark.parametrize("canonical", [1, 2])
+def test_the_order_with_repeats_resumes_at_any_step_and_across_an_epoch(skewed, canonical):
+    # C = 2 (the default at a batch of 10): each epoch's 50 copies cut into two runs of 25, one a canonical
+    # pipeline, each with its own epochs
+    plan = reader.mixture([(skewed, 1)], "train", 10, repeat_factor=reader.RepeatFactor(THRESHOLD),
+                          canonical_pipelines=canonical)
+    assert plan.describe()["canonical_pipelines"] == canonical
     full = _order(plan, 0, 12)
     for step in (4, 5, 6):  # an epoch is 5 steps: before, at and after its end
         assert _order(plan, step, 12 - step) == full[step * 10:], step
