@@ -41,6 +41,7 @@ from reader.info import (
     steps_per_epoch,
 )
 from reader.boxes import boxes_to_source
+from reader.keypoints import COCO_FLIP as COCO_KEYPOINT_FLIP
 from reader.label_space import LabelSpace
 from reader.mixture import Mixture, mixture
 from reader.repeat_factor import RepeatFactor
@@ -64,6 +65,7 @@ __all__ = [
     "Augmentation",
     "BoxAugmentation",
     "CacheTooLargeError",
+    "COCO_KEYPOINT_FLIP",
     "DatasetInfo",
     "DatasetNotFoundError",
     "DatasetPosition",

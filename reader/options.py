@@ -146,6 +146,15 @@ class ObjectTargets:
       class_mask: targets also carry ``"class_mask"`` int32 [B, H, W, 1], the
         image's class ids moved with its pixels, 255 where padded. Needs
         records with a class mask (Pascal VOC converted with ``--masks``).
+      keypoints: targets also carry ``"keypoints"`` float32 [B, N, K, 3], K =
+        ``keypoints`` (COCO's 17): each object's points, x and y moved with the
+        pixels (in the boxes' units: output pixels, fractions for ``rel_``),
+        and their visibility; 0, 0, 0 where unlabelled or cropped away
+        (:mod:`reader.keypoints`). Needs records with keypoints (COCO
+        converted with its ``person_keypoints_*.json``).
+      keypoint_flip: the points a horizontal flip swaps, as the TF Object
+        Detection API's ``keypoint_flip_permutation`` (``reader.COCO_KEYPOINT_FLIP``
+        for COCO's): needed with ``keypoints`` when training flips.
       contiguous_ids: labels are 0-based and contiguous over the dataset's
         named classes (``DatasetInfo.object_classes``), as KerasHub's
         detectors take them (``num_classes`` classes, no background): COCO's
@@ -161,10 +170,17 @@ class ObjectTargets:
     mask_size: Optional[int] = None
     class_mask: bool = False
     contiguous_ids: bool = False
+    keypoints: Optional[int] = None
+    keypoint_flip: Optional[tuple[int, ...]] = None
 
     def __post_init__(self) -> None:
         check_box_format(self.bounding_box_format)
-        for name in ("max_objects", "mask_size"):
+        if self.keypoint_flip is not None:
+            object.__setattr__(self, "keypoint_flip", tuple(self.keypoint_flip))
+            if sorted(self.keypoint_flip) != list(range(self.keypoints or 0)):
+                raise ValueError(f"keypoint_flip must order the {self.keypoints or 0} points of keypoints=, each once, "
+                                 f"got {self.keypoint_flip!r}")
+        for name in ("max_objects", "mask_size", "keypoints"):
             value = getattr(self, name)
             if value is not None and (as_int(value) is None or value < 1):
                 raise ValueError(f"{name} must be None or a positive integer, got {value!r}")

@@ -87,6 +87,9 @@ def check_targets(targets: ObjectTargets, info: DatasetInfo) -> ObjectTargets:
     if targets.class_mask and record_schema.SEGMENTATION_ENCODED not in features:
         raise ValueError(f"ObjectTargets(class_mask=True) needs a class mask an image, and {where}'s records have "
                          "none: convert Pascal VOC with --masks")
+    if targets.keypoints and record_schema.KEYPOINT_X not in features:
+        raise ValueError(f"ObjectTargets(keypoints={targets.keypoints}) needs keypoints, and {where}'s records have "
+                         "none: convert COCO with its person_keypoints_*.json beside instances_*.json")
     return targets
 
 

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 import record_schema
 from reader import boxes as box_ops
+from reader import keypoints as points
 from reader import preprocess
 from reader.records import AUTOTUNE, feature_spec
 from reader.options import Augmentation, BoxAugmentation, FeatureKeys, ObjectTargets, as_options
@@ -255,7 +256,7 @@ def objects(targets: ObjectTargets, images: ImageChoices, classes: Sequence[str]
     forty small operations cost about 15% of a 300-500 px photo's decode.
     """
     spec = {**_OBJECT_SPEC, **(_INSTANCE_MASK_SPEC if targets.mask_size else {}),
-            **(_CLASS_MASK_SPEC if targets.class_mask else {})}
+            **(_CLASS_MASK_SPEC if targets.class_mask else {}), **(points.SPEC if targets.keypoints else {})}
     # contiguous_ids: record id -> its index among the named classes (-1 for an id without a name)
     named = np.cumsum([bool(name) for name in classes]) - 1
     contiguous = tf.constant(np.where([bool(name) for name in classes], named, -1) if len(classes) else [-1],
@@ -266,6 +267,8 @@ def objects(targets: ObjectTargets, images: ImageChoices, classes: Sequence[str]
         columns = [parsed.pop(key) for key in _OBJECT_COLUMNS[:4]]
         columns += [tf.cast(parsed.pop(key), tf.float32) for key in _OBJECT_COLUMNS[4:]]
         parsed[_OBJECTS] = tf.stack(columns, axis=2)  # ragged [B, None, 7]: one component, not seven
+        if targets.keypoints:
+            parsed[points.KEY] = points.stacked(parsed)
         return _with_stored_hw(parsed)
 
     def example(parsed: dict, geometry: _Geometry) -> tuple:
@@ -278,6 +281,8 @@ def objects(targets: ObjectTargets, images: ImageChoices, classes: Sequence[str]
             moved, _ = box_ops.move(rows[:, :4], hw, placement, 0.0)
             raw["masks"] = _one_row(_instance_masks(parsed[record_schema.OBJECT_MASK], moved, hw, placement,
                                                     geometry.flip, targets.mask_size))
+        if targets.keypoints:
+            raw[points.KEY] = _one_row(points.per_object(parsed[points.KEY], targets.keypoints, rows))
         if targets.class_mask:
             raw["class_mask"] = _placed_class_mask(parsed[record_schema.SEGMENTATION_ENCODED], placement, geometry,
                                                    images.size)
@@ -291,8 +296,13 @@ def objects(targets: ObjectTargets, images: ImageChoices, classes: Sequence[str]
             lambda batch_images, raw: (batch_images, _batch_targets(raw, targets, images, contiguous)),
             num_parallel_calls=AUTOTUNE)
 
-    return Task(parse, lambda parsed, seed: example(parsed, _draw(seed, images.augment)),
-                lambda parsed: example(parsed, _eval_geometry()), batch)
+    def train(parsed: dict, seed: tf.Tensor) -> tuple:
+        if targets.keypoints and images.augment.flip and targets.keypoint_flip is None:
+            raise ValueError(f"ObjectTargets(keypoints={targets.keypoints}) with flips needs keypoint_flip (the points "
+                             "a flip swaps: reader.COCO_KEYPOINT_FLIP for COCO's), or BoxAugmentation(flip=False)")
+        return example(parsed, _draw(seed, images.augment))
+
+    return Task(parse, train, lambda parsed: example(parsed, _eval_geometry()), batch)
 
 
 def _one_row(values: tf.Tensor) -> tf.RaggedTensor:
@@ -327,6 +337,9 @@ def _batch_targets(raw: dict, targets: ObjectTargets, images: ImageChoices,
     rows = {"boxes": box_ops.to_format(placed, targets.bounding_box_format, images.size), "labels": labels}
     if targets.mask_size:
         rows["masks"] = raw["masks"].values.to_tensor(0.0)
+    if targets.keypoints:
+        rows[points.KEY] = points.move(raw[points.KEY].values.to_tensor(0.0), hw, placement, where[:, 8] > 0,
+                                       targets.keypoint_flip, targets.bounding_box_format.startswith("rel_"))
     found = _kept_rows(rows, keep, targets.max_objects)
     if targets.source_size:
         found["source_size"] = hw
@@ -354,7 +367,7 @@ def _kept_rows(rows: dict, keep: tf.Tensor, fixed: Optional[int]) -> dict:
 
 def _padding(name: str, dtype: tf.DType) -> tf.Tensor:
     """What fills a target's rows past an image's objects: -1 (KerasHub's convention), 0 for masks."""
-    return tf.constant(0 if name == "masks" else box_ops.PADDING, dtype)
+    return tf.constant(0 if name in ("masks", points.KEY) else box_ops.PADDING, dtype)
 
 
 def segmentation(images: ImageChoices) -> Task:

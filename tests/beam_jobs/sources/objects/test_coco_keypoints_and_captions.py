@@ -13,33 +13,9 @@ from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
 from beam_jobs.planning.discover import InputError
 from beam_jobs.sources import plan_inputs
-from tests.object_data import jpeg, picture, write_coco, write_file
+from tests.object_data import CAR, coco_with_keypoints as _coco
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-PERSON = {"id": 1, "name": "person", "supercategory": "person", "keypoints": ["nose", "left_eye", "right_eye"]}
-CAR = {"id": 3, "name": "car", "supercategory": "vehicle"}
-
-
-def _coco(root) -> None:
-    """a.jpg (40x30): a person with two of three points labelled, a car; b.jpg: stored 40x30, EXIF 6 (upright
-    30x40), a person, its JSON in the stored pixels as COCO's are."""
-    images = [{"id": 1, "file_name": "a.jpg", "width": 40, "height": 30},
-              {"id": 2, "file_name": "b.jpg", "width": 40, "height": 30}]
-    anns = [{"id": 10, "image_id": 1, "category_id": 1, "bbox": [2, 2, 10, 8], "area": 80, "iscrowd": 0},
-            {"id": 11, "image_id": 1, "category_id": 3, "bbox": [20, 10, 10, 8], "area": 80, "iscrowd": 0},
-            {"id": 12, "image_id": 2, "category_id": 1, "bbox": [2, 2, 10, 8], "area": 80, "iscrowd": 0}]
-    write_coco(str(root), "val2017", images, anns, [PERSON, CAR],
-               {"a.jpg": jpeg(picture(40, 30, [(2, 2, 12, 10), (20, 10, 30, 18)], seed=1)),
-                "b.jpg": jpeg(picture(30, 40, [], seed=2), orientation=6)})
-    points = [{"id": 10, "image_id": 1, "category_id": 1, "num_keypoints": 2, "keypoints": [4, 3, 2, 6, 5, 1, 0, 0, 0]},
-              {"id": 12, "image_id": 2, "category_id": 1, "num_keypoints": 1, "keypoints": [4, 3, 2, 0, 0, 0, 0, 0, 0]}]
-    write_file(str(root / "annotations/person_keypoints_val2017.json"),
-               json.dumps({"images": images, "annotations": points, "categories": [PERSON]}))
-    write_file(str(root / "annotations/captions_val2017.json"), json.dumps(
-        {"images": images, "annotations": [{"id": 1, "image_id": 1, "caption": "A person beside a car. "},
-                                           {"id": 2, "image_id": 1, "caption": "Someone and a red car"}]}))
-
-
 def test_keypoints_are_written_normalized_and_turned_with_their_boxes_and_captions_as_an_images_list(tmp_path):
     import tensorflow as tf
 

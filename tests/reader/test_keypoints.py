@@ -1,0 +1,72 @@
+"""ObjectTargets(keypoints=K): each object's points moved with the pixels as its box is, and swapped left for right
+by a flip given the points it pairs (issue #57 §2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import reader
+from beam_jobs.options import ConvertOptions
+from beam_jobs.pipeline import run
+from tests.object_data import coco_with_keypoints
+
+FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+
+
+@pytest.fixture(scope="module")
+def keypoints_dataset(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("keypoints")
+    coco_with_keypoints(root / "coco")
+    run(ConvertOptions(src=str(root / "coco"), out=str(root / "ds"), shards=1), FAST, show_progress=False)
+    return str(root / "ds")
+
+
+def _by_count(dataset) -> dict:
+    """Each example's targets by its count of objects (a.jpg has two, b.jpg one)."""
+    found = {}
+    for _, targets in dataset:
+        for boxes, labels, points in zip(*(targets[k].numpy() for k in ("boxes", "labels", "keypoints"))):
+            count = int((labels >= 0).sum())
+            found[count] = (boxes[:count], points[:count])
+    return found
+
+
+def test_evaluation_keypoints_are_in_the_output_images_pixels_with_their_boxes(keypoints_dataset):
+    dataset = reader.build_dataset(keypoints_dataset, "validation", batch_size=2, image_size=(60, 80), training=False,
+                                   targets=reader.ObjectTargets(bounding_box_format="xyxy", keypoints=3))
+    found = _by_count(dataset)
+    boxes, points = found[2]  # a.jpg, 40x30 stored, scaled 2x
+    assert np.allclose(points[0], [(8, 6, 2), (12, 10, 1), (0, 0, 0)])
+    assert np.allclose(points[1], 0)  # the car: no keypoints
+    assert np.allclose(boxes[0], (4, 4, 24, 20))
+    boxes, points = found[1]  # b.jpg upright 30x40, scaled 1.5x: its point turned upright by the converter
+    assert np.allclose(points[0, 0], (0.9 * 45, 0.1 * 60, 2)) and np.allclose(points[0, 1:], 0)
+    assert boxes[0, 0] <= points[0, 0, 0] <= boxes[0, 2] and boxes[0, 1] <= points[0, 0, 1] <= boxes[0, 3]
+
+
+def test_a_flip_mirrors_the_points_and_swaps_the_pairs_it_is_given(keypoints_dataset):
+    targets = reader.ObjectTargets(bounding_box_format="xyxy", keypoints=3, keypoint_flip=(0, 2, 1))
+    augment = reader.BoxAugmentation(scale_range=(1.0, 1.0))
+    dataset = reader.build_dataset(keypoints_dataset, "validation", batch_size=2, image_size=(60, 80), seed=1,
+                                   augment=augment, targets=targets, num_epochs=6)
+    flips = set()
+    for _, batch in dataset:
+        for boxes, labels, points in zip(*(batch[k].numpy() for k in ("boxes", "labels", "keypoints"))):
+            if (labels >= 0).sum() != 2:
+                continue  # b.jpg
+            flipped = bool(np.isclose(boxes[0, 0], 80 - 24))
+            flips.add(flipped)
+            expected = [(80 - 8, 6, 2), (0, 0, 0), (80 - 12, 10, 1)] if flipped else [(8, 6, 2), (12, 10, 1),
+                                                                                       (0, 0, 0)]
+            assert np.allclose(points[0], expected) and np.allclose(points[1], 0)
+    assert flips == {True, False}
+
+
+def test_keypoints_with_flips_need_the_points_a_flip_swaps(keypoints_dataset):
+    with pytest.raises(ValueError, match=r"keypoint_flip \(the points a flip swaps: reader.COCO_KEYPOINT_FLIP"):
+        reader.build_dataset(keypoints_dataset, "validation", batch_size=2, image_size=64, seed=0,
+                             targets=reader.ObjectTargets(keypoints=3))
+    with pytest.raises(ValueError, match=r"keypoint_flip must order the 3 points"):
+        reader.ObjectTargets(keypoints=3, keypoint_flip=(0, 1, 1))
+    assert len(reader.COCO_KEYPOINT_FLIP) == 17
