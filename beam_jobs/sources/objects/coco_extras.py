@@ -48,6 +48,11 @@ class Extras:
         self._points: dict[int, bytes] = {}  # annotation id -> its values as float32 (x, y, visibility a point)
         self._bad: dict[int, str] = {}  # annotation id -> why its keypoints cannot be used
         self._captions: dict[str, list[str]] = {}
+        self._used: set[int] = set()  # the annotation ids whose keypoints an object took
+
+    def unused(self) -> list[int]:
+        """The keypoints annotations no object of the instances file took (asked for by :meth:`points`), sorted."""
+        return sorted(set(self._points) - self._used)
 
     def points(self, annotation_id: int) -> tuple[tuple, str]:
         """``(x, y, visibility, ...)`` of an object in its image's pixels (zeros for an object without keypoints),
@@ -59,6 +64,7 @@ class Extras:
         packed = self._points.get(annotation_id)
         if packed is None:
             return (0.0, 0.0, 0) * self.count, ""
+        self._used.add(annotation_id)
         values = struct.unpack(f"<{len(packed) // 4}f", packed)
         if len(values) != 3 * self.count:
             return (), (f"{posixpath.basename(self.keypoints_where)} annotation {annotation_id}: {len(values)} keypoint "

@@ -81,3 +81,15 @@ def test_a_keypoints_file_whose_categories_name_no_points_is_refused_naming_it(t
     path.write_text(json.dumps(data))
     with pytest.raises(InputError, match=r"person_keypoints_val2017.json: no category names its keypoints"):
         plan_inputs(ConvertOptions(src=str(root)))
+
+
+def test_keypoints_of_no_object_of_the_instances_file_are_named_in_a_warning(tmp_path):
+    root = tmp_path / "coco"
+    _coco(root)
+    path = root / "annotations/person_keypoints_val2017.json"
+    data = json.loads(path.read_text())
+    data["annotations"].append({**data["annotations"][0], "id": 99})
+    path.write_text(json.dumps(data))
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    assert any(w.endswith("person_keypoints_val2017.json: 1 keypoints annotation names no object its instances file "
+                          "lists, and was not written (ids 99)") for w in plan.warnings), plan.warnings
