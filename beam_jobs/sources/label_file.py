@@ -382,18 +382,28 @@ def _unlisted(files: Iterable[str], listed: Iterable[str], scratch: Optional[str
         named = set(listed)
         yield from (relpath for relpath in files if relpath not in named)
         return
-    handles = [tempfile.TemporaryFile("w+", dir=scratch, encoding="utf-8")
+    handles = [tempfile.TemporaryFile("w+", dir=scratch, encoding="utf-8", errors="surrogatepass", newline="\n")
                for _ in range(2 * _ListedOnce.RANGES)]
     try:
         for kind, paths in enumerate((listed, files)):
             for relpath in paths:
                 digest = hashlib.blake2b(relpath.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-                handles[2 * (digest[0] % _ListedOnce.RANGES) + kind].write(json.dumps(relpath) + "\n")
+                handles[2 * (digest[0] % _ListedOnce.RANGES) + kind].write(_line(relpath))
         for index in range(_ListedOnce.RANGES):
             for handle in handles[2 * index:2 * index + 2]:
                 handle.seek(0)
-            named = {json.loads(line) for line in handles[2 * index]}  # JSON: a name may hold a line break
-            yield from (relpath for line in handles[2 * index + 1] if (relpath := json.loads(line)) not in named)
+            named = {_path(line) for line in handles[2 * index]}
+            yield from (relpath for line in handles[2 * index + 1] if (relpath := _path(line)) not in named)
     finally:
         for handle in handles:
             handle.close()
+
+
+def _line(relpath: str) -> str:
+    """``relpath`` as a line of its own: as it is, or as JSON when it holds a line break or begins with a quote
+    (a JSON string does; a plain path never then). JSON for every path was a third of this walk's CPU."""
+    return json.dumps(relpath) + "\n" if "\n" in relpath or "\r" in relpath or relpath[:1] == '"' else relpath + "\n"
+
+
+def _path(line: str) -> str:
+    return json.loads(line) if line[:1] == '"' else line[:-1]

@@ -75,6 +75,18 @@ def test_a_path_listed_twice_is_found_by_the_hash_ranges_too(tmp_path):
             label_file.plan("SRC", str(csv), None, 0.0, 0, scratch=scratch)
 
 
+def test_the_files_a_label_file_leaves_out_are_the_same_found_in_memory_or_range_by_range(tmp_path):
+    """``label_file.account``'s comparison of SRC's files with the listed paths: through scratch files (a path a
+    line, JSON only for the odd names) it finds what a set finds, in the same order at every run."""
+    odd = ['"quoted.jpg', "line\nbreak.jpg", "cr\rreturn.jpg", "nul\0.jpg", "sur\udcff.jpg", "", "\u2028.jpg"]
+    listed = [f"images/{i:04d}.jpg" for i in range(3000)] + odd[::2]
+    files = listed + [f"extra/{i}.txt" for i in range(200)] + odd[1::2]
+    in_memory = list(label_file._unlisted(files, listed, None))
+    ranged = list(label_file._unlisted(iter(files), iter(listed), str(tmp_path)))
+    assert sorted(ranged) == sorted(in_memory) == sorted([f"extra/{i}.txt" for i in range(200)] + odd[1::2])
+    assert ranged == list(label_file._unlisted(iter(files), iter(listed), str(tmp_path)))
+
+
 _PLAN_A_LABEL_FILE = """
 import resource, sys
 from beam_jobs.planning import carve
