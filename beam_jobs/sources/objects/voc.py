@@ -214,6 +214,9 @@ def _account(located: dict, used: set[str], standard: Sequence[str], flat: Seque
             skipped.add(path, "no-image", "a VOC XML without its image beside it", warned=True)
         elif folder in flat_folders and formats.has_image_extension(path):
             skipped.add(path, "no-annotation", "an image without its VOC XML beside it")
+        elif posixpath.basename(posixpath.dirname(posixpath.dirname(path))) == "ImageSets":
+            skipped.add(path, "not-in-layout", "a list of ImageSets this conversion does not read (--masks reads "
+                        "ImageSets/Segmentation's where a root has them, else ImageSets/Main's)")
         else:
             skipped.add(path, "not-in-layout", "neither an image the VOC annotations name nor one of their files")
 
