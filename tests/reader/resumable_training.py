@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Optional, Sequence
 
 import reader  # first: TensorFlow loads through it, which quiets TensorFlow's C++ INFO lines  # isort: skip
 import keras
@@ -109,7 +110,8 @@ def train_loop(args) -> None:
         time.sleep(args.slow)
 
 
-def main() -> None:
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """Also called in the test's process (``argv``), for the uninterrupted run nothing kills."""
     parser = argparse.ArgumentParser()
     for name in ("--data", "--backup", "--log"):
         parser.add_argument(name, required=True)
@@ -119,7 +121,7 @@ def main() -> None:
     parser.add_argument("--slow", type=float, default=0.0)
     parser.add_argument("--save-freq", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     (train_keras if args.mode == "keras" else train_loop)(args)
 
 

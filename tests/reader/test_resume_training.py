@@ -1,8 +1,9 @@
 """Training killed with SIGKILL mid-epoch and restarted consumes exactly the batches of an uninterrupted run.
 
-Runs ``tests/reader/resumable_training.py`` in subprocesses: once through, and
-once killed after step 11 of 18 (mid second epoch; the last backup is at step
-8) and restarted. Each run logs "STEP DIGEST" per step; the batch a step
+Runs ``tests/reader/resumable_training.py``: once through (in this process: the
+reference, which nothing kills, needs no TensorFlow of its own), and in
+subprocesses once killed after step 11 of 18 (mid second epoch; the last backup
+is at step 8) and restarted. Each run logs "STEP DIGEST" per step; the batch a step
 trained on is its last logged digest (steps redone after the restart log
 again). The restart must begin from the backup, not from step 0.
 """
@@ -30,6 +31,13 @@ def _command(data, backup, log, mode, pipelines=1, slow=0.0) -> list[str]:
 def _run(command) -> None:
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _run_here(command) -> None:
+    """``command``'s run in this process (``resumable_training.main``): the same training, one start-up less."""
+    from tests.reader import resumable_training
+
+    resumable_training.main(command[command.index("tests.reader.resumable_training") + 1:])
 
 
 def _steps(log) -> list[tuple[int, int]]:
@@ -61,7 +69,7 @@ def _kill_after(command, log, steps: int, backup) -> None:
 @pytest.mark.e2e
 def test_a_killed_run_restarts_on_exactly_the_uninterrupted_batches(demo_dataset, tmp_path, mode, restart_pipelines):
     whole = tmp_path / "whole.log"
-    _run(_command(demo_dataset, tmp_path / "backup-whole", whole, mode))
+    _run_here(_command(demo_dataset, tmp_path / "backup-whole", whole, mode))
     expected = _steps(whole)
     assert [step for step, _ in expected] == list(range(18))
 
