@@ -24,6 +24,7 @@ Measured in this one run, on the same photos (300-500 px JPEGs, bench/data.py):
   bytes each reads at each H with repeat-factor sampling (each epoch's copies dealt over the canonical pipelines).
 
     python -m bench.read_mixture --hosts-only --work /tmp/mix   # the hosts measure alone, data kept
+    python -m bench.read_mixture --repeat-hosts-only --photos 1000 --work /tmp/mix   # with repeat factors alone
 """
 
 from __future__ import annotations
@@ -239,14 +240,14 @@ def _reads_by_pipelines(plan, splits, steps: int, counts: Sequence[int]) -> tupl
     return read, same
 
 
-def hosts_repeat_factors(parts: Sequence[str], steps: int, counts: Sequence[int] = HOST_PIPELINES) -> dict:
-    """:func:`hosts` for the mixture with repeat-factor sampling (``RepeatFactor(REPEAT_THRESHOLD)``): each
-    epoch's copies of a source are dealt over the canonical pipelines, so each of H reads 1/H of its bytes."""
+def hosts_repeat_factors(single: str, steps: int, counts: Sequence[int] = HOST_PIPELINES) -> dict:
+    """:func:`hosts` for the dataset of all the photos (two classes, half each) with repeat-factor sampling
+    (``RepeatFactor(REPEAT_THRESHOLD)``: each image 1.41 copies an epoch, one or two): each epoch's copies
+    are dealt over the canonical pipelines, so each of H pipelines reads 1/H of its bytes."""
     import reader
     from reader.mixture_pipeline import _present
 
-    plan = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH,
-                          repeat_factor=reader.RepeatFactor(REPEAT_THRESHOLD))
+    plan = reader.mixture([(single, 1)], "train", BATCH, repeat_factor=reader.RepeatFactor(REPEAT_THRESHOLD))
     splits = [_present(source) for source in plan.sources]
     read, same = _reads_by_pipelines(plan, splits, steps, counts)
     one = read[counts[0]][0]
@@ -314,7 +315,7 @@ def format_hosts(h: dict) -> str:
 def format_table(results: dict) -> str:
     repeat = "\n\n" + format_repeat_hosts(results["hosts_repeat_factors"]) if "hosts_repeat_factors" in results else ""
     if "throughput" not in results:
-        return format_hosts(results["hosts"]) + repeat
+        return (format_hosts(results["hosts"]) if "hosts" in results else "") + repeat
     t, q = results["throughput"], results["quotas"]
     rows = [
         "| measure | value |",
@@ -354,6 +355,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         "measure (default: %(default)s)")
     parser.add_argument("--hosts-only", action="store_true", help="only the hosts measure (bytes read at H = 1, "
                         "2, 4, 8)")
+    parser.add_argument("--repeat-hosts-only", action="store_true", help="only the hosts measure with repeat "
+                        "factors (bytes read at H = 1, 2, 4, 8)")
     parser.set_defaults(host_pipelines=HOST_PIPELINES)
     parser.add_argument("--results", default=RESULTS)
     parser.add_argument("--smoke", action="store_true", help=f"the smallest run, for the tests: {SMOKE['photos']} "
@@ -369,12 +372,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         single, parts = make_data(work, args.photos, in_process=args.smoke)
         results = {"photos": args.photos, "image_size": SIZE, "batch_size": BATCH}
-        if not args.hosts_only:
+        if not (args.hosts_only or args.repeat_hosts_only):
             results.update({"throughput": throughput(single, parts, args.rounds, args.batches),
                             "quotas": quotas(parts, args.steps, args.checked_steps),
                             "startup": startup(parts, min(3, args.rounds))})
-        results["hosts"] = hosts(parts, args.host_steps, args.host_pipelines, rounds=min(3, args.rounds))
-        results["hosts_repeat_factors"] = hosts_repeat_factors(parts, args.host_steps, args.host_pipelines)
+        if not args.repeat_hosts_only:
+            results["hosts"] = hosts(parts, args.host_steps, args.host_pipelines, rounds=min(3, args.rounds))
+        results["hosts_repeat_factors"] = hosts_repeat_factors(single, args.host_steps, args.host_pipelines)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
