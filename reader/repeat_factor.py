@@ -193,8 +193,9 @@ def epoch_counts(factors: tf.Tensor, epoch_records: "int | tf.Tensor", seed: "in
     ends = tf.floor(tf.cumsum(scaled) + u)
     starts = tf.concat([[tf.floor(u)], ends[:-1]], 0)
     counts = tf.cast(ends - starts, tf.int64)
-    return counts + tf.one_hot(tf.size(counts) - 1, tf.size(counts), dtype=tf.int64) * (
-        epoch_records - tf.reduce_sum(counts))  # float rounding of the last sum: the total is exact
+    # float rounding of the last sum: the total is exact (added at the last record alone, not a one-hot of N)
+    return tf.tensor_scatter_nd_add(counts, [[tf.size(counts, out_type=tf.int64) - 1]],
+                                    [epoch_records - tf.reduce_sum(counts)])
 
 
 def repeated_records(files: Sequence[str], counts: Sequence[int], index_files: Sequence[str],
@@ -244,8 +245,8 @@ def part_copies(copies: tf.Tensor, parts: tf.Tensor, part: tf.Tensor) -> tuple:
                      tf.searchsorted(placed, low[None], side="right", out_type=tf.int64)[0])
     end = tf.where(tf.equal(part, parts - 1), records,
                    tf.minimum(tf.searchsorted(placed, high[None], side="left", out_type=tf.int64)[0] + 1, records))
-    mine = tf.maximum(tf.minimum(placed, high) - tf.maximum(placed - copies, low), 0)
-    return first, end, mine[first:end]
+    placed, copies = placed[first:end], copies[first:end]  # the part's records alone from here: N / parts
+    return first, end, tf.maximum(tf.minimum(placed, high) - tf.maximum(placed - copies, low), 0)
 
 
 def _repeated_graph(paths: tf.Tensor, sizes: tf.Tensor, indexes: tf.Tensor, factors_path: tf.Tensor,
