@@ -290,6 +290,7 @@ def _with_sources(batches: tf.data.Dataset, sources: tf.data.Dataset) -> tf.data
     return tf.data.Dataset.zip((batches, sources)).map(lambda batch, source: (*batch, source))
 
 
+@tf.autograph.experimental.do_not_convert  # plain graph code, as _train_batches
 def _evaluation(plan: Mixture, splits, task: tasks.Task, remap, with_source: bool, batch: int) -> tf.data.Dataset:
     """Each source once, in manifest order, source after source; the final partial batch kept."""
     examples, total = None, 0
