@@ -217,26 +217,53 @@ class MaskError(ValueError):
     """A semantic mask that cannot be used: not a PNG, or not the size of its image."""
 
 
-def read_class_mask(data: bytes, size: Optional[tuple[int, int]], where: str) -> Image.Image:
+def read_class_mask(data: bytes, size: Optional[tuple[int, int]], where: str,
+                    colours: Optional[str] = None) -> Image.Image:
     """A semantic mask's class ids as a one-band image, checked to be ``size`` ``(width, height)`` when given:
-    VOC's palette PNGs give their palette indexes (the class ids, 255 for the outline VOC leaves void)."""
+    VOC's palette PNGs give their palette indexes (the class ids, 255 for the outline VOC leaves void).
+
+    ``colours``: a colour table (:func:`colour_table` JSON: ``[[r, g, b, id], ...]``) for masks that draw classes
+    as colours (RGB PNGs: CVAT's segmentation masks, VOC's masks saved without their palette): each pixel's colour
+    is looked up (a palette PNG's too, by its palette's colour), and a colour the table lacks is named."""
     try:
         image = Image.open(io.BytesIO(data), formats=["PNG"])
         image.load()
     except (OSError, ValueError, Image.DecompressionBombError) as err:
         raise MaskError(f"{where} is not a readable PNG: {err}") from err
-    if image.mode not in ("P", "L", "I", "I;16", "1"):
-        raise MaskError(f"{where} is a {image.mode} image; a class mask holds one class id a pixel (a palette or "
-                        "grayscale PNG)")
     if size is not None and image.size != tuple(size):
         raise MaskError(f"{where} is {image.size[0]}x{image.size[1]}; its image is {size[0]}x{size[1]}")
+    if colours:
+        return Image.fromarray(_by_colour(image, colours, where), mode="L")
+    if image.mode not in ("P", "L", "I", "I;16", "1"):
+        raise MaskError(f"{where} is a {image.mode} image; a class mask holds one class id a pixel (a palette or "
+                        "grayscale PNG), or a colour a class with a colour table (labelmap.txt)")
     ids = np.asarray(image)
     if ids.max(initial=0) > 255:
         raise MaskError(f"{where} holds class ids above 255")
     return Image.fromarray(ids.astype(np.uint8), mode="L")
 
 
-def class_mask_png(data: bytes, turn: int, size: tuple[int, int], where: str) -> bytes:
+def colour_table(pairs) -> str:
+    """``[(colour (r, g, b), class id), ...]`` as the compact JSON :func:`read_class_mask` takes."""
+    return json.dumps([[*map(int, colour), int(class_id)] for colour, class_id in pairs], separators=(",", ":"))
+
+
+def _by_colour(image: Image.Image, colours: str, where: str) -> np.ndarray:
+    """Each pixel's class id by its colour in the table; a colour the table lacks raises naming it and its count."""
+    rgb = np.asarray(image.convert("RGB")).astype(np.uint32)
+    keys = (rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]
+    found, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    table = {(r << 16) | (g << 8) | b: class_id for r, g, b, class_id in json.loads(colours)}
+    unknown = [(int(key), int(count)) for key, count in zip(found, counts) if int(key) not in table]
+    if unknown:
+        key, count = max(unknown, key=lambda pair: pair[1])
+        raise MaskError(f"{where}: colour ({key >> 16}, {(key >> 8) & 255}, {key & 255}) at {count} pixels is no "
+                        f"class of the colour table{f' (and {len(unknown) - 1} more colours)' if len(unknown) > 1 else ''}")
+    return np.array([table[int(key)] for key in found], np.uint8)[inverse].reshape(keys.shape)
+
+
+def class_mask_png(data: bytes, turn: int, size: tuple[int, int], where: str, colours: Optional[str] = None) -> bytes:
     """The PNG of an image's class ids (drawn on the image file's pixels, checked by validation) on the
-    stored image: turned by the image's EXIF orientation ``turn``, resized with nearest-neighbour to ``size``."""
-    return _on_stored_image(read_class_mask(data, None, where), turn, size)
+    stored image: turned by the image's EXIF orientation ``turn``, resized with nearest-neighbour to ``size``;
+    ``colours``: the colour table of a mask drawn in colours (:func:`read_class_mask`)."""
+    return _on_stored_image(read_class_mask(data, None, where, colours), turn, size)

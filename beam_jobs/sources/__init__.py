@@ -13,6 +13,8 @@ objects), never a source's kind; a source's item locators are read by
 * CVAT for images 1.1 (``annotations.xml``, its images anywhere below it): :mod:`beam_jobs.sources.objects.cvat`;
 * Pascal VOC (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/``; or Roboflow's split folders of ``.jpg``
   beside ``.xml``): :mod:`beam_jobs.sources.objects.voc`;
+* VOC's class masks without boxes (``JPEGImages/``, ``SegmentationClass/``; CVAT's Segmentation mask 1.1, its
+  ``labelmap.txt`` of colours): :mod:`beam_jobs.sources.objects.voc_segmentation`;
 * semantic masks beside their images (``images/``, ``masks/``): :mod:`beam_jobs.sources.objects.mask_folders`;
 * a label file (``--annotations``: CSV, TSV or JSON Lines): :mod:`beam_jobs.sources.label_file`;
 * WebDataset samples labelled by a sibling member (``--label-member``): :mod:`beam_jobs.sources.webdataset`;
@@ -36,7 +38,7 @@ from beam_jobs.planning.listing import head_of
 from beam_jobs.sources import imagenet, stated_license
 from beam_jobs.sources.archives import archives
 from beam_jobs.sources.hub import hub, hub_files
-from beam_jobs.sources.objects import coco, cvat, layout_hints, mask_folders, voc, yolo
+from beam_jobs.sources.objects import coco, cvat, layout_hints, mask_folders, voc, voc_segmentation, yolo
 from beam_jobs.stage_records import ImageRef
 
 
@@ -202,6 +204,9 @@ SOURCES: tuple[Source, ...] = (
            and cvat.claims(r.found().listing), _objects(cvat), f"{_ANNOTATED} (CVAT)"),
     Source("pascal-voc", lambda r: not (r.options.label_member or r.options.val_labels)
            and voc.claims(r.found().listing), _objects(voc), f"{_ANNOTATED} (Pascal VOC)", frozenset({"--masks"})),
+    Source("voc-segmentation", lambda r: not (r.options.label_member or r.options.val_labels)
+           and voc_segmentation.claims(r.found().listing), _objects(voc_segmentation),
+           "VOC-laid-out class masks without boxes (semantic segmentation)", frozenset({"--masks"})),
     Source("mask-folders", lambda r: not (r.options.label_member or r.options.val_labels)
            and mask_folders.claims(r.found().listing), _objects(mask_folders),
            "images beside their class masks (semantic segmentation)", frozenset({"--masks"})),

@@ -172,9 +172,10 @@ def _rejected_for_object(relpath: str, unwritable: Sequence[tuple[str, str, str]
 def _class_mask_problem(src: str, class_mask: Sequence[str], size: tuple[int, int], work: str,
                         members: Optional[MemberReader]) -> Optional[str]:
     """Why an image's semantic mask cannot be used (unreadable, not a PNG of class ids, another size), or None."""
-    relpath, source = class_mask
+    relpath, source, *colours = class_mask  # a colour table for masks drawn in colours (masks.read_class_mask)
     try:
-        masks.read_class_mask(read_source(src, relpath, source, work, members), size, display_path(relpath))
+        masks.read_class_mask(read_source(src, relpath, source, work, members), size, display_path(relpath),
+                              *colours)
     except masks.MaskError as err:
         return str(err)
     except (OSError, archive_members.UnreadableItem) as err:

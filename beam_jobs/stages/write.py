@@ -149,7 +149,8 @@ def build_object_example(encoded: Encoded, relpath: str, objects: annotations.Ob
                 masks.mask_png(box.mask, objects.mask_frame, objects.mask_turn, (encoded.width, encoded.height),
                                box.crowd) for box in boxes)} if objects.masks else {}),
             **({record_schema.SEGMENTATION_ENCODED: masks.class_mask_png(
-                class_mask, objects.orientation, (encoded.width, encoded.height), display_path(objects.class_mask[0])),
+                class_mask, objects.orientation, (encoded.width, encoded.height), display_path(objects.class_mask[0]),
+                *objects.class_mask[2:]),
                 record_schema.SEGMENTATION_FORMAT: b"png"} if objects.class_mask else {}),
             **(_keypoint_features(boxes) if objects.keypoints else {}),
             **({record_schema.CAPTION: ByteStrings(text.encode("utf-8") for text in objects.captions)}
