@@ -229,23 +229,40 @@ _REPEATED_SIGNATURE = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], t
 _REPEATED_GRAPHS: dict = {}  # read_segment -> repeated_records' traced graph
 
 
-def part_copies(copies: tf.Tensor, parts: tf.Tensor, part: tf.Tensor) -> tuple:
-    """Part ``part`` of ``parts`` of an epoch whose records (in reading order) have ``copies`` copies each:
-    ``(first record, end record, its copies of each record first .. end - 1)``.
+def part_copies(counts: tf.Tensor, sizes: tf.Tensor, order: tf.Tensor, parts: tf.Tensor, part: tf.Tensor) -> tuple:
+    """Part ``part`` of ``parts`` of an epoch whose records have ``counts`` copies each (record-id order), read
+    shard by shard in ``order`` (``sizes``: each shard's records, manifest order): ``(first record, end record,
+    its copies of each record first .. end - 1)``, records counted in reading order.
 
     The epoch's E copies, one after another in reading order, are cut into ``parts`` runs of E / parts (a
     record whose copies straddle a cut gives some to each part): a part reads about N / parts records. The
     first part starts at record 0 and the last ends at record N, so one part is the whole epoch, as before.
+    The cuts are found shard by shard first (their copies from one running sum in record-id order), then
+    record by record in the shards holding the part only: O(N / parts) beyond that sum.
     """
-    records = tf.size(copies, out_type=tf.int64)
-    each = tf.reduce_sum(copies) // parts
+    records = tf.reduce_sum(sizes)
+    each = tf.reduce_sum(counts) // parts
     low, high = part * each, (part + 1) * each
-    placed = tf.cumsum(copies)  # copies up to and including each record
-    first = tf.where(tf.equal(part, 0), tf.constant(0, tf.int64),
-                     tf.searchsorted(placed, low[None], side="right", out_type=tf.int64)[0])
-    end = tf.where(tf.equal(part, parts - 1), records,
-                   tf.minimum(tf.searchsorted(placed, high[None], side="left", out_type=tf.int64)[0] + 1, records))
-    placed, copies = placed[first:end], copies[first:end]  # the part's records alone from here: N / parts
+    bases = tf.cumsum(sizes, exclusive=True)
+    by_id = tf.cumsum(counts)  # copies up to and including each record, in record-id order
+    before = tf.where(bases > 0, tf.gather(by_id, tf.maximum(bases - 1, 0)), 0)
+    totals = tf.where(sizes > 0, tf.gather(by_id, tf.maximum(bases + sizes - 1, 0)) - before, 0)  # a shard's
+    shard_ends = tf.cumsum(tf.gather(totals, order))  # copies up to each shard's end, in reading order
+    shard_starts = tf.cumsum(tf.gather(sizes, order), exclusive=True)  # its first record, in reading order
+    last = tf.size(sizes, out_type=tf.int64) - 1
+    low_shard = tf.where(tf.equal(part, 0), tf.constant(0, tf.int64),
+                         tf.searchsorted(shard_ends, low[None], side="right", out_type=tf.int64)[0])
+    high_shard = tf.where(tf.equal(part, parts - 1), last, tf.minimum(
+        tf.searchsorted(shard_ends, high[None], side="left", out_type=tf.int64)[0], last))
+    span = order[low_shard:high_shard + 1]
+    copies = tf.gather(counts, tf.ragged.range(tf.gather(bases, span), tf.gather(bases + sizes, span)).flat_values)
+    placed = shard_ends[low_shard] - tf.gather(totals, order[low_shard]) + tf.cumsum(copies)
+    offset = shard_starts[low_shard]
+    first = offset + tf.where(tf.equal(part, 0), tf.constant(0, tf.int64),
+                              tf.searchsorted(placed, low[None], side="right", out_type=tf.int64)[0])
+    end = tf.where(tf.equal(part, parts - 1), records, tf.minimum(
+        offset + tf.searchsorted(placed, high[None], side="left", out_type=tf.int64)[0] + 1, records))
+    placed, copies = placed[first - offset:end - offset], copies[first - offset:end - offset]
     return first, end, tf.maximum(tf.minimum(placed, high) - tf.maximum(placed - copies, low), 0)
 
 
@@ -257,7 +274,6 @@ def _repeated_graph(paths: tf.Tensor, sizes: tf.Tensor, indexes: tf.Tensor, fact
     The factors are read from their file as each epoch starts and dropped once its counts are made: a part
     keeps only its own records' copies (N / parts small integers), so C parts on one host hold about N.
     """
-    bases = tf.cumsum(sizes, exclusive=True)
     part_records = epoch_records // parts
     first_epoch = start // part_records
 
@@ -265,9 +281,8 @@ def _repeated_graph(paths: tf.Tensor, sizes: tf.Tensor, indexes: tf.Tensor, fact
         begin = tf.where(tf.equal(epoch, first_epoch), start % part_records, tf.constant(0, tf.int64))
         table = tf.io.decode_raw(tf.io.read_file(factors_path), tf.float64, little_endian=True)
         order = shard_order(tf.size(sizes, out_type=tf.int64), seed, epoch)
-        ids = tf.ragged.range(tf.gather(bases, order), tf.gather(bases + sizes, order)).flat_values
-        copies = tf.gather(epoch_counts(table, epoch_records, seed, epoch), ids)  # by position in the epoch
-        first_record, end_record, copies = part_copies(copies, parts, part)
+        counts = epoch_counts(table, epoch_records, seed, epoch)
+        first_record, end_record, copies = part_copies(counts, sizes, order, parts, part)
         count = end_record - first_record
         ends = tf.cumsum(tf.math.segment_sum(copies, tf.range(count, dtype=tf.int64) // window))
         first_window = tf.searchsorted(ends, begin[None], side="right", out_type=tf.int64)[0]

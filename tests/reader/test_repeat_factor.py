@@ -153,3 +153,30 @@ def test_the_factors_reach_the_graph_from_a_file_never_as_constants(skewed):
                and sum(d.size for d in node.attr["value"].tensor.tensor_shape.dim) >= len(factors.factors)]
     assert not doubles
     assert path.encode() in graph.SerializeToString()
+
+
+def test_an_epochs_copies_are_cut_into_equal_parts_that_together_hold_every_records_count():
+    """part_copies: E / C copies a part, consecutive runs of the reading order (a record straddling a cut shared by
+    two parts), every record's copies over the parts its count; shards of 0 records and records of 0 copies (read
+    by no part when between two) too."""
+    from reader.repeat_factor import part_copies
+
+    rng = np.random.default_rng(1)
+    for _ in range(25):
+        sizes = rng.integers(0, 6, int(rng.integers(1, 7)))
+        sizes[0] += 1
+        counts, parts = rng.integers(0, 4, int(sizes.sum())), int(rng.integers(1, 5))
+        counts[-1] += parts + (-(counts.sum() + parts)) % parts  # E a multiple of C, at least C
+        order = rng.permutation(len(sizes))
+        bases = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        ids = np.concatenate([np.arange(bases[s], bases[s] + sizes[s]) for s in order])  # record ids as read
+        held, previous_end = np.zeros(len(counts), np.int64), 0
+        for part in range(parts):
+            first, end, mine = (t.numpy() for t in part_copies(*(tf.constant(v, tf.int64) for v in (
+                counts, sizes, order, parts, part))))
+            assert mine.sum() == counts.sum() // parts and len(mine) == end - first
+            # consecutive: at most a straddling record shared, nothing skipped but records of no copies
+            assert first >= previous_end - 1 and not counts[ids[previous_end:first]].any()
+            held[ids[first:end]] += mine
+            previous_end = end
+        assert previous_end == len(counts) and (held == counts).all()
