@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
+import heapq
 import json
 import logging
 import os
@@ -114,8 +115,8 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
                 plan = _plan(options, scratch)
                 options = run_plan.near_distance_for(options, len(plan.refs))  # as converting all of SRC would
                 found = change_plan.compare(plan.refs, options.src, plan.classes,
-                                            version_store.sources_of(out, latest), latest.manifest["classes"],
-                                            options.val_fraction, options.seed, rehash)
+                                            version_store.iter_sources(out, latest), latest.manifest["classes"],
+                                            options.val_fraction, options.seed, rehash, scratch)
                 if found.nothing:
                     logger.info("nothing changed since version %d", latest.number)
                     return UpdateSummary(out, None, latest.number, found.counts(), None,
@@ -123,17 +124,17 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
                 staging = publish.new_staging(out)
                 number = latest.number + 1
                 converted, staging = _convert(options, plan, found, staging, choice, show_progress)
-                compacted, survivors = _compact(out, staging, found, latest, number)
+                compacted, renamed = _compact(out, staging, found, latest, number)
                 manifest = _compose(options, plan, found, latest, number, converted, compacted, staging)
                 label_files.write_card(staging, out, manifest, options.card)
-                rows = _source_rows(found, converted, staging, number) + survivors
+                _write_sources(found, converted, staging, number, renamed)
             shutil.rmtree(scratch, ignore_errors=True)
             faults.point("before-commit")
             with interrupt.deferred():
                 filesystems.remove_folder(publish.work_dir(staging))
                 for split in record_schema.SPLITS:  # the new shards' rows are in the sources table now
                     _remove_if_there(os.path.join(staging, record_schema.records_table_filename(split)))
-                version_store.publish(staging, out, number, manifest, versions.sources_bytes(rows))
+                version_store.publish(staging, out, number, manifest)
             faults.point("committed")
         except BaseException as err:
             if staging is not None and os.path.exists(staging) and not getattr(err, "kept_staging", None) \
@@ -213,7 +214,7 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
     # The carve was the update's (a fixed threshold): the conversion of the new images carves nothing more.
     # Their shards are sized by their bytes (--shards auto), not by the count the whole dataset was cut into:
     # 120 new photos make one shard, not 64 of two images.
-    rejected_before = sum(1 for row in found.kept if not row.file)
+    rejected_before = len(found.rejected_kept)
     return launch.convert_into(dataclasses.replace(options, val_fraction=0.0, shards=AUTO), narrowed, staging,
                                  choice, show_progress, budget=(len(plan.refs), rejected_before))
 
@@ -223,27 +224,25 @@ COMPACTED = "compacted"
 
 
 def _compact(out: str, staging: str, found: change_plan.Changes, latest: version_store.Version,
-             number: int) -> tuple[dict[str, list[dict]], list[SourceRow]]:
+             number: int) -> tuple[dict[str, list[dict]], dict[str, str]]:
     """Copy the survivors of each shard that lost a record, record by record (the same bytes: no image read,
     none converted), into a shard of their own in ``staging/compacted/``, in the latest version's shard order.
 
-    Returns each split's new shard entries (files relative to OUT) and the survivors' rows, in their new places.
+    Returns each split's new shard entries and each compacted shard's new file (both relative to OUT).
     """
-    folder, entries, rows = versions.version_dir(number), {}, []
+    folder, entries, renamed = versions.version_dir(number), {}, {}
     for split, entry in latest.manifest["splits"].items():
-        shards = [shard for shard in entry["shards"] if found.survivors.get(shard["file"])]
+        shards = [shard for shard in entry["shards"] if len(found.survivors.get(shard["file"], ()))]
         for position, shard in enumerate(shards):
             name = f"{COMPACTED}/{record_schema.shard_filename(split, position, len(shards))}"
             os.makedirs(os.path.join(staging, COMPACTED), exist_ok=True)
-            survivors = found.survivors[shard["file"]]
-            copied = version_store.copy_records(out, shard, [row.index for row, _ in survivors],
+            copied = version_store.copy_records(out, shard, found.survivors[shard["file"]].tolist(),
                                                 os.path.join(staging, name))
             entries.setdefault(split, []).append({
                 "file": f"{folder}/{name}", "num_examples": copied.num_examples, "num_bytes": copied.num_bytes,
                 "sha256": copied.sha256, "dali_index": f"{folder}/{name}.idx", "index_bytes": copied.index_bytes})
-            rows += [dataclasses.replace(row, file=f"{folder}/{name}", index=index)
-                     for index, (row, _) in enumerate(survivors)]
-    return entries, rows
+            renamed[shard["file"]] = f"{folder}/{name}"
+    return entries, renamed
 
 
 def _compose(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes,
@@ -335,7 +334,7 @@ def _merge_rejections(out: str, found: change_plan.Changes, latest: version_stor
                       staging: str) -> list[str]:
     """The version's ``rejected.jsonl`` (written into staging): the latest version's lines of rejected images
     still in SRC unchanged, and the update's own, sorted as a conversion sorts them."""
-    still = {row.path for row in found.kept if not row.file}
+    still = found.rejected_kept
     lines: list[str] = []
     before = os.path.join(filesystems.local_path(out), versions.in_version(latest.number,
                                                                              record_schema.REJECTED_FILE))
@@ -360,11 +359,22 @@ def _merge_rejections(out: str, found: change_plan.Changes, latest: version_stor
     return lines
 
 
-def _source_rows(found: change_plan.Changes, converted: Optional[dict], staging: str,
-                 number: int) -> list[SourceRow]:
-    """The version's sources table: the rows kept, then each new record's (from the update's records tables,
-    which are then removed: a version's splits list no table yet) and each image the update rejected."""
-    rows = list(found.kept)
+def _write_sources(found: change_plan.Changes, converted: Optional[dict], staging: str, number: int,
+                   renamed: dict[str, str]) -> None:
+    """The version's sources table, into staging: the unchanged rows (a compacted shard's survivors at their new
+    places), merged in path order with each new record's row (from the update's records tables, which are then
+    removed: a version's splits list no table yet) and each image the update rejected. Streamed: the unchanged
+    rows are read back from the comparison's spill file, never held."""
+    new = _new_rows(found, converted, staging, number)
+    new.sort(key=lambda row: row.path)
+    kept = (found.new_place(row, renamed[row.file]) if row.file in renamed else row for row, _ in found.unchanged)
+    versions.write_sources(os.path.join(staging, versions.SOURCES_TABLE),
+                           heapq.merge(kept, new, key=lambda row: row.path))
+
+
+def _new_rows(found: change_plan.Changes, converted: Optional[dict], staging: str, number: int) -> list[SourceRow]:
+    """Each new record's row and each image the update rejected: as many as the images it converted."""
+    rows = []
     folder = versions.version_dir(number)
     for split, entry in (converted or {}).get("splits", {}).items():
         table = entry.pop("records_table", None)
@@ -379,15 +389,13 @@ def _source_rows(found: change_plan.Changes, converted: Optional[dict], staging:
                 size, mtime = found.stamps[name]
                 rows.append(SourceRow(name, split, files[shard], index, size, mtime, sha.hex(),
                                       found.source_sha256(name)))
-    kept_rejected = {row.path for row in found.kept if not row.file}
     with open(os.path.join(staging, record_schema.REJECTED_FILE), encoding="utf-8") as handle:
         for line in handle:
             item = json.loads(line)
-            if item["path"] not in kept_rejected and item["path"] in found.stamps:
+            if item["path"] not in found.rejected_kept and item["path"] in found.stamps:
                 size, mtime = found.stamps[item["path"]]
                 rows.append(SourceRow(item["path"], "", "", -1, size, mtime, "", found.source_sha256(item["path"])))
     return rows
-
 
 
 def _remove_if_there(path: str) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -115,8 +115,54 @@ def sources_bytes(rows: Iterable[SourceRow]) -> bytes:
     columns = {name: [getattr(row, name) for row in ordered] for name in _SCHEMA.names}
     table = pa.Table.from_pydict(columns, schema=_SCHEMA)
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd", row_group_size=65536)
+    pq.write_table(table, sink, compression="zstd", row_group_size=_ROW_GROUP)
     return sink.getvalue()
+
+
+# Rows a row group of the sources table holds: what write_sources and iter_sources hold in memory at once (about
+# 700 bytes a row as Python objects: 11 MB).
+_ROW_GROUP = 16384
+
+
+def write_sources(path: str, rows: Iterable[SourceRow]) -> None:
+    """Write the sources table of ``rows``, given sorted by path, a row group at a time: the bytes
+    :func:`sources_bytes` gives for the same rows, in memory flat in their number.
+
+    Raises ValueError naming the first row out of order (the table is sorted so the same rows give the same
+    bytes, and an update merge-joins it with SRC's listing)."""
+    with pq.ParquetWriter(path, _SCHEMA, compression="zstd") as writer:
+        batch: list[SourceRow] = []
+        last = None
+        for row in rows:
+            if last is not None and row.path <= last:
+                raise ValueError(f"{path}: sources rows out of order ({row.path!r} after {last!r})")
+            last = row.path
+            batch.append(row)
+            if len(batch) == _ROW_GROUP:
+                writer.write_table(_table(batch), row_group_size=_ROW_GROUP)
+                batch = []
+        if batch or last is None:
+            writer.write_table(_table(batch), row_group_size=_ROW_GROUP)
+
+
+def _table(rows: list[SourceRow]) -> pa.Table:
+    return pa.Table.from_pydict({name: [getattr(row, name) for row in rows] for name in _SCHEMA.names},
+                                schema=_SCHEMA)
+
+
+def iter_sources(path: str) -> Iterator[SourceRow]:
+    """The rows of the sources table at ``path``, in its order (by path), a row group at a time; ValueError naming
+    ``path`` when it is not one."""
+    try:
+        table = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise ValueError(f"{path} is not a sources table ({err})") from err
+    names = table.schema_arrow.names
+    if names not in (_SCHEMA.names, _FIRST_COLUMNS):
+        raise ValueError(f"{path} has the columns {names}, not a sources table's {_SCHEMA.names}")
+    for group in range(table.num_row_groups):
+        columns = table.read_row_group(group).to_pydict()
+        yield from (SourceRow(*values) for values in zip(*(columns[name] for name in names)))
 
 
 def read_sources(data: bytes, where: str) -> list[SourceRow]:

@@ -20,7 +20,7 @@ import struct
 import logging
 import os
 import shutil
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 import record_schema
 from beam_jobs import faults
@@ -108,6 +108,20 @@ def existing(out: str) -> list[int]:
     return found
 
 
+def iter_sources(out: str, version: Version) -> Iterator[SourceRow]:
+    """The rows of :func:`sources_of` in path order, streamed from the sources table a row group at a time (for
+    version 1, which wrote none, gathered from its records tables and sorted: its first update only)."""
+    table = version.manifest.get("sources_table")
+    if not table:
+        yield from sorted(sources_of(out, version), key=lambda row: row.path)
+        return
+    path = os.path.join(_root(out), table["file"])
+    try:
+        yield from versions.iter_sources(path)
+    except ValueError as err:
+        raise VersionError(str(err)) from None
+
+
 def sources_of(out: str, version: Version) -> list[SourceRow]:
     """Every image version ``version`` accounts for: its sources table, or for version 1 (none written) its
     records tables and ``rejected.jsonl``, unstamped (the update then compares by content)."""
@@ -159,10 +173,14 @@ def remove_unpublished(out: str) -> None:
             shutil.rmtree(os.path.join(folder, name))
 
 
-def publish(staging: str, out: str, number: int, manifest: dict, sources: bytes) -> None:
-    """Make ``staging`` version ``number`` of OUT: its files into ``versions/<N>/``, then the pointer, last."""
+def publish(staging: str, out: str, number: int, manifest: dict, sources: Optional[bytes] = None) -> None:
+    """Make ``staging`` version ``number`` of OUT: its files into ``versions/<N>/``, then the pointer, last.
+    ``sources``: the sources table's bytes, or None when staging holds it already (written as a stream)."""
     root = _root(out)
-    _write_whole(os.path.join(staging, versions.SOURCES_TABLE), sources)
+    if sources is not None:
+        _write_whole(os.path.join(staging, versions.SOURCES_TABLE), sources)
+    else:
+        _fsync_file(os.path.join(staging, versions.SOURCES_TABLE))
     _write_whole(os.path.join(staging, record_schema.MANIFEST_FILE),
                  (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     target = os.path.join(root, versions.version_dir(number))
@@ -187,6 +205,11 @@ def _write_whole(path: str, data: bytes) -> None:
     with open(path, "wb") as handle:
         handle.write(data)
         handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _fsync_file(path: str) -> None:
+    with open(path, "rb") as handle:
         os.fsync(handle.fileno())
 
 

@@ -9,16 +9,27 @@ Out: :class:`Changes`: the refs to convert (new and changed images), the rows ke
 An image is unchanged when its path is the version's and its file's size and modification time are the
 ones recorded (no byte read); with ``rehash``, or against a version that recorded no stamps (version 1), its
 bytes' SHA-256 must equal the source file's the version recorded instead (version 1 recorded none: the stored
-image's, which a re-encoded image's source never matches). A file gone since SRC was listed is deleted. (docs/converter.md, "Updating a dataset".)
+image's, which a re-encoded image's source never matches). A file gone since SRC was listed is deleted.
+
+The comparison is a merge-join of the listing and the version's sources table, both in path order: the
+unchanged rows go to a file in the scratch folder as they are found, and what is held grows with the change,
+not with the dataset (an integer a survivor of a compacted shard aside). (docs/converter.md, "Updating a
+dataset".)
 """
 
 from __future__ import annotations
 
+import array
 import collections
 import dataclasses
 import hashlib
+import heapq
+import marshal
 import os
-from typing import Iterable, Mapping, Optional, Sequence
+import tempfile
+from typing import BinaryIO, Iterable, Iterator, Mapping, Optional, Sequence
+
+import numpy as np
 
 from beam_jobs.planning.carve import carve_key
 from beam_jobs.planning.discover import display_path
@@ -28,23 +39,71 @@ from record_files.versions import SourceRow
 _KEY_SPACE = 1 << 128  # carve keys are 128-bit
 
 
+class UnchangedRows:
+    """The unchanged images' rows, each with its label id now, in path order, re-iterable: spilled to a file in
+    the scratch folder as the comparison finds them, so the launcher holds none of them (a version of a
+    billion images holds a billion).
+
+    Each row is stamped now (its size and modification time as listed); ``file`` "" is a rejected image.
+    Written and read in blocks of :data:`_BLOCK` rows (one ``marshal`` call a row costs more than the row).
+    """
+
+    _BLOCK = 1024
+
+    def __init__(self, path: str) -> None:
+        self._path, self._count, self._block = path, 0, []
+        self._handle: Optional[BinaryIO] = open(path, "wb")
+
+    def add(self, row: SourceRow, label: int) -> None:
+        self._block.append((row.path, row.split, row.file, row.index, row.size, row.mtime_ns, row.sha256,
+                            row.source_sha256, label))
+        self._count += 1
+        if len(self._block) == self._BLOCK:
+            marshal.dump(self._block, self._handle)
+            self._block = []
+
+    def close(self) -> None:
+        if self._handle is not None:
+            if self._block:
+                marshal.dump(self._block, self._handle)
+                self._block = []
+            self._handle.close()
+            self._handle = None
+
+    def __iter__(self) -> Iterator[tuple[SourceRow, int]]:
+        self.close()
+        with open(self._path, "rb") as handle:
+            while True:
+                try:
+                    block = marshal.load(handle)
+                except EOFError:
+                    return
+                for *fields, label in block:
+                    yield SourceRow(*fields), label
+
+    def __len__(self) -> int:
+        return self._count
+
+
 @dataclasses.dataclass(frozen=True)
 class Changes:
     """What an update does (see the module's docstring).
 
-    ``refs``: to convert, sorted by (split, relpath); ``kept``: rows of the unchanged images whose shards are
-    reused (and unchanged rejected images: ``file`` ""), stamped now; ``reused``: the shard files kept;
-    ``compacted``: the shards that lost a record; ``survivors``: per compacted shard, the rows of its unchanged
-    images (stamped now, by record index) with their label ids; ``kept_labels``: records of each (split, label
-    id) in the reused shards and the survivors; ``stamps``: each listed image's (size, mtime_ns) by path;
-    ``files``: each listed image's file (under SRC) by path.
+    ``refs``: to convert, sorted by (split, relpath); ``unchanged``: every unchanged image's row and label id,
+    stamped now, in path order (on disk: :class:`UnchangedRows`), whether its shard is reused or compacted, and
+    the unchanged rejected images (``file`` ""); ``reused``: the shard files kept; ``compacted``: the shards
+    that lost a record; ``survivors``: per compacted shard, its unchanged records' indices, ascending (a record's
+    place in the compacted shard is its rank there); ``kept_labels``: records of each (split, label id) among
+    the unchanged; ``rejected_kept``: the paths of the unchanged rejected images; ``stamps`` and ``files``: each
+    image to convert's (size, mtime_ns) and file (under SRC) by path. Nothing here grows with the images that
+    did not change but ``survivors``, an integer a record of a shard that lost one.
     """
 
     refs: tuple[ImageRef, ...]
-    kept: tuple[SourceRow, ...]
+    unchanged: UnchangedRows
     reused: frozenset[str]
     compacted: frozenset[str]
-    survivors: Mapping[str, tuple[tuple[SourceRow, int], ...]]
+    survivors: Mapping[str, "np.ndarray"]
     classes: tuple[str, ...]
     kept_labels: Mapping[tuple[str, int], int]
     stamps: Mapping[str, tuple[int, int]]
@@ -52,6 +111,7 @@ class Changes:
     changed: int
     deleted: int
     recompacted: int
+    rejected_kept: frozenset[str] = frozenset()
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
@@ -76,8 +136,13 @@ class Changes:
     def counts(self) -> dict:
         """The manifest's ``changes``."""
         return {"added": self.added, "changed": self.changed, "deleted": self.deleted,
-                "unchanged": sum(1 for row in self.kept if row.file) + self.recompacted,
+                "unchanged": len(self.unchanged) - len(self.rejected_kept),
                 "recompacted": self.recompacted, "compacted_shards": len(self.compacted)}
+
+    def new_place(self, row: SourceRow, compacted_file: str) -> SourceRow:
+        """``row``, a survivor of a compacted shard, at its place in ``compacted_file``."""
+        index = int(np.searchsorted(self.survivors[row.file], row.index))
+        return dataclasses.replace(row, file=compacted_file, index=index)
 
 
 def stable_classes(before: Sequence[str], listed: Sequence[str]) -> tuple[str, ...]:
@@ -96,57 +161,173 @@ def new_split(ref: ImageRef, val_fraction: float, seed: int) -> str:
 
 
 def compare(refs: Iterable[ImageRef], src: str, listed_classes: Sequence[str], previous: Iterable[SourceRow],
-            classes_before: Sequence[str], val_fraction: float, seed: int, rehash: bool = False) -> Changes:
-    """Compare SRC's ``refs`` (labels index ``listed_classes``) with the ``previous`` version's rows."""
-    rows = {row.path: row for row in previous}
+            classes_before: Sequence[str], val_fraction: float, seed: int, rehash: bool = False,
+            scratch: Optional[str] = None) -> Changes:
+    """Compare SRC's ``refs`` (labels index ``listed_classes``) with the ``previous`` version's rows, given in
+    path order (a sources table's): a merge-join of the two, in memory flat in the images. The listing is put in
+    path order by an external sort (runs of :data:`SORT_RUN` refs sorted in memory, spilled, merged) and the
+    unchanged rows are spilled as found, both to ``scratch`` (a temporary folder when None).
+    """
     classes = stable_classes(classes_before, listed_classes)
     ids = {name: index for index, name in enumerate(classes)}
     remap = [ids[name] for name in listed_classes]
+    folder = scratch or tempfile.mkdtemp(prefix="update-compare-")
+    return _merge_join(_in_path_order(refs, folder), src, remap, previous, classes, val_fraction, seed, rehash,
+                       folder)
+
+
+# The listing's external sort: refs sorted in memory at a time (about 200 bytes each), runs merged at a time (each
+# open with a read buffer and a block of refs: about 20 KB), refs a block of a run file holds.
+SORT_RUN = 50_000
+FAN_IN = 64
+_RUN_BLOCK = 64
+
+
+def _in_path_order(refs: Iterable[ImageRef], folder: str) -> Iterator[ImageRef]:
+    """``refs`` by path: runs of :data:`SORT_RUN` sorted in memory, each spilled to ``folder`` (but a single
+    run), merged :data:`FAN_IN` at a time until that many are left, then merged as read (a listing arrives in
+    its lister's order: by split, then path, when ``--val-fraction`` carves class folders)."""
+    runs: list[str] = []
+    batch: list[ImageRef] = []
+    for ref in refs:
+        batch.append(ref)
+        if len(batch) == SORT_RUN:
+            runs.append(_spill_run(sorted(batch, key=_ref_path), folder))
+            batch = []
+    batch.sort(key=_ref_path)
+    if not runs:
+        yield from batch
+        return
+    runs.append(_spill_run(batch, folder))
+    del batch
+    while len(runs) > FAN_IN:
+        runs = runs[FAN_IN:] + [_spill_run(_merged(runs[:FAN_IN]), folder)]  # each ref merged log(runs) times
+    yield from _merged(runs)
+
+
+def _ref_path(ref: ImageRef) -> str:
+    return display_path(ref.relpath)
+
+
+def _merged(runs: Sequence[str]) -> Iterator[ImageRef]:
+    return heapq.merge(*(_read_run(run) for run in runs), key=_ref_path)
+
+
+def _spill_run(refs: Iterable[ImageRef], folder: str) -> str:
+    """Write ``refs`` (in path order) to a new file in ``folder``, :data:`_RUN_BLOCK` to a ``marshal`` record."""
+    handle, path = tempfile.mkstemp(prefix="listing-run-", suffix=".marshal", dir=folder)
+    with os.fdopen(handle, "wb") as out:
+        block = []
+        for ref in refs:
+            block.append(tuple(ref))
+            if len(block) == _RUN_BLOCK:
+                marshal.dump(block, out)
+                block = []
+        if block:
+            marshal.dump(block, out)
+    return path
+
+
+def _read_run(path: str) -> Iterator[ImageRef]:
+    """The refs of a run file, which is removed once read."""
+    try:
+        with open(path, "rb") as handle:
+            while True:
+                try:
+                    block = marshal.load(handle)
+                except EOFError:
+                    return
+                yield from (ImageRef(*fields) for fields in block)
+    finally:
+        os.remove(path)
+
+
+def _merge_join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: Iterable[SourceRow],
+                classes: tuple[str, ...], val_fraction: float, seed: int, rehash: bool, folder: str) -> Changes:
+    """One pass over the listing and the previous rows, both in path order (see :func:`compare`)."""
+    handle, path = tempfile.mkstemp(prefix="unchanged-rows-", suffix=".marshal", dir=folder)
+    os.close(handle)
+    unchanged = UnchangedRows(path)
+    try:
+        return _join(refs, src, remap, previous, classes, val_fraction, seed, rehash, unchanged)
+    except BaseException:
+        unchanged.close()
+        os.remove(path)
+        raise
+
+
+def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: Iterable[SourceRow],
+          classes: tuple[str, ...], val_fraction: float, seed: int, rehash: bool,
+          unchanged: UnchangedRows) -> Changes:
     convert: list[ImageRef] = []
-    kept: dict[str, tuple[SourceRow, ImageRef]] = {}
     stamps: dict[str, tuple[int, int]] = {}
     files: dict[str, str] = {}
     touched: set[str] = set()
-    added = changed = 0
+    rejected_kept: set[str] = set()
+    kept_labels: collections.Counter[tuple[str, int]] = collections.Counter()
+    added = changed = deleted = 0
+    rows = iter(previous)
+    row = next(rows, None)
     for ref in refs:
         path = display_path(ref.relpath)
+        while row is not None and row.path < path:  # in the version, not in SRC: deleted
+            touched.add(row.file)
+            deleted += 1
+            row = next(rows, None)
+        match = row if row is not None and row.path == path else None
+        if match is not None:
+            row = next(rows, None)
         try:
             stat = os.stat(os.path.join(src, ref.relpath))
-        except FileNotFoundError:
-            continue  # gone since SRC was listed: deleted, as if it had been gone then
-        stamp = stamps[path] = (stat.st_size, stat.st_mtime_ns)
-        files[path] = os.path.join(src, ref.relpath)
+        except FileNotFoundError:  # gone since SRC was listed: deleted, as if it had been gone then
+            if match is not None:
+                touched.add(match.file)
+                deleted += 1
+            continue
+        stamp = (stat.st_size, stat.st_mtime_ns)
         ref = ref._replace(label=remap[ref.label])
-        row = rows.get(path)
-        same = None if row is None else _unchanged(row, stamp, files[path], rehash)
-        if row is None:
+        same = None if match is None else _unchanged(match, stamp, os.path.join(src, ref.relpath), rehash)
+        if match is not None and same is not None:
+            unchanged.add(SourceRow(match.path, match.split, match.file, match.index, stamp[0], stamp[1],
+                                    match.sha256, same), ref.label)
+            if match.file:
+                kept_labels[match.split, ref.label] += 1
+            else:
+                rejected_kept.add(path)
+            continue
+        stamps[path], files[path] = stamp, os.path.join(src, ref.relpath)
+        if match is None:
             convert.append(ref._replace(split=new_split(ref, val_fraction, seed)))
             added += 1
-        elif same is not None:
-            kept[path] = (dataclasses.replace(row, size=stamp[0], mtime_ns=stamp[1], source_sha256=same), ref)
         else:
-            convert.append(ref._replace(split=row.split or new_split(ref, val_fraction, seed)))
+            convert.append(ref._replace(split=match.split or new_split(ref, val_fraction, seed)))
             changed += 1
-            touched.add(row.file)
-    deleted = [row for path, row in rows.items() if path not in stamps]
-    touched.update(row.file for row in deleted)
+            touched.add(match.file)
+    while row is not None:
+        touched.add(row.file)
+        deleted += 1
+        row = next(rows, None)
     touched.discard("")
-    survivors: dict[str, list[tuple[SourceRow, int]]] = collections.defaultdict(list)
-    for row, ref in kept.values():
-        if row.file in touched:
-            survivors[row.file].append((row, ref.label))
-    staying = [(row, ref) for row, ref in kept.values() if row.file not in touched]
-    kept_labels: collections.Counter[tuple[str, int]] = collections.Counter(
-        (row.split, ref.label) for row, ref in kept.values() if row.file)
+    unchanged.close()
+    survivors, reused = _survivors(unchanged, touched)
     return Changes(
-        refs=tuple(sorted(convert, key=lambda ref: (ref.split, ref.relpath))),
-        kept=tuple(row for row, _ in staying),
-        reused=frozenset(row.file for row, _ in staying if row.file),
-        compacted=frozenset(touched), classes=classes, kept_labels=dict(kept_labels), stamps=stamps,
-        survivors={file: tuple(sorted(rows, key=lambda item: item[0].index)) for file, rows in survivors.items()},
-        added=added, changed=changed, deleted=len(deleted), recompacted=sum(map(len, survivors.values())),
-        files=files,
+        refs=tuple(sorted(convert, key=lambda ref: (ref.split, ref.relpath))), unchanged=unchanged,
+        reused=frozenset(reused), compacted=frozenset(touched), survivors=survivors, classes=classes,
+        kept_labels=dict(kept_labels), stamps=stamps, added=added, changed=changed, deleted=deleted,
+        recompacted=sum(map(len, survivors.values())), rejected_kept=frozenset(rejected_kept), files=files,
     )
+
+
+def _survivors(unchanged: UnchangedRows, touched: set[str]) -> tuple[dict[str, np.ndarray], set[str]]:
+    """Per shard that lost a record, its unchanged records' indices, ascending; and the shards reused whole."""
+    indices: dict[str, array.array] = collections.defaultdict(lambda: array.array("q"))
+    reused: set[str] = set()
+    for row, _ in unchanged:
+        if row.file in touched:
+            indices[row.file].append(row.index)
+        elif row.file:
+            reused.add(row.file)
+    return {file: np.sort(np.frombuffer(found, dtype=np.int64)) for file, found in indices.items()}, reused
 
 
 def _unchanged(row: SourceRow, stamp: tuple[int, int], path: str, rehash: bool) -> Optional[str]:
