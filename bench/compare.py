@@ -22,6 +22,7 @@ swings least.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -32,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOLS = ("current", "rev")
@@ -56,7 +57,28 @@ def adopt_orphans() -> None:
         pass
 
 
-_PR_SET_CHILD_SUBREAPER = 36
+@contextlib.contextmanager
+def orphans_adopted() -> Iterator[None]:
+    """:func:`adopt_orphans` for the time of a block, then as before: a process that goes on after the run (a
+    test's, running a benchmark's smoke run in it) does not adopt the orphans of whatever it runs next."""
+    import ctypes
+
+    before = ctypes.c_int(0)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(before))
+    except (OSError, AttributeError):
+        pass
+    adopt_orphans()
+    try:
+        yield
+    finally:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, before.value)
+        except (OSError, AttributeError):
+            pass
+
+
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
 
 def tree_cpu(before: resource.struct_rusage) -> float:

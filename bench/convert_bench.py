@@ -44,11 +44,16 @@ def _children_cpu() -> float:
 
 def timed_run(command: Sequence[str]) -> tuple[float, int, float, int]:
     """Wall time, peak tree RSS (bytes), CPU seconds and the largest single process's peak RSS (bytes)."""
-    from bench.compare import adopt_orphans
+    from bench.compare import orphans_adopted
 
     # The converter's forkserver (and the workers forked from it) can outlive the launcher by a moment: as this
-    # process's adopted orphans they are waited for below, so their CPU counts (else it went to init, unseen).
-    adopt_orphans()
+    # process's adopted orphans they are waited for, so their CPU counts (else it went to init, unseen). Only
+    # for the run: a smoke test runs this in its own process, which goes on to other tests.
+    with orphans_adopted():
+        return _timed_tree(command)
+
+
+def _timed_tree(command: Sequence[str]) -> tuple[float, int, float, int]:
     env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"}
     cpu_before = _children_cpu()
     seen: set[int] = set()
