@@ -316,15 +316,6 @@ def _check_header(data: bytes, path: str, kind: int) -> int:
     return buckets
 
 
-def _records(data: bytes) -> Iterator[bytes]:
-    position = 0
-    while position < len(data):
-        (length,) = _LENGTH.unpack_from(data, position)
-        position += _LENGTH.size
-        yield data[position:position + length]
-        position += length
-
-
 def read_all(path: str, kind: int) -> list[bytes]:
     """Every record of ``path``, in file order."""
     with _open(path) as handle:
@@ -333,7 +324,7 @@ def read_all(path: str, kind: int) -> list[bytes]:
     index, end = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
     if end != END:
         raise WorkFileError(f"{path} is truncated (no trailer)")
-    return list(_records(data[_HEADER.size:index]))  # records end where the index starts
+    return whole_records(data[_HEADER.size:index])[0]  # records end where the index starts
 
 
 def _index_offset(handle: BinaryIO, path: str) -> int:
@@ -356,46 +347,41 @@ def iter_file(path: str, kind: int, chunk_bytes: int = 1 << 20) -> Iterator[byte
 
 
 def _stream(handle: BinaryIO, remaining: int, chunk_bytes: int) -> Iterator[bytes]:
-    buffer, position = b"", 0
-    while True:
-        if len(buffer) - position >= _LENGTH.size:
-            (length,) = _LENGTH.unpack_from(buffer, position)
-            if len(buffer) - position >= _LENGTH.size + length:
-                yield buffer[position + _LENGTH.size:position + _LENGTH.size + length]
-                position += _LENGTH.size + length
-                continue
-        if remaining <= 0:
-            if position != len(buffer):
-                raise WorkFileError("a work file ends inside a record")
-            return
+    tail = b""
+    while remaining > 0:
         data = handle.read(min(chunk_bytes, remaining))
         if not data:
             raise WorkFileError("a work file is shorter than its index says")
         remaining -= len(data)
-        buffer, position = buffer[position:] + data, 0
+        data = tail + data
+        records, used = whole_records(data)
+        tail = data[used:]
+        yield from records
+    if tail:
+        raise WorkFileError("a work file ends inside a record")
 
 
 def read_bucket(path: str, kind: int, bucket: int) -> list[bytes]:
     """The records of one key bucket of a sorted file: a seek and two reads, whatever the file's size."""
     with _open(path) as handle:
-        buckets = _check_header(handle.read(_HEADER.size), path, kind)
-        if not 0 <= bucket < buckets:
-            raise WorkFileError(f"{path} has {buckets} buckets; bucket {bucket} was asked for")
-        handle.seek(_index_offset(handle, path) + 8 * bucket)
-        start, stop = struct.unpack(">2Q", handle.read(16))
+        start, stop = _bucket_span(handle, path, kind, bucket)
         handle.seek(start)
-        return list(_records(handle.read(stop - start)))
+        return whole_records(handle.read(stop - start))[0]
 
 
 def bucket_span(path: str, kind: int, bucket: int) -> tuple[int, int]:
     """``(start, stop)``: the byte offsets of bucket ``bucket``'s records in a sorted file (for
     :func:`read_span`, which reads them a piece at a time)."""
     with _open(path) as handle:
-        buckets = _check_header(handle.read(_HEADER.size), path, kind)
-        if not 0 <= bucket < buckets:
-            raise WorkFileError(f"{path} has {buckets} buckets; bucket {bucket} was asked for")
-        handle.seek(_index_offset(handle, path) + 8 * bucket)
-        return struct.unpack(">2Q", handle.read(16))
+        return _bucket_span(handle, path, kind, bucket)
+
+
+def _bucket_span(handle: BinaryIO, path: str, kind: int, bucket: int) -> tuple[int, int]:
+    buckets = _check_header(handle.read(_HEADER.size), path, kind)
+    if not 0 <= bucket < buckets:
+        raise WorkFileError(f"{path} has {buckets} buckets; bucket {bucket} was asked for")
+    handle.seek(_index_offset(handle, path) + 8 * bucket)
+    return struct.unpack(">2Q", handle.read(16))
 
 
 def read_span(path: str, start: int, size: int) -> bytes:

@@ -5,7 +5,7 @@ In:  a part's CONTENT records (stage 2: :func:`near_records` writes ``near/part-
      each image's 64-bit hash, sorted by the band's position); a chunk of a band range's sorted NEAR records
      (stage 6: :func:`pair_indices`).
 Out: NEAR records; the pairs within the distance among a chunk's records, each once, in the order a union-find
-     takes them, and the links that join groups (:class:`SpanningForest`). The band range's task that reads
+     takes them, and the links that join groups (:func:`spanning_links`). The band range's task that reads
      the records and writes ``near/pairs-r.jsonl`` and ``near/leaks-r.jsonl`` is
      :mod:`beam_jobs.stages.near_links`; the groups, :mod:`beam_jobs.stages.near_groups`.
 
@@ -51,9 +51,9 @@ EVALUATION_SPLITS = ("validation", "test")
 def band_positions(hashes: Sequence[int], distance: int) -> np.ndarray:
     """``(len(hashes), distance + 1)`` uint64: where each hash's value on each band sorts.
 
-    Band ``b`` holds the key range ``[b * S, (b + 1) * S)`` (``S = 2**64 // bands``), its values spread evenly
-    over it, so the work file's key buckets (equal key ranges) are ranges of band values, and one band value
-    never straddles two buckets.
+    Band ``b``'s values start at :func:`band_start` and are spread evenly over the next ``S = 2**64 // bands``
+    keys, so the work file's key buckets (equal key ranges) are ranges of band values, one band value never
+    straddles two buckets, and with a multiple of ``bands`` buckets no bucket holds two bands.
     """
     cut = perceptual_hash.bands(distance)
     values = perceptual_hash.band_values(hashes, cut)
@@ -328,40 +328,25 @@ _LINK_BATCH = 1 << 21  # pairs joined at once: about 100 MB of indices and Boruv
 def spanning_links(pairs: Iterable[np.ndarray], images: np.ndarray, batch: int = _LINK_BATCH) -> np.ndarray:
     """The pairs (``(2, k)`` blocks of record indices; ``images[i]`` is record ``i``'s image id) that join two
     groups of the pairs before them: the links a union-find taking the pairs in order writes, as ``(2, links)``
-    record indices in that order (:class:`SpanningForest` over one call)."""
-    return SpanningForest().links(pairs, images, batch)
-
-
-class SpanningForest:
-    """The links a union-find taking pairs in order writes, over pairs that come in several calls (a band
-    range's chunks: :mod:`beam_jobs.stages.near_links`), each call's image ids new or seen before.
+    record indices in that order.
 
     They are the minimum spanning forest of the pairs when the ``i``-th pair weighs ``i`` (distinct weights:
     one forest, the greedy order's), found by Boruvka's rounds in numpy over batches of pairs, each batch
-    over the groups the earlier ones left: no Python per pair, memory for a batch of pairs and 8 bytes an image.
+    over the groups the earlier ones left: no Python per pair, memory for a batch of pairs.
     """
-
-    def __init__(self) -> None:
-        self._label = np.zeros(0, dtype=np.int64)  # each image's group's image, the images seen so far
-
-    def links(self, pairs: Iterable[np.ndarray], images: np.ndarray, batch: int = _LINK_BATCH) -> np.ndarray:
-        """The pairs (``(2, k)`` blocks of record indices, ``images[i]`` record ``i``'s image id) that join two
-        groups of the pairs before them (in this call and the earlier ones), ``(2, links)`` in their order."""
-        needed = int(images.max()) + 1 if images.size else 0
-        if needed > self._label.size:
-            self._label = np.concatenate([self._label, np.arange(self._label.size, needed)])
-        links, waiting, pending = [], [], 0
-        for block in itertools.chain(pairs, [None]):
-            if block is not None:
-                waiting.append(block)
-                pending += block.shape[1]
-                if pending < batch:
-                    continue
-            if waiting:
-                joined = np.concatenate(waiting, axis=1)
-                links.append(joined[:, boruvka(images[joined[0]], images[joined[1]], self._label)])
-            waiting, pending = [], 0
-        return np.concatenate(links, axis=1) if links else np.zeros((2, 0), dtype=np.int64)
+    label = np.arange(int(images.max()) + 1 if images.size else 0)
+    links, waiting, pending = [], [], 0
+    for block in itertools.chain(pairs, [None]):
+        if block is not None:
+            waiting.append(block)
+            pending += block.shape[1]
+            if pending < batch:
+                continue
+        if waiting:
+            joined = np.concatenate(waiting, axis=1)
+            links.append(joined[:, boruvka(images[joined[0]], images[joined[1]], label)])
+        waiting, pending = [], 0
+    return np.concatenate(links, axis=1) if links else np.zeros((2, 0), dtype=np.int64)
 
 
 def boruvka(first: np.ndarray, second: np.ndarray, label: np.ndarray) -> np.ndarray:

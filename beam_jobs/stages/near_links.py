@@ -9,12 +9,13 @@ Out: ``near/pairs-r.jsonl``, the links between the pairs within the distance tha
      links joined into groups (:mod:`beam_jobs.stages.near_groups`).
 
 Memory (#56 §1: per-task memory flat in N): a chunk of the range's records (:data:`CHUNK_RECORDS`, cut where
-a band value ends, so a band value's records are searched together), 8 bytes a record seen for the forest,
-and the lines written. Holding the range whole cost ~1.2 KB a record: 26 MB at 1M images, 258 MB at 10M,
+a band value ends, so a band value's records are searched together), what the merge reads ahead of each part,
+and the lines written (a link or leak line per image with a pair, at most). Holding the range whole cost ~1.2 KB a record: 26 MB at 1M images, 258 MB at 10M,
 since a range holds 4/3 of a part's images and the part grows as N / 64 until its cap. A range never
 straddles two bands (:func:`beam_jobs.files.work_layout.near_ranges` makes their number a multiple of the
 bands, :func:`beam_jobs.stages.near_duplicates.band_start` aligns the bands with the buckets), so an image
-has one record in it and its id is the record's place in the range: no table of the range's images.
+has one record in it and its id is the record's place in its chunk: no table of the range's images. A pair is
+two records of one band value, so of one chunk: the chunks' forests are the range's, each found alone.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from beam_jobs.files import bucket_merge, filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages import near_leaks, perceptual_hash
-from beam_jobs.stages.near_duplicates import COLLAPSE_OVER, SpanningForest, pair_indices
+from beam_jobs.stages.near_duplicates import COLLAPSE_OVER, pair_indices, spanning_links
 
 CHUNK_RECORDS = 1 << 14  # NEAR records searched at once (about 3 MB of them), more only for one band value's
 
@@ -41,9 +42,9 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
 
     A link is a pair within ``distance`` that joins two groups of the range's pairs found so far: a spanning
     forest of the range's pairs, which joins the same groups as all of them (``group_near`` needs no more),
-    so ten photos that all look alike write 9 lines, not 45. The forest is found in numpy over the chunks in
-    order (:class:`SpanningForest`): the same links as over the range at once, Python touching only the links
-    written. A range whose file exists (a killed run this one resumes) is not searched again.
+    so ten photos that all look alike write 9 lines, not 45. The forest is found in numpy a chunk at a time
+    (:func:`spanning_links`; no pair crosses two chunks): the same links as over the range at once, Python
+    touching only the links written. A range whose file exists (a killed run this one resumes) is not searched again.
     ``check_thumbnails`` False: every pair within the distance, unchecked (``bench.near_search`` compares that
     with the release's search). ``collapse_over``: a band value's bucket of more records compares one image of
     each hash and thumbnail (:func:`pair_indices`); the others are linked to it. ``chunk_records`` and
@@ -53,7 +54,6 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
     if FileSystems.exists(out):
         with FileSystems.open(out, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             return sum(1 for _ in handle)
-    forest, seen = SpanningForest(), 0
     lines: list[str] = []
     leak_lines: list[str] = []
     parts = [layout.near(part) for part in range(layout.num_parts)]
@@ -64,13 +64,12 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
                              collapse_over=collapse_over)
         if check_thumbnails:
             pairs = verified(pairs, thumbnails)
-        images = np.arange(seen, seen + len(chunk))  # one record an image: the range holds one band
+        images = np.arange(len(chunk))  # one record an image: the range holds one band
         halves: dict[int, str] = {}
         lines += [f"[{_half(chunk, a, halves)}, {_half(chunk, b, halves)}]"  # as json.dumps writes the pair
-                  for a, b in forest.links(map(leaks.see, pairs), images).T.tolist()]
+                  for a, b in spanning_links(map(leaks.see, pairs), images).T.tolist()]
         leak_lines += [f"[{_half(chunk, later, halves)}, {_half(chunk, partner, halves)}, {bits}]"
                        for later, (bits, partner) in leaks.closest().items()]
-        seen += len(chunk)
     lines.sort()
     leak_lines.sort()
     with filesystems.whole_file(layout.near_leaks(near_range)) as handle:  # before the pairs: they mark the range done
