@@ -2,8 +2,9 @@
 
 The trees are laid out as their distributions ship them, generated small: VOC2012's (``VOCdevkit/VOC2012/``,
 its XML fields and ids, ``ImageSets/Main`` and ``ImageSets/Segmentation``, palette PNGs in VOC's colours in
-``SegmentationClass/`` and ``SegmentationObject/``), and COCO 2017's ``annotations/`` (``instances_``,
-``person_keypoints_`` with COCO's 17 named points and its skeleton, ``captions_``) beside ``val2017/``.
+``SegmentationClass/`` and ``SegmentationObject/``), COCO 2017's ``annotations/`` (``instances_``,
+``person_keypoints_`` with COCO's 17 named points and its skeleton, ``captions_``) beside ``val2017/``, and CVAT's
+Segmentation mask 1.1 export (``labelmap.txt``, RGB masks, ``ImageSets/Segmentation/default.txt``).
 """
 
 from __future__ import annotations
@@ -122,3 +123,33 @@ def test_a_coco_2017_sample_with_keypoints_and_captions_converts_and_reads_them(
                       .bytes_list.value[0].decode() for raw in records)
     assert captions == ["A woman posing for the camera, standing on skis.",
                         "A woman stands in the dining area at the table."]
+
+
+@pytest.mark.e2e
+def test_a_cvat_segmentation_mask_export_converts_by_its_labelmap_and_reads_as_class_masks(tmp_path):
+    import io
+
+    from PIL import Image
+
+    src = tmp_path / "task_42-segmentation mask 1.1"
+    write_file(str(src / "labelmap.txt"), "# label:color_rgb:parts:actions\nbackground:0,0,0::\n"
+                                          "road:128,64,128::\ncar:0,0,142::\n")
+    colours = np.array([(0, 0, 0), (128, 64, 128), (0, 0, 142)], np.uint8)
+    expected = {}
+    for seed, name in enumerate(("frame_000000", "frame_000001")):
+        _, instance, _, _ = voc_segmented(64, 40, [1, 2], seed=seed)
+        ids = np.where(instance == 255, 0, instance).astype(np.uint8)
+        out = io.BytesIO()
+        Image.fromarray(colours[ids]).save(out, format="PNG")
+        write_file(str(src / f"SegmentationClass/{name}.png"), out.getvalue())
+        write_file(str(src / f"JPEGImages/{name}.jpg"), jpeg(picture(64, 40, [], seed=seed)))
+        expected[name] = ids
+    write_file(str(src / "ImageSets/Segmentation/default.txt"), "frame_000000\nframe_000001\n")
+    out_dir = tmp_path / "seg-ds"
+    run_converter("--src", str(src), "--out", str(out_dir), "--shards", "1", *FAST, check=True)
+    info = reader.dataset_info(str(out_dir))
+    assert info.task == record_schema.TASK_SEGMENTATION and list(info.classes) == ["background", "road", "car"]
+    dataset = reader.build_dataset(str(out_dir), "train", batch_size=2, image_size=(40, 64), training=False)
+    [(_, class_masks)] = list(dataset)
+    found = sorted(class_masks.numpy()[..., 0].tolist())
+    assert found == sorted(ids.tolist() for ids in expected.values())  # the output is the stored size: pixel for pixel
