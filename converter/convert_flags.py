@@ -158,7 +158,7 @@ def _source_flags(parser: argparse.ArgumentParser) -> None:
         help="COCO: write each object's segmentation (polygons, a crowd's RLE) as a PNG mask in its record "
         "(image/object/mask, Model Garden's include_mask; needs pip install '.[masks]'); YOLO: each polygon "
         "line's, the same way; Pascal VOC: the "
-        "segmentation images with their class masks")
+        "segmentation images with their class masks, and each object's from SegmentationObject/")
     add("--annotation-frame", choices=opts.ANNOTATION_FRAMES, default=opts.ANNOTATION_FRAMES[0],
         help="the frame boxes are in where an image's size cannot tell (EXIF orientations 2-4, square "
         "images, normalized coordinates): stored (pixels as the file holds them: COCO's tools) or upright (EXIF "

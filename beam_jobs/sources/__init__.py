@@ -265,6 +265,6 @@ def _refuse_flags(source: Source, options: ConvertOptions) -> None:
         raise discover.InputError(f"{flag} names a part of a Parquet dataset, but {options.src} holds no .parquet "
                                   "files")
     if flag == "--masks":
-        raise discover.InputError(f"--masks writes COCO's and YOLO's instance masks and Pascal VOC's class masks, but "
+        raise discover.InputError(f"--masks writes COCO's, YOLO's and Pascal VOC's instance masks and VOC's class masks, but "
                                   f"{options.src} is read as {source.name}, which has none")
     raise discover.InputError(f"{flag}: {options.src} is {source.what}")
