@@ -216,7 +216,7 @@ def test_collected_drops_take_their_records_counts_bytes_and_objects_off_the_tot
 
 def _reference_pairs(records, bands, distance, block):
     """The release's search, a Python step per candidate pair (the bench's baseline: the code as released)."""
-    from bench.near_search import baseline_near_pairs
+    from tests.beam_jobs.stages.near_reference import baseline_near_pairs
 
     return baseline_near_pairs(records, bands, distance, block)
 
