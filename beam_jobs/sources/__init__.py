@@ -116,20 +116,20 @@ def _hub_folder(request: Request) -> discover.InputPlan:
 
 
 def _label_file(request: Request) -> discover.InputPlan:
-    from beam_jobs.sources import label_file
+    from beam_jobs.sources import label_file, unlisted
 
     options = request.options
     plan = label_file.plan
     if options.label_separator is not None:  # several labels an image
         plan = functools.partial(label_file.plan_multilabel, separator=options.label_separator)
     if not archives.is_archive_file(options.src):  # a folder: the label file lists it (walked after, to account)
-        return label_file.account(plan(src=options.src, path=options.annotations, labels=request.labels,
-                                       val_fraction=options.val_fraction, seed=options.seed,
-                                       columns=options.annotation_columns, scratch=request.scratch),
-                                  options.src, options.annotations, request.scratch)
+        return unlisted.account(plan(src=options.src, path=options.annotations, labels=request.labels,
+                                     val_fraction=options.val_fraction, seed=options.seed,
+                                     columns=options.annotation_columns, scratch=request.scratch),
+                                options.src, options.annotations, request.scratch)
     found = request.found()
     members = dict(found.listing.entries())
-    return request.with_archives(label_file.account(plan(
+    return request.with_archives(unlisted.account(plan(
         src=options.src, path=options.annotations, labels=request.labels, val_fraction=options.val_fraction,
         seed=options.seed, columns=options.annotation_columns, scratch=request.scratch, archive=members,
         refused=[ImageRef("train", path, 0, source) for path, source in found.listing.refused]),

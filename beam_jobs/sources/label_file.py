@@ -18,21 +18,19 @@ sorted class names (numerically when every label is an integer, so ``"10"``
 follows ``"9"``), or ``--labels``; a listed file that does not exist is
 rejected as ``missing-file`` and counted, not fatal. A path listed twice, an
 unknown split or a malformed line is an input error naming the line. Every file
-under SRC that the label file does not list is skipped and named (:func:`account`).
+under SRC that the label file does not list is skipped and named (``unlisted.account``).
 """
 
 from __future__ import annotations
 
 import collections
 import csv
-import dataclasses
 import hashlib
 import io
 import itertools
 import json
 import os
 import posixpath
-import tempfile
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -43,7 +41,6 @@ from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ANNOTATION_COLUMNS
 from beam_jobs.planning import discover
 from beam_jobs.planning.discover import InputError, InputPlan, plan_from_members
-from beam_jobs.planning.listing import NOT_AN_IMAGE, SkippedFiles, list_tree, skip_reason
 from beam_jobs.sources.archives import archive_members
 from beam_jobs.sources.objects import annotated_plan
 from record_schema import SPLIT_NAMES
@@ -351,59 +348,3 @@ def _split(path: str, line: int, value: object) -> str:
         raise InputError(f"--annotations {path} line {line}: split {value!r} is not one of train, validation "
                          "(or val, valid), test")
     return split
-
-
-def account(plan: InputPlan, src: str, path: str, scratch: Optional[str],
-            members: Optional[Iterable[str]] = None) -> InputPlan:
-    """``plan`` with every file under SRC that the label file ``path`` does not list skipped and named: an image
-    as ``not-in-annotations``, a hidden or system file so, anything else as no image (the label file itself,
-    inside SRC, is read). ``members``: SRC's files when it is an archive; else SRC is walked (the plan itself
-    needs no walk: the label file names its images). Memory: one of :attr:`_ListedOnce.RANGES` hash ranges of
-    the listed paths with a ``scratch`` folder, all of them without."""
-    skipped = SkippedFiles(plan.skipped, scratch)
-    files = members if members is not None else list_tree(src, scratch).files
-    inside = os.path.abspath(path)[len(os.path.abspath(src)) + 1:].replace(os.sep, "/") \
-        if "://" not in src + path and os.path.abspath(path).startswith(os.path.abspath(src) + os.sep) else None
-    for relpath in _unlisted(files, (ref.relpath for ref in plan.refs), scratch):
-        if relpath == inside or skip_reason(relpath, skipped):
-            continue
-        if formats.has_image_extension(relpath):
-            skipped.add(relpath, "not-in-annotations", f"an image that --annotations {posixpath.basename(path)} "
-                        "does not list")
-        else:
-            skipped.add(relpath, NOT_AN_IMAGE, f"no image, and not listed in --annotations {posixpath.basename(path)}")
-    return dataclasses.replace(plan, skipped=skipped.counts(), skipped_files=skipped)
-
-
-def _unlisted(files: Iterable[str], listed: Iterable[str], scratch: Optional[str]) -> Iterator[str]:
-    """The paths of ``files`` that ``listed`` lacks: by a set, or, with ``scratch``, range by range (both cut by
-    a hash of the path into :attr:`_ListedOnce.RANGES` files, each range's listed paths held alone)."""
-    if scratch is None:
-        named = set(listed)
-        yield from (relpath for relpath in files if relpath not in named)
-        return
-    handles = [tempfile.TemporaryFile("w+", dir=scratch, encoding="utf-8", errors="surrogatepass", newline="\n")
-               for _ in range(2 * _ListedOnce.RANGES)]
-    try:
-        for kind, paths in enumerate((listed, files)):
-            for relpath in paths:
-                digest = hashlib.blake2b(relpath.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-                handles[2 * (digest[0] % _ListedOnce.RANGES) + kind].write(_line(relpath))
-        for index in range(_ListedOnce.RANGES):
-            for handle in handles[2 * index:2 * index + 2]:
-                handle.seek(0)
-            named = {_path(line) for line in handles[2 * index]}
-            yield from (relpath for line in handles[2 * index + 1] if (relpath := _path(line)) not in named)
-    finally:
-        for handle in handles:
-            handle.close()
-
-
-def _line(relpath: str) -> str:
-    """``relpath`` as a line of its own: as it is, or as JSON when it holds a line break or begins with a quote
-    (a JSON string does; a plain path never then). JSON for every path was a third of this walk's CPU."""
-    return json.dumps(relpath) + "\n" if "\n" in relpath or "\r" in relpath or relpath[:1] == '"' else relpath + "\n"
-
-
-def _path(line: str) -> str:
-    return json.loads(line) if line[:1] == '"' else line[:-1]

@@ -11,7 +11,7 @@ import pytest
 
 from beam_jobs.planning import carve, discover
 from beam_jobs.planning.discover import list_tree, plan_inputs
-from beam_jobs.sources import imagenet, label_file
+from beam_jobs.sources import imagenet, label_file, unlisted
 from record_schema import SPLITS
 from tests.conftest import REPO
 
@@ -76,15 +76,15 @@ def test_a_path_listed_twice_is_found_by_the_hash_ranges_too(tmp_path):
 
 
 def test_the_files_a_label_file_leaves_out_are_the_same_found_in_memory_or_range_by_range(tmp_path):
-    """``label_file.account``'s comparison of SRC's files with the listed paths: through scratch files (a path a
+    """``unlisted.account``'s comparison of SRC's files with the listed paths: through scratch files (a path a
     line, JSON only for the odd names) it finds what a set finds, in the same order at every run."""
     odd = ['"quoted.jpg', "line\nbreak.jpg", "cr\rreturn.jpg", "nul\0.jpg", "sur\udcff.jpg", "", "\u2028.jpg"]
     listed = [f"images/{i:04d}.jpg" for i in range(3000)] + odd[::2]
     files = listed + [f"extra/{i}.txt" for i in range(200)] + odd[1::2]
-    in_memory = list(label_file._unlisted(files, listed, None))
-    ranged = list(label_file._unlisted(iter(files), iter(listed), str(tmp_path)))
+    in_memory = list(unlisted.unlisted(files, listed, None))
+    ranged = list(unlisted.unlisted(iter(files), iter(listed), str(tmp_path)))
     assert sorted(ranged) == sorted(in_memory) == sorted([f"extra/{i}.txt" for i in range(200)] + odd[1::2])
-    assert ranged == list(label_file._unlisted(iter(files), iter(listed), str(tmp_path)))
+    assert ranged == list(unlisted.unlisted(iter(files), iter(listed), str(tmp_path)))
 
 
 _PLAN_A_LABEL_FILE = """
