@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 
 # Loggers whose levels the CLI sets (converter/cli_logging.py's configure_logging).
 _LOGGERS = ("converter", "beam_jobs", "reader", "apache_beam")
@@ -22,8 +23,13 @@ _LOGGERS = ("converter", "beam_jobs", "reader", "apache_beam")
 
 @contextlib.contextmanager
 def _environment(env: dict):
+    """``env`` in ``os.environ`` for the call. A temporary folder named there (``TMPDIR``, ``TEMP``, ``TMP``) is
+    ``tempfile``'s too, as in a new process: ``tempfile.tempdir`` caches the folder this process found first."""
     saved = {name: os.environ.get(name) for name in env}
+    saved_tempdir = tempfile.tempdir
     os.environ.update(env)
+    if {"TMPDIR", "TEMP", "TMP"} & set(env):
+        tempfile.tempdir = None  # found again from the environment at the next use
     try:
         yield
     finally:
@@ -32,6 +38,7 @@ def _environment(env: dict):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        tempfile.tempdir = saved_tempdir
 
 
 @contextlib.contextmanager

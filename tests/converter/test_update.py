@@ -250,7 +250,7 @@ def test_the_comparison_sorts_the_listing_in_runs_and_holds_memory_flat_in_the_i
         (root / "scratch").mkdir()
         tracemalloc.start()
         found = changes.compare(listing, str(root), ["c0", "c1", "c2", "c3"], iter(rows), ["c0", "c1", "c2", "c3"],
-                                0.0, 0, scratch=str(root / "scratch"))
+                                0.0, 0, str(root / "scratch"))
         versions.write_sources(str(root / "sources.parquet"), (row for row, _ in found.unchanged))
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
@@ -284,13 +284,16 @@ def test_a_killed_update_leaves_the_latest_version_whole_and_the_same_command_fi
     # Version 1 whole and still the latest: no pointer; at most an unpublished versions/00002, read by nobody.
     assert {name: data for name, data in _files(out).items() if not name.startswith("versions/")} == before
     assert latest_version(out) == 1 and dataset_info(out).version == 1
-    # The same command finishes it, in this process (run_converter: one Beam and TensorFlow start-up less).
+    # The same command finishes it, in this process (run_converter: one Beam and TensorFlow start-up less; its
+    # TMPDIR is tempfile's for the call, as a process's own would be).
+    left_by_the_kill = set(os.listdir(tmp_path))
     finished = run_converter(*command[3:], env={"TMPDIR": str(tmp_path)})
     assert finished.returncode == 0, finished.stderr
     assert "published version 2" in finished.stdout
     assert set(_records(out)) == set(_src_images(src))
     leftovers = [name for name in os.listdir(tmp_path) if name.startswith(".out.")]
     assert not leftovers, leftovers
+    assert set(os.listdir(tmp_path)) <= left_by_the_kill, "the finished update left files in its TMPDIR"
 
 
 def test_update_refuses_another_source_naming_it_options_that_shape_the_records_and_dropped_leaks(tmp_path):
@@ -357,8 +360,8 @@ def test_an_image_gone_between_listing_and_comparing_is_deleted_and_one_kept_by_
     previous = [versions.SourceRow("cat/a.png", "train", "s0", 0, 1, 1, "ab" * 32, source),
                 versions.SourceRow("cat/gone.jpg", "train", "s0", 1, 1, 1, "cd" * 32, "cd" * 32)]
     (tmp_path / "scratch").mkdir()
-    found = changes.compare(refs, str(tmp_path), ["cat"], previous, ["cat"], 0.0, 0, rehash=True,
-                            scratch=str(tmp_path / "scratch"))
+    found = changes.compare(refs, str(tmp_path), ["cat"], previous, ["cat"], 0.0, 0, str(tmp_path / "scratch"),
+                            rehash=True)
     assert (found.added, found.changed, found.deleted) == (0, 0, 1)
     assert found.survivors["s0"].tolist() == [0]  # its shard lost cat/gone.jpg: compacted, a.png its survivor
     assert [(row.path, row.source_sha256, label) for row, label in found.unchanged] == [("cat/a.png", source, 0)]
