@@ -161,19 +161,19 @@ def new_split(ref: ImageRef, val_fraction: float, seed: int) -> str:
 
 
 def compare(refs: Iterable[ImageRef], src: str, listed_classes: Sequence[str], previous: Iterable[SourceRow],
-            classes_before: Sequence[str], val_fraction: float, seed: int, rehash: bool = False,
-            scratch: Optional[str] = None) -> Changes:
+            classes_before: Sequence[str], val_fraction: float, seed: int, scratch: str,
+            rehash: bool = False) -> Changes:
     """Compare SRC's ``refs`` (labels index ``listed_classes``) with the ``previous`` version's rows, given in
     path order (a sources table's): a merge-join of the two, in memory flat in the images. The listing is put in
     path order by an external sort (runs of :data:`SORT_RUN` refs sorted in memory, spilled, merged) and the
-    unchanged rows are spilled as found, both to ``scratch`` (a temporary folder when None).
+    unchanged rows are spilled as found, both to ``scratch`` (a folder of the caller's, which must outlive the
+    returned :class:`Changes`: its unchanged rows are read from there).
     """
     classes = stable_classes(classes_before, listed_classes)
     ids = {name: index for index, name in enumerate(classes)}
     remap = [ids[name] for name in listed_classes]
-    folder = scratch or tempfile.mkdtemp(prefix="update-compare-")
-    return _merge_join(_in_path_order(refs, folder), src, remap, previous, classes, val_fraction, seed, rehash,
-                       folder)
+    return _merge_join(_in_path_order(refs, scratch), src, remap, previous, classes, val_fraction, seed, rehash,
+                       scratch)
 
 
 # The listing's external sort: refs sorted in memory at a time (about 200 bytes each), runs merged at a time (each
