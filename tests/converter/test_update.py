@@ -250,7 +250,7 @@ def test_the_comparison_sorts_the_listing_in_runs_and_holds_memory_flat_in_the_i
         (root / "scratch").mkdir()
         tracemalloc.start()
         found = changes.compare(listing, str(root), ["c0", "c1", "c2", "c3"], iter(rows), ["c0", "c1", "c2", "c3"],
-                                0.0, 0, str(root / "scratch"))
+                                0.0, 0, scratch=str(root / "scratch"))
         versions.write_sources(str(root / "sources.parquet"), (row for row, _ in found.unchanged))
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
@@ -360,8 +360,8 @@ def test_an_image_gone_between_listing_and_comparing_is_deleted_and_one_kept_by_
     previous = [versions.SourceRow("cat/a.png", "train", "s0", 0, 1, 1, "ab" * 32, source),
                 versions.SourceRow("cat/gone.jpg", "train", "s0", 1, 1, 1, "cd" * 32, "cd" * 32)]
     (tmp_path / "scratch").mkdir()
-    found = changes.compare(refs, str(tmp_path), ["cat"], previous, ["cat"], 0.0, 0, str(tmp_path / "scratch"),
-                            rehash=True)
+    found = changes.compare(refs, str(tmp_path), ["cat"], previous, ["cat"], 0.0, 0, rehash=True,
+                            scratch=str(tmp_path / "scratch"))
     assert (found.added, found.changed, found.deleted) == (0, 0, 1)
     assert found.survivors["s0"].tolist() == [0]  # its shard lost cat/gone.jpg: compacted, a.png its survivor
     assert [(row.path, row.source_sha256, label) for row, label in found.unchanged] == [("cat/a.png", source, 0)]
