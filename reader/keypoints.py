@@ -38,10 +38,17 @@ def stacked(parsed: dict) -> tf.RaggedTensor:
 
 def per_object(points: tf.Tensor, count: int, objects: tf.Tensor) -> tf.Tensor:
     """One example's ``[N * K, 3]`` points as ``[N, K, 3]``; a record that does not hold K points for each of its
-    ``objects`` rows fails, naming the count asked for."""
-    checked = tf.debugging.assert_equal(tf.shape(points)[0], tf.shape(objects)[0] * count, message=(
-        f"a record's keypoints are not {count} for each object: ObjectTargets(keypoints=...) must be the records' "
-        "count of points an object (COCO's person keypoints: 17)"))
+    ``objects`` rows fails: one with objects and no keypoints at all is named as such (its set had no keypoints
+    when converted), any other naming the count asked for."""
+    held, rows = tf.shape(points)[0], tf.shape(objects)[0]
+    some = tf.debugging.assert_equal(tf.logical_or(held > 0, tf.equal(rows, 0)), True, message=(
+        "a record has objects but no keypoints: it was converted without keypoints for its set (a COCO set "
+        "without its person_keypoints_<set>.json); convert again with this converter, which writes unlabelled "
+        "points there, or read without ObjectTargets(keypoints=...)"))
+    with tf.control_dependencies([some]):
+        checked = tf.debugging.assert_equal(held, rows * count, message=(
+            f"a record's keypoints are not {count} for each object: ObjectTargets(keypoints=...) must be the "
+            "records' count of points an object (COCO's person keypoints: 17)"))
     with tf.control_dependencies([checked]):
         return tf.reshape(points, [-1, count, 3])
 

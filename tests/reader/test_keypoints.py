@@ -70,3 +70,36 @@ def test_keypoints_with_flips_need_the_points_a_flip_swaps(keypoints_dataset):
     with pytest.raises(ValueError, match=r"keypoint_flip must order the 3 points"):
         reader.ObjectTargets(keypoints=3, keypoint_flip=(0, 1, 1))
     assert len(reader.COCO_KEYPOINT_FLIP) == 17
+
+
+def test_a_set_without_a_keypoints_file_gets_unlabelled_points_and_reads_with_keypoints(tmp_path):
+    """val2017 has person_keypoints_, train2017 instances only: train's objects get K points of visibility 0, a
+    warning names train's instances file, and reading train with ObjectTargets(keypoints=3) works (review #57)."""
+    from beam_jobs.sources import plan_inputs
+    from tests.object_data import CAR, PERSON, jpeg, picture, write_coco
+
+    root = tmp_path / "coco"
+    coco_with_keypoints(root)
+    write_coco(str(root), "train2017", [{"id": 5, "file_name": "t.jpg", "width": 40, "height": 30}],
+               [{"id": 50, "image_id": 5, "category_id": 1, "bbox": [2, 2, 10, 8], "area": 80, "iscrowd": 0}],
+               [PERSON, CAR], {"t.jpg": jpeg(picture(40, 30, [(2, 2, 12, 10)], seed=3))})
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    assert any("instances_train2017.json: no person_keypoints_<set>.json beside it" in w and "3 keypoints of "
+               "visibility 0" in w for w in plan.warnings), plan.warnings
+    run(ConvertOptions(src=str(root), out=str(tmp_path / "ds"), shards=1), FAST, show_progress=False)
+    dataset = reader.build_dataset(str(tmp_path / "ds"), "train", batch_size=1, image_size=(60, 80), training=False,
+                                   targets=reader.ObjectTargets(bounding_box_format="xyxy", keypoints=3))
+    [(_, points)] = _by_count(dataset).values()
+    assert points.shape == (1, 3, 3) and not points.any()  # unlabelled: zeros, visibility 0
+
+
+def test_a_record_with_objects_and_no_keypoints_is_named_as_such():
+    """A record written without keypoints (an older conversion of a set without its keypoints file) is named as
+    that, not blamed on the count asked for."""
+    import tensorflow as tf
+
+    from reader import keypoints
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="a record has objects but no keypoints"):
+        keypoints.per_object(tf.zeros([0, 3]), 3, tf.zeros([2, 4]))
+    assert keypoints.per_object(tf.zeros([0, 3]), 3, tf.zeros([0, 4])).shape == (0, 3, 3)  # no objects: fine

@@ -149,6 +149,7 @@ def _plan_sets(options: ConvertOptions, listing: Listing, read: Reader, labels: 
                 raise InputError(f"{where}: category {category} is {name!r} here and {categories[category]!r} in "
                                  "another annotation file of SRC")
         read_sets.append(found)
+    _points_for_every_set(read_sets, warnings)
     listed = {relpath for found in read_sets for relpath in found.relpaths}
     folders = {folder for _, folder, _, _ in sets}
     read_files = {path for path, _, _, _ in sets} | _inside(src, options.annotations) | read_extras
@@ -171,6 +172,28 @@ def _plan_sets(options: ConvertOptions, listing: Listing, read: Reader, labels: 
                  f"no object its instances file lists, and {'were' if len(ids) > 1 else 'was'} not written (ids "
                  f"{', '.join(map(str, ids[:5]))}{' ...' if len(ids) > 5 else ''})" for where, ids in unused if ids)
     return dataclasses.replace(made, skipped_files=skipped, warnings=made.warnings + said)
+
+
+def _points_for_every_set(read_sets: list, warnings: list[str]) -> None:
+    """When any set has a keypoints file (K points an object), every object of a set without one gets K points
+    of visibility 0 ("not labelled", as COCO writes an object without keypoints): the manifest's keypoint keys
+    hold for every record, and a reader asking for K gets K from each. The sets say it in a warning each;
+    two files naming different counts are refused (one count an object is what the records' keys can hold)."""
+    counts = {found.extras.keypoints_where: found.extras.count for found in read_sets
+              if found.extras and found.extras.count}
+    if len(set(counts.values())) > 1:
+        raise InputError("; ".join(f"{where}: {count} keypoints an object" for where, count in sorted(counts.items()))
+                         + ": the records' keypoint keys hold one count an object for the whole dataset")
+    if not counts:
+        return
+    count = next(iter(counts.values()))
+    for found in read_sets:
+        if found.extras and found.extras.count:
+            continue
+        found.extras = found.extras or coco_extras.Extras()
+        found.extras.count = count
+        warnings.append(f"{found.where}: no {coco_extras.KEYPOINTS_PREFIX}<set>.json beside it (another set has "
+                        f"one): its objects are written with {count} keypoints of visibility 0, not labelled")
 
 
 def _image(found: coco_json.CocoSet, index: int, relpath: str, located: dict, folded: Callable,
