@@ -9,6 +9,9 @@ TensorFlow, no Beam), ``IMGSHARDS_BASE=core pip install ".[convert]"`` a convert
 Beam, no TensorFlow). pip's extras only add to the base, and ``pip install .`` (the README's set-up) must
 convert and train, so the base is both sides unless ``IMGSHARDS_BASE=core`` asks for the shared core alone
 (tests/test_install_sides.py checks the lists and that neither side's modules import the other's framework).
+The switch is read when the wheel is built: a wheel built with it (``pip wheel``, ``python -m build``) requires the
+core alone whoever installs it, so build it for your own install only and never publish or share it (pip keys
+the wheels it caches from an index's sdist by URL, not by this variable; ``--no-cache-dir`` where in doubt).
 """
 
 import os

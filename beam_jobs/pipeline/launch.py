@@ -27,7 +27,7 @@ from beam_jobs.options import AUTO, ConvertOptions
 from beam_jobs.pipeline import beam_run, budgets, label_files, outcome, run_notes, run_plan
 from beam_jobs.planning import discover, resume
 from beam_jobs.planning.shard import plan_shard_counts
-from beam_jobs.runtime import interrupt, runners, worker_start
+from beam_jobs.runtime import interrupt, runners, worker_handler, worker_start
 from beam_jobs.sources.archives import compressed
 from beam_jobs.stages import list_parts
 from beam_jobs.stages.manifest import ConvertSummary
@@ -69,7 +69,9 @@ def run(
 def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: Union[None, bool, str]) -> ConvertSummary:
     started = time.monotonic()
     choice = runners.choose_runner(beam_run.worker_log_args(pipeline_args))
-    if runners.starts_workers(choice):  # their Beam is imported while SRC is listed (docs/design.md)
+    # Their Beam is imported while SRC is listed (docs/design.md); not where this Beam's workers start as commands
+    # (worker_handler.install() found it moved, and stopped the forkserver the CLI may have started).
+    if runners.starts_workers(choice) and worker_handler.install():
         worker_start.start_for(options.src, pipeline_args, downsizing=options.encode.max_side is not None)
     # The launcher lists SRC and publishes OUT itself: object stores need the
     # pipeline's flags (--s3_endpoint_url, credentials) before any path is touched.
