@@ -107,8 +107,9 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         classes, colours, labelmap = colour_table(root, located, read, labels, display_path(src))
         tables.add(classes)
         used.add(labelmap)
+        by_id = images_by_id(root, located)  # once a root: a search an id was quadratic in the images
         for split, image_id, lists in _listed(root, located, read, skipped, warnings, used):
-            image = _image_of(root, image_id, located)
+            image = by_id.get(image_id, "")
             mask = posixpath.join(root, "SegmentationClass", f"{image_id}.png")
             if image and mask in located:
                 used |= {image, mask}
@@ -132,14 +133,19 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     return dataclasses.replace(made, skipped_files=skipped)
 
 
-def _image_of(root: str, image_id: str, located: dict) -> str:
-    """``JPEGImages/<id>.jpg``, else the image of that id in another image extension, else ""."""
-    jpeg = posixpath.join(root, "JPEGImages", f"{image_id}.jpg")
-    if jpeg in located:
-        return jpeg
-    prefix = posixpath.join(root, "JPEGImages", image_id) + "."
-    return next((path for path in sorted(located) if path.startswith(prefix) and "/" not in path[len(prefix):]
-                 and formats.has_image_extension(path)), "")
+def images_by_id(root: str, located: dict) -> dict[str, str]:
+    """Each image of ``root``'s ``JPEGImages/`` by its id (its name without extension): ``<id>.jpg`` as VOC
+    ships, else the first (sorted) of another image extension (a dataset of one's own in VOC's layout). One pass
+    over ``located``, the root's images sorted once."""
+    prefix = posixpath.join(root, "JPEGImages") + "/"
+    found: dict[str, str] = {}
+    for path in sorted(path for path in located if path.startswith(prefix)):
+        name = path[len(prefix):]
+        if "/" not in name and formats.has_image_extension(name):
+            image_id = posixpath.splitext(name)[0]
+            if image_id not in found or name.endswith(".jpg"):
+                found[image_id] = path
+    return found
 
 
 def _listed(root: str, located: dict, read: Reader, skipped: SkippedFiles, warnings: list[str],

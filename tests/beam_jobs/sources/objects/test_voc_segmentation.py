@@ -105,3 +105,26 @@ def test_voc_class_masks_without_boxes_read_by_vocs_palette_colours_void_kept(tm
         assert np.array_equal(written, np.asarray(Image.open(io.BytesIO(png))))  # the palette's own indexes
     [rejected] = [json.loads(line) for line in (out / record_schema.REJECTED_FILE).read_text().splitlines()]
     assert rejected["reason"] == "missing-file" and "val.txt lists 2007_000099" in rejected["detail"]
+
+
+def test_planning_png_images_finds_each_by_an_index_not_a_sort_an_image(tmp_path):
+    """4,000 listed ids whose images are PNGs (not VOC's .jpg): each found through one id -> path index of the
+    root, not by sorting every path an image (quadratic: 1.9 s CPU here before, for 4,000).
+    The plan reads no image or mask, so empty files do; the bound is CPU time."""
+    import time
+
+    from beam_jobs.sources import plan_inputs
+
+    root = tmp_path / "seg"
+    for folder in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
+        (root / folder).mkdir(parents=True)
+    ids = [f"{n:05d}" for n in range(4000)]
+    for image_id in ids:
+        (root / "JPEGImages" / f"{image_id}.png").write_bytes(b"")
+        (root / "SegmentationClass" / f"{image_id}.png").write_bytes(b"")
+    (root / "ImageSets/Segmentation/train.txt").write_text("\n".join(ids) + "\n")
+    started = time.process_time()
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    spent = time.process_time() - started
+    assert len(plan.refs) == 4000 and all(ref.relpath.endswith(".png") for ref in plan.refs)
+    assert spent < 0.6, f"planning 4,000 PNG-image ids took {spent:.2f} s CPU"
