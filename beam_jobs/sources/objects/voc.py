@@ -130,10 +130,10 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     src = options.src
     located = dict(listing.entries())
     skipped = SkippedFiles(listing.skipped, scratch)
-    warnings: list[str] = []
     flat, standard = flat_roots(listing), roots(listing)
     kinds = {root: voc_masks.list_kind(root, located, options.masks) for root in standard}
-    instances = options.masks and bool(voc_masks.held(standard, located, voc_masks.OBJECT_FOLDER))
+    instance_roots, warnings = voc_masks.instance_roots(standard, located, options.masks)  # decided a root
+    instances = bool(instance_roots)
     if instances:
         try:
             masks.check_available()
@@ -180,11 +180,12 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
                          "name no images")
     if options.masks:  # each image without its mask named, not only counted
         segmented = {root for root, kind in kinds.items() if kind == "Segmentation"}
-        listed, without_mask, said = voc_masks.with_masks(listed, located, instances, segmented, skipped)
+        listed, without_mask, said = voc_masks.with_masks(listed, located, instance_roots, segmented, skipped)
         refused += without_mask
         warnings += said
     kept = [entry for entry in listed if not entry.problem]
-    pngs = voc_masks.read_pairs(read, located, [entry.image for entry in kept]) if instances else None
+    pngs = voc_masks.read_pairs(read, located, [entry.image for entry in kept], instance_roots) if instances \
+        else None
     images = _annotated(kept, list(names), classes, located, options.masks, labels is not None, pngs)
     seg = {record_schema.SEGMENTATION_ENCODED: "bytes", record_schema.SEGMENTATION_FORMAT: "bytes",
            **({record_schema.OBJECT_MASK: "bytes_list"} if instances else {})}

@@ -57,6 +57,21 @@ def held(roots: Sequence[str], located, folder: str) -> list[str]:
     return [path for path in located if path.startswith(prefixes) and path.endswith(".png")]
 
 
+def instance_roots(roots: Sequence[str], located, masks_asked: bool) -> tuple[set[str], list[str]]:
+    """``--masks``: the VOC roots whose objects get instance masks (those holding ``SegmentationObject/`` PNGs),
+    decided a root, and a warning naming the roots without (their images keep their class masks, no object
+    masks: each root is read as its own layout says, a second root's images not refused for a folder it lacks)."""
+    if not masks_asked:
+        return set(), []
+    found = {root for root in roots if held([root], located, OBJECT_FOLDER)}
+    without = [root for root in roots if root not in found]
+    if not found or not without:
+        return found, []
+    return found, [f"{', '.join((root or '.') + '/' for root in without[:3])}{' ...' if len(without) > 3 else ''}: no "
+                   f"{OBJECT_FOLDER}/ (another VOC folder has one): its images get their class masks and no object "
+                   "masks"]
+
+
 def list_kind(root: str, located, masks_asked: bool) -> str:
     """The ``ImageSets/`` lists a root is read by: ``Segmentation`` with ``--masks`` where the root has them (the
     images VOC segmented, as torchvision's ``VOCSegmentation`` reads them), else ``Main``."""
@@ -67,10 +82,11 @@ def list_kind(root: str, located, masks_asked: bool) -> str:
     return "Main"
 
 
-def with_masks(listed: Sequence, located, instances: bool, segmentation_roots: set[str],
+def with_masks(listed: Sequence, located, instance_roots: set[str], segmentation_roots: set[str],
                skipped: SkippedFiles) -> tuple[list, list[ImageRef], list[str]]:
     """``--masks``: the listed images whose masks are there (``SegmentationClass/<id>.png``, and
-    ``SegmentationObject/<id>.png`` when ``instances``); the others refused or skipped, and warnings naming them.
+    ``SegmentationObject/<id>.png`` where its root is one of ``instance_roots``); the others refused or skipped,
+    and warnings naming them.
 
     An image a list of ``ImageSets/Segmentation`` names (its root in ``segmentation_roots``) without its mask is
     damage: refused as ``missing-file`` naming the mask, counted against the error budget. An image read by the
@@ -79,8 +95,10 @@ def with_masks(listed: Sequence, located, instances: bool, segmentation_roots: s
     Garden's parser gathers masks by the boxes' indexes), so it is left out, and converting without ``--masks``
     writes its boxes."""
     kept, refused, bare = [], [], []
+    instances = bool(instance_roots)
     for entry in listed:
-        needed = [mask_path(entry.image, CLASS_FOLDER)] + ([mask_path(entry.image, OBJECT_FOLDER)] if instances else [])
+        needed = [mask_path(entry.image, CLASS_FOLDER)] + (
+            [mask_path(entry.image, OBJECT_FOLDER)] if _root_of(entry.image) in instance_roots else [])
         absent = [mask for mask in needed if mask not in located] if entry.image and not entry.problem else []
         if not absent:
             kept.append(entry)
@@ -107,8 +125,12 @@ def with_masks(listed: Sequence, located, instances: bool, segmentation_roots: s
     return kept, refused, warnings
 
 
-def read_pairs(read: Callable[[str, str], bytes], located, images: Sequence[str]) -> Iterator[Optional[tuple]]:
-    """Each image's ``(instance PNG, class PNG)`` bytes in order (None for ""), read as annotation files are."""
+def read_pairs(read: Callable[[str, str], bytes], located, images: Sequence[str],
+               instance_roots: set[str]) -> Iterator[Optional[tuple]]:
+    """Each image's ``(instance PNG, class PNG)`` bytes in order, read as annotation files are; None for "" and
+    for an image of a root not in ``instance_roots`` (no ``SegmentationObject/``)."""
+    images = [image if image and _root_of(image) in instance_roots else "" for image in images]
+
     def wanted():
         for image in images:
             for folder in (OBJECT_FOLDER, CLASS_FOLDER):

@@ -103,3 +103,26 @@ def test_each_objects_mask_is_its_instances_pixels_and_masks_that_disagree_with_
     skipped = [json.loads(line) for line in (out / "skipped.jsonl").read_text().splitlines()]
     assert [(s["path"], s["reason"]) for s in skipped if s["reason"] == "no-mask"] == [
         ("VOC2007/JPEGImages/f.jpg", "no-mask")]
+
+
+def test_a_second_root_without_segmentation_object_keeps_its_images_with_class_masks(tmp_path):
+    """VOC2012 has SegmentationObject/, VOC2007 only SegmentationClass/: whether object masks are read is decided
+    a root, so VOC2007's listed images are planned with their class masks (not refused as missing-file for a
+    folder their root does not have), and a warning names VOC2007 (review #57 §7)."""
+    from beam_jobs import annotations
+    from beam_jobs.sources import plan_inputs
+
+    src = tmp_path / "VOCdevkit"
+    voc12, voc07 = src / "VOC2012", src / "VOC2007"
+    _segmented_image(voc12, "a", [12, 15], seed=1)
+    _segmented_image(voc07, "e", [7], seed=5, object_png=False)
+    write_file(str(voc12 / "ImageSets/Segmentation/train.txt"), "a\n")
+    write_file(str(voc07 / "ImageSets/Segmentation/train.txt"), "e\n")
+    plan = plan_inputs(ConvertOptions(src=str(src), masks=True))
+    found = {ref.relpath: ref for ref in plan.refs}
+    assert set(found) == {"VOC2012/JPEGImages/a.jpg", "VOC2007/JPEGImages/e.jpg"}, found
+    e = annotations.decode(found["VOC2007/JPEGImages/e.jpg"].annotation)
+    a = annotations.decode(found["VOC2012/JPEGImages/a.jpg"].annotation)
+    assert e.class_mask[0] == "VOC2007/SegmentationClass/e.png" and not e.masks and not e.rejected
+    assert a.masks and all(box.mask for box in a.boxes)
+    assert any(w.startswith("VOC2007/: no SegmentationObject/") for w in plan.warnings), plan.warnings
