@@ -134,6 +134,8 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     kinds = {root: voc_masks.list_kind(root, located, options.masks) for root in standard}
     instance_roots, warnings = voc_masks.instance_roots(standard, located, options.masks)  # decided a root
     instances = bool(instance_roots)
+    if standard and options.masks and (problem := voc_masks.labels_problem(labels, display_path(src))):
+        raise InputError(problem)
     if instances:
         try:
             masks.check_available()

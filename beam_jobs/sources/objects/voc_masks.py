@@ -37,7 +37,7 @@ from beam_jobs import annotations, masks
 from beam_jobs.planning.discover import display_path
 from beam_jobs.planning.listing import SkippedFiles
 from beam_jobs.sources.archives import archive_members
-from beam_jobs.sources.objects import annotated_plan
+from beam_jobs.sources.objects import annotated_plan, voc_classes
 from beam_jobs.stage_records import ImageRef
 
 OBJECT_FOLDER = "SegmentationObject"
@@ -70,6 +70,25 @@ def instance_roots(roots: Sequence[str], located, masks_asked: bool) -> tuple[se
     return found, [f"{', '.join((root or '.') + '/' for root in without[:3])}{' ...' if len(without) > 3 else ''}: no "
                    f"{OBJECT_FOLDER}/ (another VOC folder has one): its images get their class masks and no object "
                    "masks"]
+
+
+def labels_problem(labels: Optional[Sequence[str]], where: str) -> Optional[str]:
+    """Why ``--masks`` cannot go with this ``--labels`` on VOC, or None. VOC's PNGs hold VOC's class ids (palette
+    index k: the OD API's k-th of VOC's 20, cat 8), read as they are: into the records' class masks and against
+    each object's class id. When ``--labels`` numbers one of VOC's classes otherwise, both would be wrong (every
+    instance mask refused as disagreeing with its XML, the class masks written in VOC's ids under other names),
+    so the run is refused; ``--labels`` that keeps VOC's ids (VOC's 20 in order, then one's own) is fine."""
+    if labels is None:
+        return None
+    moved = [(name, line, voc_classes.VOC_CLASSES.index(name) + 1) for line, name in enumerate(labels, start=1)
+             if name in voc_classes.VOC_CLASSES and voc_classes.VOC_CLASSES.index(name) + 1 != line]
+    if not moved:
+        return None
+    shown = ", ".join(f"{name!r} {line} (VOC's {voc})" for name, line, voc in moved[:3]) + (" ..." if len(moved) > 3 else "")
+    return (f"--masks with --labels: {where}'s {CLASS_FOLDER}/ PNGs hold VOC's class ids (palette index k is VOC's "
+            f"k-th class, cat 8), but --labels numbers VOC's classes otherwise ({shown}); the masks would be checked "
+            "and written in the wrong ids. Leave --labels out (VOC's 1-20, then the dataset's own names), list VOC's "
+            "20 in their order first in --labels, or leave --masks out for the boxes alone")
 
 
 def list_kind(root: str, located, masks_asked: bool) -> str:

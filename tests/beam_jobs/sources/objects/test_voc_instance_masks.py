@@ -126,3 +126,30 @@ def test_a_second_root_without_segmentation_object_keeps_its_images_with_class_m
     assert e.class_mask[0] == "VOC2007/SegmentationClass/e.png" and not e.masks and not e.rejected
     assert a.masks and all(box.mask for box in a.boxes)
     assert any(w.startswith("VOC2007/: no SegmentationObject/") for w in plan.warnings), plan.warnings
+
+
+def test_masks_with_labels_that_renumber_vocs_classes_are_refused_naming_both_flags(tmp_path):
+    """VOC's PNGs hold VOC's class ids (cat 8); --labels 'cat, dog, person' numbers cat 1: every instance mask
+    would be refused as disagreeing with its XML and the class masks written in VOC's ids under other names, so
+    the run is refused naming both flags; --labels keeping VOC's 20 in order (then one's own) plans (review #57)."""
+    import pytest
+
+    from beam_jobs.planning.discover import InputError
+    from beam_jobs.sources import plan_inputs
+    from beam_jobs.sources.objects.voc_classes import VOC_CLASSES
+
+    src = tmp_path / "VOCdevkit"
+    voc = src / "VOC2012"
+    _segmented_image(voc, "a", [12, 8], seed=1)
+    write_file(str(voc / "ImageSets/Segmentation/train.txt"), "a\n")
+    labels = tmp_path / "labels.txt"
+    labels.write_text("cat\ndog\nperson\n")
+    with pytest.raises(InputError, match=r"--masks with --labels: .*'cat' 1 \(VOC's 8\).*Leave --labels out"):
+        plan_inputs(ConvertOptions(src=str(src), masks=True, labels_file=str(labels)))
+    labels.write_text("\n".join(VOC_CLASSES) + "\nwidget\n")
+    plan = plan_inputs(ConvertOptions(src=str(src), masks=True, labels_file=str(labels)))
+    [ref] = plan.refs
+    from beam_jobs import annotations
+
+    objects = annotations.decode(ref.annotation)
+    assert [box.label for box in objects.boxes] == [12, 8] and all(box.mask for box in objects.boxes)
