@@ -166,11 +166,8 @@ def _plan_sets(options: ConvertOptions, listing: Listing, read: Reader, labels: 
         extra_features[record_schema.CAPTION] = "bytes_list"
     made = annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings,
                                labels, scratch=scratch, extra_features=extra_features or None)
-    unused = [(found.extras.keypoints_where, found.extras.unused()) for found in read_sets
-              if found.extras and found.extras.count]
-    said = tuple(f"{where}: {len(ids)} keypoints annotation{'s' if len(ids) > 1 else ''} name{'' if len(ids) > 1 else 's'} "
-                 f"no object its instances file lists, and {'were' if len(ids) > 1 else 'was'} not written (ids "
-                 f"{', '.join(map(str, ids[:5]))}{' ...' if len(ids) > 5 else ''})" for where, ids in unused if ids)
+    said = tuple(line for found in read_sets if found.extras and found.extras.keypoints_where
+                 for line in found.extras.said(found.where))
     return dataclasses.replace(made, skipped_files=skipped, warnings=made.warnings + said)
 
 

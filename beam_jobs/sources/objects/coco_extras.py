@@ -49,10 +49,42 @@ class Extras:
         self._bad: dict[int, str] = {}  # annotation id -> why its keypoints cannot be used
         self._captions: dict[str, list[str]] = {}
         self._used: set[int] = set()  # the annotation ids whose keypoints an object took
+        # Keypoints attach to objects by an int "id" on both sides (a place in the file is no key: it would give
+        # one object another's points): the keypoints annotations without one are dropped and counted, the
+        # instances file's objects without one get unlabelled points and are counted.
+        self.without_id = 0
+        self.objects_without_id = 0
 
     def unused(self) -> list[int]:
         """The keypoints annotations no object of the instances file took (asked for by :meth:`points`), sorted."""
         return sorted(set(self._points) - self._used)
+
+    def said(self, instances_where: str) -> list[str]:
+        """The warnings of the keypoints not written: those no object took (:meth:`unused`), those without an
+        int id, and the instances file's objects without one (given unlabelled points)."""
+        ids, where, said = self.unused(), self.keypoints_where, []
+        if ids:
+            said.append(f"{where}: {len(ids)} keypoints annotation{'s' if len(ids) > 1 else ''} name"
+                        f"{'' if len(ids) > 1 else 's'} no object its instances file lists, and "
+                        f"{'were' if len(ids) > 1 else 'was'} not written (ids {', '.join(map(str, ids[:5]))}"
+                        f"{' ...' if len(ids) > 5 else ''})")
+        if self.without_id:
+            many = self.without_id > 1
+            said.append(f"{where}: {self.without_id} keypoints annotation{'s have' if many else ' has'} no int "
+                        f"\"id\" and {'were' if many else 'was'} not written (keypoints attach to objects by id)")
+        if self.objects_without_id:
+            said.append(f"{instances_where}: {self.objects_without_id} annotation"
+                        f"{'s have' if self.objects_without_id > 1 else ' has'} no int \"id\": written with "
+                        f"{self.count} keypoints of visibility 0 (keypoints attach to objects by id)")
+        return said
+
+    def unlabelled(self) -> tuple[tuple, str]:
+        """The points of an object without an int id: K unlabelled (zeros, visibility 0), counted."""
+        if not self.count:
+            return (), ""
+        if self.keypoints_where:
+            self.objects_without_id += 1
+        return (0.0, 0.0, 0) * self.count, ""
 
     def points(self, annotation_id: int) -> tuple[tuple, str]:
         """``(x, y, visibility, ...)`` of an object in its image's pixels (zeros for an object without keypoints),
@@ -85,7 +117,10 @@ class Extras:
 
     def _keypoints(self, item: dict) -> None:
         annotation_id, values = item.get("id"), item.get("keypoints")
-        if not isinstance(annotation_id, int) or values is None:
+        if values is None:
+            return
+        if not isinstance(annotation_id, int) or isinstance(annotation_id, bool):
+            self.without_id += 1
             return
         if not (isinstance(values, list) and len(values) % 3 == 0 and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)):

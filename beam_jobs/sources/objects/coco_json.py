@@ -32,7 +32,7 @@ _LISTS = {"images.item": "images", "annotations.item": "annotations", "categorie
 # annotation id, category id, x0, y0, x1, y1, area (-1: none), flags; its segmentation's place in the blobs
 # (or, for a refused annotation, its reason's index in CocoSet.refusals). 69 bytes an object.
 _PACKED = struct.Struct("<qqdddddBqI")
-_CROWD, _REFUSED = 1, 2  # flags
+_CROWD, _REFUSED, _NO_ID = 1, 2, 4  # flags; _NO_ID: no int "id" (named by its place, no keypoints attach to it)
 
 
 def entries(handle: BinaryIO) -> Iterator[tuple[str, object]]:
@@ -119,7 +119,7 @@ class CocoSet:
                 boxes.append(annotations.Box(name, category, x0, y0, x1, y1, area, bool(flags & _CROWD),
                                              mask=blobs.get(offset, length) if blobs else ""))
                 if self.extras is not None:
-                    points, problem = self.extras.points(ann)
+                    points, problem = self.extras.points(ann) if not flags & _NO_ID else self.extras.unlabelled()
                     if problem:
                         boxes.pop()
                         rejected.append((name, annotations.BAD_ANNOTATION, problem))
@@ -275,7 +275,8 @@ class _Reading:
         """One annotation as :data:`_PACKED`: a box, or a refusal (with its reason kept aside)."""
         found, blobs = self.found, self.found.blobs
         ann = item.get("id")
-        ann = ann if isinstance(ann, int) else position  # the report names it by its place in the file
+        no_id = 0 if isinstance(ann, int) and not isinstance(ann, bool) else _NO_ID
+        ann = ann if not no_id else position  # the report names it by its place in the file
         category, bbox = item.get("category_id"), item.get("bbox")
         refusal = None
         if not isinstance(category, int):  # no category id can match it
@@ -289,14 +290,14 @@ class _Reading:
             if isinstance(category, str):  # a class name where the id goes: its near category, once all are read
                 self.named.append((len(found.refusals), category))
             found.refusals.append(refusal)
-            return _PACKED.pack(ann, category if isinstance(category, int) else -1, 0, 0, 0, 0, -1, _REFUSED,
+            return _PACKED.pack(ann, category if isinstance(category, int) else -1, 0, 0, 0, 0, -1, _REFUSED | no_id,
                                 len(found.refusals) - 1, 0)
         x0, y0, x1, y1 = annotations.corners("coco", *(float(v) for v in bbox))
         area = item.get("area")
         area = float(area) if isinstance(area, (int, float)) and area >= 0 else -1.0
         offset, length = blobs.add(item["segmentation"]) if blobs is not None else (0, 0)
         self.good.add(category)
-        return _PACKED.pack(ann, category, x0, y0, x1, y1, area, _CROWD if item.get("iscrowd", 0) else 0,
+        return _PACKED.pack(ann, category, x0, y0, x1, y1, area, (_CROWD if item.get("iscrowd", 0) else 0) | no_id,
                             offset, length)
 
     def finish(self, warnings: list[str], required: bool) -> CocoSet:

@@ -93,3 +93,31 @@ def test_keypoints_of_no_object_of_the_instances_file_are_named_in_a_warning(tmp
     plan = plan_inputs(ConvertOptions(src=str(root)))
     assert any(w.endswith("person_keypoints_val2017.json: 1 keypoints annotation names no object its instances file "
                           "lists, and was not written (ids 99)") for w in plan.warnings), plan.warnings
+
+
+def test_keypoints_attach_only_by_int_ids_on_both_sides_and_the_others_are_counted_by_file(tmp_path):
+    """The car (place 1 in instances_val2017.json) has no "id"; a keypoints annotation has id 1: they are not the
+    same object (a place is no id), so the car gets unlabelled points, keypoints 1 is named as taken by no
+    object, and a keypoints annotation without an id is counted, each warning naming its file (review #57 §5)."""
+    from beam_jobs import annotations
+
+    root = tmp_path / "coco"
+    _coco(root)
+    instances = root / "annotations/instances_val2017.json"
+    data = json.loads(instances.read_text())
+    del data["annotations"][1]["id"]
+    instances.write_text(json.dumps(data))
+    path = root / "annotations/person_keypoints_val2017.json"
+    data = json.loads(path.read_text())
+    data["annotations"] += [{**data["annotations"][0], "id": 1, "keypoints": [9, 9, 2, 9, 9, 2, 9, 9, 2]},
+                            {key: value for key, value in data["annotations"][0].items() if key != "id"}]
+    path.write_text(json.dumps(data))
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    found = {ref.relpath: annotations.decode(ref.annotation) for ref in plan.refs}
+    person, car = found["val2017/a.jpg"].boxes
+    assert car.keypoints == (0.0, 0.0, 0) * 3 and any(person.keypoints)
+    said = "\n".join(plan.warnings)
+    assert "person_keypoints_val2017.json: 1 keypoints annotation names no object its instances file lists, and " \
+        "was not written (ids 1)" in said, said
+    assert 'person_keypoints_val2017.json: 1 keypoints annotation has no int "id" and was not written' in said, said
+    assert 'instances_val2017.json: 1 annotation has no int "id": written with 3 keypoints of visibility 0' in said
