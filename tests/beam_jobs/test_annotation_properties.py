@@ -4,7 +4,7 @@
   segmentation it accepts rasterizes at its frame, at the frame's size, as pycocotools counts it.
 * :func:`beam_jobs.annotations.place` on any boxes, frame, size and orientation: never raises; each box it
   keeps lies in [0, 1] and has an area in float32 (what the records store); every box is kept or rejected.
-* :func:`beam_jobs.sources.objects.voc._parse` on any bytes, and on generated VOC XML: its documented result only.
+* :func:`beam_jobs.sources.objects.voc_xml.parse` on any bytes, and on generated VOC XML: its documented result only.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from beam_jobs import annotations, masks
 from beam_jobs.annotations import Box, Objects
-from beam_jobs.sources.objects import voc
+from beam_jobs.sources.objects import voc_xml
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -159,7 +159,7 @@ def _check_parsed(result) -> None:
 @PROPERTY
 @given(st.binary(max_size=300))
 def test_voc_parse_of_any_bytes_is_its_result_or_what_is_wrong(data):
-    _check_parsed(voc._parse(data, "Annotations/x.xml"))
+    _check_parsed(voc_xml.parse(data, "Annotations/x.xml"))
 
 
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")) | st.sampled_from("\n\t <>&"), max_size=8)
@@ -188,4 +188,4 @@ def _escape(text: str) -> str:
 @PROPERTY
 @given(voc_xmls())
 def test_voc_parse_of_generated_xml_is_its_result_or_what_is_wrong(data):
-    _check_parsed(voc._parse(data, "Annotations/x.xml"))
+    _check_parsed(voc_xml.parse(data, "Annotations/x.xml"))

@@ -43,9 +43,7 @@ import collections
 import dataclasses
 import posixpath
 import re
-import struct
-import xml.etree.ElementTree as ElementTree
-from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import record_schema
 from beam_jobs import annotations, formats, masks
@@ -53,7 +51,7 @@ from beam_jobs.options import ConvertOptions
 from beam_jobs.planning.discover import InputError, InputPlan, Listing, display_path, skip_reason
 from beam_jobs.planning.listing import SkippedFiles
 from beam_jobs.sources.archives import archive_members
-from beam_jobs.sources.objects import annotated_plan, voc_classes, voc_masks
+from beam_jobs.sources.objects import annotated_plan, voc_classes, voc_masks, voc_xml
 from beam_jobs.stage_records import ImageRef
 
 _LISTS = ("train", "val", "test")  # ImageSets' list files, each the split record_schema.split_named says
@@ -108,22 +106,6 @@ def root_split(root: str) -> str:
     return record_schema.split_named(posixpath.basename(root)) or "train"
 
 
-# An object held until the class ids are known: its name's index, its bndbox as VOC writes it, difficult, truncated
-# (38 bytes, where a tuple of its fields took hundreds).
-_PACKED = struct.Struct("<IddddBB")
-
-
-class _Listed(NamedTuple):
-    """One image a split list names: its XML read, its objects packed, or what is wrong with it."""
-
-    split: str
-    image: str  # "" when its JPEGImages/ has no such image
-    xml: str
-    frame: tuple[int, int]
-    problem: str  # the XML's problem, or ""
-    packed: bytes
-
-
 def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Optional[Sequence[str]],
          scratch: Optional[str] = None) -> InputPlan:
     """The plan of a Pascal VOC dataset (see the module's docstring)."""
@@ -134,17 +116,8 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     kinds = {root: voc_masks.list_kind(root, located, options.masks) for root in standard}
     instance_roots, warnings = voc_masks.instance_roots(standard, located, options.masks)  # decided a root
     instances = bool(instance_roots)
-    if standard and options.masks and (problem := voc_masks.labels_problem(labels, display_path(src))):
-        raise InputError(problem)
-    if instances:
-        try:
-            masks.check_available()
-        except masks.MasksUnavailableError as err:
-            raise InputError(str(err)) from err
-    if flat and options.masks:
-        raise InputError(f"--masks reads VOC's ImageSets/Segmentation and SegmentationClass/, but {display_path(src)} "
-                         f"holds XMLs beside their images in {', '.join((r or '.') + '/' for r in flat[:3])} (Roboflow's "
-                         "Pascal VOC export), which have no masks: leave --masks out")
+    if options.masks:
+        _check_masks(display_path(src), standard, flat, instances, labels)
     wanted = [entry for root in standard for entry in _wanted(src, root, located, read, kinds[root], warnings)]
     wanted += [entry for root in flat for entry in _wanted_flat(src, root, located, warnings)]
     used = {path for _, image, xml in wanted for path in (image, xml)}
@@ -160,23 +133,13 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     _account(located, used, standard, flat, skipped)
     names: dict[str, int] = {}  # class name -> its index in the packed objects
     counts: collections.Counter[str] = collections.Counter()  # objects by class name
-    listed = list(_read(wanted, located, read, names, counts))
+    listed = list(voc_xml.read_xmls(wanted, located, read, names, counts))
     classes, note = voc_classes.classes_of(counts, labels)
     if note:
         warnings.append(f"{display_path(src)}: {note}")
-    unknown = collections.Counter({name: count for name, count in counts.items() if name not in classes})
     refused = [_refused(entry) for entry in listed if entry.problem]
-    if unknown:
-        given = labels is not None
-        shown = ", ".join(f"{name!r}" + (f" x{count}" if count > 1 else "") + voc_classes.near(name, classes, given)
-                          for name, count in unknown.most_common(5))
-        warnings.append(f"{display_path(src)}: {sum(unknown.values())} objects name a class "
-                        f"{'--labels does not list' if labels is not None else 'VOC nearly has'} ({shown}"
-                        f"{' ...' if len(unknown) > 5 else ''}): rejected as unknown-class, "
-                        f"{'its image kept' if options.encode.keep_partial_images else 'each with its image'} "
-                        "(named in rejected.jsonl, by its XML); fix the names in the XML files"
-                        + ("" if labels is not None else ", or, if they are classes of their own, list every class "
-                           "name of the dataset, one a line, in --labels"))
+    warnings += _unknown_classes(display_path(src), counts, classes, labels is not None,
+                                 options.encode.keep_partial_images)
     if not listed:
         raise InputError(f"{src}: its VOC split lists (ImageSets/{'|'.join(sorted(set(kinds.values())))}/*.txt) "
                          "name no images")
@@ -197,6 +160,39 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
     reserved = tuple(name for name in voc_classes.VOC_CLASSES if name in classes and name not in counts) \
         if labels is None else ()
     return dataclasses.replace(made, skipped_files=skipped, unlisted=reserved)
+
+
+def _check_masks(where: str, standard: Sequence[str], flat: Sequence[str], instances: bool,
+                 labels: Optional[Sequence[str]]) -> None:
+    """``--masks`` refused where it cannot be done: a --labels renumbering VOC's classes, instance masks without
+    pycocotools, Roboflow's folders (no masks)."""
+    if standard and (problem := voc_masks.labels_problem(labels, where)):
+        raise InputError(problem)
+    if instances:
+        try:
+            masks.check_available()
+        except masks.MasksUnavailableError as err:
+            raise InputError(str(err)) from err
+    if flat:
+        raise InputError(f"--masks reads VOC's ImageSets/Segmentation and SegmentationClass/, but {where} "
+                         f"holds XMLs beside their images in {', '.join((r or '.') + '/' for r in flat[:3])} (Roboflow's "
+                         "Pascal VOC export), which have no masks: leave --masks out")
+
+
+def _unknown_classes(where: str, counts: collections.Counter, classes: Sequence[str], given: bool,
+                     keep_partial: bool) -> list[str]:
+    """The warning counting the objects whose class name is no class (``given``: not in --labels), or none."""
+    unknown = collections.Counter({name: count for name, count in counts.items() if name not in classes})
+    if not unknown:
+        return []
+    shown = ", ".join(f"{name!r}" + (f" x{count}" if count > 1 else "") + voc_classes.near(name, classes, given)
+                      for name, count in unknown.most_common(5))
+    return [f"{where}: {sum(unknown.values())} objects name a class "
+            f"{'--labels does not list' if given else 'VOC nearly has'} ({shown}{' ...' if len(unknown) > 5 else ''}): "
+            f"rejected as unknown-class, {'its image kept' if keep_partial else 'each with its image'} "
+            "(named in rejected.jsonl, by its XML); fix the names in the XML files"
+            + ("" if given else ", or, if they are classes of their own, list every class name of the dataset, one "
+               "a line, in --labels")]
 
 
 def _account(located: dict, used: set[str], standard: Sequence[str], flat: Sequence[str],
@@ -273,41 +269,7 @@ def _wanted_flat(src: str, folder: str, located: dict, warnings: list[str]) -> l
     return [(split, images.get(stem, ""), xml) for stem, xml in sorted(xmls.items())]
 
 
-def _expected_image(xml: str) -> str:
-    """The image an XML annotates when none is there: ``JPEGImages/<id>.jpg`` beside ``Annotations/``, else
-    ``<id>.jpg`` beside the XML (Roboflow's layout)."""
-    folder, stem = posixpath.dirname(xml), posixpath.basename(xml)[:-len(".xml")]
-    if posixpath.basename(folder) == "Annotations":
-        folder = posixpath.join(posixpath.dirname(folder), "JPEGImages")
-    return posixpath.join(folder, f"{stem}.jpg")
-
-
-def _read(wanted: Sequence[tuple[str, str, str]], located: dict, read: Reader, names: dict[str, int],
-          counts: collections.Counter) -> Iterator[_Listed]:
-    """Each wanted image's XML, read :data:`annotated_plan.READERS` at a time in order, parsed, its objects
-    packed; ``names`` and ``counts`` gather the class names met."""
-    xmls = ((xml, located[xml]) if xml in located else None for _, _, xml in wanted)
-    for (split, image, xml), data in zip(wanted, annotated_plan.read_in_order(read, xmls)):
-        if data is None:
-            missing = image or _expected_image(xml)
-            yield _Listed(split, missing, xml, annotations.STORED, f"{display_path(xml)} is missing", b"")
-            continue
-        result = _parse(data, display_path(xml))
-        if isinstance(result, str):
-            yield _Listed(split, image, xml, annotations.STORED, result, b"")
-            continue
-        frame, objects = result
-        packed = bytearray()
-        for index, (name, x0, y0, x1, y1, difficult, truncated) in enumerate(objects, start=1):
-            problem = annotations.class_name_problem(name, f"{display_path(xml)} object {index}")
-            if problem:
-                raise InputError(problem)
-            counts[name] += 1
-            packed += _PACKED.pack(names.setdefault(name, len(names)), x0, y0, x1, y1, difficult, truncated)
-        yield _Listed(split, image, xml, frame, "", bytes(packed))
-
-
-def _refused(entry: _Listed) -> ImageRef:
+def _refused(entry: voc_xml.Listed) -> ImageRef:
     """An image refused whole: its XML cannot be read."""
     return ImageRef(entry.split, entry.image, 0, archive_members.refusal(annotations.BAD_ANNOTATION, entry.problem))
 
@@ -315,7 +277,7 @@ def _refused(entry: _Listed) -> ImageRef:
 def _missing(xml: str, boxes: Sequence[annotations.Box], names: Sequence[str]) -> tuple[str, str]:
     """``(path, refusal)`` of the image an XML annotates that is not there: rejected as ``missing-file`` with its
     objects (counted as a rejected image's, their classes named), as COCO's missing images are."""
-    expected = _expected_image(xml)
+    expected = voc_xml.expected_image(xml)
     named = collections.Counter(names[box.label] for box in boxes)
     shown = ", ".join(f"{name} {count}" for name, count in sorted(named.items(), key=lambda kv: (-kv[1], kv[0])))
     return expected, archive_members.refusal(
@@ -323,14 +285,15 @@ def _missing(xml: str, boxes: Sequence[annotations.Box], names: Sequence[str]) -
         "extension) is not there" + (f" (its objects: {shown})" if shown else ""))
 
 
-def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequence[str], located: dict,
+def _annotated(listed: Iterable[voc_xml.Listed], names: Sequence[str], classes: Sequence[str], located: dict,
                with_masks: bool, given: bool, pngs: Optional[Iterator] = None) -> Iterator[annotated_plan.AnnotatedImage]:
     """The listed images with their objects, class ids now known, made as the plan takes them; ``pngs``: each
     image's ``(SegmentationObject, SegmentationClass)`` PNGs (:func:`voc_masks.read_pairs`), for its objects' masks."""
     class_id = {name: index for index, name in enumerate(classes) if name}
     for split, image, xml_path, frame, _, packed in listed:
         boxes, rejected, places = [], [], []
-        for index, (name_index, x0, y0, x1, y1, difficult, truncated) in enumerate(_PACKED.iter_unpack(packed), 1):
+        objects = voc_xml.PACKED.iter_unpack(packed)
+        for index, (name_index, x0, y0, x1, y1, difficult, truncated) in enumerate(objects, 1):
             name, label = names[name_index], f"{display_path(xml_path)} object {index}"
             if name not in class_id:
                 rejected.append((label, annotations.UNKNOWN_CLASS, voc_classes.unknown_detail(name, classes, given)))
@@ -340,7 +303,8 @@ def _annotated(listed: Iterable[_Listed], names: Sequence[str], classes: Sequenc
             places.append(index)
         pair = next(pngs) if pngs is not None else None
         if pair is not None:  # each object's instance mask, its class checked against the class mask
-            boxes, bad = voc_masks.with_instances(list(zip(places, boxes)), len(packed) // _PACKED.size, *pair, *(
+            count = len(packed) // voc_xml.PACKED.size
+            boxes, bad = voc_masks.with_instances(list(zip(places, boxes)), count, *pair, *(
                 display_path(voc_masks.mask_path(image, folder))
                 for folder in (voc_masks.OBJECT_FOLDER, voc_masks.CLASS_FOLDER)))
             rejected += bad
@@ -398,36 +362,3 @@ def _listed(root: str, located: dict, read: Reader, kind: str = "Main") -> list[
         found = [(root_split(root), posixpath.splitext(p[len(prefix):])[0]) for p in sorted(located)
                  if p.startswith(prefix) and p.endswith(".xml")]
     return found
-
-
-def _parse(data: bytes, where: str):
-    """``((width, height) or STORED, [(name, xmin, ymin, xmax, ymax, difficult, truncated)])``, or what is wrong."""
-    try:
-        tree = ElementTree.fromstring(data)
-    except ElementTree.ParseError as err:
-        return f"{where} is not valid XML: {err}"
-    frame = annotations.STORED
-    size = tree.find("size")
-    if size is not None:
-        try:
-            width, height = int(size.findtext("width", "0")), int(size.findtext("height", "0"))
-        except ValueError:
-            width = height = 0
-        if width > 0 and height > 0:
-            frame = (width, height)
-    objects = []
-    for index, item in enumerate(tree.findall("object"), start=1):
-        box = item.find("bndbox")
-        try:
-            corners = [float(box.findtext(key)) for key in ("xmin", "ymin", "xmax", "ymax")]
-        except (AttributeError, TypeError, ValueError):
-            return f"{where}: object {index} has no bndbox of four numbers"
-        name = (item.findtext("name") or "").strip()
-        if not name:
-            return f"{where}: object {index} has no name"
-        objects.append((name, *corners, _flag(item, "difficult"), _flag(item, "truncated")))
-    return frame, objects
-
-
-def _flag(item, key: str) -> bool:
-    return (item.findtext(key) or "0").strip() in ("1", "true", "True")
