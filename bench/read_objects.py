@@ -115,7 +115,7 @@ def stage_variants(dataset_dir: str, batch: int, size: int) -> dict:
     import tensorflow as tf
 
     import reader
-    from reader import tasks
+    from reader import object_targets, tasks
     from record_schema import IMAGE_ENCODED as IMAGE
 
     boxes, placed = tasks.objects, tasks._placed_image
@@ -162,8 +162,9 @@ def stage_variants(dataset_dir: str, batch: int, size: int) -> dict:
 
             def targets_of(batch_images, raw):
                 objects = SimpleNamespace(values=tf.RaggedTensor.from_tensor(raw["rows"], lengths=raw["where"][:, 9]))
-                return batch_images, tasks._batch_targets({"objects": objects, "where": raw["where"][:, :9]},
-                                                          targets, images)
+                return batch_images, object_targets.batch_targets(
+                    {"objects": objects, "where": raw["where"][:, :9]}, targets, images.size,
+                    images.augment.min_visible)
 
             return (dataset.padded_batch(size_, shapes, drop_remainder=drop_remainder)
                     .map(targets_of, num_parallel_calls=tf.data.AUTOTUNE))

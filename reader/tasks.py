@@ -29,6 +29,7 @@ import tensorflow as tf
 import record_schema
 from reader import boxes as box_ops
 from reader import keypoints as points
+from reader import object_targets
 from reader import preprocess
 from reader.records import AUTOTUNE, feature_spec
 from reader.options import Augmentation, BoxAugmentation, FeatureKeys, ObjectTargets, as_options
@@ -252,7 +253,7 @@ def objects(targets: ObjectTargets, images: ImageChoices, classes: Sequence[str]
 
     Each example carries its objects as the records hold them and where its
     image came from (window, size, flip); the boxes are moved, filtered and
-    formatted once per batch (:func:`_batch_targets`). Done per example, those
+    formatted once per batch (:func:`reader.object_targets.batch_targets`). Done per example, those
     forty small operations cost about 15% of a 300-500 px photo's decode.
     """
     spec = {**_OBJECT_SPEC, **(_INSTANCE_MASK_SPEC if targets.mask_size else {}),
@@ -293,7 +294,8 @@ def objects(targets: ObjectTargets, images: ImageChoices, classes: Sequence[str]
         # batch stacks them and tf.data fuses it with the map, as for classification. ragged_batch made them
         # ragged in a map of its own, one example at a time: 0.1 ms an image, and the fusion lost.
         return dataset.batch(size, drop_remainder=drop_remainder).map(
-            lambda batch_images, raw: (batch_images, _batch_targets(raw, targets, images, contiguous)),
+            lambda batch_images, raw: (batch_images, object_targets.batch_targets(
+                raw, targets, images.size, images.augment.min_visible, contiguous)),
             num_parallel_calls=AUTOTUNE)
 
     def train(parsed: dict, seed: tf.Tensor) -> tuple:
@@ -309,65 +311,6 @@ def _one_row(values: tf.Tensor) -> tf.RaggedTensor:
     """``values`` [N, ...] as a ragged ``[1, (N), ...]``; a batch of B stacks to ``[B, (1), (N), ...]``, whose
     ``.values`` is the batch's ragged ``[B, (N), ...]``."""
     return tf.RaggedTensor.from_row_lengths(values, tf.shape(values, out_type=tf.int64)[:1], validate=False)
-
-
-def _batch_targets(raw: dict, targets: ObjectTargets, images: ImageChoices,
-                   contiguous: Optional[tf.Tensor] = None) -> dict:
-    """A batch's objects as the records hold them -> its targets: moved, filtered, formatted, dense rows.
-
-    ``contiguous``: record id -> contiguous 0-based id (``ObjectTargets.contiguous_ids``), or None."""
-    objects = raw["objects"].values  # ragged [B, (N), 7]: the columns of _OBJECT_COLUMNS
-    table = objects.to_tensor(0.0)
-    present = tf.sequence_mask(objects.row_lengths(), tf.shape(table)[1])
-    ids = tf.cast(table[..., 4], tf.int32)
-    if contiguous is not None:
-        ids = tf.gather(contiguous, tf.clip_by_value(ids, 0, tf.size(contiguous) - 1))
-    labels = tf.where(present, ids, box_ops.PADDING)
-    keep = tf.logical_and(present, labels >= 0)
-    where = raw["where"]  # [B, 9]: stored height and width, window [4], resized size [2], flip
-    hw = where[:, 0:2]
-    placement = box_ops.Placement(where[:, 2:6], where[:, 6:8])
-    moved, visible = box_ops.move(table[..., :4], hw, placement, images.augment.min_visible)
-    keep = tf.logical_and(keep, visible)
-    if not targets.keep_crowd:
-        keep = tf.logical_and(keep, tf.equal(table[..., 5], 0.0))
-    if not targets.keep_difficult:
-        keep = tf.logical_and(keep, tf.equal(table[..., 6], 0.0))
-    placed = box_ops.mirror(moved, placement, where[:, 8] > 0)
-    rows = {"boxes": box_ops.to_format(placed, targets.bounding_box_format, images.size), "labels": labels}
-    if targets.mask_size:
-        rows["masks"] = raw["masks"].values.to_tensor(0.0)
-    if targets.keypoints:
-        rows[points.KEY] = points.move(raw[points.KEY].values.to_tensor(0.0), hw, placement, where[:, 8] > 0,
-                                       targets.keypoint_flip, targets.bounding_box_format.startswith("rel_"))
-    found = _kept_rows(rows, keep, targets.max_objects)
-    if targets.source_size:
-        found["source_size"] = hw
-    if targets.class_mask:
-        found["class_mask"] = raw["class_mask"]
-    return found
-
-
-def _kept_rows(rows: dict, keep: tf.Tensor, fixed: Optional[int]) -> dict:
-    """Each image's kept rows first, in record order; then padding (-1, masks 0) up to the batch's largest
-    kept count, or cut or padded to ``fixed`` rows (a static shape for XLA and TPUs)."""
-    order = tf.argsort(tf.cast(tf.logical_not(keep), tf.int32), axis=1, stable=True)
-    kept = tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
-    count = tf.constant(fixed) if fixed is not None else tf.reduce_max(tf.concat([kept, [0]], 0))
-    valid = tf.sequence_mask(tf.minimum(kept, count), count)
-    found = {}
-    for name, value in rows.items():
-        value = tf.gather(value, order, batch_dims=1)[:, :count]
-        value = tf.pad(value, [[0, 0], [0, count - tf.shape(value)[1]]] + [[0, 0]] * (len(value.shape) - 2))
-        shown = tf.reshape(valid, tf.concat([tf.shape(valid), tf.ones([len(value.shape) - 2], tf.int32)], 0))
-        value = tf.where(shown, value, _padding(name, value.dtype))
-        found[name] = value if fixed is None else tf.ensure_shape(value, [None, fixed, *value.shape[2:]])
-    return found
-
-
-def _padding(name: str, dtype: tf.DType) -> tf.Tensor:
-    """What fills a target's rows past an image's objects: -1 (KerasHub's convention), 0 for masks."""
-    return tf.constant(0 if name in ("masks", points.KEY) else box_ops.PADDING, dtype)
 
 
 def segmentation(images: ImageChoices) -> Task:
