@@ -43,6 +43,10 @@ logger = logging.getLogger(__name__)
 
 
 
+# Plain graph code (its conditionals are tf.cond or on Python values), as the mixtures' (mixture_pipeline): every
+# map built here is traced without AutoGraph's conversion, which changes no op and was a third of a build's CPU
+# (a small dataset's training pipeline and first batch 1.9 -> 1.3 s, an evaluation one 0.6 -> 0.2 s).
+@tf.autograph.experimental.do_not_convert
 def dataset_batches(info: DatasetInfo, request: Request) -> tf.data.Dataset:
     """The batches of one dataset (a folder's manifest, or a :class:`DatasetInfo`) for ``request``.
 

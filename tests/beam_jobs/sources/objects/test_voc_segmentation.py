@@ -107,12 +107,10 @@ def test_voc_class_masks_without_boxes_read_by_vocs_palette_colours_void_kept(tm
     assert rejected["reason"] == "missing-file" and "val.txt lists 2007_000099" in rejected["detail"]
 
 
-def test_planning_png_images_finds_each_by_an_index_not_a_sort_an_image(tmp_path):
-    """4,000 listed ids whose images are PNGs (not VOC's .jpg): each found through one id -> path index of the
-    root, not by sorting every path an image (quadratic: 1.9 s CPU here before, for 4,000).
-    The plan reads no image or mask, so empty files do; the bound is CPU time."""
-    import time
-
+def test_planning_png_images_finds_each_listed_id_as_its_png(tmp_path):
+    """4,000 listed ids whose images are PNGs (not VOC's .jpg): each found as its own image, through one id -> path
+    index of the root (it sorted every path an image before: quadratic, 1.9 s of CPU for these 4,000; speed is
+    the benchmarks' to check, not a timed test's). The plan reads no image or mask, so empty files do."""
     from beam_jobs.sources import plan_inputs
 
     root = tmp_path / "seg"
@@ -123,8 +121,5 @@ def test_planning_png_images_finds_each_by_an_index_not_a_sort_an_image(tmp_path
         (root / "JPEGImages" / f"{image_id}.png").write_bytes(b"")
         (root / "SegmentationClass" / f"{image_id}.png").write_bytes(b"")
     (root / "ImageSets/Segmentation/train.txt").write_text("\n".join(ids) + "\n")
-    started = time.process_time()
     plan = plan_inputs(ConvertOptions(src=str(root)))
-    spent = time.process_time() - started
-    assert len(plan.refs) == 4000 and all(ref.relpath.endswith(".png") for ref in plan.refs)
-    assert spent < 0.6, f"planning 4,000 PNG-image ids took {spent:.2f} s CPU"
+    assert sorted(ref.relpath for ref in plan.refs) == [f"JPEGImages/{image_id}.png" for image_id in ids]
