@@ -154,7 +154,7 @@ def records_table_filename(split: str) -> str:
     return f"{split}{RECORDS_TABLE_SUFFIX}"
 
 
-# What ``python -m converter tfds-metadata`` adds (reader/tfds_metadata.py): TFDS's own files.
+# What ``python -m converter tfds-metadata`` adds (reader/tools/tfds_metadata.py): TFDS's own files.
 TFDS_NAME: Final = "imgshards"
 TFDS_METADATA_FILES: Final = ("dataset_info.json", "features.json", "image-class-label.labels.txt")
 # ``python -m converter report OUT``'s files: made from the dataset, so a conversion over it replaces them.

@@ -134,7 +134,7 @@ def quotas(parts: Sequence[str], steps: int, checked_steps: int) -> dict:
     import tensorflow as tf
 
     import reader
-    from reader.mixture_pipeline import _mixed_records, _present
+    from reader.mixtures.pipeline import _mixed_records, _present
 
     plan = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH)
     shares = np.array([float(s) for s in plan.quotas.shares])
@@ -194,7 +194,7 @@ def _pipeline_read(plan, splits, steps: int, pipelines: int, index: int) -> tupl
 
     import tensorflow as tf
 
-    from reader.mixture_pipeline import _mixed_records
+    from reader.mixtures.pipeline import _mixed_records
 
     per = BATCH // pipelines
     records = _mixed_records(plan, splits, 1, lambda: tf.constant(0, tf.int64), steps, (index * per, (index + 1) * per))
@@ -209,7 +209,7 @@ def _pipeline_read(plan, splits, steps: int, pipelines: int, index: int) -> tupl
 def hosts(parts: Sequence[str], steps: int, counts: Sequence[int] = HOST_PIPELINES, rounds: int = 3) -> dict:
     """Bytes each of H input pipelines reads, at each H, and the global batches they make together."""
     import reader
-    from reader.mixture_pipeline import _present
+    from reader.mixtures.pipeline import _present
 
     plan = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH)
     splits = [_present(source) for source in plan.sources]
@@ -245,7 +245,7 @@ def hosts_repeat_factors(single: str, steps: int, counts: Sequence[int] = HOST_P
     (``RepeatFactor(REPEAT_THRESHOLD)``: each image 1.41 copies an epoch, one or two): each epoch's copies
     are dealt over the canonical pipelines, so each of H pipelines reads 1/H of its bytes."""
     import reader
-    from reader.mixture_pipeline import _present
+    from reader.mixtures.pipeline import _present
 
     plan = reader.mixture([(single, 1)], "train", BATCH, repeat_factor=reader.RepeatFactor(REPEAT_THRESHOLD))
     splits = [_present(source) for source in plan.sources]

@@ -49,7 +49,7 @@ def measure(folder: str, repeat: bool = True) -> dict:
     graph_bytes = len(batches._as_serialized_graph().numpy())
     # The first batch of the order (the records, not decoded: the synthetic images are smaller than their
     # declared sizes): the factors file read, each record's copies counted for the epoch.
-    from reader.mixture_pipeline import _mixed_records, _present
+    from reader.mixtures.pipeline import _mixed_records, _present
 
     records = _mixed_records(plan, [_present(s) for s in plan.sources], 1, lambda: tf.constant(0, tf.int64), 1,
                              (0, plan.batch_size))

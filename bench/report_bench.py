@@ -150,9 +150,9 @@ def measure(folder: str, scan: bool = False) -> dict:
     """In this process: the report (from the records tables, or by the scan and then its floor, the frames
     read); seconds, CPU seconds and peak RSS (MiB)."""
     import reader  # noqa: F401  (TensorFlow loaded before the baseline memory is taken)
-    from reader import report
+    from reader.tools import report
     from reader.info import dataset_info
-    from reader.verify import iter_records
+    from reader.frames import iter_records
 
     import matplotlib  # noqa: F401
 

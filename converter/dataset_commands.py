@@ -85,7 +85,7 @@ def verify(argv: Sequence[str]) -> int:
         parser.error(f"--sample must be >= 0, got {args.sample}")
 
     def check(args: argparse.Namespace) -> int:
-        from reader.verify import verify as run_verify
+        from reader.tools.verify import verify as run_verify
 
         report = run_verify(args.out, sample=args.sample)
         print(report.format())
@@ -108,7 +108,7 @@ def inspect(argv: Sequence[str]) -> int:
 
     def show(args: argparse.Namespace) -> int:
         from reader.info import dataset_info
-        from reader.inspect import check_sheet_path, contact_sheet, summarize
+        from reader.tools.inspect import check_sheet_path, contact_sheet, summarize
 
         if args.grid:
             check_sheet_path(args.grid)
@@ -148,7 +148,7 @@ def tfds_metadata(argv: Sequence[str]) -> int:
         "into a converted dataset, so tfds.builder_from_directory(OUT) reads it. Needs tensorflow-datasets.")
 
     def write(args: argparse.Namespace) -> int:
-        from reader.tfds_metadata import write_tfds_metadata
+        from reader.tools.tfds_metadata import write_tfds_metadata
 
         names = write_tfds_metadata(args.out)
         print(f"wrote {', '.join(names)} into {args.out}; read it with tfds.builder_from_directory({args.out!r})")
@@ -170,7 +170,7 @@ def report(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     configure_logging(verbose=False)
     _quiet_tensorflow()
-    from reader.report import write_report
+    from reader.tools.report import write_report
 
     try:
         paths = write_report(args.data_dir, args.dest)

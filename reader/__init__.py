@@ -42,9 +42,9 @@ from reader.info import (
 )
 from reader.boxes import boxes_to_source
 from reader.keypoints import COCO_FLIP as COCO_KEYPOINT_FLIP
-from reader.label_space import LabelSpace
-from reader.mixture import Mixture, mixture
-from reader.repeat_factor import RepeatFactor
+from reader.mixtures.label_space import LabelSpace
+from reader.mixtures.plan import Mixture, mixture
+from reader.mixtures.repeat_factor import RepeatFactor
 from reader.options import Augmentation, BoxAugmentation, FeatureKeys, ForeignShards, ObjectTargets, ReadOptions
 from reader.positions import DatasetPosition, MixturePosition, Position
 from reader.builder import build_dataset, build_mixture, distributed_dataset, position

@@ -2,7 +2,7 @@
 
 Data in: where the data is (a converted folder, a :class:`DatasetInfo`, or a :class:`Mixture` from
 ``reader.mixture``) and what the trainer wants (split, batch, image, start, options). Data out: a
-``tf.data.Dataset`` of batches from ``reader/pipeline.py`` (one dataset) or ``reader/mixture_pipeline.py``
+``tf.data.Dataset`` of batches from ``reader/pipeline.py`` (one dataset) or ``reader/mixtures/pipeline.py``
 (a mixture), checked alike by ``reader/pipeline_checks.py``.
 
 Decision (docs/reader.md, "One entry point"): as ``tfds.load(name, split=, batch_size=, read_config=)`` takes
@@ -25,9 +25,9 @@ from typing import Optional, Sequence, Union
 import tensorflow as tf
 
 from reader.info import DatasetInfo, dataset_info
-from reader.label_space import LabelSpace
-from reader.mixture import Mixture, mixture
-from reader.mixture_pipeline import check_mixture_options, mixture_batches
+from reader.mixtures.label_space import LabelSpace
+from reader.mixtures.plan import Mixture, mixture
+from reader.mixtures.pipeline import check_mixture_options, mixture_batches
 from reader.options import (
     Augmentation,
     BoxAugmentation,
@@ -42,7 +42,7 @@ from reader.order import stream_layout
 from reader.pipeline import dataset_batches
 from reader.pipeline_checks import Request, check_positive, check_seed
 from reader.positions import DatasetPosition, Position
-from reader.repeat_factor import RepeatFactor
+from reader.mixtures.repeat_factor import RepeatFactor
 
 Data = Union[str, DatasetInfo, Mixture]
 

@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from reader.info import dataset_info
 from reader.builder import position
-from reader.mixture import Mixture
+from reader.mixtures.plan import Mixture
 from reader.options import ReadOptions
 from reader.positions import DatasetPosition, MixturePosition, Position
 

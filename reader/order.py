@@ -167,7 +167,7 @@ def host_records_graph(read_segment) -> Callable[..., tf.data.Dataset]:
     """:func:`host_records` as its graph: ``(files, counts, index_files, layout, seed, start_step, last_epoch,
     per_pipeline, pipeline_id) -> dataset``, every argument a tensor (``layout``: N, G, C, W; ``last_epoch``
     the epoch to stop before; ``per_pipeline``: streams a pipeline reads), for callers that build several
-    orders at one site (``reader.mixture_pipeline``)."""
+    orders at one site (``reader.mixtures.pipeline``)."""
     return reading_graph(_HOST_GRAPHS, read_segment, _host_records_graph, _HOST_SIGNATURE)
 
 

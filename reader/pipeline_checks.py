@@ -4,7 +4,7 @@ Data in: the arguments of ``build_dataset`` (``reader/builder.py``) and a split'
 the arguments as the pipelines use them (a seed as an int, a start step as a function giving a tensor), a
 split with its shards checked present and its record indexes usable, or a ``ValueError`` /
 ``FileNotFoundError`` naming the argument or the file at fault. ``reader/pipeline.py`` and
-``reader/mixture_pipeline.py`` both import these; neither imports the other's private helpers.
+``reader/mixtures/pipeline.py`` both import these; neither imports the other's private helpers.
 """
 
 from __future__ import annotations

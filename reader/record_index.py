@@ -31,7 +31,7 @@ from typing import Iterable, Optional
 
 from reader import storage
 from reader.info import ShardInfo, SplitInfo, dataset_info
-from reader.verify import file_sha256, iter_frames
+from reader.frames import file_sha256, iter_frames
 from record_files import idx
 
 logger = logging.getLogger(__name__)

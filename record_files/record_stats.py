@@ -2,14 +2,14 @@
 
 In: each record's values (size, encoded bytes, format, channels, class ids and, for objects, boxes), added one
 record at a time by whoever holds them: the shard writer (``beam_jobs.stages.write``, from what it is writing)
-or the report's scan of a dataset written before records tables (``reader.report_stats``, from parsed features).
+or the report's scan of a dataset written before records tables (``reader.tools.report_stats``, from parsed features).
 Out: :class:`SplitStats`: counters and fixed-size histograms whose size does not follow the number of images
 (a 1M-image split costs what a 1k-image one does); :meth:`SplitStats.merge` sums two (a split's shards into the
 split); :meth:`SplitStats.to_json` is both the report's figures and the form a records table's footer keeps
 (:mod:`record_files.records_table`), which :meth:`SplitStats.from_json` reads back exactly.
 
 Imports numpy only, never TensorFlow or Beam: the converter's workers and the reader share it, so the figures
-summed at conversion are the scan's, number for number (``tests/reader/test_report.py`` compares both).
+summed at conversion are the scan's, number for number (``tests/reader/tools/test_report.py`` compares both).
 Per-object and per-image numbers are gathered into short lists and folded into the histograms with numpy
 every :data:`FLUSH` values, so the per-record cost stays a few appends.
 """

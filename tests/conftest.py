@@ -35,9 +35,9 @@ LONGEST_FIRST = (f"{_README}[objects]", "tests/bench/test_smoke.py::test_the_ben
                  "tests/reader/test_resume_training.py::test_a_killed_run_restarts",
                  "tests/bench/test_resume.py::test_the_resume_benchmark",
                  "tests/bench/test_smoke.py::test_the_archive_benchmark",
-                 "tests/reader/test_mixture.py::test_resuming_before_at_and_after",
+                 "tests/reader/mixtures/test_mixture.py::test_resuming_before_at_and_after",
                  "tests/test_packaging.py::test_the_installed_wheel",
-                 "tests/reader/test_mixture.py::test_decoded_batches_of_several_pipelines",
+                 "tests/reader/mixtures/test_mixture.py::test_decoded_batches_of_several_pipelines",
                  "tests/reader/test_keras.py::test_mobilenet_example_trains_under_mirrored",
                  "tests/reader/test_objects.py::test_training_resumes_exactly",
                  "tests/bench/test_smoke.py::", "tests/converter/test_signals.py::")

@@ -150,6 +150,6 @@ def test_a_tree_of_hostile_files_converts_and_the_accounting_adds_up(tmp_path):
     assert manifest["num_skipped"] == 2
     assert written + manifest["num_rejected"] == listed
     assert written + manifest["num_rejected"] + manifest["num_skipped"] == listed + 2
-    from reader.verify import verify
+    from reader.tools.verify import verify
 
     assert verify(str(out)).ok

@@ -30,7 +30,7 @@ def convert_shapes(root, name: str, classes: dict, per_class: int, seed: int) ->
 
 @pytest.fixture(scope="session")
 def mixture_sources(tmp_path_factory) -> list:
-    """The three sources of tests/reader/test_mixture.py and test_mixture_hosts.py, with their weights: "a"
+    """The three sources of tests/reader/mixtures/test_mixture.py and test_mixture_hosts.py, with their weights: "a"
     (circle, square; 32 train records), "b" (square, triangle; 20) and "c" (circle, star; 8)."""
     root = tmp_path_factory.mktemp("mixture")
     made = [convert_shapes(root, "a", {"circle": "circle", "square": "square"}, 20, 1),

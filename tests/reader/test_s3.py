@@ -122,7 +122,7 @@ def test_the_report_of_a_dataset_in_s3_reads_its_records_tables_and_ranges_of_it
     """The records tables fetched, the drawn records read by ranged requests: the local dataset's figures."""
     import json
 
-    from reader import report
+    from reader.tools import report
 
     url, _ = s3_dataset
     figures = {}

@@ -8,7 +8,7 @@ import pytest
 
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
-from reader.verify import verify
+from reader.tools.verify import verify
 from tests.object_data import jpeg, object_records, picture, write_file
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]

@@ -71,7 +71,7 @@ def test_a_hub_snapshot_keeps_the_hubs_label_ids_and_passes_the_jpeg_bytes_throu
 
 
 def test_a_snapshot_in_the_hf_cache_records_its_revision_and_inspect_shows_it(tmp_path):
-    from reader.inspect import summarize
+    from reader.tools.inspect import summarize
 
     sha = "0123456789abcdef0123456789abcdef01234567"
     snapshot = tmp_path / "hub" / "datasets--someone--beans" / "snapshots" / sha

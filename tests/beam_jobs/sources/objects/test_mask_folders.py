@@ -12,7 +12,7 @@ from PIL import Image
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
 from beam_jobs.planning.discover import InputError
-from reader.verify import verify
+from reader.tools.verify import verify
 from tests.object_data import class_mask_png, jpeg, jpeg_as_stored, object_records, picture, write_file
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]

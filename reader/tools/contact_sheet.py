@@ -11,7 +11,7 @@ its labels drawn on it, its file name under it:
   named "background" or unnamed are left clear); the caption names the classes present;
 - multi-label: the caption names the image's classes.
 
-The report's contact sheets per class (``reader/report.py``) are rows of the same tiles (:func:`record_tile`).
+The report's contact sheets per class (``reader/tools/report.py``) are rows of the same tiles (:func:`record_tile`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 import record_schema
 from reader.info import DatasetInfo, SplitInfo
-from reader.verify import iter_records
+from reader.frames import iter_records
 from record_files.tfrecord import FrameError
 
 GAP = 4  # pixels between tiles

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 import record_schema
-from reader.verify import verify
+from reader.tools.verify import verify
 from record_files.tfrecord import frame_record, serialize_example
 
 
@@ -196,7 +196,7 @@ def test_a_contact_sheet_of_a_corrupt_shard_names_the_file_and_the_record(damage
 def test_the_contact_sheet_draws_accented_and_cyrillic_class_names_and_names_what_no_font_has():
     from PIL import ImageFont
 
-    from reader.contact_sheet import LabelFonts, _has_glyph
+    from reader.tools.contact_sheet import LabelFonts, _has_glyph
 
     assert not _has_glyph(ImageFont.load_default(14), "л")  # Pillow's own font drew лиса as boxes
     fonts = LabelFonts()

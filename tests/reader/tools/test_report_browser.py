@@ -17,7 +17,7 @@ import pytest
 
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
-from reader import report
+from reader.tools import report
 
 pytestmark = pytest.mark.e2e  # starts chromedriver and Chromium
 

@@ -1,6 +1,6 @@
 """The report's plots, drawn with matplotlib (Agg, no window, no pyplot state) as PNG bytes.
 
-In: the counts of :mod:`reader.report_stats` (and the manifest's, rejected.jsonl's), as plain values.
+In: the counts of :mod:`reader.tools.report_stats` (and the manifest's, rejected.jsonl's), as plain values.
 Out: one PNG per figure (``bytes``), small (450 x 260 pixels, two to a row; 1,000 wide for many classes) for a
 page that inlines them.
 
@@ -15,7 +15,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from reader import report_stats
+from reader.tools import report_stats
 
 HALF = (4.5, 2.6)  # inches, at 100 dpi: two side by side on the page
 WIDE = (10.0, 3.2)  # one to a row (class bars past a dozen classes)

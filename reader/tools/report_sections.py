@@ -1,8 +1,8 @@
 """What each section of the report says: the page's HTML and report.json's figures, made from one set of findings.
 
-In: :class:`Findings` (the manifest, the pass's :class:`reader.report_stats.SplitStats`, rejections,
+In: :class:`Findings` (the manifest, the pass's :class:`reader.tools.report_stats.SplitStats`, rejections,
 duplicates, the tiles and thumbnails drawn). Out: :func:`render` gives the page's text and the JSON
-figures; each ``_section`` function gives one :class:`reader.report_html.Section` and its JSON part, so
+figures; each ``_section`` function gives one :class:`reader.tools.report_html.Section` and its JSON part, so
 the page and the JSON cannot disagree.
 
 Sections (ids, in order): ``splits``, ``classes``, ``objects`` (datasets of objects only), ``images``,
@@ -18,13 +18,13 @@ import numpy as np
 from PIL import Image
 
 import record_schema
-from reader import report_figures as plots
-from reader import report_html as h
+from reader.tools import report_figures as plots
+from reader.tools import report_html as h
 from reader.info import DatasetInfo
-from reader.report_inputs import Duplicates, Rejections
-from reader.report_stats import MAX_OBJECTS_BIN, SplitStats
+from reader.tools.report_inputs import Duplicates, Rejections
+from reader.tools.report_stats import MAX_OBJECTS_BIN, SplitStats
 
-from reader.options import ReportOptions
+from reader.tools.report_options import ReportOptions
 
 GROUP_SHOWN = 4  # images of a duplicate group drawn (the JSON lists them all)
 GAP = 4
@@ -32,7 +32,7 @@ GAP = 4
 
 @dataclasses.dataclass(frozen=True)
 class Findings:
-    """Everything the report shows, gathered by :func:`reader.report.write_report`."""
+    """Everything the report shows, gathered by :func:`reader.tools.report.write_report`."""
 
     info: DatasetInfo
     splits: dict[str, SplitStats]

@@ -2,7 +2,7 @@
 
 In: each split's records table (:mod:`record_files.records_table`, opened by :func:`reader.info.open_records_table`),
 the classes given a contact sheet and their room, and the paths of the duplicate images shown.
-Out: :class:`Pass`, what :func:`reader.report.one_pass`'s scan of every record gives, the same figures and the same
+Out: :class:`Pass`, what :func:`reader.tools.report.one_pass`'s scan of every record gives, the same figures and the same
 tiles: the figures are the ones the converter summed per shard into each table's footer; a contact sheet's records
 are found from the ``classes`` column, a duplicate's from the ``path`` column (a row group at a time, stopping once
 every sheet is full and every image found), and only those records are read, each by one seek to its ``offset``.
@@ -29,10 +29,10 @@ from PIL import Image
 
 import record_schema
 from reader import storage
-from reader.contact_sheet import LabelFonts, mask_classes, record_tile
+from reader.tools.contact_sheet import LabelFonts, mask_classes, record_tile
 from reader.info import DatasetInfo, SplitInfo
-from reader.options import ReportOptions
-from reader.verify import iter_records
+from reader.tools.report_options import ReportOptions
+from reader.frames import iter_records
 from record_files.record_stats import SplitStats
 from record_files.records_table import RecordsTable
 from record_files.tfrecord import FOOTER_BYTES, HEADER_BYTES, FrameError, read_frames
@@ -217,6 +217,6 @@ def _warn_missing_fonts(fonts: LabelFonts, tag_fonts: LabelFonts) -> None:
     import logging
 
     if fonts.missing or tag_fonts.missing:
-        logging.getLogger("reader.report").warning(
+        logging.getLogger("reader.tools.report").warning(
             "the report's contact sheets draw %s as boxes: no installed font has them",
             " ".join(sorted(fonts.missing | tag_fonts.missing)))

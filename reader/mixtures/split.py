@@ -18,7 +18,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from reader.mixture import Mixture
+from reader.mixtures.plan import Mixture
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,9 +15,9 @@ from scipy import ndimage
 
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
-from reader.contact_sheet import TINT, LabelFonts, class_color
-from reader import inspect
-from reader.inspect import contact_sheet
+from reader.tools.contact_sheet import TINT, LabelFonts, class_color
+from reader.tools import inspect
+from reader.tools.inspect import contact_sheet
 from tests.object_data import RED, class_mask_png, jpeg, picture, write_coco, write_file
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]

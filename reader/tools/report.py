@@ -7,13 +7,13 @@ dataset folder, or in ``dest``.
 The figures come from what the conversion recorded: the manifest's counts and re-encodings, the rejections
 and duplicate groups, and each split's records table, whose footer holds the figures the converter summed per
 shard and whose columns find the few records drawn (a contact sheet's tiles, the thumbnails of duplicates
-shown), the only records read (:mod:`reader.report_tables`). A dataset converted before records tables is
+shown), the only records read (:mod:`reader.tools.report_tables`). A dataset converted before records tables is
 scanned instead: one pass over every record that parses its features and decodes no image but those drawn
-(:mod:`reader.report_stats`); the page and report.json say so. Memory is bounded by the number of classes
-shown, never by the number of images. Modules, in the order the data flows: :mod:`reader.report_inputs`
-(the files beside the shards), :mod:`reader.report_tables` and :mod:`reader.report_stats` (the two passes),
-:mod:`reader.report_figures` (matplotlib), :mod:`reader.report_sections` (what each section says),
-:mod:`reader.report_html` (the page).
+(:mod:`reader.tools.report_stats`); the page and report.json say so. Memory is bounded by the number of classes
+shown, never by the number of images. Modules, in the order the data flows: :mod:`reader.tools.report_inputs`
+(the files beside the shards), :mod:`reader.tools.report_tables` and :mod:`reader.tools.report_stats` (the two passes),
+:mod:`reader.tools.report_figures` (matplotlib), :mod:`reader.tools.report_sections` (what each section says),
+:mod:`reader.tools.report_html` (the page).
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ from typing import Optional, Sequence
 from PIL import Image
 
 import record_schema
-from reader import report_inputs, report_sections, storage
-from reader.contact_sheet import LabelFonts, mask_classes, record_tile
+from reader import storage
+from reader.tools import report_inputs, report_sections
+from reader.tools.contact_sheet import LabelFonts, mask_classes, record_tile
 from reader.info import DatasetInfo, dataset_info, open_records_table
-from reader.options import ReportOptions
-from reader.report_stats import SplitStats
-from reader.report_tables import Pass, sheet_classes, split_features, table_pass, thumbnail
+from reader.tools.report_options import ReportOptions
+from reader.tools.report_stats import SplitStats
+from reader.tools.report_tables import Pass, sheet_classes, split_features, table_pass, thumbnail
 from record_files.croissant import CROISSANT_FILE
 
 logger = logging.getLogger(__name__)

@@ -15,11 +15,11 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from reader.mixture import Mixture
+from reader.mixtures.plan import Mixture
 from reader.options import FeatureKeys
 from reader.order import host_records_graph
 from reader.records import SegmentReader, Source
-from reader.repeat_factor import repeated_records_graph
+from reader.mixtures.repeat_factor import repeated_records_graph
 
 
 def source_records(plan: Mixture, splits, seeds: Sequence[int], consumed: tf.Tensor,

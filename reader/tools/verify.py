@@ -14,16 +14,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from typing import Iterator, Optional
+from typing import Optional
 
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 import record_schema
 from reader import storage
+from reader.frames import file_sha256, framed_records
 from reader.info import DatasetInfo, dataset_info, files_of_versions, open_records_table
 from record_files import idx
-from record_files.tfrecord import FrameError, read_frames
+from record_files.tfrecord import FrameError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,32 +65,6 @@ class Report:
         lines = [head + f"{len(self.problems)} problems in {len(self.damaged_files())} files"]
         lines += [f"  {problem}" for problem in self.problems]
         return "\n".join(lines)
-
-
-def iter_records(path: str) -> Iterator[bytes]:
-    """The records of a TFRecord file, checking both CRCs of every frame.
-
-    Raises:
-      FrameError: at the first damaged frame, naming the file and the record.
-    """
-    for _, _, data in _frames(path):
-        yield data
-
-
-def iter_frames(path: str) -> Iterator[tuple[int, int]]:
-    """``(offset, size)`` of every framed record of a TFRecord file (its record index), CRCs checked.
-
-    Raises:
-      FrameError: at the first damaged frame.
-    """
-    for offset, size, _ in _frames(path):
-        yield offset, size
-
-
-def _frames(path: str) -> Iterator[tuple[int, int, bytes]]:
-    with storage.open_read(path) as handle:
-        for frame in read_frames(handle, path):
-            yield frame.offset, frame.size, frame.data
 
 
 def verify(data_dir: str, sample: Optional[int] = None) -> Report:
@@ -205,7 +180,7 @@ def _check_shard(info: DatasetInfo, shard, sample: Optional[int], report: Report
     count = 0
     frames = []  # (offset, size) of every record: what its record index must say
     try:
-        for index, (offset, size, data) in enumerate(_frames(shard.path)):
+        for index, (offset, size, data) in enumerate(framed_records(shard.path)):
             count += 1
             frames.append((offset, size))
             decode = sample is None or index < sample
@@ -248,14 +223,6 @@ def _check_record_index(info: DatasetInfo, shard, frames: list, report: Report) 
     if text != expected:
         report.problems.append(Problem(index_name, None,
                                        f"record index does not match {os.path.basename(shard.path)}'s records" + fix))
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with storage.open_read(path) as handle:
-        while chunk := handle.read(8 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def check_record(data: bytes, num_classes: int, decode: bool,

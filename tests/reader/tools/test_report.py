@@ -1,8 +1,8 @@
-"""``reader.report``: the HTML report and report.json of real conversions, one per task, checked by their numbers.
+"""``reader.tools.report``: the HTML report and report.json of real conversions, one per task, checked by their numbers.
 
 Each dataset is converted in-process from files of known content (sizes, boxes, formats, duplicates,
 rejections), so each figure's counts are known exactly. The page itself is checked here for what makes it
-self-contained (every image a ``data:`` URI, no script, nothing fetched); tests/reader/test_report_browser.py
+self-contained (every image a ``data:`` URI, no script, nothing fetched); tests/reader/tools/test_report_browser.py
 opens it in Chromium.
 """
 
@@ -20,8 +20,8 @@ from PIL import Image
 
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.pipeline import run
-from reader import report
-from reader.report_stats import ASPECT_BINS, CENTRE_GRID
+from reader.tools import report
+from reader.tools.report_stats import ASPECT_BINS, CENTRE_GRID
 from tests.object_data import class_mask_png, jpeg, picture, write_coco, write_file
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]

@@ -2,7 +2,7 @@
 
 Data in: ``(data_dir or DatasetInfo, weight[, name])`` per source, a split, the
 global batch size G and a :class:`reader.LabelSpace`. Data out: a
-:class:`Mixture`, the plan ``build_mixture`` reads by (``reader/mixture_pipeline.py``),
+:class:`Mixture`, the plan ``build_mixture`` reads by (``reader/mixtures/pipeline.py``),
 and :class:`MixturePosition` (``reader/positions.py``), a run's place in it. Nothing is read but
 manifests.
 
@@ -44,13 +44,13 @@ import numpy as np
 
 import record_schema
 from reader.info import DatasetInfo, SplitInfo, dataset_info
-from reader.label_space import LabelMap, LabelSpace, unite
+from reader.mixtures.label_space import LabelMap, LabelSpace, unite
 from reader.positions import MixturePosition
 from reader.order import DEFAULT_SHUFFLE_RECORDS, MIN_STREAM_RECORDS, WINDOWS_IN_FLIGHT, StreamLayout, stream_layout
 from reader.options import as_int, as_options
-from reader.quotas import Quotas, Split, as_fractions, plan_quotas, split_quotas
-from reader import mixture_leaks
-from reader.repeat_factor import Factors, RepeatFactor, image_classes, repeat_factors
+from reader.mixtures.quotas import Quotas, Split, as_fractions, plan_quotas, split_quotas
+from reader.mixtures import leaks as mixture_leaks
+from reader.mixtures.repeat_factor import Factors, RepeatFactor, image_classes, repeat_factors
 
 SOURCE_STREAMS = 64  # a source's streams: 64, halved (down to C) while a stream would hold < 512 records
 # Default canonical pipelines, as a single dataset's streams: gcd(G, 64), halved (not below 8) while the smallest
@@ -293,8 +293,8 @@ def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int
         table: N small integers; a dataset converted before them, its shards' labels).
       leaks: an image of one source's ``split`` that another source holds in its validation or test split
         (byte-identical, or perceptual hashes within 3 bits; found from the records tables, nothing
-        decoded, :mod:`reader.mixture_leaks`): ``"warn"`` logs the pairs, ``"refuse"`` raises
-        :class:`reader.mixture_leaks.LeakError` naming them, ``"ignore"`` does not look.
+        decoded, :mod:`reader.mixtures.leaks`): ``"warn"`` logs the pairs, ``"refuse"`` raises
+        :class:`reader.mixtures.leaks.LeakError` naming them, ``"ignore"`` does not look.
       canonical_pipelines: C, the canonical pipelines each source's streams
         are dealt over: any input pipeline count H dividing C reads 1/H of
         the bytes and gives the same global batches. C must divide G and be

@@ -17,7 +17,7 @@ from PIL import Image
 import reader
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
-from reader import mixture_leaks
+from reader.mixtures import leaks as mixture_leaks
 from tests.object_data import write_file
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -66,7 +66,7 @@ def sources(tmp_path_factory):
 
 
 def test_a_mixture_warns_naming_each_image_another_source_evaluates_on(sources, caplog):
-    with caplog.at_level(logging.WARNING, logger="reader.mixture_leaks"):
+    with caplog.at_level(logging.WARNING, logger="reader.mixtures.leaks"):
         reader.mixture([(sources["a"], 1), (sources["b"], 1)], "train", 4)
     assert "2 images of the mixture's 'train' split are in another source's evaluation splits" in caplog.text
     assert "a-ds:train/cat/0.jpg ~ b-ds/validation:validation/cat/copy.jpg (identical)" in caplog.text
@@ -80,7 +80,7 @@ def test_a_mixture_warns_naming_each_image_another_source_evaluates_on(sources, 
 def test_leaks_refuse_raises_naming_the_pairs_and_ignore_does_not_look(sources, caplog):
     with pytest.raises(mixture_leaks.LeakError, match=r"a:train/cat/0.jpg ~ b/validation:validation/cat/copy.jpg"):
         reader.mixture([(sources["a"], 1, "a"), (sources["b"], 1, "b")], "train", 4, leaks="refuse")
-    with caplog.at_level(logging.WARNING, logger="reader.mixture_leaks"):
+    with caplog.at_level(logging.WARNING, logger="reader.mixtures.leaks"):
         reader.mixture([(sources["a"], 1), (sources["b"], 1)], "train", 4, leaks="ignore")
     assert "evaluation splits" not in caplog.text
     with pytest.raises(ValueError, match="leaks='nope' must be one of"):
@@ -88,7 +88,7 @@ def test_leaks_refuse_raises_naming_the_pairs_and_ignore_does_not_look(sources, 
 
 
 def test_unrelated_sources_pass_and_a_source_without_records_tables_is_named_as_not_checked(sources, caplog):
-    with caplog.at_level(logging.INFO, logger="reader.mixture_leaks"):
+    with caplog.at_level(logging.INFO, logger="reader.mixtures.leaks"):
         reader.mixture([(sources["a"], 1), (sources["c"], 1)], "train", 4, leaks="refuse")  # no leak between them
     assert "sources ['c-ds'] have no records tables" in caplog.text
     found, unchecked = mixture_leaks.find_leaks([reader.dataset_info(sources[k]) for k in "bc"], ["b", "c"], "train")

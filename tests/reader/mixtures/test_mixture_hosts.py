@@ -1,6 +1,6 @@
 """Mixtures on many hosts: each input pipeline reads only its canonical pipelines' share of every source.
 
-The sources of tests/reader/test_mixture.py ("a": 32 train records, "b": 20, "c": 8; weights 0.5 / 0.3 / 0.2 at
+The sources of tests/reader/mixtures/test_mixture.py ("a": 32 train records, "b": 20, "c": 8; weights 0.5 / 0.3 / 0.2 at
 a global batch of 12), planned with the default C = gcd(12, 64) = 4 canonical pipelines: each source's streams
 are dealt over them, and input pipeline h of H (H dividing 4) reads canonical pipelines h*4/H .. (h+1)*4/H - 1.
 """
@@ -14,10 +14,10 @@ import pytest
 import tensorflow as tf
 
 import reader
-from reader import quotas
-from reader.mixture_pipeline import _mixed_records, _present, _source_records, _source_seeds
+from reader.mixtures import quotas
+from reader.mixtures.pipeline import _mixed_records, _present, _source_records, _source_seeds
 from reader.order import stream_segments
-from tests.reader.test_mixture import BATCH
+from tests.reader.mixtures.test_mixture import BATCH
 
 STEPS = 60
 

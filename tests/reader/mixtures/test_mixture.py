@@ -20,8 +20,8 @@ import reader
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import label_map as converter_label_map
 from beam_jobs.pipeline import run
-from reader import quotas
-from reader.mixture_pipeline import _mixed_records
+from reader.mixtures import quotas
+from reader.mixtures.pipeline import _mixed_records
 from tests.object_data import jpeg, picture, voc_xml, write_coco, write_file
 from tests.reader.conftest import MIXTURE_WEIGHTS
 
@@ -56,7 +56,7 @@ def test_every_batch_holds_each_sources_share_and_the_totals_never_drift_a_whole
 
 def _keys_and_sources(plan, steps: int, slots=(0, BATCH), start: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The order alone, nothing decoded: each slot's (key, source) for ``steps`` global batches."""
-    from reader.mixture_pipeline import _present
+    from reader.mixtures.pipeline import _present
 
     splits = [_present(source) for source in plan.sources]
     records = _mixed_records(plan, splits, 3, lambda: tf.constant(start, tf.int64), start + steps, slots)
@@ -131,10 +131,10 @@ def _pairs(dataset: tf.data.Dataset, count: int) -> list:
 def test_sources_built_at_one_site_each_read_the_order_they_read_built_alone(sources, repeat):
     # The sources' orders are built by one map over their inputs packed as tensors (start-up: issue #50); each
     # must be its own inputs' order, from its own place, as a separate build gives it.
-    from reader.mixture_pipeline import _present, _source_records
+    from reader.mixtures.pipeline import _present, _source_records
     from reader.order import host_records
     from reader.records import SegmentReader
-    from reader.repeat_factor import repeated_records
+    from reader.mixtures.repeat_factor import repeated_records
 
     mixed = reader.mixture(sources, "train", BATCH, repeat_factor=repeat)
     splits = [_present(source) for source in mixed.sources]

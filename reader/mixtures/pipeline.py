@@ -1,6 +1,6 @@
 """A mixture's input pipeline, training or evaluation: what ``reader.build_dataset`` runs for a :class:`reader.Mixture`.
 
-Data in: a mixture (``reader/mixture.py``) or its sources. Data out: batches as
+Data in: a mixture (``reader/mixtures/plan.py``) or its sources. Data out: batches as
 one dataset's pipeline yields them (the task's), with the mixture's label ids, and on
 request each example's source index as a third element. Training, per input
 pipeline::
@@ -31,9 +31,9 @@ import record_schema
 from reader import tasks
 from reader.delivery import deliver, tf_options
 from reader.info import SplitInfo
-from reader.mixture import Mixture
-from reader.mixture_sources import source_records as _source_records
-from reader.mixture_split import Share, SplitTables
+from reader.mixtures.plan import Mixture
+from reader.mixtures.sources import source_records as _source_records
+from reader.mixtures.split import Share, SplitTables
 from reader.options import (
     FeatureKeys,
     ForeignShards,

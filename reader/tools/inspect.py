@@ -17,7 +17,7 @@ from PIL import Image
 
 import record_schema
 from reader import storage
-from reader.contact_sheet import draw_sheet
+from reader.tools.contact_sheet import draw_sheet
 from reader.info import DatasetInfo, dataset_info, kept_work
 
 logger = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ def contact_sheet(data_dir: str, path: str, split: Optional[str] = None, per_cla
     each label are what the label says. Objects, segmentation and multi-label:
     ``per_class`` columns of records (``2 * thumb`` pixels a side) with their
     boxes and class names, class mask, or class names drawn
-    (:mod:`reader.contact_sheet`). The image format follows the extension of
+    (:mod:`reader.tools.contact_sheet`). The image format follows the extension of
     ``path`` (.png, .jpg, .webp...).
 
     Raises:

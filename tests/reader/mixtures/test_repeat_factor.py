@@ -18,7 +18,7 @@ import reader
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
 from converter.demo import draw_shape
-from reader.mixture_pipeline import _mixed_records, _present
+from reader.mixtures.pipeline import _mixed_records, _present
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 THRESHOLD = 0.5
@@ -104,7 +104,7 @@ def test_factors_come_from_the_records_table_and_equal_those_read_from_the_shard
     import json
     import shutil
 
-    from reader.repeat_factor import image_classes, repeat_factors
+    from reader.mixtures.repeat_factor import image_classes, repeat_factors
 
     info = reader.dataset_info(skewed)
     assert info.split("train").records_table is not None
@@ -128,7 +128,7 @@ def test_factors_come_from_the_records_table_and_equal_those_read_from_the_shard
 
 
 def test_an_objects_rarest_class_sets_its_factor_and_repeated_ids_count_once():
-    from reader.repeat_factor import ClassIds, repeat_factors
+    from reader.mixtures.repeat_factor import ClassIds, repeat_factors
 
     # 4 images: [1, 1, 2], [1], [], [1, 3]; f(1) = 3/4, f(2) = 1/4, f(3) = 1/4
     classes = ClassIds(np.array([1, 1, 2, 1, 1, 3]), np.array([0, 3, 4, 4, 6]))
@@ -159,7 +159,7 @@ def test_an_epochs_copies_are_cut_into_equal_parts_that_together_hold_every_reco
     """part_copies: E / C copies a part, consecutive runs of the reading order (a record straddling a cut shared by
     two parts), every record's copies over the parts its count; shards of 0 records and records of 0 copies (read
     by no part when between two) too."""
-    from reader.repeat_factor import part_copies
+    from reader.mixtures.repeat_factor import part_copies
 
     rng = np.random.default_rng(1)
     for _ in range(25):
