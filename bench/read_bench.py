@@ -66,10 +66,10 @@ def pipelines(images_dir: str, shards_dir: str, batch: int = BATCH) -> dict[str,
     info = reader.dataset_info(shards_dir)
 
     def ours_train():
-        return reader.build_dataset(shards_dir, "train", batch, SIZE, training=True, info=info)
+        return reader.build_dataset(info, "train", batch, SIZE, training=True)
 
     def ours_eval():
-        return reader.build_dataset(shards_dir, "train", batch, SIZE, training=False, info=info).repeat()
+        return reader.build_dataset(info, "train", batch, SIZE, training=False).repeat()
 
     def image_dataset_from_directory():
         return tf.keras.utils.image_dataset_from_directory(images_dir, image_size=(SIZE, SIZE), batch_size=batch,

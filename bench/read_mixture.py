@@ -112,7 +112,7 @@ def throughput(single: str, parts: Sequence[str], rounds: int, batches: int) -> 
 
     plan = reader.mixture(list(zip(parts, WEIGHTS)), "train", BATCH)
     makers = {"one_dataset": lambda: reader.build_dataset(single, "train", BATCH, SIZE, seed=1),
-              "mixture_of_3": lambda: reader.build_mixture(plan, "train", BATCH, SIZE, seed=1)}
+              "mixture_of_3": lambda: reader.build_dataset(plan, image_size=SIZE, seed=1)}
     rates = {name: [] for name in makers}
     cpu = {name: [] for name in makers}
     for number in range(rounds):
@@ -158,12 +158,12 @@ def startup(parts: Sequence[str], rounds: int = 3) -> dict:
     import reader
 
     sources = [(parts[k % 3], 1 + k, f"source{k}") for k in range(10)]
-    reader.build_mixture(sources[:2], "train", BATCH, SIZE, seed=1)  # TensorFlow's own first-use costs
+    reader.build_dataset(reader.mixture(sources[:2], "train", BATCH), image_size=SIZE, seed=1)  # TensorFlow's own first-use costs
     builds = {1: [], 10: []}
     for _ in range(rounds):
         for count in (10, 1):
             start = time.process_time()
-            reader.build_mixture(sources[:count], "train", BATCH, SIZE, seed=1)
+            reader.build_dataset(reader.mixture(sources[:count], "train", BATCH), image_size=SIZE, seed=1)
             builds[count].append(time.process_time() - start)
     ten, one = statistics.median(builds[10]), statistics.median(builds[1])
     # Build and first batch: what a user waits for. Each source fills its first windows (by default about
@@ -174,7 +174,8 @@ def startup(parts: Sequence[str], rounds: int = 3) -> dict:
         for name, count, options in (("10", 10, reader.ReadOptions()), ("1", 1, reader.ReadOptions()),
                                      ("10, windows of 8", 10, small)):
             start = time.process_time()
-            next(iter(reader.build_mixture(sources[:count], "train", BATCH, SIZE, seed=1, options=options)))
+            next(iter(reader.build_dataset(reader.mixture(sources[:count], "train", BATCH), image_size=SIZE, seed=1,
+                                            options=options)))
             firsts[name].append(time.process_time() - start)
     return {"sources": 10, "build_cpu_s": round(ten, 2), "one_source_build_cpu_s": round(one, 2),
             "per_source_cpu_s": round((ten - one) / 9, 3),
@@ -189,7 +190,7 @@ def _read_bytes() -> int:
 
 def _pipeline_read(plan, splits, steps: int, pipelines: int, index: int) -> tuple[int, np.ndarray]:
     """(bytes read, keys ``[steps, G / H]``) of input pipeline ``index`` of ``pipelines`` over ``steps`` steps:
-    the records build_mixture parses, nothing decoded (decoding reads no file)."""
+    the records the mixture's pipeline parses, nothing decoded (decoding reads no file)."""
     import gc
 
     import tensorflow as tf
@@ -280,12 +281,12 @@ def first_batches(parts: Sequence[str], canonical: int, pipelines: int, rounds: 
     ten = [(parts[k % 3], 1 + k, f"source{k}") for k in range(10)]
     plans = {count: reader.mixture(ten, "train", BATCH, canonical_pipelines=count) for count in (1, canonical)}
     contexts = {1: None, pipelines: tf.distribute.InputContext(pipelines, 0, pipelines)}
-    reader.build_mixture(plans[1], "train", BATCH, SIZE, seed=1)  # TensorFlow's own first-use costs
+    reader.build_dataset(plans[1], image_size=SIZE, seed=1)  # TensorFlow's own first-use costs
     cpu: dict = {(count, h): [] for count in plans for h in contexts}
     for number in range(rounds):
         for count, h in (list(cpu) if number % 2 == 0 else list(cpu)[::-1]):
             start = time.process_time()
-            next(iter(reader.build_mixture(plans[count], "train", BATCH, SIZE, seed=1, input_context=contexts[h])))
+            next(iter(reader.build_dataset(plans[count], image_size=SIZE, seed=1, input_context=contexts[h])))
             cpu[(count, h)].append(time.process_time() - start)
     return {f"C={count}, H={h}": round(statistics.median(values), 2) for (count, h), values in cpu.items()}
 

@@ -106,12 +106,12 @@ def variants(shards: str, batch: int = BATCH) -> dict:
         "memory_train_fn": lambda: batched(in_memory().enumerate(), lambda i, b: (train_fn(i, b), 0), False),
         "shards_bound": lambda: batched(plain_records(), lambda r: (full_decode(image_of(r)), 0)),
         "shards_plain_eval": lambda: batched(plain_records(), lambda r: (eval_fn(image_of(r)), 0)),
-        "ours_eval": lambda: reader.build_dataset(shards, "train", batch, SIZE, training=False, info=info).repeat(),
-        "ours_train": lambda: reader.build_dataset(shards, "train", batch, SIZE, training=True, info=info),
+        "ours_eval": lambda: reader.build_dataset(info, "train", batch, SIZE, training=False).repeat(),
+        "ours_train": lambda: reader.build_dataset(info, "train", batch, SIZE, training=True),
         "ours_eval_parse_each": lambda: _parsing_each(lambda: reader.build_dataset(
-            shards, "train", batch, SIZE, training=False, info=info).repeat()),
+            info, "train", batch, SIZE, training=False).repeat()),
         "ours_train_parse_each": lambda: _parsing_each(lambda: reader.build_dataset(
-            shards, "train", batch, SIZE, training=True, info=info)),
+            info, "train", batch, SIZE, training=True)),
         "plain_read_constant": plain_read_constant,
         "order_read_constant": order_read_constant,
     }

@@ -7,7 +7,7 @@ The source is ``bench.report_bench``'s synthetic dataset (shards of tiny JPEGs, 
 80 classes, and its records table), kept in ``--work`` for the next run. Each measurement runs in a process of
 its own, after ``import reader``: CPU seconds (user and system) and wall seconds of ``reader.mixture(...,
 repeat_factor=RepeatFactor())`` (the plan: the class ids read, the factors computed and written to their file),
-of ``reader.build_mixture(plan, ...)`` (the pipeline's graph built), and of the order's first batch of records
+of ``reader.build_dataset(plan, ...)`` (the pipeline's graph built), and of the order's first batch of records
 (64, not decoded: the synthetic images are smaller than their declared sizes),
 without repeat factors (the baseline: what any mixture's pipeline costs to build), with the records table
 (issue #56 §3: the ``classes`` column), and without it (the manifest's ``records_table``
@@ -44,7 +44,7 @@ def measure(folder: str, repeat: bool = True) -> dict:
     plan = reader.mixture([(folder, 1)], "train", 64, repeat_factor=reader.RepeatFactor() if repeat else None)
     timings["plan"] = (time.perf_counter() - started, cpu_seconds() - cpu)
     started, cpu = time.perf_counter(), cpu_seconds()
-    batches = reader.build_mixture(plan, "train", 64, 224, seed=1, dtype=tf.uint8)
+    batches = reader.build_dataset(plan, image_size=224, seed=1, dtype=tf.uint8)
     timings["build"] = (time.perf_counter() - started, cpu_seconds() - cpu)
     graph_bytes = len(batches._as_serialized_graph().numpy())
     # The first batch of the order (the records, not decoded: the synthetic images are smaller than their

@@ -182,7 +182,7 @@ def dataset_info(data_dir: str, version: Optional[int] = None) -> DatasetInfo:
         raise DatasetNotFoundError(
             f"{data_dir} is a file, not a dataset folder: pass the folder that holds {record_schema.MANIFEST_FILE} "
             f"({os.path.dirname(data_dir) or '.'}). Shards without a manifest are read with "
-            "info=reader.foreign_dataset_info({'train': [...]})")
+            "reader.build_dataset(reader.foreign_dataset_info({'train': [...]}), ...)")
     version = _chosen_version(data_dir, version)  # after: a file has no version pointer under it to read
     path = os.path.join(data_dir, versions.manifest_path(version))
     try:
@@ -250,14 +250,14 @@ def _not_found_message(data_dir: str) -> str:
     if any(char in data_dir for char in "*?[") and not storage.isdir(data_dir):
         return (f"{data_dir} is a pattern, not a dataset folder: pass the folder that holds "
                 f"{record_schema.MANIFEST_FILE}, or read shards by pattern with "
-                f"info=reader.foreign_dataset_info({{'train': {data_dir!r}}})")
+                f"reader.build_dataset(reader.foreign_dataset_info({{'train': {data_dir!r}}}), ...)")
     if not storage.isdir(data_dir):
         return (f"{data_dir} does not exist. Convert a folder of images into it with: "
                 f"python -m converter --src IMAGE_FOLDER --out {data_dir}")
     entries = storage.listdir(data_dir)
     if any(record_schema.parse_shard_filename(name) for name in entries):
         return base + " (its shards are there: a conversion into it did not finish, or it was written by " \
-            "another tool; for shards without a manifest pass info=reader.foreign_dataset_info(...))"
+            "another tool; shards without a manifest are read with reader.build_dataset(reader.foreign_dataset_info(...), ...))"
     if entries:
         return (base + f"; it looks like a folder of images. Convert it with: python -m converter --src "
                 f"{data_dir} (the dataset is written beside it, to {data_dir.rstrip('/')}-tfrecords), "
