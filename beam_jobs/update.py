@@ -33,6 +33,7 @@ from beam_jobs.pipeline import beam_run, label_files, launch, run_plan
 from beam_jobs.planning import changes as change_plan
 from beam_jobs.planning import discover, resume
 from beam_jobs.runtime import interrupt, runners, worker_start
+from beam_jobs.sources.objects import coco
 from beam_jobs.stages.manifest import ConvertSummary, publish_skipped
 from record_files import versions
 from record_files.records_table import RecordsTable
@@ -68,7 +69,9 @@ class UpdateSummary:
         counts = self.changes
         return "\n".join([
             f"published version {self.version} of {self.out} (was {self.previous})",
-            f"  images:     {counts['added']} added, {counts['changed']} changed, {counts['deleted']} deleted, "
+            f"  images:     {counts['added']} added, {counts['changed']} changed"
+            + (f" ({counts['relabelled']} relabelled)" if counts.get("relabelled") else "")
+            + f", {counts['deleted']} deleted, "
             f"{counts['unchanged']} unchanged",
             f"  shards:     {counts['reused_shards']} reused, {counts['new_shards']} new "
             f"({counts['compacted_shards']} that lost records compacted: {counts['recompacted']} records copied)",
@@ -172,27 +175,31 @@ def _check_options(options: ConvertOptions, manifest: dict) -> None:
 
 
 def _plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
-    """SRC's plan (listed once), refused unless it is class folders (the one source updates support yet),
-    naming the source it is read as."""
-    given = [flag for flag, value in (("--annotations", options.annotations), ("--label-member", options.label_member),
+    """SRC's plan (listed once), refused unless it is class folders or a label file (``--annotations`` CSV, TSV
+    or JSON Lines, one label an image: the sources updates support yet), naming the source it is read as."""
+    given = [flag for flag, value in (("--label-member", options.label_member),
                                       ("--val-labels", options.val_labels), ("--config", options.config),
                                       ("--image-column", options.image_column),
                                       ("--label-column", options.label_column)) if value]
     if given:
         _refuse(options, f"the source {given[0]} names")
+    if options.annotations and coco.is_coco_file(options.annotations):  # before a COCO file is read whole
+        _refuse(options, f"an annotated dataset (COCO: --annotations {options.annotations})")
+    if options.label_separator is not None:
+        _refuse(options, "a multi-label file (--label-separator)")
     plan = run_plan.plan_inputs(options, scratch, None)
     if plan.task != record_schema.TASK_CLASSIFICATION:
         _refuse(options, f"an annotated dataset (COCO, YOLO, Pascal VOC, CVAT or masks beside images: task {plan.task!r})")
     if plan.provenance:
         _refuse(options, "a Parquet dataset (the Hub's)")
     if plan.archives or any(ref.source for ref in plan.refs):
-        _refuse(options, "class folders inside archives")
+        _refuse(options, "images inside archives")
     return plan
 
 
 def _refuse(options: ConvertOptions, kind: str) -> None:
-    raise UpdateRefusedError(f"--update supports class folders only for now; {options.src} is read as {kind}: "
-                             "convert it again with --overwrite")
+    raise UpdateRefusedError(f"--update supports class folders and label files only for now; {options.src} is read "
+                             f"as {kind}: convert it again with --overwrite")
 
 
 def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes, staging: str,
@@ -382,13 +389,13 @@ def _new_rows(found: change_plan.Changes, converted: Optional[dict], staging: st
             continue
         files = [f"{folder}/{shard['file']}" for shard in entry["shards"]]
         path = os.path.join(staging, table["file"])
-        for group in RecordsTable(path).row_groups(("shard", "index", "sha256", "path")):
+        for group in RecordsTable(path).row_groups(("shard", "index", "sha256", "path", "classes")):
             columns = group.to_pydict()
-            for shard, index, sha, name in zip(columns["shard"], columns["index"], columns["sha256"],
-                                               columns["path"]):
+            for shard, index, sha, name, classes in zip(columns["shard"], columns["index"], columns["sha256"],
+                                                        columns["path"], columns["classes"]):
                 size, mtime = found.stamps[name]
                 rows.append(SourceRow(name, split, files[shard], index, size, mtime, sha.hex(),
-                                      found.source_sha256(name)))
+                                      found.source_sha256(name), version_store.record_label(classes)))
     with open(os.path.join(staging, record_schema.REJECTED_FILE), encoding="utf-8") as handle:
         for line in handle:
             item = json.loads(line)

@@ -85,7 +85,9 @@ class SourceRow:
     not recorded); ``sha256``: the stored image's hex SHA-256 (``image/key/sha256``; "" for a rejected one);
     ``source_sha256``: the source file's hex SHA-256 as the version read it ("" when not recorded: version 1,
     tables written before the column). ``--update --rehash`` compares a file with it: a re-encoded image's
-    stored bytes are not its source's.
+    stored bytes are not its source's. ``label``: the class id its record holds (UNKNOWN for a rejected image,
+    and in tables written before the column): an image a label file labels otherwise now is a changed image,
+    though its bytes are the same (ids are stable across versions, so an id compares as its name would).
     """
 
     path: str
@@ -96,6 +98,7 @@ class SourceRow:
     mtime_ns: int
     sha256: str
     source_sha256: str = ""
+    label: int = UNKNOWN
 
     @property
     def stamped(self) -> bool:
@@ -104,9 +107,11 @@ class SourceRow:
 
 _SCHEMA = pa.schema([("path", pa.string()), ("split", pa.string()), ("file", pa.string()), ("index", pa.int64()),
                      ("size", pa.int64()), ("mtime_ns", pa.int64()), ("sha256", pa.string()),
-                     ("source_sha256", pa.string())])
-# The columns of tables written before ``source_sha256`` (still read: the column is then "").
-_FIRST_COLUMNS = _SCHEMA.names[:-1]
+                     ("source_sha256", pa.string()), ("label", pa.int64())])
+# The columns of tables written before ``source_sha256`` and before ``label`` (still read: the missing columns
+# then read as their defaults, "" and UNKNOWN).
+_OLDER_COLUMNS = (_SCHEMA.names[:-2], _SCHEMA.names[:-1])
+_READABLE = (_SCHEMA.names, *_OLDER_COLUMNS)
 
 
 def sources_bytes(rows: Iterable[SourceRow]) -> bytes:
@@ -158,7 +163,7 @@ def iter_sources(path: str) -> Iterator[SourceRow]:
     except (pa.ArrowInvalid, OSError) as err:
         raise ValueError(f"{path} is not a sources table ({err})") from err
     names = table.schema_arrow.names
-    if names not in (_SCHEMA.names, _FIRST_COLUMNS):
+    if names not in _READABLE:
         raise ValueError(f"{path} has the columns {names}, not a sources table's {_SCHEMA.names}")
     for group in range(table.num_row_groups):
         columns = table.read_row_group(group).to_pydict()
@@ -171,7 +176,7 @@ def read_sources(data: bytes, where: str) -> list[SourceRow]:
         table = pq.read_table(io.BytesIO(data))
     except (pa.ArrowInvalid, OSError) as err:
         raise ValueError(f"{where} is not a sources table ({err})") from err
-    if table.schema.names not in (_SCHEMA.names, _FIRST_COLUMNS):
+    if table.schema.names not in _READABLE:
         raise ValueError(f"{where} has the columns {table.schema.names}, not a sources table's {_SCHEMA.names}")
     columns = table.to_pydict()
     return [SourceRow(*values) for values in zip(*(columns[name] for name in table.schema.names))]

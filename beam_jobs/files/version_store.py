@@ -143,11 +143,13 @@ def sources_of(out: str, version: Version) -> list[SourceRow]:
         files = [shard["file"] for shard in entry["shards"]]
         try:
             records = RecordsTable(os.path.join(root, entry["records_table"]["file"]))
-            for group in records.row_groups(("shard", "index", "sha256", "path")):
+            for group in records.row_groups(("shard", "index", "sha256", "path", "classes")):
                 columns = group.to_pydict()
-                rows.extend(SourceRow(path, split, files[shard], index, versions.UNKNOWN, versions.UNKNOWN, sha.hex())
-                            for shard, index, sha, path in zip(columns["shard"], columns["index"], columns["sha256"],
-                                                               columns["path"]))
+                rows.extend(SourceRow(path, split, files[shard], index, versions.UNKNOWN, versions.UNKNOWN, sha.hex(),
+                                      label=record_label(classes))
+                            for shard, index, sha, path, classes in zip(columns["shard"], columns["index"],
+                                                                        columns["sha256"], columns["path"],
+                                                                        columns["classes"]))
         except (TableError, OSError) as err:
             raise VersionError(f"{out}: the records table of split {split!r} cannot be read ({err})") from None
     rejected = os.path.join(root, version.manifest.get("rejected_file", record_schema.REJECTED_FILE)) \
@@ -160,6 +162,12 @@ def sources_of(out: str, version: Version) -> list[SourceRow]:
                     if "annotation" not in item:  # an image's rejection, not an object's
                         rows.append(SourceRow(item["path"], "", "", -1, versions.UNKNOWN, versions.UNKNOWN, ""))
     return rows
+
+
+def record_label(classes: Sequence[int]) -> int:
+    """A records table's ``classes`` cell as a sources row's ``label``: its one class id (UNKNOWN for a record of
+    none or several: a multi-label or object record, which updates do not take yet)."""
+    return int(classes[0]) if len(classes) == 1 else versions.UNKNOWN
 
 
 def remove_unpublished(out: str) -> None:

@@ -10,6 +10,13 @@ An image is unchanged when its path is the version's and its file's size and mod
 ones recorded (no byte read); with ``rehash``, or against a version that recorded no stamps (version 1), its
 bytes' SHA-256 must equal the source file's the version recorded instead (version 1 recorded none: the stored
 image's, which a re-encoded image's source never matches). A file gone since SRC was listed is deleted.
+Its label must be the one its record holds too (a label file that labels it otherwise now: a changed image,
+``relabelled``), and, without ``--val-fraction``, its split the one SRC states (a label file's split column).
+
+Splits: an unchanged image keeps its split; without ``--val-fraction`` every image converted takes the split
+SRC states; with it, a changed or relabelled image keeps the split it had (the same photo moved from train to
+validation would be a leak between the versions a model saw), and a new image is carved by its key against a
+fixed threshold (:func:`new_split`).
 
 The comparison is a merge-join of the listing and the version's sources table, both in path order: the
 unchanged rows go to a file in the scratch folder as they are found, and what is held grows with the change,
@@ -32,9 +39,9 @@ from typing import BinaryIO, Iterable, Iterator, Mapping, Optional, Sequence
 import numpy as np
 
 from beam_jobs.planning.carve import carve_key
-from beam_jobs.planning.discover import display_path
+from beam_jobs.planning.discover import class_order, display_path
 from beam_jobs.stage_records import ImageRef
-from record_files.versions import SourceRow
+from record_files.versions import UNKNOWN, SourceRow
 
 _KEY_SPACE = 1 << 128  # carve keys are 128-bit
 
@@ -56,7 +63,7 @@ class UnchangedRows:
 
     def add(self, row: SourceRow, label: int) -> None:
         self._block.append((row.path, row.split, row.file, row.index, row.size, row.mtime_ns, row.sha256,
-                            row.source_sha256, label))
+                            row.source_sha256, row.label, label))
         self._count += 1
         if len(self._block) == self._BLOCK:
             marshal.dump(self._block, self._handle)
@@ -111,6 +118,7 @@ class Changes:
     changed: int
     deleted: int
     recompacted: int
+    relabelled: int = 0  # of ``changed``: the same bytes under another label (a label file's)
     rejected_kept: frozenset[str] = frozenset()
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -135,7 +143,7 @@ class Changes:
 
     def counts(self) -> dict:
         """The manifest's ``changes``."""
-        return {"added": self.added, "changed": self.changed, "deleted": self.deleted,
+        return {"added": self.added, "changed": self.changed, "relabelled": self.relabelled, "deleted": self.deleted,
                 "unchanged": len(self.unchanged) - len(self.rejected_kept),
                 "recompacted": self.recompacted, "compacted_shards": len(self.compacted)}
 
@@ -146,9 +154,10 @@ class Changes:
 
 
 def stable_classes(before: Sequence[str], listed: Sequence[str]) -> tuple[str, ...]:
-    """The version's classes: ``before``'s, in order (each keeps its id), then every new name, sorted."""
+    """The version's classes: ``before``'s, in order (each keeps its id), then every new name in a conversion's
+    order (numeric when every new name is an integer, as a label file's "10" follows "9")."""
     known = set(before)
-    return tuple(before) + tuple(sorted(name for name in set(listed) if name not in known))
+    return tuple(before) + tuple(class_order({name for name in listed if name not in known}))
 
 
 def new_split(ref: ImageRef, val_fraction: float, seed: int) -> str:
@@ -265,7 +274,7 @@ def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: It
     touched: set[str] = set()
     rejected_kept: set[str] = set()
     kept_labels: collections.Counter[tuple[str, int]] = collections.Counter()
-    added = changed = deleted = 0
+    added = changed = deleted = relabelled = 0
     rows = iter(previous)
     row = next(rows, None)
     for ref in refs:
@@ -287,9 +296,12 @@ def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: It
         stamp = (stat.st_size, stat.st_mtime_ns)
         ref = ref._replace(label=remap[ref.label])
         same = None if match is None else _unchanged(match, stamp, os.path.join(src, ref.relpath), rehash)
-        if match is not None and same is not None:
+        # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says.
+        other_label = match is not None and match.file and match.label not in (UNKNOWN, ref.label)
+        other_split = match is not None and match.file and val_fraction <= 0 and match.split != ref.split
+        if same is not None and not (other_label or other_split):
             unchanged.add(SourceRow(match.path, match.split, match.file, match.index, stamp[0], stamp[1],
-                                    match.sha256, same), ref.label)
+                                    match.sha256, same, ref.label if match.file else UNKNOWN), ref.label)
             if match.file:
                 kept_labels[match.split, ref.label] += 1
             else:
@@ -300,8 +312,10 @@ def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: It
             convert.append(ref._replace(split=new_split(ref, val_fraction, seed)))
             added += 1
         else:
-            convert.append(ref._replace(split=match.split or new_split(ref, val_fraction, seed)))
+            kept_split = match.split if val_fraction > 0 else ""  # without a carve, SRC states the split
+            convert.append(ref._replace(split=kept_split or new_split(ref, val_fraction, seed)))
             changed += 1
+            relabelled += bool(other_label and same is not None)
             touched.add(match.file)
     while row is not None:
         touched.add(row.file)
@@ -314,6 +328,7 @@ def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: It
         refs=tuple(sorted(convert, key=lambda ref: (ref.split, ref.relpath))), unchanged=unchanged,
         reused=frozenset(reused), compacted=frozenset(touched), survivors=survivors, classes=classes,
         kept_labels=dict(kept_labels), stamps=stamps, added=added, changed=changed, deleted=deleted,
+        relabelled=relabelled,
         recompacted=sum(map(len, survivors.values())), rejected_kept=frozenset(rejected_kept), files=files,
     )
 

@@ -306,7 +306,7 @@ def test_update_refuses_another_source_naming_it_options_that_shape_the_records_
     with pytest.raises(update.UpdateRefusedError, match="--seed"):
         update.run(ConvertOptions(src=str(src), out=str(out), seed=2), FAST)
     (src / "annotations.json").write_text(json.dumps({"images": [], "annotations": [], "categories": []}))
-    with pytest.raises(update.UpdateRefusedError, match="class folders only"):
+    with pytest.raises(update.UpdateRefusedError, match="class folders and label files only"):
         update.run(ConvertOptions(src=str(src), out=str(out), seed=1, annotations=str(src / "annotations.json")),
                    FAST)
     # A version that dropped leaks: its dropped images are in no sources table, an update would convert them back.

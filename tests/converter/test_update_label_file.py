@@ -1,0 +1,104 @@
+"""``--update`` of a label file's images (issue #59): a label is the file's, not the folder's.
+
+The rule of tests/converter/test_update.py, for a source whose labels and splits are cells of a table: the latest
+version holds exactly the rows the label file lists, each labelled as the file says; an image listed as before
+keeps its split, id and shard file; an image the file labels otherwise (the same bytes) is a changed image,
+written anew in the split it had; a new class gets the next id; a row removed deletes its record though the file
+stays in SRC. One conversion and its updates in this process, on the in-memory runner.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from beam_jobs import pipeline as conversion
+from beam_jobs import update
+from beam_jobs.options import ConvertOptions
+from reader.info import dataset_info
+from record_files import versions
+from tests.converter.test_update import FAST, _image, _records
+
+
+def _write_labels(path: str, rows: dict[str, str]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("path,label\n" + "".join(f"{name},{label}\n" for name, label in sorted(rows.items())))
+
+
+def _options(src: str, out: str) -> ConvertOptions:
+    return ConvertOptions(src=src, out=out, annotations=os.path.join(src, "labels.csv"), val_fraction=0.25,
+                          near_distance=3, shards=2)
+
+
+@pytest.mark.slow
+def test_a_relabelled_row_is_a_changed_image_in_its_split_a_new_class_the_next_id_a_removed_row_deleted(tmp_path):
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    rows = {}
+    for i in range(12):
+        _image(os.path.join(src, "img", f"{i}.jpg"), 300 + i)
+        rows[f"img/{i}.jpg"] = ("cat", "dog")[i % 2]
+    _write_labels(os.path.join(src, "labels.csv"), rows)  # in SRC, as a Kaggle export ships it: never an image
+    conversion.run(_options(src, out), FAST, show_progress=False)
+    first = _records(out)
+    assert dataset_info(out).classes == ("cat", "dog") and set(first) == set(rows)
+
+    # The same bytes under other labels (one a new class), a row removed (its file stays), two rows added.
+    rows.update({"img/1.jpg": "cat", "img/2.jpg": "bird"})
+    del rows["img/3.jpg"]
+    for name, label in (("new0", "bird"), ("new1", "cat")):
+        _image(os.path.join(src, "img", f"{name}.jpg"), sum(map(ord, name)))
+        rows[f"img/{name}.jpg"] = label
+    _write_labels(os.path.join(src, "labels.csv"), rows)
+    done = update.run(_options(src, out), FAST)
+    assert done.version == 2, done
+    assert {key: done.changes[key] for key in ("added", "changed", "relabelled", "deleted")} == \
+        {"added": 2, "changed": 2, "relabelled": 2, "deleted": 1}
+
+    info, now = dataset_info(out), _records(out)
+    assert info.classes == ("cat", "dog", "bird")  # stable ids: the new class is the next one
+    assert set(now) == set(rows)  # img/3.jpg is in SRC still, but listed no more: deleted
+    for path, label in rows.items():
+        assert info.classes[now[path][1]] == label, path
+    relabelled = {"img/1.jpg", "img/2.jpg"}
+    compacted = {first[path][2] for path in relabelled | {"img/3.jpg"}}
+    for path, (split, label, shard) in first.items():
+        if path in relabelled:
+            assert now[path][0] == split, path  # written anew, in the split it had
+            assert not now[path][2].startswith(versions.VERSIONS_DIR + "/00002/compacted"), path
+        elif path in now:
+            assert now[path][:2] == (split, label), path
+            if shard not in compacted:
+                assert now[path][2] == shard, path
+
+    # The labels recorded in version 2's sources table are read back: nothing changed, no version, with or
+    # without --rehash.
+    assert update.run(_options(src, out), FAST).version is None
+    assert update.run(_options(src, out), FAST, rehash=True).version is None
+    assert _records(out, version=1) == first
+
+
+def test_a_split_a_label_file_states_anew_converts_the_image_into_it_without_a_carve(tmp_path):
+    """In process, no conversion: without --val-fraction the split SRC states is the image's, so a label file that
+    moves an image (same bytes, same label) makes it a changed image in the stated split; a row recorded before
+    labels (UNKNOWN) is compared by its stamp alone."""
+    from beam_jobs.planning import changes
+    from beam_jobs.stage_records import ImageRef
+
+    (tmp_path / "img").mkdir()
+    rows = []
+    for name in ("a", "b", "c"):
+        (tmp_path / "img" / f"{name}.jpg").write_bytes(name.encode())
+        stat = os.stat(tmp_path / "img" / f"{name}.jpg")
+        rows.append(versions.SourceRow(f"img/{name}.jpg", "train", "s0", len(rows), stat.st_size, stat.st_mtime_ns,
+                                       "ab" * 32, "", label=0 if name != "c" else versions.UNKNOWN))
+    refs = [ImageRef("test", "img/a.jpg", 0), ImageRef("train", "img/b.jpg", 1), ImageRef("train", "img/c.jpg", 1)]
+    (tmp_path / "scratch").mkdir()
+    found = changes.compare(refs, str(tmp_path), ["x", "y"], iter(rows), ["x"], 0.0, 0,
+                            scratch=str(tmp_path / "scratch"))
+    assert found.classes == ("x", "y")
+    assert [(ref.relpath, ref.split, ref.label) for ref in found.refs] == [("img/a.jpg", "test", 0),
+                                                                           ("img/b.jpg", "train", 1)]
+    assert (found.changed, found.relabelled, found.added, found.deleted) == (2, 1, 0, 0)
+    # The unchanged row is written back with the label it has now.
+    assert [(row.path, row.label) for row, _ in found.unchanged] == [("img/c.jpg", 1)]
