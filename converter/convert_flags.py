@@ -153,7 +153,11 @@ def _source_flags(parser: argparse.ArgumentParser) -> None:
         help="rows that hold no image bytes but absolute paths (datasets' to_parquet of local files): read those "
         "files from this machine (off: data from elsewhere never reads this machine's files)")
 
-    add = parser.add_argument_group("objects (COCO, Pascal VOC, YOLO, CVAT, the Hub's objects)").add_argument
+    add = parser.add_argument_group("objects (COCO, Pascal VOC, YOLO, CVAT, the Hub's objects)", (
+        "COCO's person_keypoints_<set>.json and captions_<set>.json beside instances_<set>.json are read too: each\n"
+        "object's K keypoints (image/object/keypoint/*; K, the points' names and the flip their names give are in\n"
+        "manifest.json's \"keypoints\", read with reader.ObjectTargets(keypoints=\"auto\")) and each image's captions\n"
+        "(image/caption)")).add_argument
     add("--masks", action="store_true",
         help="COCO: write each object's segmentation (polygons, a crowd's RLE) as a PNG mask in its record "
         "(image/object/mask, Model Garden's include_mask; needs pip install '.[masks]'); YOLO: each polygon "

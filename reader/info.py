@@ -87,6 +87,11 @@ class DatasetInfo:
     all_jpeg: bool = False
     version: int = versions.FIRST_VERSION  # which version of a dataset that grows (--update) this is
 
+    def version_file(self, name: str) -> str:
+        """The path of ``name``, a file this version writes beside its manifest (``rejected.jsonl``,
+        ``duplicates.jsonl``, ``croissant.json``...): in ``data_dir`` for version 1, ``versions/<N>/`` after."""
+        return os.path.join(self.data_dir, versions.in_version(self.version, name))
+
     @property
     def num_classes(self) -> int:
         return len(self.classes)
@@ -97,6 +102,20 @@ class DatasetInfo:
         (COCO's 80 of ids 1-90): index i is what ``ObjectTargets(contiguous_ids=True)`` labels i, and their
         count is a KerasHub detector's ``num_classes``."""
         return tuple(name for name in self.classes if name)
+
+    @property
+    def keypoint_names(self) -> tuple[str, ...]:
+        """The names of the K points each object's keypoints hold, in their order (COCO's person: ``nose``,
+        ``left_eye``, ...; the manifest's ``keypoints``); empty for records without keypoints, or converted
+        before the manifest recorded them. ``ObjectTargets(keypoints="auto")`` takes their count."""
+        return tuple((self.manifest.get("keypoints") or {}).get("names", ()))
+
+    @property
+    def keypoint_flip(self) -> Optional[tuple[int, ...]]:
+        """The points a horizontal flip swaps, as their names pair them (``left_eye`` with ``right_eye``): what
+        ``ObjectTargets(keypoint_flip=...)`` takes; None where the names pair none up or none are recorded."""
+        flip = (self.manifest.get("keypoints") or {}).get("flip")
+        return tuple(flip) if flip else None
 
     @property
     def task(self) -> str:
@@ -236,11 +255,9 @@ def _chosen_version(data_dir: str, version: Optional[int]) -> int:
     if version is None:
         return latest
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= latest:
-        raise ValueError(f"version={version!r}: {data_dir} has versions 1 to {latest} "
-                         "(python -m converter versions lists them)")
+        raise ValueError(versions.missing_version(version, version_numbers(data_dir), data_dir))
     if version != latest and not storage.exists(os.path.join(data_dir, versions.manifest_path(version))):
-        raise DatasetNotFoundError(f"version {version} of {data_dir} was pruned (python -m converter prune): "
-                                   "python -m converter versions lists the versions kept")
+        raise DatasetNotFoundError(versions.missing_version(version, version_numbers(data_dir), data_dir))
     return version
 
 

@@ -9,7 +9,8 @@ Data out: float32 ``[B, N, K, 3]``: each object's points as ``x, y`` in the outp
 
 A horizontal flip mirrors ``x`` and, given ``ObjectTargets(keypoint_flip=...)``, swaps the points it pairs (a
 person's left eye becomes the right eye's point, as the OD API's ``keypoint_flip_permutation`` does;
-:data:`COCO_FLIP` for COCO's 17): without it, flipped left points would still be called left.
+:data:`COCO_FLIP` for COCO's 17 only; a dataset's own, from its points' names, is
+``DatasetInfo.keypoint_flip``): without it, flipped left points would still be called left.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def per_object(points: tf.Tensor, count: int, objects: tf.Tensor) -> tf.Tensor:
     with tf.control_dependencies([some]):
         checked = tf.debugging.assert_equal(held, rows * count, message=(
             f"a record's keypoints are not {count} for each object: ObjectTargets(keypoints=...) must be the "
-            "records' count of points an object (COCO's person keypoints: 17)"))
+            "records' count of points an object (reader.dataset_info(DATA).keypoint_names; COCO's person "
+            "keypoints: 17)"))
     with tf.control_dependencies([checked]):
         return tf.reshape(points, [-1, count, 3])
 

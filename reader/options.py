@@ -151,10 +151,14 @@ class ObjectTargets:
         pixels (in the boxes' units: output pixels, fractions for ``rel_``),
         and their visibility; 0, 0, 0 where unlabelled or cropped away
         (:mod:`reader.keypoints`). Needs records with keypoints (COCO
-        converted with its ``person_keypoints_*.json``).
+        converted with its ``person_keypoints_*.json``); K must be the
+        records' (the manifest's ``keypoints``, ``DatasetInfo.keypoint_names``).
+        ``"auto"``: the manifest's K, and its flip unless ``keypoint_flip``
+        is given.
       keypoint_flip: the points a horizontal flip swaps, as the TF Object
-        Detection API's ``keypoint_flip_permutation`` (``reader.COCO_KEYPOINT_FLIP``
-        for COCO's): needed with ``keypoints`` when training flips.
+        Detection API's ``keypoint_flip_permutation``: needed with ``keypoints``
+        when training flips. ``reader.COCO_KEYPOINT_FLIP`` orders COCO's 17
+        person keypoints only; a dataset's own is ``DatasetInfo.keypoint_flip``.
       contiguous_ids: labels are 0-based and contiguous over the dataset's
         named classes (``DatasetInfo.object_classes``), as KerasHub's
         detectors take them (``num_classes`` classes, no background): COCO's
@@ -170,22 +174,42 @@ class ObjectTargets:
     mask_size: Optional[int] = None
     class_mask: bool = False
     contiguous_ids: bool = False
-    keypoints: Optional[int] = None
+    keypoints: Optional[Union[int, str]] = None  # K, or "auto": the manifest's K (resolved when a pipeline is built)
     keypoint_flip: Optional[tuple[int, ...]] = None
 
     def __post_init__(self) -> None:
         check_box_format(self.bounding_box_format)
-        if self.keypoint_flip is not None:
-            object.__setattr__(self, "keypoint_flip", tuple(self.keypoint_flip))
-            if sorted(self.keypoint_flip) != list(range(self.keypoints or 0)):
-                raise ValueError(f"keypoint_flip must order the {self.keypoints or 0} points of keypoints=, each once, "
-                                 f"got {self.keypoint_flip!r}")
         for name in ("max_objects", "mask_size", "keypoints"):
             value = getattr(self, name)
+            if name == "keypoints" and isinstance(value, str) and value == AUTO:
+                continue
             if value is not None and (as_int(value) is None or value < 1):
-                raise ValueError(f"{name} must be None or a positive integer, got {value!r}")
+                also = ' or "auto"' if name == "keypoints" else ""
+                raise ValueError(f"{name} must be None or a positive integer{also}, got {value!r}")
+        if self.keypoint_flip is not None:
+            object.__setattr__(self, "keypoint_flip", tuple(self.keypoint_flip))
+            check_keypoint_flip(self.keypoint_flip, self.keypoints)
         for name in ("keep_crowd", "keep_difficult", "source_size", "class_mask", "contiguous_ids"):
             check_flag(getattr(self, name), name)
+
+
+AUTO = "auto"  # ObjectTargets(keypoints="auto"): the count of points the manifest records
+
+
+def check_keypoint_flip(flip: tuple, keypoints: object, held: str = "") -> None:
+    """``flip`` orders the points of ``keypoints`` (K; with ``"auto"``, checked again once K is known), each once;
+    a flip of another length is named as such (``reader.COCO_KEYPOINT_FLIP`` fits COCO's 17 only). ``held``:
+    what holds K, for the message (default: ``keypoints=K``)."""
+    if keypoints is None:
+        raise ValueError(f"keypoint_flip={flip!r} is given without keypoints=: the flip swaps the keypoints' points")
+    count = len(flip) if isinstance(keypoints, str) else as_int(keypoints) or 0
+    if len(flip) != count:
+        raise ValueError(f"keypoint_flip orders {len(flip)} points, and {held or f'keypoints={keypoints!r}'} "
+                         f"{'hold' if held else 'asks for'} {count}: the flip must pair the records' points "
+                         "(reader.COCO_KEYPOINT_FLIP fits COCO's 17 person keypoints only; a dataset's own flip, from "
+                         "its points' names: reader.dataset_info(DATA).keypoint_flip)")
+    if sorted(flip) != list(range(count)):
+        raise ValueError(f"keypoint_flip must order the {count} points of keypoints=, each once, got {flip!r}")
 
 
 def as_int(value: object) -> Optional[int]:

@@ -19,7 +19,7 @@ import tensorflow as tf
 import record_schema
 from reader import record_index
 from reader.info import DatasetInfo, SplitInfo
-from reader.options import ForeignShards, ObjectTargets, ReadOptions, as_int
+from reader.options import AUTO, ForeignShards, ObjectTargets, ReadOptions, as_int, check_keypoint_flip
 from reader.positions import DatasetPosition, MixturePosition, Position
 
 logger = logging.getLogger(__name__)
@@ -88,8 +88,45 @@ def check_targets(targets: ObjectTargets, info: DatasetInfo) -> ObjectTargets:
         raise ValueError(f"ObjectTargets(class_mask=True) needs a class mask an image, and {where}'s records have "
                          "none: convert Pascal VOC with --masks")
     if targets.keypoints and record_schema.KEYPOINT_X not in features:
-        raise ValueError(f"ObjectTargets(keypoints={targets.keypoints}) needs keypoints, and {where}'s records have "
-                         "none: convert COCO with its person_keypoints_*.json beside instances_*.json")
+        raise ValueError(f"ObjectTargets(keypoints={targets.keypoints!r}) needs keypoints, and {where}'s records "
+                         "have none: convert COCO with its person_keypoints_*.json beside instances_*.json")
+    return keypoint_targets(targets, info) if targets.keypoints else targets
+
+
+def check_mixture_targets(targets: ObjectTargets, infos: Sequence[DatasetInfo]) -> ObjectTargets:
+    """:func:`check_targets` for each source of a mixture; ``keypoints="auto"`` must come to one K for all."""
+    found = {check_targets(targets, info) for info in infos}
+    if len(found) > 1:
+        raise ValueError(f"ObjectTargets(keypoints={targets.keypoints!r}): the sources' manifests record "
+                         f"{' and '.join(sorted({str(t.keypoints) for t in found}))} keypoints an object (or other "
+                         "flips): a batch's keypoints hold one count; pass keypoints=K and keypoint_flip=")
+    return found.pop() if found else targets
+
+
+def keypoint_targets(targets: ObjectTargets, info: DatasetInfo) -> ObjectTargets:
+    """``targets`` with ``keypoints`` checked against the K the manifest records (a ValueError naming both and
+    the manifest), ``"auto"`` taking it (and the manifest's flip, unless ``keypoint_flip`` is given); a manifest
+    written before K was recorded checks nothing here (the first batch's assertion names a wrong K)."""
+    where = info.data_dir or "this dataset"
+    names = info.keypoint_names
+    manifest = os.path.join(where, record_schema.MANIFEST_FILE)
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    if targets.keypoints == AUTO and not names:
+        raise ValueError(f'ObjectTargets(keypoints="auto") takes K from the manifest, and {manifest} records '
+                         "none (converted before it did): pass keypoints=K, the points each object holds "
+                         "(COCO's person keypoints: 17)")
+    if targets.keypoints != AUTO and names and targets.keypoints != len(names):
+        flip = info.keypoint_flip
+        raise ValueError(
+            f"ObjectTargets(keypoints={targets.keypoints}): {where}'s records hold {len(names)} keypoints an object "
+            f"({shown}: {manifest}'s \"keypoints\"), not {targets.keypoints}: pass keypoints={len(names)} or "
+            f"keypoints=\"auto\", and keypoint_flip={'reader.dataset_info(DATA).keypoint_flip ' + str(flip) if flip else 'None'}"
+            + ("" if len(names) == 17 else " (reader.COCO_KEYPOINT_FLIP fits COCO's 17 person keypoints only)"))
+    if targets.keypoint_flip is not None and names:  # before "auto" takes K: the message names the records
+        check_keypoint_flip(targets.keypoint_flip, len(names), f"{where}'s records ({shown})")
+    if targets.keypoints == AUTO:
+        flip = targets.keypoint_flip if targets.keypoint_flip is not None else info.keypoint_flip
+        targets = dataclasses.replace(targets, keypoints=len(names), keypoint_flip=flip)
     return targets
 
 

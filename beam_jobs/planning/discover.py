@@ -103,6 +103,9 @@ class InputPlan:
     # (licence, the file stating it) an export's README states, for the Croissant card when the user gives
     # none (beam_jobs.sources.stated_license); empty: none stated, or the user gave one.
     stated_license: tuple[str, ...] = ()
+    # Objects with keypoints: the manifest's "keypoints" (K, the points' names, the flip their names give:
+    # beam_jobs.sources.objects.coco_extras.manifest_entry); empty: the records hold none.
+    keypoints: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def split_sizes(self) -> dict[str, int]:
         return {split: self.split_counts[split] for split in record_schema.SPLITS if self.split_counts.get(split)}

@@ -115,6 +115,9 @@ def build_manifest(
             # Objects listed for images that were rejected (a missing file...): not written, not "rejected objects".
             "num_objects_of_rejected_images": sum(counts.objects_of_rejected.values()) if counts else 0,
             "label_map": record_schema.LABEL_MAP_FILE} if objects else {}),
+        # COCO's keypoints: K points an object, their names and the flip their names give (the reader's
+        # ObjectTargets(keypoints="auto") takes K from here; reader.dataset_info(...).keypoint_names, ...).
+        **({"keypoints": dict(plan.keypoints)} if plan.keypoints else {}),
         # Objects: id 0 is the background; record id = the source's class id + this (1 for YOLO's and the Hub's
         # 0-based indexes, 0 for COCO's and VOC's ids).
         **({"class_id_offset": plan.class_id_offset} if plan.task == record_schema.TASK_OBJECTS else {}),

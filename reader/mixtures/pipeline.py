@@ -45,7 +45,7 @@ from reader.options import (
     check_output,
     image_hw,
 )
-from reader.pipeline_checks import Request, check_seed, check_targets, present_split, start_step
+from reader.pipeline_checks import Request, check_mixture_targets, check_seed, present_split, start_step
 from reader.positions import MixturePosition
 from reader.records import AUTOTUNE, Source, file_order, interleave_records
 from reader.tasks import PARSE_BATCH
@@ -74,8 +74,7 @@ def mixture_batches(plan: Mixture, request: Request) -> tf.data.Dataset:
     dtype = check_output(r.dtype, r.normalization)
     augment = tasks.default_augment(plan.task, r.augment)
     splits = [_present(source) for source in plan.sources]
-    for source in plan.sources:
-        check_targets(targets, source.info)
+    targets = check_mixture_targets(targets, [source.info for source in plan.sources])  # keypoints="auto": K
     large = any(s.max_side is None or s.max_side >= 2 * min(size) for s in splits)
     images = tasks.ImageChoices(size, augment, {"all_jpeg": all(s.info.all_jpeg for s in plan.sources),
                                                 "scaled_decode": large}, dtype, r.normalization, r.crop_fraction)

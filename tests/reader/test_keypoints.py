@@ -46,7 +46,8 @@ def test_evaluation_keypoints_are_in_the_output_images_pixels_with_their_boxes(k
 
 
 def test_a_flip_mirrors_the_points_and_swaps_the_pairs_it_is_given(keypoints_dataset):
-    targets = reader.ObjectTargets(bounding_box_format="xyxy", keypoints=3, keypoint_flip=(0, 2, 1))
+    # keypoints="auto": K (3) and the flip (0, 2, 1: nose, left_eye, right_eye) from the manifest
+    targets = reader.ObjectTargets(bounding_box_format="xyxy", keypoints="auto")
     augment = reader.BoxAugmentation(scale_range=(1.0, 1.0))
     dataset = reader.build_dataset(keypoints_dataset, "validation", batch_size=2, image_size=(60, 80), seed=1,
                                    augment=augment, targets=targets, num_epochs=6)
@@ -63,12 +64,61 @@ def test_a_flip_mirrors_the_points_and_swaps_the_pairs_it_is_given(keypoints_dat
     assert flips == {True, False}
 
 
+def test_the_manifest_records_k_the_points_names_and_the_flip_their_names_give(keypoints_dataset):
+    """What ObjectTargets(keypoints=...) to ask for is in the manifest and DatasetInfo, not only in the JSON the
+    dataset came from."""
+    import json
+
+    manifest = json.loads(open(f"{keypoints_dataset}/manifest.json").read())
+    assert manifest["keypoints"] == {"count": 3, "names": ["nose", "left_eye", "right_eye"], "flip": [0, 2, 1]}
+    info = reader.dataset_info(keypoints_dataset)
+    assert info.keypoint_names == ("nose", "left_eye", "right_eye") and info.keypoint_flip == (0, 2, 1)
+
+
+def test_a_keypoint_count_other_than_the_records_is_refused_when_the_pipeline_is_built(keypoints_dataset):
+    """keypoints=17 on records of 3 points: a ValueError naming both counts and the manifest when the pipeline is
+    built (it was a raw TF assertion at the first batch), saying COCO_KEYPOINT_FLIP fits 17 points only."""
+    with pytest.raises(ValueError) as raised:
+        reader.build_dataset(keypoints_dataset, "validation", batch_size=2, image_size=64, training=False,
+                             targets=reader.ObjectTargets(keypoints=17))
+    said = str(raised.value)
+    assert "ObjectTargets(keypoints=17)" in said and "records hold 3 keypoints an object (nose, left_eye, " \
+        "right_eye" in said and f"{keypoints_dataset}/manifest.json" in said, said
+    assert 'pass keypoints=3 or keypoints="auto"' in said and "(0, 2, 1)" in said, said
+    assert "reader.COCO_KEYPOINT_FLIP fits COCO's 17 person keypoints only" in said, said
+    # The flip of COCO's 17 on those records: named as 17 points against the records' 3, where they are checked.
+    with pytest.raises(ValueError, match=r"keypoint_flip orders 17 points, and .*'s records \(nose, left_eye, "
+                       r"right_eye\) hold 3: .*COCO_KEYPOINT_FLIP fits COCO's 17 person keypoints only"):
+        reader.build_dataset(keypoints_dataset, "validation", batch_size=2, image_size=64, training=False,
+                             targets=reader.ObjectTargets(keypoints="auto", keypoint_flip=reader.COCO_KEYPOINT_FLIP))
+
+
+def test_auto_keypoints_need_a_manifest_that_records_them(keypoints_dataset):
+    """A manifest written before K was recorded: "auto" is refused naming it and asking for K; an explicit K is
+    left to the records' own check."""
+    import dataclasses
+
+    from reader.pipeline_checks import keypoint_targets
+
+    info = reader.dataset_info(keypoints_dataset)
+    older = dataclasses.replace(info, manifest={k: v for k, v in info.manifest.items() if k != "keypoints"})
+    with pytest.raises(ValueError, match=r'keypoints="auto"\) takes K from the manifest, and .*manifest.json '
+                       r"records none .*pass keypoints=K"):
+        keypoint_targets(reader.ObjectTargets(keypoints="auto"), older)
+    assert keypoint_targets(reader.ObjectTargets(keypoints=3), older).keypoints == 3
+    resolved = keypoint_targets(reader.ObjectTargets(keypoints="auto", keypoint_flip=(0, 1, 2)), info)
+    assert (resolved.keypoints, resolved.keypoint_flip) == (3, (0, 1, 2))  # a flip given is kept
+
+
 def test_keypoints_with_flips_need_the_points_a_flip_swaps(keypoints_dataset):
     with pytest.raises(ValueError, match=r"keypoint_flip \(the points a flip swaps: reader.COCO_KEYPOINT_FLIP"):
         reader.build_dataset(keypoints_dataset, "validation", batch_size=2, image_size=64, seed=0,
                              targets=reader.ObjectTargets(keypoints=3))
     with pytest.raises(ValueError, match=r"keypoint_flip must order the 3 points"):
         reader.ObjectTargets(keypoints=3, keypoint_flip=(0, 1, 1))
+    with pytest.raises(ValueError, match=r"keypoint_flip orders 17 points, and keypoints=3 asks for 3: .*"
+                       r"COCO_KEYPOINT_FLIP fits COCO's 17 person keypoints only; a dataset's own .*keypoint_flip"):
+        reader.ObjectTargets(keypoints=3, keypoint_flip=reader.COCO_KEYPOINT_FLIP)
     assert len(reader.COCO_KEYPOINT_FLIP) == 17
 
 

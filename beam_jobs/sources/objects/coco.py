@@ -164,11 +164,29 @@ def _plan_sets(options: ConvertOptions, listing: Listing, read: Reader, labels: 
         extra_features.update(record_schema.KEYPOINT_FEATURES)
     if any(found.extras and found.extras.captions_where for found in read_sets):
         extra_features[record_schema.CAPTION] = "bytes_list"
+    keypoints = _keypoints_entry(read_sets, warnings)
     made = annotated_plan.plan(src, images, classes, options.val_fraction, options.seed, skipped, warnings,
                                labels, scratch=scratch, extra_features=extra_features or None)
     said = tuple(line for found in read_sets if found.extras and found.extras.keypoints_where
                  for line in found.extras.said(found.where))
-    return dataclasses.replace(made, skipped_files=skipped, warnings=made.warnings + said)
+    return dataclasses.replace(made, skipped_files=skipped, warnings=made.warnings + said,
+                               keypoints=keypoints)
+
+
+def _keypoints_entry(read_sets: list, warnings: list[str]) -> dict:
+    """The manifest's ``keypoints`` (K, names, flip) from the keypoints files' categories; a second file naming
+    its points otherwise is warned of (the first file's names are recorded: the records hold K points either
+    way, and a reader's flip follows the names)."""
+    named = {found.extras.keypoints_where: found.extras.names for found in read_sets
+             if found.extras and found.extras.names}
+    if not named:
+        return {}
+    (first, names), *others = sorted(named.items())
+    for where, other in others:
+        if other != names:
+            warnings.append(f"{where} names its {len(other)} keypoints {', '.join(other)}; {first} names them "
+                            f"{', '.join(names)}: the manifest records {posixpath.basename(first)}'s names")
+    return coco_extras.manifest_entry(names)
 
 
 def _points_for_every_set(read_sets: list, warnings: list[str]) -> None:

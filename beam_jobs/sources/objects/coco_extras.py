@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+import re
 import struct
 from typing import BinaryIO, Callable, Optional
 
@@ -28,6 +29,29 @@ from beam_jobs.planning.discover import InputError
 from beam_jobs.sources.objects import coco_json
 
 KEYPOINTS_PREFIX, CAPTIONS_PREFIX = "person_keypoints_", "captions_"
+_SIDE = re.compile(r"(?<![a-z])(left|right)(?![a-z])", re.IGNORECASE)  # a word of a point's name: left_eye, Right Hip
+
+
+def flip_of(names: tuple[str, ...]) -> tuple[int, ...]:
+    """The points a horizontal flip swaps, from their names: each point named ``left`` takes the place of the
+    one named ``right`` the same way (``left_eye`` and ``right_eye``), the others stay (``nose``); what the
+    reader's ``ObjectTargets(keypoint_flip=...)`` takes (COCO's 17: ``reader.COCO_KEYPOINT_FLIP``). Empty when
+    no two names pair up, so no flip is guessed for points whose names say no side."""
+    def other_side(match: re.Match) -> str:
+        word = match.group(0)
+        swapped = "right" if word.lower() == "left" else "left"
+        return swapped.upper() if word.isupper() else swapped.capitalize() if word[0].isupper() else swapped
+
+    index = {name: place for place, name in enumerate(names)}
+    flip = tuple(index.get(_SIDE.sub(other_side, name), place) for place, name in enumerate(names))
+    return flip if flip != tuple(range(len(names))) and sorted(flip) == list(range(len(names))) else ()
+
+
+def manifest_entry(names: tuple[str, ...]) -> dict:
+    """The manifest's ``keypoints``: K, the points' names in their order, and the flip their names give (see
+    :func:`flip_of`; absent where they give none), so a reader learns the ``ObjectTargets`` to ask for."""
+    flip = flip_of(names)
+    return {"count": len(names), "names": list(names), **({"flip": list(flip)} if flip else {})}
 
 
 def files_of(instances: str, located) -> tuple[str, str]:

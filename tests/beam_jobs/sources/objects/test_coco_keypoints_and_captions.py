@@ -27,6 +27,7 @@ def test_keypoints_are_written_normalized_and_turned_with_their_boxes_and_captio
     assert {key: manifest["features"][key] for key in record_schema.KEYPOINT_FEATURES} == \
         record_schema.KEYPOINT_FEATURES
     assert manifest["num_skipped"] == 0  # both files read, none skipped
+    assert manifest["keypoints"] == {"count": 3, "names": ["nose", "left_eye", "right_eye"], "flip": [0, 2, 1]}
     # Parsed as the OD API's TfExampleDecoder parses them: K points an object, reshaped [objects, K].
     spec = {key: tf.io.VarLenFeature(tf.float32 if kind == "float_list" else tf.int64)
             for key, kind in record_schema.KEYPOINT_FEATURES.items()}
@@ -121,3 +122,43 @@ def test_keypoints_attach_only_by_int_ids_on_both_sides_and_the_others_are_count
         "was not written (ids 1)" in said, said
     assert 'person_keypoints_val2017.json: 1 keypoints annotation has no int "id" and was not written' in said, said
     assert 'instances_val2017.json: 1 annotation has no int "id": written with 3 keypoints of visibility 0' in said
+
+
+def test_the_flip_of_the_points_comes_from_their_names_and_is_none_where_they_say_no_side():
+    """COCO's 17 names give the OD API's keypoint_flip_permutation (the reader's COCO_KEYPOINT_FLIP); names of no
+    side give no flip (the manifest records none rather than a guess)."""
+    from beam_jobs.sources.objects.coco_extras import flip_of, manifest_entry
+    from reader.keypoints import COCO_FLIP
+
+    coco = ("nose", *(f"{side}_{part}" for part in ("eye", "ear", "shoulder", "elbow", "wrist", "hip", "knee", "ankle")
+                      for side in ("left", "right")))
+    assert flip_of(coco) == COCO_FLIP
+    assert flip_of(("Left Eye", "Right Eye", "tail")) == (1, 0, 2)
+    assert flip_of(("head", "tail")) == () and flip_of(("left_eye", "left_ear")) == ()  # no pair: no flip
+    assert manifest_entry(("head", "tail")) == {"count": 2, "names": ["head", "tail"]}
+
+
+def test_keypoints_files_naming_their_points_otherwise_are_warned_of(tmp_path):
+    """Two sets whose keypoints files name their K points differently: the manifest records the first file's
+    names and a warning names both files."""
+    from tests.object_data import PERSON, jpeg, picture, write_coco, write_file
+
+    root = tmp_path / "coco"
+    _coco(root)
+    write_coco(str(root), "train2017", [{"id": 5, "file_name": "t.jpg", "width": 40, "height": 30}],
+               [{"id": 50, "image_id": 5, "category_id": 1, "bbox": [2, 2, 10, 8], "area": 80, "iscrowd": 0}],
+               [PERSON, CAR], {"t.jpg": jpeg(picture(40, 30, [(2, 2, 12, 10)], seed=3))})
+    write_file(str(root / "annotations/person_keypoints_train2017.json"), json.dumps(
+        {"images": [], "annotations": [], "categories": [{**PERSON, "keypoints": ["head", "tail", "paw"]}]}))
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    assert plan.keypoints == {"count": 3, "names": ["head", "tail", "paw"]}  # train2017's file sorts first
+    assert any("person_keypoints_val2017.json names its 3 keypoints nose, left_eye, right_eye;" in w and
+               "the manifest records person_keypoints_train2017.json's names" in w for w in plan.warnings), plan.warnings
+
+
+def test_the_help_of_the_objects_flags_says_keypoints_and_captions_are_read_and_where_k_is():
+    from converter.convert_flags import build_convert_parser
+
+    text = " ".join(build_convert_parser().format_help().split())
+    assert "person_keypoints_<set>.json and captions_<set>.json beside instances_<set>.json are read too" in text
+    assert 'manifest.json\'s "keypoints", read with reader.ObjectTargets(keypoints="auto")' in text
