@@ -6,9 +6,11 @@ In:  every band range's ``near/pairs-r.jsonl`` (the links :func:`beam_jobs.stage
      in the range).
 Out: ``near/groups.jsonl`` (the near lines of ``duplicates.jsonl``, sorted: each group's images with their
      distance to its first), a :class:`NearSummary` for the manifest, and, for ``--drop-leaks``,
-     ``near/dropped.json`` (each leaked image's closest partner over every range). Memory: the images that
-     have a near pair (not all), in columns (:class:`_Linked`: about 190 bytes each, paths included; 350 as
-     lists and dicts), and the leaked images.
+     ``near/dropped.json`` (each leaked image's closest partner over every range). Memory (#56 §5): the links
+     as integer ids (16 bytes a link: about 20 bytes an image with a near pair), and the runs of the external
+     sorts (:mod:`beam_jobs.files.external_sort`, in a local temporary folder) that number the images, gather
+     the groups, order their lines and pick each leak's closest partner; not the paths, lines or leaks (a
+     task that held them took ~600 bytes an image with a pair: 123 MB for 200,000 at 10M images).
 
 Groups are connected components, found by the same Boruvka rounds in numpy as the links
 (:func:`beam_jobs.stages.near_duplicates.boruvka`) over integer image ids. An image is left out only when it is
@@ -17,17 +19,18 @@ itself near a training image, not when its group spans splits: a chain of near p
 
 from __future__ import annotations
 
-import array
 import dataclasses
-import heapq
 import json
+import os
+import struct
+import tempfile
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
-from beam_jobs.files import filesystems
+from beam_jobs.files import external_sort, filesystems
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.planning.discover import display_path
@@ -71,68 +74,98 @@ class NearSummary:
                 "num_near_cross_split": self.num_cross_split, "near_cross_split": list(self.cross_split)}
 
 
-def _pairs(layout: WorkLayout) -> Iterator[list]:
-    """Every range's links, a range's file parsed in one ``json.loads`` (its lines joined into one list)."""
+def _pairs(layout: WorkLayout) -> Iterator[bytes]:
+    """Every range's link lines (each ``[member, member]``, no newline), a line at a time."""
     for near_range in range(layout.near_ranges):
-        with FileSystems.open(layout.near_pairs(near_range), compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            yield from json.loads(b"[" + b",".join(handle.read().splitlines()) + b"]")
+        yield from _lines(layout.near_pairs(near_range))
 
 
-class _Linked:
-    """The images the links name, each once, in columns (the grouping task's memory: about 190 bytes an image
-    with a near pair, its path included, where member lists, a union-find and a group dict held 350: traced on
-    ``bench.near_scale``'s photo-like hashes), and the links between them as integer ids.
-
-    Of each :class:`Member` what the groups need is kept: the split's rank, the label, the hash, the SHA-256 (its first 16 bytes, as CONTENT records keep it: whether a group's
-    images are all the same bytes)
-    and the path, by id.
-    """
-
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
-        self.rank, self.label, self.phash = array.array("B"), array.array("q"), array.array("Q")
-        self.sha = bytearray()  # 16 bytes an image
-        self.first, self.second = array.array("q"), array.array("q")
-
-    def _id(self, member: Member) -> int:
-        index = self.ids.get(member.path)
-        if index is None:
-            index = self.ids[member.path] = len(self.ids)
-            self.rank.append(_rank(member.split))
-            self.label.append(member.label)
-            self.phash.append(member.phash)
-            self.sha += bytes.fromhex(member.sha)[:16].ljust(16, b"\0")
-        return index
-
-    def link(self, pair: Sequence[Sequence]) -> None:
-        """A link line as ``json.loads`` gives it back (two member lists)."""
-        self.first.append(self._id(Member(*pair[0])))
-        self.second.append(self._id(Member(*pair[1])))
-
-    def groups(self) -> Iterator[np.ndarray]:
-        """The connected components of the links (:func:`_boruvka`'s rounds in numpy, not a Python step per
-        link), each as its images' ids sorted by (split order, path), the components in no set order."""
-        count = len(self.ids)
-        if not count:
-            return
-        component = np.arange(count)
-        boruvka(np.frombuffer(self.first, np.int64), np.frombuffer(self.second, np.int64), component)
-        by_path = np.empty(count, np.int64)
-        by_path[sorted(range(count), key=list(self.ids).__getitem__)] = np.arange(count)
-        order = np.lexsort((by_path, np.frombuffer(self.rank, np.uint8), component))
-        edges = np.flatnonzero(np.diff(component[order])) + 1
-        yield from np.split(order, edges)
+def _lines(path: str) -> Iterator[bytes]:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        for raw in handle:
+            yield raw.rstrip(b"\n")
 
 
-def components(pairs: Iterable[Sequence[list]]) -> list[list[Member]]:
+def _path_key(path: str) -> bytes:
+    """A path as bytes that sort as the ``str`` does (UTF-8 keeps code point order; lone surrogates, a name
+    that is not UTF-8, pass as themselves) and hold no NUL (no file name does): a sort key's field."""
+    return path.encode("utf-8", "surrogatepass")
+
+
+_END = struct.Struct(">Q")  # a link's end (2 * link + side) after an image's key in the id sort
+
+
+def _linked_images(pairs: Iterable[bytes], scratch: str, run_bytes: int) -> tuple[np.ndarray, str]:
+    """The images the links name, each given an id in path order, and the links as ids: ``(ends, members)``,
+    ``ends`` the ``(links, 2)`` int64 ids, ``members`` a scratch file of each image's split order, path and
+    member text, by id (:func:`external_sort.write_frames`).
+
+    No table of paths (a dict of them was most of the task's ~600 bytes an image with a pair): each link's
+    two halves go to an external sort by path, whose merge numbers the images and tells each link end its id."""
+    by_path = external_sort.ExternalSort(scratch, "linked", run_bytes)
+    links = 0
+    for line in pairs:
+        for side, (member, text) in enumerate(_halves(line)):
+            by_path.add(bytes([_rank(member[0])]) + _path_key(member[2]) + b"\0" + text + _END.pack(2 * links + side))
+        links += 1
+    ends = np.empty(2 * links, np.int64)
+    members = os.path.join(scratch, "members")
+    count, last = -1, None
+    with open(members, "wb") as out:
+        for record in by_path.sorted():
+            image = record[:-_END.size]
+            if image != last:  # a new image (its halves are the same text wherever it is linked)
+                count, last = count + 1, image
+                external_sort.write_frames(out, (image,))
+            ends[_END.unpack(record[-_END.size:])[0]] = count
+    return ends.reshape(-1, 2), members
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _halves(line: bytes) -> tuple[tuple[list, bytes], tuple[list, bytes]]:
+    """A link line's two members, each parsed and as its text in the line (``[first, second]``, ASCII)."""
+    text = line.decode("ascii")
+    first, end = _DECODER.raw_decode(text, 1)
+    second, stop = _DECODER.raw_decode(text, end + 2)
+    return (first, text[1:end].encode("ascii")), (second, text[end + 2:stop].encode("ascii"))
+
+
+def _grouped(pairs: Iterable[bytes], scratch: str, run_bytes: int = external_sort.RUN_BYTES) -> Iterator[list[Member]]:
+    """The connected components of the links' images, each sorted by (split order, path), the components in
+    the order of their lowest id; memory: the links as ids (16 bytes a link) and the sorts' runs.
+
+    Components are found by the same Boruvka rounds in numpy as the links
+    (:func:`beam_jobs.stages.near_duplicates.boruvka`); then each image goes to an external sort by
+    (component, split order, path), whose merge gives the groups one after another."""
+    ends, members = _linked_images(pairs, scratch, run_bytes)
+    component = np.arange(int(ends.max()) + 1 if ends.size else 0)
+    boruvka(np.ascontiguousarray(ends[:, 0]), np.ascontiguousarray(ends[:, 1]), component)
+    del ends
+    by_group = external_sort.ExternalSort(scratch, "grouped", run_bytes)
+    with open(members, "rb") as handle:
+        for image, record in enumerate(external_sort.read_frames(handle)):  # split order, path, NUL, text
+            by_group.add(_END.pack(int(component[image])) + record)
+    os.remove(members)
+    group: list[Member] = []
+    last = None
+    for record in by_group.sorted():
+        if record[:_END.size] != last and group:
+            yield group
+            group = []
+        last = record[:_END.size]
+        group.append(Member(*json.loads(record[record.index(b"\0", _END.size + 1) + 1:])))
+    if group:
+        yield group
+
+
+def components(pairs: Iterable[bytes]) -> list[list[Member]]:
     """The connected components of the link lines' images (by path), each sorted by (split order, path), as
     :class:`Member` with the fields the groups keep (the SHA-256 prefix, the stored bytes and objects left empty)."""
-    linked = _Linked()
-    for pair in pairs:
-        linked.link(pair)
-    paths = list(linked.ids)
-    return sorted([Member(record_schema.SPLITS[linked.rank[i]], linked.label[i], paths[i], linked.phash[i], "", 0, 0)
-                   for i in group.tolist()] for group in linked.groups())
+    with tempfile.TemporaryDirectory(prefix="near-groups-") as scratch:
+        return sorted([m._replace(sha="", stored_bytes=0, objects=0) for m in group]
+                      for group in _grouped(pairs, scratch))
 
 
 def near_line(group: Sequence[Member], classes: Sequence[str]) -> dict:
@@ -152,43 +185,49 @@ def leaked(group: Sequence[Member]) -> list[Leak]:
     return [Leak(m, partner, 0) for m in group if _rank(m.split) > earliest and m.split in EVALUATION_SPLITS]
 
 
-def _leaks(layout: WorkLayout) -> list[Leak]:
+def _leaks(layout: WorkLayout, scratch: str, run_bytes: int) -> Iterator[bytes]:
     """Every evaluation image with a direct near pair in the training split, with its closest partner over all
-    band ranges, sorted by path. Memory: those images."""
-    best: dict[str, Leak] = {}
+    band ranges (by distance, then the partner's path: :meth:`Leak.closer_than`), as ``json.dumps`` of its
+    :class:`Leak`, sorted by path. Memory: an external sort's run, not the leaked images."""
+    by_member = external_sort.ExternalSort(scratch, "leaks", run_bytes)
     for near_range in range(layout.near_ranges):
-        with FileSystems.open(layout.near_leaks(near_range), compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            for line in json.loads(b"[" + b",".join(handle.read().splitlines()) + b"]"):
-                leak = Leak.parse(line)
-                if leak.closer_than(best.get(leak.member.path)):
-                    best[leak.member.path] = leak
-    return [best[path] for path in sorted(best)]
+        for line in _lines(layout.near_leaks(near_range)):
+            leak = Leak.parse(json.loads(line))
+            by_member.add(_path_key(leak.member.path) + b"\0" + leak.distance.to_bytes(2, "big")
+                          + _path_key(leak.partner.path) + b"\0" + json.dumps(leak).encode("ascii"))
+    last = None
+    for record in by_member.sorted():
+        member = record[:record.index(b"\0")]
+        if member != last:  # the closest of the image's leaks comes first
+            last = member
+            yield record[record.index(b"\0", len(member) + 3) + 1:]
 
 
-def _group_lines(layout: WorkLayout, classes: Sequence[str]) -> tuple[list[str], list[str], int]:
-    """``near/groups.jsonl``'s lines, sorted (groups of images not all byte-identical), those of the groups that
-    span splits, and the images beyond the first of each group. Memory: :class:`_Linked`'s columns, freed on
-    return (before the leaks are read)."""
-    linked = _Linked()
-    for pair in _pairs(layout):
-        linked.link(pair)
-    paths, ranks = list(linked.ids), np.frombuffer(linked.rank, np.uint8)
-    sha = np.frombuffer(linked.sha, np.uint8).reshape(-1, 16)
-    lines, cross, extra = [], [], 0
-    for ids in linked.groups():
-        if (sha[ids] == sha[ids[0]]).all():
+def _group_lines(layout: WorkLayout, classes: Sequence[str], scratch: str,
+                 run_bytes: int) -> tuple[str, list[str], int, int, int]:
+    """``near/groups.jsonl``'s lines (groups of images not all byte-identical) sorted, written to a scratch file
+    whose path is returned, with the first :data:`MAX_LISTED` lines of groups that span splits, the number of
+    groups, of those that span splits, and the images beyond the first of each group. Memory: the links as ids and the sorts' runs (#56 §5)."""
+    by_line = external_sort.ExternalSort(scratch, "lines", run_bytes)
+    groups = cross_groups = extra = 0
+    for group in _grouped(_pairs(layout), scratch, run_bytes):
+        if all(m.sha[:32] == group[0].sha[:32] for m in group):  # byte-identical: the exact search's group
             continue
-        group = [Member(record_schema.SPLITS[linked.rank[i]], linked.label[i], paths[i], linked.phash[i], "", 0, 0)
-                 for i in ids.tolist()]
-        lines.append(json.dumps(near_line(group, classes), ensure_ascii=False))
-        extra += len(group) - 1
-        if ranks[ids].min() != ranks[ids].max():
-            cross.append(lines[-1])
-    lines.sort()
-    return lines, cross, extra
+        cross = min(_rank(m.split) for m in group) != max(_rank(m.split) for m in group)
+        by_line.add(json.dumps(near_line(group, classes), ensure_ascii=False).encode("utf-8") + bytes([cross]))
+        groups, cross_groups, extra = groups + 1, cross_groups + cross, extra + len(group) - 1
+    listed: list[str] = []
+    path = os.path.join(scratch, "groups.jsonl")
+    with open(path, "wb") as out:
+        for record in by_line.sorted():  # the lines in order: the first cross-split ones are the smallest
+            out.write(record[:-1] + b"\n")
+            if record[-1] and len(listed) < MAX_LISTED:
+                listed.append(record[:-1].decode("utf-8"))
+    return path, listed, groups, cross_groups, extra
 
 
-def group_near(layout: WorkLayout, distance: int, classes: Sequence[str]) -> NearSummary:
+def group_near(layout: WorkLayout, distance: int, classes: Sequence[str],
+               run_bytes: int = external_sort.RUN_BYTES) -> NearSummary:
     """Every range's pairs joined into groups: ``near/groups.jsonl``, ``near/dropped.json``, the summary.
 
     A group whose images are all byte-identical is left to the exact search (it is one of its groups).
@@ -196,16 +235,22 @@ def group_near(layout: WorkLayout, distance: int, classes: Sequence[str]) -> Nea
     training image (``near/leaks-r.jsonl``), so a chain train - validation - validation - test, each link near
     but the ends far apart, leaves out the first validation image alone.
     Written whole, the summary last; a summary found (a killed run this one resumes) is returned as it is.
+    ``run_bytes``: the external sorts' (the files are the same whatever it is).
     """
     done = layout.near_summary()
     if FileSystems.exists(done):
         return NearSummary.from_json(filesystems.read_text(done))
-    lines, cross, extra = _group_lines(layout, classes)
-    with filesystems.whole_file(layout.near_groups()) as handle:
-        for start in range(0, len(lines), 10_000):  # not one copy of every line at once
-            handle.write("".join(line + "\n" for line in lines[start:start + 10_000]).encode("utf-8"))
-    filesystems.write_text(layout.near_dropped(), json.dumps(_leaks(layout)))
-    summary = NearSummary(distance, len(lines), extra, len(lines) - len(cross), len(cross),
-                          tuple(json.loads(line) for line in heapq.nsmallest(MAX_LISTED, cross)))
+    with tempfile.TemporaryDirectory(prefix="near-groups-") as scratch:
+        lines, listed, groups, cross, extra = _group_lines(layout, classes, scratch, run_bytes)
+        with open(lines, "rb") as source, filesystems.whole_file(layout.near_groups()) as handle:
+            while chunk := source.read(1 << 20):
+                handle.write(chunk)
+        with filesystems.whole_file(layout.near_dropped()) as handle:  # one JSON list, as json.dumps writes it
+            handle.write(b"[")
+            for index, leak in enumerate(_leaks(layout, scratch, run_bytes)):
+                handle.write(b", " + leak if index else leak)
+            handle.write(b"]")
+        summary = NearSummary(distance, groups, extra, groups - cross, cross,
+                              tuple(json.loads(line) for line in listed))
     filesystems.write_text(done, summary.to_json())
     return summary

@@ -103,6 +103,34 @@ def test_every_pair_within_the_distance_is_found_once_as_brute_force_finds_it(tm
             assert [[m[2] for m in g] for g in groups] == brute_groups
 
 
+def test_the_grouping_writes_the_same_files_whether_its_sorts_spill_to_many_runs_or_none(tmp_path):
+    """#56 §5: the grouping task holds the links as ids and sorts the rest on disk; runs of 256 bytes (hundreds
+    of them, merged in rounds) give the bytes one run gives, for paths that quote, escape, leave UTF-8 or
+    hold a newline, over three splits; the groups are the union-find's of the link lines."""
+    rng = random.Random(5)
+    hashes = [rng.getrandbits(64) for _ in range(120)]
+    hashes += [_flip(h, rng.sample(range(64), rng.randint(0, 6))) for h in hashes[:90]]
+    names = ['q/"quoted" \\ {}.jpg', "u/çà 猫 {}.jpg", "s/bad\udcff{}.jpg", "n/new\nline{}.jpg", "a/{}.jpg"]
+    paths = [names[i % len(names)].format(i) for i in range(len(hashes))]
+    records = [_content(path, h, rng.choice(["train", "validation", "test"]), i % 2,
+                        data=path.encode("utf-8", "surrogatepass")) for i, (path, h) in enumerate(zip(paths, hashes))]
+    outputs = []
+    for run_bytes in (256, 1 << 24):
+        layout = _layout(tmp_path, f"r{run_bytes}", [records[0::2], records[1::2]], 10, 2)
+        for near_range in range(layout.near_ranges):
+            near_links.find_pairs(layout, near_range, 10)
+        summary = near_groups.group_near(layout, 10, CLASSES, run_bytes=run_bytes)
+        outputs.append((open(layout.near_groups(), "rb").read(), open(layout.near_dropped(), "rb").read(), summary))
+        lines = [json.loads(line) for line in near_groups._pairs(layout)]
+        split_of = {m[2]: m[0] for line in lines for m in line}
+        expected = [sorted(group, key=lambda path: (near_groups._rank(split_of[path]), path))
+                    for group in _reference_groups([(a[2], b[2]) for a, b in lines])]
+        found = [[m.path for m in group] for group in near_groups.components(near_groups._pairs(layout))]
+        assert sorted(found) == sorted(expected)
+    assert outputs[0] == outputs[1]
+    assert outputs[0][2].num_groups > 10 and outputs[0][2].num_cross_split > 5 and json.loads(outputs[0][1])
+
+
 def test_a_band_range_that_holds_no_record_writes_empty_files(tmp_path):
     layout = _layout(tmp_path, "w", [[_content("a.jpg", 0x0123_4567_89AB_CDEF)]], 3, 8)  # 4 records, 8 ranges
     empty = [r for r in range(layout.near_ranges)
