@@ -60,9 +60,12 @@ def make_photo_dataset(folder: str, count: int, seed: int = 0, sides: tuple[int,
     return total
 
 
-def make_varied_dataset(folder: str, count: int, seed: int = 0, sides: tuple[int, int] = (96, 160)) -> int:
+def make_varied_dataset(folder: str, count: int, seed: int = 0, sides: tuple[int, int] = (96, 160),
+                        first: int = 0) -> int:
     """Write ``count`` JPEGs of varied scenes (2x2 mosaics of crops of four photos, each tile scaled and colour
-    balanced alone) whose longer side is in ``sides``; returns their total bytes. Two classes, alternating."""
+    balanced alone) whose longer side is in ``sides``; returns their total bytes. Two classes, alternating.
+    Images before ``first`` are drawn but not written: a set of 200,000 grows from the 50,000 of its seed (the
+    same files, hard-linked or copied there first)."""
     rng = np.random.default_rng(seed)
     # The photos at most 2x the largest side first: a tile is then never scaled down from ten times its size.
     photos = []
@@ -75,22 +78,26 @@ def make_varied_dataset(folder: str, count: int, seed: int = 0, sides: tuple[int
         side = int(rng.integers(sides[0], sides[1] + 1))
         width, height = side, max(8, int(side * rng.uniform(0.6, 1.0)))
         split_x, split_y = int(width * rng.uniform(0.25, 0.75)), int(height * rng.uniform(0.25, 0.75))
-        canvas = np.empty((height, width, 3), np.uint8)
-        for top, bottom, left, right in ((0, split_y, 0, split_x), (0, split_y, split_x, width),
-                                         (split_y, height, 0, split_x), (split_y, height, split_x, width)):
+        tiles = []
+        for box in ((0, split_y, 0, split_x), (0, split_y, split_x, width),
+                    (split_y, height, 0, split_x), (split_y, height, split_x, width)):
             photo = photos[int(rng.integers(len(photos)))]
             zoom = rng.uniform(0.1, 1.0)  # the share of the photo's side a tile shows
             crop_h = max(2, int(photo.shape[0] * zoom))
             crop_w = max(2, int(photo.shape[1] * zoom))
             y0 = int(rng.integers(0, photo.shape[0] - crop_h + 1))
             x0 = int(rng.integers(0, photo.shape[1] - crop_w + 1))
-            tile = Image.fromarray(photo[y0:y0 + crop_h, x0:x0 + crop_w]).resize(
-                (right - left, bottom - top), Image.Resampling.BILINEAR)
-            gains = rng.uniform(0.6, 1.4, 3)  # each channel's gain: the tile's own colour balance
+            tiles.append((box, photo[y0:y0 + crop_h, x0:x0 + crop_w], rng.uniform(0.6, 1.4, 3)))  # channel gains
+        quality = int(rng.integers(75, 96))
+        if index < first:
+            continue
+        canvas = np.empty((height, width, 3), np.uint8)
+        for (top, bottom, left, right), crop, gains in tiles:
+            tile = Image.fromarray(crop).resize((right - left, bottom - top), Image.Resampling.BILINEAR)
             canvas[top:bottom, left:right] = np.clip(np.asarray(tile, np.float32) * gains, 0, 255).astype(np.uint8)
         label = "cat" if index % 2 == 0 else "dog"
         os.makedirs(os.path.join(folder, label), exist_ok=True)
         path = os.path.join(folder, label, f"{label}.{index:06d}.jpg")
-        Image.fromarray(canvas).save(path, format="JPEG", quality=int(rng.integers(75, 96)))
+        Image.fromarray(canvas).save(path, format="JPEG", quality=quality)
         total += os.path.getsize(path)
     return total
