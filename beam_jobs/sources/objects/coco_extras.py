@@ -13,8 +13,8 @@ and Model Garden's (``--caption_annotations_file``) write: every object of an im
 visibility 0 where it has none (a car, a person without keypoints), so ``image/object/keypoint/x`` has K entries an
 object and its decoder's ``num_keypoints`` reshapes them; ``image/caption`` lists an image's captions. The points'
 names are not written an object (the OD API writes 17 names on each: 150 MB over train2017); they are the
-keypoints file's ``categories[].keypoints``, in docs/converter.md. Held until the plan is made: 204 bytes an object
-with keypoints (train2017's 262k: 53 MB), the captions' UTF-8.
+keypoints file's ``categories[].keypoints``, in docs/converter.md. Held until the plan is made: 212 bytes an object
+with keypoints (train2017's 262k: 56 MB), the captions' UTF-8.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from beam_jobs.planning.discover import InputError
 from beam_jobs.sources.objects import coco_json
 
 KEYPOINTS_PREFIX, CAPTIONS_PREFIX = "person_keypoints_", "captions_"
+_IMAGE = struct.Struct("<q")  # a keypoints annotation's image_id, before its values
+_NO_IMAGE = -(1 << 63)  # a keypoints annotation without an int image_id: attached by its id alone
 _SIDE = re.compile(r"(?<![a-z])(left|right)(?![a-z])", re.IGNORECASE)  # a word of a point's name: left_eye, Right Hip
 
 
@@ -69,7 +71,8 @@ class Extras:
         self.keypoints_where, self.captions_where = keypoints_where, captions_where
         self.names: tuple[str, ...] = ()  # the keypoints' names, from the file's categories
         self.count = 0  # K: points an object; 0 without a keypoints file
-        self._points: dict[int, bytes] = {}  # annotation id -> its values as float32 (x, y, visibility a point)
+        # annotation id -> its image id (int64; _NO_IMAGE: none given) and values as float32 (x, y, visibility a point)
+        self._points: dict[int, bytes] = {}
         self._bad: dict[int, str] = {}  # annotation id -> why its keypoints cannot be used
         self._captions: dict[str, list[str]] = {}
         self._used: set[int] = set()  # the annotation ids whose keypoints an object took
@@ -110,9 +113,12 @@ class Extras:
             self.objects_without_id += 1
         return (0.0, 0.0, 0) * self.count, ""
 
-    def points(self, annotation_id: int) -> tuple[tuple, str]:
+    def points(self, annotation_id: int, image_id: str = "", instances_where: str = "") -> tuple[tuple, str]:
         """``(x, y, visibility, ...)`` of an object in its image's pixels (zeros for an object without keypoints),
-        or ``((), problem)`` for keypoints that cannot be used; ``((), "")`` without a keypoints file."""
+        or ``((), problem)`` for keypoints that cannot be used; ``((), "")`` without a keypoints file.
+
+        ``image_id``: the object's image in the instances file (``instances_where``): keypoints that name
+        another image are another object's (the files disagree), refused naming both ids rather than attached."""
         if not self.count:
             return (), ""
         if annotation_id in self._bad:
@@ -121,9 +127,15 @@ class Extras:
         if packed is None:
             return (0.0, 0.0, 0) * self.count, ""
         self._used.add(annotation_id)
-        values = struct.unpack(f"<{len(packed) // 4}f", packed)
+        (their_image,) = _IMAGE.unpack_from(packed)
+        where = posixpath.basename(self.keypoints_where)
+        if image_id and their_image != _NO_IMAGE and str(their_image) != image_id:
+            return (), (f"{where} annotation {annotation_id} is of image_id {their_image}, and "
+                        f"{posixpath.basename(instances_where) or 'the instances file'}'s annotation {annotation_id} of "
+                        f"image_id {image_id}: the files disagree on whose keypoints these are")
+        values = struct.unpack(f"<{(len(packed) - _IMAGE.size) // 4}f", packed[_IMAGE.size:])
         if len(values) != 3 * self.count:
-            return (), (f"{posixpath.basename(self.keypoints_where)} annotation {annotation_id}: {len(values)} keypoint "
+            return (), (f"{where} annotation {annotation_id}: {len(values)} keypoint "
                         f"values, not x, y, visibility for each of the {self.count} points its categories name")
         return tuple(value if index % 3 != 2 else int(value) for index, value in enumerate(values)), ""
 
@@ -151,7 +163,9 @@ class Extras:
             self._bad[annotation_id] = (f"{posixpath.basename(self.keypoints_where)} annotation {annotation_id}: "
                                         f"keypoints {str(values)[:60]} are not x, y, visibility numbers")
             return
-        self._points[annotation_id] = struct.pack(f"<{len(values)}f", *values)
+        image_id = item.get("image_id")
+        image_id = image_id if isinstance(image_id, int) and not isinstance(image_id, bool) else _NO_IMAGE
+        self._points[annotation_id] = _IMAGE.pack(image_id) + struct.pack(f"<{len(values)}f", *values)
 
     def _caption(self, item: dict) -> None:
         image_id, text = item.get("image_id"), item.get("caption")

@@ -119,7 +119,8 @@ class CocoSet:
                 boxes.append(annotations.Box(name, category, x0, y0, x1, y1, area, bool(flags & _CROWD),
                                              mask=blobs.get(offset, length) if blobs else ""))
                 if self.extras is not None:
-                    points, problem = self.extras.points(ann) if not flags & _NO_ID else self.extras.unlabelled()
+                    points, problem = self.extras.points(ann, self.source_ids[index], self.where) \
+                        if not flags & _NO_ID else self.extras.unlabelled()
                     if problem:
                         boxes.pop()
                         rejected.append((name, annotations.BAD_ANNOTATION, problem))

@@ -162,3 +162,27 @@ def test_the_help_of_the_objects_flags_says_keypoints_and_captions_are_read_and_
     text = " ".join(build_convert_parser().format_help().split())
     assert "person_keypoints_<set>.json and captions_<set>.json beside instances_<set>.json are read too" in text
     assert 'manifest.json\'s "keypoints", read with reader.ObjectTargets(keypoints="auto")' in text
+
+
+def test_keypoints_whose_image_id_disagrees_with_their_objects_are_refused_naming_both_ids(tmp_path):
+    """Keypoints attach by annotation id; one whose image_id is not its instance annotation's is another object's
+    (the files disagree): its object is rejected as a bad annotation naming the file and both image ids, instead
+    of getting those points silently, and the other images keep theirs."""
+    from beam_jobs import annotations
+
+    root = tmp_path / "coco"
+    _coco(root)
+    path = root / "annotations/person_keypoints_val2017.json"
+    data = json.loads(path.read_text())
+    data["annotations"][0]["image_id"] = 2  # annotation 10 is a.jpg's (image 1) person in instances_val2017.json
+    path.write_text(json.dumps(data))
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    found = {ref.relpath: annotations.decode(ref.annotation) for ref in plan.refs}
+    [rejected] = found["val2017/a.jpg"].rejected
+    assert rejected == ("instances_val2017.json annotation 10", "bad-annotation",
+                        "person_keypoints_val2017.json annotation 10 is of image_id 2, and instances_val2017.json's "
+                        "annotation 10 of image_id 1: the files disagree on whose keypoints these are")
+    assert [box.label for box in found["val2017/a.jpg"].boxes] == [3]  # the car stays (the image goes by default)
+    [person] = found["val2017/b.jpg"].boxes
+    assert person.keypoints[:3] == (4.0, 3.0, 2) and not found["val2017/b.jpg"].rejected
+    assert not any("names no object" in w for w in plan.warnings), plan.warnings  # named once, as the rejection
