@@ -8,9 +8,11 @@ Out: nothing, or :class:`TooManyRejectedError` with the rejection report moved b
 from __future__ import annotations
 
 import logging
+import math
 from typing import Mapping
 
 import record_schema
+from beam_jobs import annotations
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions
 from beam_jobs.stages.count import PartCounts
@@ -41,12 +43,22 @@ def check_error_budget(
     counted = ", ".join(f"{reason} {count}" for reason, count in ordered)
     if lost:
         counted += f"; and about {lost} more inputs in files refused whole, each named in a warning"
+    by_object = sorted(set(rejected_by_reason) & set(annotations.OBJECT_REASONS))
     raise TooManyRejectedError(
         f"{rejected} of {num_listed} files ({fraction:.1%}) were rejected ({counted}), more than "
         f"--max-bad-fraction {options.max_bad_fraction:g}; nothing was published. "
         f"Each file and its reason is in {report}" + "".join(
             f". {hint}" for reason, hint in _REASON_HINTS.items() if rejected_by_reason.get(reason))
+        + (f". To publish the other images, raise --max-bad-fraction to {_enough(fraction)}" if rejected < num_listed
+           else "")
+        + (f". An image rejected for an object that cannot be written ({', '.join(by_object)}) is written without "
+           "it with --keep-partial-images" if by_object and not options.encode.keep_partial_images else "")
     )
+
+
+def _enough(fraction: float) -> str:
+    """The smallest --max-bad-fraction of two decimals that lets ``fraction`` pass."""
+    return f"{math.ceil(fraction * 100 - 1e-9) / 100:g}"
 
 
 # What a rejection reason asks of the user, said in the error line when rejections fail the run.
@@ -68,7 +80,8 @@ def check_object_budget(options: ConvertOptions, counts: PartCounts, staging: st
     counted = ", ".join(f"{reason} {count}" for reason, count in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])))
     raise TooManyRejectedError(
         f"{bad} of {total} objects ({bad / total:.1%}) were rejected ({counted}), more than --max-bad-fraction "
-        f"{options.max_bad_fraction:g}; nothing was published. Each object and its reason is in {report}")
+        f"{options.max_bad_fraction:g}; nothing was published. Each object and its reason is in {report}. To "
+        f"publish their images without them, raise --max-bad-fraction to {_enough(bad / total)}")
 
 
 def rejected_report_path(out: str) -> str:

@@ -38,11 +38,12 @@ from beam_jobs.stages.validate import assumed_frame, count_objects, rejected_obj
 
 
 def listed_objects(ref: ImageRef) -> int:
-    """The objects a listed image's annotation gives it (0 for a classification image)."""
+    """The objects a listed image's annotation gives it (0 for a classification image): those it would write and
+    those already refused (an image rejected for one of them loses them all: they count as going with it)."""
     if not ref.annotation:
         return 0
     annotation = annotations.decode(ref.annotation)
-    return len(annotation.boxes) if isinstance(annotation, annotations.Objects) else 0
+    return len(annotation.boxes) + len(annotation.rejected) if isinstance(annotation, annotations.Objects) else 0
 
 
 def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: EncodeOptions,

@@ -186,3 +186,36 @@ def test_keypoints_whose_image_id_disagrees_with_their_objects_are_refused_namin
     [person] = found["val2017/b.jpg"].boxes
     assert person.keypoints[:3] == (4.0, 3.0, 2) and not found["val2017/b.jpg"].rejected
     assert not any("names no object" in w for w in plan.warnings), plan.warnings  # named once, as the rejection
+
+
+def test_a_bad_keypoints_annotation_counts_its_images_objects_and_the_budget_says_what_to_raise(tmp_path):
+    """a.jpg's person has keypoints that are not triples (its car is fine). By default the image is rejected and
+    its line counts both objects as going with it (it said 1: the refused person was not counted); the run fails
+    on --max-bad-fraction saying the fraction that publishes the rest, and that --keep-partial-images keeps such
+    images. With --keep-partial-images the person alone is refused, and the object budget says the fraction too."""
+    from beam_jobs.options import EncodeOptions
+    from beam_jobs.pipeline import TooManyRejectedError
+    from beam_jobs.pipeline.budgets import _enough
+
+    root = tmp_path / "coco"
+    _coco(root)
+    path = root / "annotations/person_keypoints_val2017.json"
+    data = json.loads(path.read_text())
+    data["annotations"][0]["keypoints"] = [4, 3, 2, 6, 5]
+    path.write_text(json.dumps(data))
+    with pytest.raises(TooManyRejectedError) as raised:
+        run(ConvertOptions(src=str(root), out=str(tmp_path / "ds"), shards=1), FAST, show_progress=False)
+    said = str(raised.value)
+    assert "1 of 2 files (50.0%) were rejected (bad-annotation 1)" in said, said
+    assert "To publish the other images, raise --max-bad-fraction to 0.5" in said, said
+    assert "An image rejected for an object that cannot be written (bad-annotation) is written without it with " \
+        "--keep-partial-images" in said, said
+    [line] = [json.loads(text) for text in (tmp_path / "ds.rejected.jsonl").read_text().splitlines()]
+    assert line["detail"].endswith("; its 2 objects went with it"), line
+    with pytest.raises(TooManyRejectedError) as raised:
+        run(ConvertOptions(src=str(root), out=str(tmp_path / "partial"), shards=1,
+                           encode=EncodeOptions(keep_partial_images=True)), FAST, show_progress=False)
+    said = str(raised.value)
+    assert "1 of 3 objects (33.3%) were rejected (bad-annotation 1)" in said, said
+    assert said.endswith("To publish their images without them, raise --max-bad-fraction to 0.34"), said
+    assert (_enough(1 / 3), _enough(0.5), _enough(0.07)) == ("0.34", "0.5", "0.07")
