@@ -71,14 +71,15 @@ def _name(names: list[str], class_id: int) -> str:
     return names[class_id] if 0 <= class_id < len(names) and names[class_id] else str(class_id)
 
 
-def _examples(info: DatasetInfo, split: SplitInfo) -> Iterator:
-    """Each record's features in shard order; a damaged shard is a ValueError naming it and the record."""
+def split_features(info: DatasetInfo, split: SplitInfo, doing: str = "draw the contact sheet") -> Iterator:
+    """Every record of ``split`` in shard order, parsed: the sheet's walk and the report's scan (a dataset without
+    records tables). A damaged shard is a ValueError naming it and the record: ``cannot {doing}: ...``."""
     for shard in split.shards:
         try:
             for data in iter_records(shard.path):
                 yield tf.train.Example.FromString(data).features.feature
         except FrameError as err:
-            raise ValueError(f"cannot draw the contact sheet: {err}. python -m converter verify {info.data_dir} "
+            raise ValueError(f"cannot {doing}: {err}. python -m converter verify {info.data_dir} "
                              "checks every shard") from None
 
 
@@ -97,7 +98,7 @@ def _class_rows(info: DatasetInfo, split: SplitInfo, per_class: int, thumb: int,
     """One row per class: its name, then its first ``per_class`` images in shard order."""
     samples: dict[int, list[Image.Image]] = collections.defaultdict(list)
     full = 0
-    for feature in _examples(info, split):
+    for feature in split_features(info, split):
         label = feature[record_schema.LABEL].int64_list.value[0]
         if len(samples[label]) < per_class:
             image = _decode(feature[record_schema.IMAGE_ENCODED].bytes_list.value[0]).convert("RGB")
@@ -123,7 +124,7 @@ def _record_grid(info: DatasetInfo, split: SplitInfo, columns: int, side: int, f
     rows = min(max(sum(1 for name in info.classes if name), 1), MAX_ROWS)
     tag_fonts = LabelFonts(size=11)
     tiles = [record_tile(info, feature, side, fonts, tag_fonts)
-             for feature in itertools.islice(_examples(info, split), columns * rows)]
+             for feature in itertools.islice(split_features(info, split), columns * rows)]
     height = side + CAPTION_LINES * fonts.line_height + GAP
     sheet = Image.new("RGB", (GAP + columns * (side + GAP), GAP + max(1, -(-len(tiles) // columns)) * (height + GAP)),
                       "white")

@@ -18,25 +18,22 @@ shown, never by the number of images. Modules, in the order the data flows: :mod
 
 from __future__ import annotations
 
-import argparse
-import collections
 import dataclasses
 import json
 import logging
 import os
-import sys
-from typing import Optional, Sequence
+from typing import Optional
 
 from PIL import Image
 
 import record_schema
 from reader import storage
 from reader.tools import report_inputs, report_sections
-from reader.tools.contact_sheet import LabelFonts, mask_classes, record_tile
+from reader.tools.contact_sheet import mask_classes, split_features
 from reader.info import DatasetInfo, dataset_info, open_records_table
 from reader.tools.report_options import ReportOptions
 from reader.tools.report_stats import SplitStats
-from reader.tools.report_tables import Pass, sheet_classes, split_features, table_pass, thumbnail
+from reader.tools.report_tables import Pass, SheetTiles, table_pass, thumbnail
 from record_files.croissant import CROISSANT_FILE
 
 logger = logging.getLogger(__name__)
@@ -106,37 +103,27 @@ def one_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str]) 
     Raises:
       ValueError: a shard is damaged (naming it and the record).
     """
-    fonts, tag_fonts = LabelFonts(), LabelFonts(size=11)
+    tiles = SheetTiles(info, options)
     segmentation = info.task == record_schema.TASK_SEGMENTATION
-    drawn, sheet_ids = sheet_classes(info, options)
-    room = {class_id: options.per_class for class_id in sheet_ids}
     masks_read = 0
-    sheets: dict[int, list[Image.Image]] = collections.defaultdict(list)
     wanted = {path.encode("utf-8"): path for path in wanted_paths}
     thumbs: dict[str, Image.Image] = {}
     splits = {}
     for name, split in info.splits.items():
         stats = SplitStats(name)
-        for feature in split_features(info, split):
+        for feature in split_features(info, split, "write the report"):
             classes = stats.add(feature, info.task)
-            if segmentation and masks_read < options.masks_read and any(room.values()):
+            if segmentation and masks_read < options.masks_read and tiles.has_room():
                 classes, masks_read = mask_classes(info, feature), masks_read + 1  # the PNG decoded
-            needing = [c for c in dict.fromkeys(classes) if room.get(c, 0) > 0]
-            if needing:
-                tile = record_tile(info, feature, options.tile, fonts, tag_fonts)
-                for class_id in needing:
-                    sheets[class_id].append(tile)
-                    room[class_id] -= 1
+            tiles.file(feature, classes)
             if wanted:
                 filename = feature[record_schema.FILENAME].bytes_list.value[0] \
                     if record_schema.FILENAME in feature else b""
                 if filename in wanted:
                     thumbs[wanted.pop(filename)] = thumbnail(feature, options.thumb)
         splits[name] = stats.finish()
-    if fonts.missing or tag_fonts.missing:
-        logger.warning("the report's contact sheets draw %s as boxes: no installed font has them",
-                       " ".join(sorted(fonts.missing | tag_fonts.missing)))
-    return Pass(splits, dict(sheets), thumbs, max(len(drawn) - len(sheet_ids), 0), masks_read, scanned=True)
+    sheets, left = tiles.finish()
+    return Pass(splits, sheets, thumbs, left, masks_read, scanned=True)
 
 
 def the_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str], scan: bool = False) -> Pass:
@@ -150,32 +137,3 @@ def the_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str], 
                        "shard; converting again writes them, and the report then reads only what it draws",
                        info.data_dir)
     return one_pass(info, options, wanted_paths)
-
-
-def main(argv: Sequence[str]) -> int:
-    """``python -m converter report OUT [--dest DIR] [--open]``: write the report, print where; 2 on a usage
-    error, 1 when the dataset cannot be reported (the message names the file at fault)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m converter report",
-        description="Write report.html (one self-contained page: splits, classes, objects, image sizes, "
-                    "rejections, contact sheets, duplicates) and report.json beside a converted dataset.")
-    parser.add_argument("data_dir", metavar="OUT", help="the converted dataset's folder (holding manifest.json)")
-    parser.add_argument("--dest", metavar="DIR", help="write the two files here instead (an existing folder)")
-    parser.add_argument("--open", action="store_true", help="open the page in a web browser when written")
-    args = parser.parse_args(list(argv))
-    try:
-        paths = write_report(args.data_dir, args.dest)
-    except (ValueError, OSError, ImportError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    print(f"wrote {paths.html}\nwrote {paths.json}")
-    if args.open:
-        import pathlib
-        import webbrowser
-
-        webbrowser.open(pathlib.Path(os.path.abspath(paths.html)).as_uri())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -6,6 +6,7 @@ Out: :class:`Pass`, what :func:`reader.tools.report.one_pass`'s scan of every re
 tiles: the figures are the ones the converter summed per shard into each table's footer; a contact sheet's records
 are found from the ``classes`` column, a duplicate's from the ``path`` column (a row group at a time, stopping once
 every sheet is full and every image found), and only those records are read, each by one seek to its ``offset``.
+:class:`SheetTiles` is the contact sheets both passes fill (the classes that get one, their room, the fonts).
 
 Cost: the footers, the class and path columns up to where the last drawn record is, and the drawn records: a
 1M-record dataset reports in seconds, in memory flat in N (one row group, about 64k rows, at a time). A
@@ -18,6 +19,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import io
+import logging
 import struct
 from typing import Iterator
 
@@ -29,10 +31,9 @@ from PIL import Image
 
 import record_schema
 from reader import storage
-from reader.tools.contact_sheet import LabelFonts, mask_classes, record_tile
-from reader.info import DatasetInfo, SplitInfo
+from reader.tools.contact_sheet import LabelFonts, mask_classes, record_tile, split_features
+from reader.info import DatasetInfo
 from reader.tools.report_options import ReportOptions
-from reader.frames import iter_records
 from record_files.record_stats import SplitStats
 from record_files.records_table import RecordsTable
 from record_files.tfrecord import FOOTER_BYTES, HEADER_BYTES, FrameError, read_frames
@@ -61,6 +62,38 @@ def sheet_classes(info: DatasetInfo, options: ReportOptions) -> tuple[list[int],
     return drawn, drawn[:options.max_sheet_classes]
 
 
+class SheetTiles:
+    """The contact sheets a pass fills, set up once for both passes: the classes that get one
+    (:func:`sheet_classes`), each with room for ``options.per_class`` tiles, and the fonts tiles are drawn in."""
+
+    def __init__(self, info: DatasetInfo, options: ReportOptions) -> None:
+        self.info, self.options = info, options
+        self.drawn, self.ids = sheet_classes(info, options)
+        self.room = {class_id: options.per_class for class_id in self.ids}
+        self.sheets: dict[int, list[Image.Image]] = collections.defaultdict(list)
+        self.fonts, self.tag_fonts = LabelFonts(), LabelFonts(size=11)
+
+    def has_room(self) -> bool:
+        return any(self.room.values())
+
+    def file(self, feature, classes) -> None:
+        """The record's tile (drawn once) under each of ``classes`` that has room left, in order, once each."""
+        needing = [c for c in dict.fromkeys(classes) if self.room.get(c, 0) > 0]
+        if needing:
+            tile = record_tile(self.info, feature, self.options.tile, self.fonts, self.tag_fonts)
+            for class_id in needing:
+                self.sheets[class_id].append(tile)
+                self.room[class_id] -= 1
+
+    def finish(self) -> tuple[dict[int, list[Image.Image]], int]:
+        """The tiles by class id, and how many classes got no sheet; a warning names what no font draws."""
+        missing = self.fonts.missing | self.tag_fonts.missing
+        if missing:
+            logging.getLogger("reader.tools.report").warning(
+                "the report's contact sheets draw %s as boxes: no installed font has them", " ".join(sorted(missing)))
+        return dict(self.sheets), max(len(self.drawn) - len(self.ids), 0)
+
+
 # A record to read: (split's place in the manifest, shard, index in the shard) -> (offset, classes it fills,
 # path it shows or "").
 _Key = tuple[int, int, int]
@@ -73,34 +106,27 @@ def table_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str]
     Raises:
       ValueError: a drawn record is damaged (naming the shard and record), or a table's footer has no figures.
     """
-    fonts, tag_fonts = LabelFonts(), LabelFonts(size=11)
-    drawn, sheet_ids = sheet_classes(info, options)
+    tiles = SheetTiles(info, options)
     splits = {name: tables[name].stats(name) for name in info.splits}
     segmentation = info.task == record_schema.TASK_SEGMENTATION
     room = np.zeros(max(len(info.classes), 1), np.int64)
-    room[sheet_ids] = 0 if segmentation else options.per_class
+    room[tiles.ids] = 0 if segmentation else options.per_class  # a mask's classes are not in the table
     picks: dict[_Key, list] = {}
     wanted = set(wanted_paths)
     for place, name in enumerate(info.splits):
         if not room.any() and not wanted:
             break
         _find(tables[name], place, room, wanted, picks)
-    sheets: dict[int, list[Image.Image]] = collections.defaultdict(list)
     thumbs: dict[str, Image.Image] = {}
-    masks_read = 0
-    if segmentation:
-        masks_read = _mask_sheets(info, options, sheet_ids, sheets, fonts, tag_fonts)
+    masks_read = _mask_sheets(info, options, tiles) if segmentation else 0
     shards = [split.shards for split in info.splits.values()]
     for (place, shard, index), (offset, classes, path) in sorted(picks.items()):
         feature = _record_at(info, shards[place][shard].path, offset, index)
-        if classes:
-            tile = record_tile(info, feature, options.tile, fonts, tag_fonts)
-            for class_id in classes:
-                sheets[class_id].append(tile)
+        tiles.file(feature, classes)  # each class's first records: never past its room
         if path:
             thumbs[path] = thumbnail(feature, options.thumb)
-    _warn_missing_fonts(fonts, tag_fonts)
-    return Pass(splits, dict(sheets), thumbs, max(len(drawn) - len(sheet_ids), 0), masks_read)
+    sheets, left = tiles.finish()
+    return Pass(splits, sheets, thumbs, left, masks_read)
 
 
 def _find(table: RecordsTable, place: int, room: np.ndarray, wanted: set[str], picks: dict[_Key, list]) -> None:
@@ -164,44 +190,26 @@ def _record_at(info: DatasetInfo, path: str, offset: int, index: int):
     return tf.train.Example.FromString(frame.data).features.feature
 
 
-def _mask_sheets(info: DatasetInfo, options: ReportOptions, sheet_ids: list[int], sheets: dict, fonts: LabelFonts,
-                 tag_fonts: LabelFonts) -> int:
+def _mask_sheets(info: DatasetInfo, options: ReportOptions, tiles: SheetTiles) -> int:
     """A segmentation dataset's sheets, as the scan draws them: its first records' masks decoded (at most
     ``options.masks_read``), each record filed under the classes its mask holds; the masks decoded."""
-    room = {class_id: options.per_class for class_id in sheet_ids}
     masks_read = 0
     for feature in _first_records(info, options.masks_read):
-        if not any(room.values()):
+        if not tiles.has_room():
             break
-        classes, masks_read = mask_classes(info, feature), masks_read + 1
-        needing = [c for c in dict.fromkeys(classes) if room.get(c, 0) > 0]
-        if needing:
-            tile = record_tile(info, feature, options.tile, fonts, tag_fonts)
-            for class_id in needing:
-                sheets[class_id].append(tile)
-                room[class_id] -= 1
+        masks_read += 1
+        tiles.file(feature, mask_classes(info, feature))
     return masks_read
 
 
 def _first_records(info: DatasetInfo, count: int) -> Iterator:
     """The parsed features of the dataset's first ``count`` records, in split and shard order."""
     for split in info.splits.values():
-        for feature in split_features(info, split):
+        for feature in split_features(info, split, "write the report"):
             if count <= 0:
                 return
             count -= 1
             yield feature
-
-
-def split_features(info: DatasetInfo, split: SplitInfo) -> Iterator:
-    """Every record of ``split`` in order, parsed (the scan's way: a dataset without records tables)."""
-    for shard in split.shards:
-        try:
-            for data in iter_records(shard.path):
-                yield tf.train.Example.FromString(data).features.feature
-        except FrameError as err:
-            raise ValueError(f"cannot write the report: {err}. python -m converter verify {info.data_dir} "
-                             "checks every shard") from None
 
 
 def thumbnail(feature, side: int) -> Image.Image:
@@ -211,12 +219,3 @@ def thumbnail(feature, side: int) -> Image.Image:
         thumb = image.convert("RGB")
     thumb.thumbnail((side, side))
     return thumb
-
-
-def _warn_missing_fonts(fonts: LabelFonts, tag_fonts: LabelFonts) -> None:
-    import logging
-
-    if fonts.missing or tag_fonts.missing:
-        logging.getLogger("reader.tools.report").warning(
-            "the report's contact sheets draw %s as boxes: no installed font has them",
-            " ".join(sorted(fonts.missing | tag_fonts.missing)))

@@ -258,12 +258,15 @@ def test_a_damaged_duplicates_line_or_a_missing_folder_is_named(classified, tmp_
 
 
 def test_the_command_writes_the_report_and_names_what_is_wrong(classified, tmp_path, capsys):
-    assert report.main([classified, "--dest", str(tmp_path)]) == 0
+    """``python -m converter report``'s function, in this process (its one parser: the report has no other)."""
+    from converter.dataset_commands import report as command
+
+    assert command([classified, "--dest", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path}/report.html", f"wrote {tmp_path}/report.json"]
-    assert report.main([str(tmp_path / "missing")]) == 1
+    assert command([str(tmp_path / "missing")]) == 1
     assert "missing" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
-        report.main(["--nope"])
+        command(["--nope"])
     assert exit_.value.code == 2
 
 
