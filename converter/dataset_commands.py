@@ -38,6 +38,12 @@ def _dataset_command(name: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _add_version(parser: argparse.ArgumentParser) -> None:
+    """``--version N``: the version of a dataset that grows (``--update``) to take, not the latest."""
+    parser.add_argument("--version", type=int, default=None, metavar="N",
+                        help="the dataset's version N (python -m converter versions lists them; default: the latest)")
+
+
 def _configure_s3(args: argparse.Namespace) -> None:
     """Hand the ``--s3_*`` flags to the reader's S3 client."""
     from reader import storage
@@ -80,6 +86,7 @@ def verify(argv: Sequence[str]) -> int:
         "SHA-256 and image decode, and counts, bytes and checksums against the manifest.")
     parser.add_argument("--sample", type=int, default=None,
                         help="decode only the first N images of each shard (default: all)")
+    _add_version(parser)
     args = parser.parse_args(argv)
     if args.sample is not None and args.sample < 0:
         parser.error(f"--sample must be >= 0, got {args.sample}")
@@ -87,7 +94,7 @@ def verify(argv: Sequence[str]) -> int:
     def check(args: argparse.Namespace) -> int:
         from reader.tools.verify import verify as run_verify
 
-        report = run_verify(args.out, sample=args.sample)
+        report = run_verify(args.out, sample=args.sample, version=args.version)
         print(report.format())
         return 0 if report.ok else 1
 
@@ -103,6 +110,7 @@ def inspect(argv: Sequence[str]) -> int:
     parser.add_argument("--split", default=None, help="split of the contact sheet (default: the first)")
     parser.add_argument("--per-class", type=int, default=8, help="images per class on the sheet; objects, masks, "
                         "several labels: its columns (default: %(default)s)")
+    _add_version(parser)
     args = parser.parse_args(argv)
     configure_logging(verbose=False)
 
@@ -112,11 +120,13 @@ def inspect(argv: Sequence[str]) -> int:
 
         if args.grid:
             check_sheet_path(args.grid)
+        info = dataset_info(args.out, version=args.version)  # fail before printing anything
         if args.split:
-            dataset_info(args.out).split(args.split)  # fail before printing anything
-        print(summarize(args.out))
+            info.split(args.split)
+        print(summarize(args.out, version=args.version))
         if args.grid:
-            print(f"contact sheet: {contact_sheet(args.out, args.grid, args.split, args.per_class)}")
+            sheet = contact_sheet(args.out, args.grid, args.split, args.per_class, version=args.version)
+            print(f"contact sheet: {sheet}")
         return 0
 
     return _on_dataset(args, show)
@@ -167,13 +177,14 @@ def report(argv: Sequence[str]) -> int:
     parser.add_argument("data_dir", metavar="OUT", help="the converted dataset's folder (holding manifest.json)")
     parser.add_argument("--dest", metavar="DIR", help="write the two files here instead (an existing folder)")
     parser.add_argument("--open", action="store_true", help="open the page in a web browser when written")
+    _add_version(parser)
     args = parser.parse_args(list(argv))
     configure_logging(verbose=False)
     _quiet_tensorflow()
     from reader.tools.report import write_report
 
     try:
-        paths = write_report(args.data_dir, args.dest)
+        paths = write_report(args.data_dir, args.dest, version=args.version)
     except (ValueError, OSError, ImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -87,6 +87,11 @@ class DatasetInfo:
     all_jpeg: bool = False
     version: int = versions.FIRST_VERSION  # which version of a dataset that grows (--update) this is
 
+    def version_file(self, name: str) -> str:
+        """The path of ``name``, a file this version writes beside its manifest (``rejected.jsonl``,
+        ``duplicates.jsonl``, ``croissant.json``...): in ``data_dir`` for version 1, ``versions/<N>/`` after."""
+        return os.path.join(self.data_dir, versions.in_version(self.version, name))
+
     @property
     def num_classes(self) -> int:
         return len(self.classes)
@@ -250,11 +255,9 @@ def _chosen_version(data_dir: str, version: Optional[int]) -> int:
     if version is None:
         return latest
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= latest:
-        raise ValueError(f"version={version!r}: {data_dir} has versions 1 to {latest} "
-                         "(python -m converter versions lists them)")
+        raise ValueError(versions.missing_version(version, version_numbers(data_dir), data_dir))
     if version != latest and not storage.exists(os.path.join(data_dir, versions.manifest_path(version))):
-        raise DatasetNotFoundError(f"version {version} of {data_dir} was pruned (python -m converter prune): "
-                                   "python -m converter versions lists the versions kept")
+        raise DatasetNotFoundError(versions.missing_version(version, version_numbers(data_dir), data_dir))
     return version
 
 

@@ -245,10 +245,13 @@ def croissant_text(jsonld: Mapping) -> str:
     return json.dumps(jsonld, indent=2, ensure_ascii=False) + "\n"
 
 
-def write_croissant(data_dir: str, card: Optional[DatasetCard] = None, manifest: Optional[Mapping] = None) -> str:
+def write_croissant(data_dir: str, card: Optional[DatasetCard] = None, manifest: Optional[Mapping] = None,
+                    folder_name: Optional[str] = None) -> str:
     """Write ``croissant.json`` beside ``data_dir``'s manifest (temp file + rename: never half a card).
 
     ``manifest``: the manifest to describe, when it is not yet in ``data_dir`` (a staging folder).
+    ``folder_name``: the dataset's folder name, the card's default name (default: ``data_dir``'s; a version's
+    folder ``versions/<N>`` is not the dataset's).
     Returns the card's path. A local folder: the converter writes remote stagings with
     :func:`croissant_text` through its own file systems.
     """
@@ -260,7 +263,7 @@ def write_croissant(data_dir: str, card: Optional[DatasetCard] = None, manifest:
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"{data_dir} holds no {record_schema.MANIFEST_FILE}: not a converted dataset") from None
-    name = os.path.basename(os.path.normpath(data_dir))
+    name = folder_name or os.path.basename(os.path.normpath(data_dir))
     text = croissant_text(build_croissant(manifest, card, folder_name=name))
     target = os.path.join(data_dir, CROISSANT_FILE)
     handle, temp = tempfile.mkstemp(prefix=f".{CROISSANT_FILE}.", suffix=".tmp", dir=data_dir)

@@ -14,13 +14,14 @@ the latest version is 1. A shard ``file`` in any version's manifest is relative 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
-from typing import Iterable, Iterator, Optional
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
 import record_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FIRST_VERSION = 1
 VERSIONS_DIR = "versions"
@@ -71,6 +72,21 @@ def folder_version(name: str) -> Optional[int]:
     return int(name) if len(name) >= 5 and name.isdigit() and int(name) > FIRST_VERSION else None
 
 
+def missing_version(version: object, existing: list[int], data_dir: str) -> str:
+    """Why ``version`` of ``data_dir`` cannot be read, naming it and the versions there are (``existing``, oldest
+    first: pruned ones are not): the message of every caller that takes a version (the reader's ``version=``,
+    the dataset commands' ``--version``)."""
+    if not existing:
+        there = "no version at all (it holds no converted dataset)"
+    elif existing == list(range(existing[0], existing[-1] + 1)) and len(existing) > 2:
+        there = f"versions {existing[0]} to {existing[-1]}"
+    else:
+        there = ("version " if len(existing) == 1 else "versions ") + ", ".join(map(str, existing))
+    pruned = " (older versions were pruned)" if existing and existing[0] > FIRST_VERSION else ""
+    return (f"version {version!r} of {data_dir} does not exist: it has {there}{pruned} "
+            "(python -m converter versions lists them)")
+
+
 def _check(version: int) -> None:
     if not isinstance(version, int) or isinstance(version, bool) or version < FIRST_VERSION:
         raise ValueError(f"version must be an integer from {FIRST_VERSION}, got {version!r}")
@@ -105,20 +121,29 @@ class SourceRow:
         return self.size != UNKNOWN and self.mtime_ns != UNKNOWN
 
 
-_SCHEMA = pa.schema([("path", pa.string()), ("split", pa.string()), ("file", pa.string()), ("index", pa.int64()),
-                     ("size", pa.int64()), ("mtime_ns", pa.int64()), ("sha256", pa.string()),
-                     ("source_sha256", pa.string()), ("label", pa.int64())])
+# pyarrow is imported by the functions that read or write a sources table only: the layout's names are read by
+# commands that should start fast (``card``, ``--version``), and pyarrow takes half a second to import.
+_COLUMNS = ("path", "split", "file", "index", "size", "mtime_ns", "sha256", "source_sha256", "label")
+
+
+@functools.cache
+def _schema() -> "pa.Schema":
+    import pyarrow as pa
+
+    types = {"index": pa.int64(), "size": pa.int64(), "mtime_ns": pa.int64(), "label": pa.int64()}
+    return pa.schema([(name, types.get(name, pa.string())) for name in _COLUMNS])
+
+
 # The columns of tables written before ``source_sha256`` and before ``label`` (still read: the missing columns
 # then read as their defaults, "" and UNKNOWN).
-_OLDER_COLUMNS = (_SCHEMA.names[:-2], _SCHEMA.names[:-1])
-_READABLE = (_SCHEMA.names, *_OLDER_COLUMNS)
+_READABLE = tuple(list(_COLUMNS[:end]) for end in (len(_COLUMNS), len(_COLUMNS) - 1, len(_COLUMNS) - 2))
 
 
 def sources_bytes(rows: Iterable[SourceRow]) -> bytes:
     """The sources table's bytes: the rows sorted by path (so the same rows give the same bytes), zstd."""
-    ordered = sorted(rows, key=lambda row: row.path)
-    columns = {name: [getattr(row, name) for row in ordered] for name in _SCHEMA.names}
-    table = pa.Table.from_pydict(columns, schema=_SCHEMA)
+    import pyarrow.parquet as pq
+
+    table = _table(sorted(rows, key=lambda row: row.path))
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd", row_group_size=_ROW_GROUP)
     return sink.getvalue()
@@ -135,7 +160,9 @@ def write_sources(path: str, rows: Iterable[SourceRow]) -> None:
 
     Raises ValueError naming the first row out of order (the table is sorted so the same rows give the same
     bytes, and an update merge-joins it with SRC's listing)."""
-    with pq.ParquetWriter(path, _SCHEMA, compression="zstd") as writer:
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(path, _schema(), compression="zstd") as writer:
         batch: list[SourceRow] = []
         last = None
         for row in rows:
@@ -150,21 +177,25 @@ def write_sources(path: str, rows: Iterable[SourceRow]) -> None:
             writer.write_table(_table(batch), row_group_size=_ROW_GROUP)
 
 
-def _table(rows: list[SourceRow]) -> pa.Table:
-    return pa.Table.from_pydict({name: [getattr(row, name) for row in rows] for name in _SCHEMA.names},
-                                schema=_SCHEMA)
+def _table(rows: list[SourceRow]) -> "pa.Table":
+    import pyarrow as pa
+
+    return pa.Table.from_pydict({name: [getattr(row, name) for row in rows] for name in _COLUMNS}, schema=_schema())
 
 
 def iter_sources(path: str) -> Iterator[SourceRow]:
     """The rows of the sources table at ``path``, in its order (by path), a row group at a time; ValueError naming
     ``path`` when it is not one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         table = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as err:
         raise ValueError(f"{path} is not a sources table ({err})") from err
     names = table.schema_arrow.names
     if names not in _READABLE:
-        raise ValueError(f"{path} has the columns {names}, not a sources table's {_SCHEMA.names}")
+        raise ValueError(f"{path} has the columns {names}, not a sources table's {list(_COLUMNS)}")
     for group in range(table.num_row_groups):
         columns = table.read_row_group(group).to_pydict()
         yield from (SourceRow(*values) for values in zip(*(columns[name] for name in names)))
@@ -172,11 +203,14 @@ def iter_sources(path: str) -> Iterator[SourceRow]:
 
 def read_sources(data: bytes, where: str) -> list[SourceRow]:
     """The rows of a sources table's bytes; ValueError naming ``where`` when they are not one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         table = pq.read_table(io.BytesIO(data))
     except (pa.ArrowInvalid, OSError) as err:
         raise ValueError(f"{where} is not a sources table ({err})") from err
     if table.schema.names not in _READABLE:
-        raise ValueError(f"{where} has the columns {table.schema.names}, not a sources table's {_SCHEMA.names}")
+        raise ValueError(f"{where} has the columns {table.schema.names}, not a sources table's {list(_COLUMNS)}")
     columns = table.to_pydict()
     return [SourceRow(*values) for values in zip(*(columns[name] for name in table.schema.names))]

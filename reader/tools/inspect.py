@@ -29,9 +29,10 @@ def _table(rows: list[list[str]]) -> list[str]:
             for row in rows]
 
 
-def summarize(data_dir: str) -> str:
-    """Classes by split with counts, shard sizes, bytes, rejections by reason, and content duplicates."""
-    info = dataset_info(data_dir)
+def summarize(data_dir: str, version: Optional[int] = None) -> str:
+    """Classes by split with counts, shard sizes, bytes, rejections by reason, and content duplicates (of the
+    latest version, or of ``version``)."""
+    info = dataset_info(data_dir, version=version)
     splits = list(info.splits.values())
     # Objects: ids the dataset leaves unnamed (0, the background; COCO's gaps) are no classes, and the counts
     # by class are of objects, so the totals are objects too, with the images on a line of their own.
@@ -77,7 +78,7 @@ def summarize(data_dir: str) -> str:
         more = f" and {len(archives) - 5} more" if len(archives) > 5 else ""
         lines += [f"converted from {len(archives)} archive{'s' if len(archives) > 1 else ''} (records name images "
                   f"by their path in the extraction): " + ", ".join(shown) + more, ""]
-    lines += _rejections(data_dir) + _skipped(info) + [""]
+    lines += _rejections(info) + _skipped(info) + [""]
     lines += _duplicates(info)
     lines += [f"note: {work.describe()}" for work in kept_work(data_dir)]
     return "\n".join(lines)
@@ -91,9 +92,9 @@ def _dated(identity: str) -> str:
     return re.sub(r"modified (\d+(?:\.\d+)?)$", date, identity)
 
 
-def _rejections(data_dir: str) -> list[str]:
-    """Rejections by reason with a few paths each, streamed from the report (it may list millions)."""
-    path = os.path.join(data_dir, record_schema.REJECTED_FILE)
+def _rejections(info: DatasetInfo) -> list[str]:
+    """Rejections by reason with a few paths each, streamed from the version's report (it may list millions)."""
+    path = info.version_file(record_schema.REJECTED_FILE)
     if not storage.exists(path):
         return ["rejected: no report"]
     counts: collections.Counter[str] = collections.Counter()
@@ -154,7 +155,7 @@ def check_sheet_path(path: str) -> str:
 
 
 def contact_sheet(data_dir: str, path: str, split: Optional[str] = None, per_class: int = 8,
-                  thumb: int = 96) -> str:
+                  thumb: int = 96, version: Optional[int] = None) -> str:
     """Write a contact sheet of ``split`` (default: the first) to ``path``, drawn as its task labels it.
 
     Classification: one row per class, ``per_class`` sample images labelled
@@ -169,7 +170,7 @@ def contact_sheet(data_dir: str, path: str, split: Optional[str] = None, per_cla
       ValueError: ``path``'s folder does not exist or its extension is not an image format; a shard is damaged.
     """
     image_format = check_sheet_path(path)
-    info = dataset_info(data_dir)
+    info = dataset_info(data_dir, version=version)
     sheet, missing = draw_sheet(info, info.split(split or next(iter(info.splits))), per_class, thumb)
     with tf.io.gfile.GFile(path, "wb") as handle:
         buffer = io.BytesIO()

@@ -50,11 +50,13 @@ class ReportPaths:
 
 
 def write_report(data_dir: str, dest: Optional[str] = None, options: ReportOptions = ReportOptions(),
-                 scan: bool = False) -> ReportPaths:
+                 scan: bool = False, version: Optional[int] = None) -> ReportPaths:
     """Write ``report.html`` and ``report.json`` of the dataset in ``data_dir`` into ``dest`` (default: it).
 
     The figures come from the splits' records tables and only the drawn records are read; a dataset without
     them (converted before records tables), or ``scan``, has every record read instead, and the page says so.
+    ``version``: the version of a dataset that grows to report (default: the latest), its own rejections,
+    duplicates and card with it.
 
     Raises:
       DatasetNotFoundError: no manifest in ``data_dir``.
@@ -62,26 +64,26 @@ def write_report(data_dir: str, dest: Optional[str] = None, options: ReportOptio
         that does not parse (each naming the file and the record or line).
       ImportError: matplotlib is not installed (``pip install ".[report]"``).
     """
-    info = dataset_info(data_dir)
+    info = dataset_info(data_dir, version=version)
     dest = dest or data_dir
     if not storage.isdir(dest):
         raise ValueError(f"cannot write the report into {dest}: not a folder (create it, or leave out --dest)")
-    rejections = report_inputs.read_rejections(os.path.join(data_dir, record_schema.REJECTED_FILE),
+    rejections = report_inputs.read_rejections(info.version_file(record_schema.REJECTED_FILE),
                                                options.rejections_shown)
-    duplicates = report_inputs.read_duplicates(os.path.join(data_dir, record_schema.DUPLICATES_FILE),
+    duplicates = report_inputs.read_duplicates(info.version_file(record_schema.DUPLICATES_FILE),
                                                options.duplicate_groups_shown)
     wanted = {image["path"] for group in duplicates.shown for image in group["images"][:report_sections.GROUP_SHOWN]}
     passed = the_pass(info, options, wanted, scan)
     src = (info.manifest.get("options") or {}).get("src")
     rejected_thumbs = [report_inputs.source_thumbnail(src, entry.get("path", ""), options.thumb)
                        for entry in rejections.first]
-    croissant = os.path.join(data_dir, CROISSANT_FILE)
+    croissant = info.version_file(CROISSANT_FILE)
     findings = report_sections.Findings(
         info=info, splits=passed.splits, rejections=rejections, rejected_thumbs=rejected_thumbs,
         duplicates=duplicates, duplicate_thumbs=passed.thumbs, sheets=passed.sheets,
         sheet_classes_left=passed.sheet_classes_left, masks_read=passed.masks_read, options=options,
         croissant=_href(croissant, dest) if storage.exists(croissant) else None, scanned=passed.scanned,
-        manifest=_href(os.path.join(data_dir, record_schema.MANIFEST_FILE), dest))
+        manifest=_href(info.version_file(record_schema.MANIFEST_FILE), dest))
     page, figures = report_sections.render(findings)
     paths = ReportPaths(os.path.join(dest, HTML_FILE), os.path.join(dest, JSON_FILE))
     storage.write_bytes(paths.json, json.dumps(figures, indent=1, ensure_ascii=False).encode("utf-8"))

@@ -67,14 +67,15 @@ class Report:
         return "\n".join(lines)
 
 
-def verify(data_dir: str, sample: Optional[int] = None) -> Report:
-    """Check ``data_dir``; ``sample`` decodes only the first N images of each shard.
+def verify(data_dir: str, sample: Optional[int] = None, version: Optional[int] = None) -> Report:
+    """Check ``data_dir`` (its latest version, or ``version``); ``sample`` decodes only the first N images of
+    each shard.
 
     Raises:
       DatasetNotFoundError / ValueError: no manifest, or one that is malformed
         (nothing else can be checked without it).
     """
-    info = dataset_info(data_dir)
+    info = dataset_info(data_dir, version=version)
     report = Report(data_dir)
     _check_listing(info, report)
     for split in info.splits.values():

@@ -9,6 +9,7 @@ stays in SRC. One conversion and its updates in this process, on the in-memory r
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -31,8 +32,11 @@ def _options(src: str, out: str) -> ConvertOptions:
                           near_distance=3, shards=2)
 
 
-@pytest.mark.slow
-def test_a_relabelled_row_is_a_changed_image_in_its_split_a_new_class_the_next_id_a_removed_row_deleted(tmp_path):
+@pytest.fixture(scope="module")
+def updated(tmp_path_factory):
+    """A label file's 12 images converted, then updated once (2 relabelled, 1 row removed, 2 added): SRC, OUT,
+    the rows listed now, version 1's records and the update's summary. Shared: one conversion for the tests."""
+    tmp_path = tmp_path_factory.mktemp("label-file")
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     rows = {}
     for i in range(12):
@@ -50,7 +54,12 @@ def test_a_relabelled_row_is_a_changed_image_in_its_split_a_new_class_the_next_i
         _image(os.path.join(src, "img", f"{name}.jpg"), sum(map(ord, name)))
         rows[f"img/{name}.jpg"] = label
     _write_labels(os.path.join(src, "labels.csv"), rows)
-    done = update.run(_options(src, out), FAST)
+    return src, out, rows, first, update.run(_options(src, out), FAST)
+
+
+@pytest.mark.slow
+def test_a_relabelled_row_is_a_changed_image_in_its_split_a_new_class_the_next_id_a_removed_row_deleted(updated):
+    src, out, rows, first, done = updated
     assert done.version == 2, done
     assert {key: done.changes[key] for key in ("added", "changed", "relabelled", "deleted")} == \
         {"added": 2, "changed": 2, "relabelled": 2, "deleted": 1}
@@ -102,3 +111,49 @@ def test_a_split_a_label_file_states_anew_converts_the_image_into_it_without_a_c
     assert (found.changed, found.relabelled, found.added, found.deleted) == (2, 1, 0, 0)
     # The unchanged row is written back with the label it has now.
     assert [(row.path, row.label) for row, _ in found.unchanged] == [("img/c.jpg", 1)]
+
+
+@pytest.mark.slow
+def test_the_dataset_commands_take_a_version_and_name_the_versions_there_are_for_one_that_is_not(
+        updated, tmp_path, capsys):
+    """verify, inspect, report and card read ``--version N`` (default: the latest), each version's own files
+    with it; a version OUT does not have is an error naming it and the versions it has. In process."""
+    from converter import card, dataset_commands
+
+    _, out, rows, first, _ = updated
+    for version, images in ((1, len(first)), (2, len(rows)), (None, len(rows))):
+        flag = ["--version", str(version)] if version else []
+        assert dataset_commands.verify([out, *flag]) == 0, capsys.readouterr()
+        assert f"{images} records" in capsys.readouterr().out
+        assert dataset_commands.inspect([out, *flag]) == 0
+        assert f"{images} images" in capsys.readouterr().out
+    dest = tmp_path / "report"
+    dest.mkdir()
+    assert dataset_commands.report([out, "--version", "1", "--dest", str(dest)]) == 0
+    figures = json.loads((dest / "report.json").read_text())["splits"]  # version 1's: 12 images, 2 classes
+    assert sum(split["images"] for split in figures["splits"].values()) == len(first)
+    assert figures["croissant"].endswith("out/croissant.json")
+    assert dataset_commands.report([out, "--dest", str(dest)]) == 0  # the latest: version 2, its own card
+    figures = json.loads((dest / "report.json").read_text())
+    assert sum(split["images"] for split in figures["splits"]["splits"].values()) == len(rows)
+    assert figures["splits"]["croissant"].endswith("out/versions/00002/croissant.json")
+    assert figures["classes"]["label_map"] == {"0": "cat", "1": "dog", "2": "bird"}
+    assert card.main([out, "--version", "2"]) == 0
+    assert os.path.exists(os.path.join(out, versions.in_version(2, "croissant.json")))
+    for command in (dataset_commands.verify, dataset_commands.inspect):
+        assert command([out, "--version", "3"]) == 1
+        assert "version 3 of " in capsys.readouterr().err
+    assert dataset_commands.report([out, "--version", "3", "--dest", str(dest)]) == 1
+    err = capsys.readouterr().err
+    assert "version 3 of" in err and "it has versions 1, 2" in err, err
+    with pytest.raises(SystemExit):
+        card.main([out, "--version", "3"])
+    assert "it has versions 1, 2" in capsys.readouterr().err
+
+
+def test_a_missing_version_is_named_with_the_versions_there_are():
+    assert versions.missing_version(9, [1, 2, 3, 4], "OUT") == (
+        "version 9 of OUT does not exist: it has versions 1 to 4 (python -m converter versions lists them)")
+    assert "it has versions 3, 5 (older versions were pruned)" in versions.missing_version(1, [3, 5], "OUT")
+    assert "it has version 1 " in versions.missing_version(2, [1], "OUT")
+    assert "no version at all" in versions.missing_version(1, [], "OUT")
