@@ -38,12 +38,14 @@ def summarize(data_dir: str, version: Optional[int] = None) -> str:
     # by class are of objects, so the totals are objects too, with the images on a line of their own.
     objects = info.task == record_schema.TASK_OBJECTS
     named = [label for label, name in enumerate(info.classes) if name or not objects]
+    # Objects: a named class no split holds an object of (VOC's 20 on a set of a few) is one line, not a row of 0s.
+    empty = [label for label in named if objects and all(s.label_counts and not s.label_counts[label] for s in splits)]
     lines = [f"{data_dir}: {len(named)} classes, "
              f"{sum(s.num_examples for s in splits)} images, {sum(s.num_bytes for s in splits):,} bytes", ""]
     text = info.manifest.get("class_text") or list(info.classes)
     with_text = list(text) != list(info.classes)  # --synsets: each class's text beside its id
     rows = [["label", "class"] + (["text"] if with_text else []) + [s.name for s in splits]]
-    for label in named:
+    for label in (label for label in named if label not in empty):
         rows.append([str(label), info.classes[label]] + ([text[label]] if with_text else [])
                     + [str(s.label_counts[label]) if s.label_counts else "?" for s in splits])
     if objects:
@@ -51,7 +53,9 @@ def summarize(data_dir: str, version: Optional[int] = None) -> str:
                     + [str(sum(s.label_counts)) if s.label_counts else "?" for s in splits])
     rows.append(["", "images" if objects else "total"] + ([""] if with_text else [])
                 + [str(s.num_examples) for s in splits])
-    lines += _table(rows) + [""]
+    lines += _table(rows) + ([f"({len(empty)} class{'es' if len(empty) > 1 else ''} without objects: "
+                              + ", ".join(info.classes[label] for label in empty[:10])
+                              + (" ..." if len(empty) > 10 else "") + ")"] if empty else []) + [""]
     rows = [["split", "shards", "min bytes", "median bytes", "max bytes", "min records", "max records"]]
     for split in splits:
         sizes = [shard.num_bytes for shard in split.shards]

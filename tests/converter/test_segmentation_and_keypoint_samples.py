@@ -61,7 +61,8 @@ def test_a_voc2012_segmentation_sample_converts_with_masks_and_reads_with_them(t
     assert manifest["num_rejected"] == 0
     skipped = [json.loads(line) for line in (out / record_schema.SKIPPED_FILE).read_text().splitlines()]
     assert sorted(s["path"] for s in skipped) == ["VOC2012/ImageSets/Main/train.txt", "VOC2012/ImageSets/Main/val.txt"]
-    assert all(s["detail"].startswith("a list of ImageSets this conversion does not read") for s in skipped)
+    assert all(s["reason"] == "splits-from-segmentation" and s["detail"] == "an ImageSets/Main list: the splits of "
+               "VOC2012/ come from ImageSets/Segmentation/ (--masks reads the images VOC segmented)" for s in skipped)
     assert {s: v["num_examples"] for s, v in manifest["splits"].items()} == {"train": 2, "validation": 1}
     dataset = reader.build_dataset(str(out), "train", batch_size=2, image_size=(54, 72), training=False,
                                    targets=reader.ObjectTargets(mask_size=28, class_mask=True))

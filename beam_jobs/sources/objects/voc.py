@@ -130,7 +130,7 @@ def plan(options: ConvertOptions, listing: Listing, read: Reader, labels: Option
         warnings.append(f"{display_path(src)}: the masks of {voc_masks.CLASS_FOLDER}/ and {voc_masks.OBJECT_FOLDER}/ "
                         "are not read without --masks (skipped, in skipped.jsonl); --masks converts "
                         "ImageSets/Segmentation's images with each image's class mask and each object's mask")
-    _account(located, used, standard, flat, skipped)
+    _account(located, used, standard, flat, skipped, kinds)
     names: dict[str, int] = {}  # class name -> its index in the packed objects
     counts: collections.Counter[str] = collections.Counter()  # objects by class name
     listed = list(voc_xml.read_xmls(wanted, located, read, names, counts))
@@ -196,10 +196,11 @@ def _unknown_classes(where: str, counts: collections.Counter, classes: Sequence[
 
 
 def _account(located: dict, used: set[str], standard: Sequence[str], flat: Sequence[str],
-             skipped: SkippedFiles) -> None:
+             skipped: SkippedFiles, kinds: dict[str, str]) -> None:
     """Every file of SRC the plan does not read, skipped and named with its reason (warned of already where
     it matters): an image of ``JPEGImages/`` in no split list (its XML too), an image without its XML beside it
-    (Roboflow's layout) or an XML without its image, a hidden file, anything else outside the layout."""
+    (Roboflow's layout) or an XML without its image, a list of ImageSets not read (``splits-from-segmentation``
+    or ``-main``: ``kinds``, each root's lists), a hidden file, anything else outside the layout."""
     jpeg_folders = {posixpath.join(root, "JPEGImages") for root in standard}
     xml_folders = {posixpath.join(root, "Annotations") for root in standard}
     flat_folders = set(flat)
@@ -213,9 +214,17 @@ def _account(located: dict, used: set[str], standard: Sequence[str], flat: Seque
             skipped.add(path, "no-image", "a VOC XML without its image beside it", warned=True)
         elif folder in flat_folders and formats.has_image_extension(path):
             skipped.add(path, "no-annotation", "an image without its VOC XML beside it")
+        elif posixpath.basename(posixpath.dirname(folder)) == "ImageSets" and \
+                posixpath.basename(folder) != kinds.get(posixpath.dirname(posixpath.dirname(folder)), "Main"):
+            # Named for the lists the splits come from, so the run's summary says why these were not used.
+            root = posixpath.dirname(posixpath.dirname(folder))
+            kind = kinds.get(root, "Main")
+            skipped.add(path, f"splits-from-{kind.lower()}", f"an ImageSets/{posixpath.basename(folder)} list: the "
+                        f"splits of {root or '.'}/ come from ImageSets/{kind}/ ("
+                        + ("--masks reads the images VOC segmented)" if kind == "Segmentation" else
+                           "--masks reads ImageSets/Segmentation's where a root has them)"))
         elif posixpath.basename(posixpath.dirname(posixpath.dirname(path))) == "ImageSets":
-            skipped.add(path, "not-in-layout", "a list of ImageSets this conversion does not read (--masks reads "
-                        "ImageSets/Segmentation's where a root has them, else ImageSets/Main's)")
+            skipped.add(path, "not-in-layout", "a list of the ImageSets read that is no split list (a class's)")
         else:
             skipped.add(path, "not-in-layout", "neither an image the VOC annotations name nor one of their files")
 
@@ -233,7 +242,9 @@ def _wanted(src: str, root: str, located: dict, read: Reader, lists: str,
     if unlisted:
         warnings.append(f"{len(unlisted)} image{'s' if len(unlisted) != 1 else ''} of {display_path(src)}/"
                         f"{root or '.'}/JPEGImages are in no split list of ImageSets/{lists}: skipped "
-                        f"({_some(unlisted)})")
+                        f"({_some(unlisted)})" + ("; with --masks the splits are the images VOC segmented, "
+                                                  "ImageSets/Segmentation's lists, not Main's"
+                                                  if lists == "Segmentation" else ""))
     read_xml = {xml for _, _, xml in wanted if xml in located}
     orphans = sorted(p for p in located if _xml_id(root, p) is not None and p not in read_xml
                      and _xml_id(root, p) not in images_of)

@@ -153,3 +153,36 @@ def test_masks_with_labels_that_renumber_vocs_classes_are_refused_naming_both_fl
 
     objects = annotations.decode(ref.annotation)
     assert [box.label for box in objects.boxes] == [12, 8] and all(box.mask for box in objects.boxes)
+
+
+def test_main_lists_unread_with_masks_are_named_for_the_segmentation_lists_and_inspect_shows_classes_with_objects(
+        tmp_path):
+    """--masks takes VOC2012's splits from ImageSets/Segmentation: the run's summary names Main's lists as skipped
+    because of it (splits-from-segmentation), not as outside the layout; without --masks the Segmentation lists are
+    named for Main's. inspect lists the classes that have objects and puts VOC's others on one line."""
+    from beam_jobs.sources import plan_inputs
+    from reader.tools.inspect import summarize
+
+    src = tmp_path / "VOCdevkit"
+    voc = src / "VOC2012"
+    _segmented_image(voc, "a", [12, 15], seed=1)
+    _segmented_image(voc, "b", [8], seed=2)
+    for kind in ("Segmentation", "Main"):
+        write_file(str(voc / f"ImageSets/{kind}/train.txt"), "a\n")
+        write_file(str(voc / f"ImageSets/{kind}/val.txt"), "b\n")
+    write_file(str(voc / "ImageSets/Main/cat_train.txt"), "a -1\n")
+    summary = run(ConvertOptions(src=str(src), out=str(tmp_path / "ds"), shards=1, masks=True), FAST,
+                  show_progress=False).format()
+    assert "splits-from-segmentation 3: VOC2012/ImageSets/Main/cat_train.txt, VOC2012/ImageSets/Main/train.txt, " \
+        "VOC2012/ImageSets/Main/val.txt" in summary, summary
+    assert "not-in-layout" not in summary, summary
+    plan = plan_inputs(ConvertOptions(src=str(src)))  # boxes alone: Main's lists, Segmentation's unread
+    assert plan.skipped["splits-from-main"] == 2 and plan.skipped["not-in-layout"] == 5, plan.skipped  # 4 PNGs,
+    # and Main/cat_train.txt: a class's list of the lists read
+    table = summarize(str(tmp_path / "ds")).splitlines()
+    assert table[0].endswith(": 20 classes, 2 images, " + table[0].split(", ")[-1])
+    assert [line.split() for line in table[2:8]] == [
+        ["label", "class", "train", "validation"], ["8", "cat", "0", "1"], ["12", "dog", "1", "0"],
+        ["15", "person", "1", "0"], ["objects", "2", "1"], ["images", "1", "1"]]
+    assert table[8] == "(17 classes without objects: aeroplane, bicycle, bird, boat, bottle, bus, car, chair, cow, " \
+        "diningtable ...)"
