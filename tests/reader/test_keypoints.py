@@ -153,3 +153,17 @@ def test_a_record_with_objects_and_no_keypoints_is_named_as_such():
     with pytest.raises(tf.errors.InvalidArgumentError, match="a record has objects but no keypoints"):
         keypoints.per_object(tf.zeros([0, 3]), 3, tf.zeros([2, 4]))
     assert keypoints.per_object(tf.zeros([0, 3]), 3, tf.zeros([0, 4])).shape == (0, 3, 3)  # no objects: fine
+
+
+def test_a_mixture_takes_auto_keypoints_when_its_sources_agree_and_refuses_two_counts(keypoints_dataset):
+    import dataclasses
+
+    from reader.pipeline_checks import check_mixture_targets
+
+    info = reader.dataset_info(keypoints_dataset)
+    resolved = check_mixture_targets(reader.ObjectTargets(keypoints="auto"), [info, info])
+    assert (resolved.keypoints, resolved.keypoint_flip) == (3, (0, 2, 1))
+    other = dataclasses.replace(info, data_dir="other", manifest={
+        **info.manifest, "keypoints": {"count": 2, "names": ["head", "tail"]}})
+    with pytest.raises(ValueError, match=r"the sources' manifests record 2 and 3 keypoints an object"):
+        check_mixture_targets(reader.ObjectTargets(keypoints="auto"), [info, other])
