@@ -2,7 +2,7 @@
 
 Data in: ``(data_dir or DatasetInfo, weight[, name])`` per source, a split, the
 global batch size G and a :class:`reader.LabelSpace`. Data out: a
-:class:`Mixture`, the plan ``build_mixture`` reads by (``reader/mixtures/pipeline.py``),
+:class:`Mixture`, the plan ``build_dataset`` reads by (``reader/mixtures/pipeline.py``),
 and :class:`MixturePosition` (``reader/positions.py``), a run's place in it. Nothing is read but
 manifests.
 
@@ -21,21 +21,14 @@ The order of a mixture, a pure function of (seed, step) as a single dataset's is
       run of each epoch its sequence
     where canonical pipeline c is in source k at step T: split.consumed(T)[c, k], O(1)
 
-C (``canonical_pipelines``) is fixed when the mixture is planned: input
-pipeline h of H (H dividing C) reads canonical pipelines h*C/H .. (h+1)*C/H - 1
-only, so each of H hosts reads 1/H of every source's bytes, and the H
-pipelines' batches concatenated are the one-pipeline global batch for every
-such H. A pipeline count that divides G but not C still works: each pipeline
-reads the canonical pipelines its slots fall in and keeps its slots (reading
-more than it decodes). With C = 1 the order is the one mixtures had before
-canonical pipelines (positions saved then resume). See docs/reader.md, "Mixtures".
+C (``canonical_pipelines``) and each source's streams are the mixture's layout (``reader/mixtures/layout.py``):
+any input pipeline count dividing C gives the same global batches. See docs/reader.md, "Mixtures".
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import os
 from fractions import Fraction
 from typing import Optional, Sequence, Union
@@ -46,18 +39,12 @@ import record_schema
 from reader.info import DatasetInfo, SplitInfo, dataset_info
 from reader.mixtures.label_space import LabelMap, LabelSpace, unite
 from reader.positions import MixturePosition
-from reader.order import DEFAULT_SHUFFLE_RECORDS, MIN_STREAM_RECORDS, WINDOWS_IN_FLIGHT, StreamLayout, stream_layout
+from reader.order import StreamLayout
 from reader.options import as_int, as_options
 from reader.mixtures.quotas import Quotas, Split, as_fractions, plan_quotas, split_quotas
 from reader.mixtures import leaks as mixture_leaks
+from reader.mixtures.layout import canonical_pipelines as planned_canonical, repeated_layout, source_layout
 from reader.mixtures.repeat_factor import Factors, RepeatFactor, image_classes, repeat_factors
-
-SOURCE_STREAMS = 64  # a source's streams: 64, halved (down to C) while a stream would hold < 512 records
-# Default canonical pipelines, as a single dataset's streams: gcd(G, 64), halved (not below 8) while the smallest
-# source would give each fewer than 512 records an epoch (each of its streams costs a few ms of CPU an epoch to plan
-# and open, and reads a buffer a segment), then while it holds fewer records than canonical pipelines.
-MAX_CANONICAL = 64
-MIN_DEFAULT_CANONICAL = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,6 +300,31 @@ def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int
     if batch_size is None or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     labels = as_options(labels, LabelSpace, "labels")
+    infos, weights, names = _read_sources(sources)
+    fractions = as_fractions(weights, [repr(name) for name in names])
+    task = _one_task(infos, names)
+    splits = [info.split(split) for info in infos]
+    mixture_leaks.check(infos, names, splits[0].name, leaks)
+    canonical = planned_canonical(canonical_pipelines, batch_size, [s.num_examples for s in splits], names)
+    layouts = [source_layout(s.num_examples, window, name, canonical) for s, name in zip(splits, names)]
+    factors = [None] * len(infos)
+    if repeat_factor is not None:
+        repeat_factor = as_options(repeat_factor, RepeatFactor, "repeat_factor")
+        factors = [repeat_factors(image_classes(info, split_info), info.classes, repeat_factor.threshold, canonical)
+                   for info, split_info in zip(infos, splits)]
+        layouts = [repeated_layout(f.epoch_records, window, canonical) for f in factors]
+    members = tuple(MixtureSource(name, info, split_info, weight, layout, f)
+                    for name, info, split_info, weight, layout, f in zip(names, infos, splits, fractions, layouts,
+                                                                         factors))
+    label_map = unite(task, [info.classes for info in infos], names, labels, contiguous_ids)
+    quotas = plan_quotas(fractions, batch_size)
+    return Mixture(members, splits[0].name, batch_size, task, quotas, label_map, bool(contiguous_ids), labels,
+                   window is not None, repeat_factor, canonical, split_quotas(quotas, canonical))
+
+
+def _read_sources(sources: Sequence[SourceSpec]) -> tuple[list[DatasetInfo], list, list[str]]:
+    """Each source's manifest, weight and name (its folder's by default); ``ValueError`` naming a source that is
+    not ``(data_dir, weight[, name])``, not written by the converter, or named twice."""
     if isinstance(sources, (str, bytes)) or not isinstance(sources, Sequence) or len(sources) < 1:
         raise ValueError("sources must be a list of (data_dir, weight) or (data_dir, weight, name), got "
                          f"{sources!r}")
@@ -335,29 +347,7 @@ def mixture(sources: Sequence[SourceSpec], split: str = "train", batch_size: int
     if twice:
         raise ValueError(f"sources {twice} appear more than once by name: give each a name, "
                          "(data_dir, weight, name)")
-    fractions = as_fractions(weights, [repr(name) for name in names])
-    task = _one_task(infos, names)
-    splits = [info.split(split) for info in infos]
-    mixture_leaks.check(infos, names, splits[0].name, leaks)
-    canonical = _canonical(canonical_pipelines, batch_size, [s.num_examples for s in splits], names)
-    layouts = [_source_layout(s.num_examples, window, name, canonical) for s, name in zip(splits, names)]
-    factors = [None] * len(infos)
-    if repeat_factor is not None:
-        repeat_factor = as_options(repeat_factor, RepeatFactor, "repeat_factor")
-        factors = [repeat_factors(image_classes(info, split_info), info.classes, repeat_factor.threshold, canonical)
-                   for info, split_info in zip(infos, splits)]
-        # E records with repeats an epoch, E / C to each canonical pipeline, one a "batch" (it advances record by
-        # record); windows as one dataset's of C streams (with C = 1, the layout mixtures had before)
-        layouts = [StreamLayout(f.epoch_records, canonical, canonical,
-                                window or max(1, DEFAULT_SHUFFLE_RECORDS // (WINDOWS_IN_FLIGHT * canonical)))
-                   for f in factors]
-    members = tuple(MixtureSource(name, info, split_info, weight, layout, f)
-                    for name, info, split_info, weight, layout, f in zip(names, infos, splits, fractions, layouts,
-                                                                         factors))
-    label_map = unite(task, [info.classes for info in infos], names, labels, contiguous_ids)
-    quotas = plan_quotas(fractions, batch_size)
-    return Mixture(members, splits[0].name, batch_size, task, quotas, label_map, bool(contiguous_ids), labels,
-                   window is not None, repeat_factor, canonical, split_quotas(quotas, canonical))
+    return infos, weights, names
 
 
 def _one_task(infos: Sequence[DatasetInfo], names: Sequence[str]) -> str:
@@ -367,38 +357,3 @@ def _one_task(infos: Sequence[DatasetInfo], names: Sequence[str]) -> str:
             raise ValueError(f"source {name!r} ({info.data_dir}) holds task {info.task!r} and source {names[0]!r} "
                              f"holds {infos[0].task!r}: every source of a mixture must be the same task")
     return infos[0].task
-
-
-def _canonical(given: Optional[int], batch_size: int, records: Sequence[int], names: Sequence[str]) -> int:
-    """The mixture's canonical pipelines: ``given`` checked, or the default (see :func:`mixture`)."""
-    if given is None:
-        canonical = math.gcd(batch_size, MAX_CANONICAL)  # a power of two: its halves divide G too
-        while canonical > MIN_DEFAULT_CANONICAL and min(records) // canonical < MIN_STREAM_RECORDS:
-            canonical //= 2
-        while canonical > 1 and min(records) < canonical:
-            canonical //= 2
-        return canonical
-    canonical = as_int(given)
-    if canonical is None or canonical < 1 or batch_size % canonical:
-        raise ValueError(f"canonical_pipelines={given!r} must be a positive integer dividing the global batch "
-                         f"size {batch_size}")
-    small = [(name, count) for name, count in zip(names, records) if count < canonical]
-    if small:
-        raise ValueError(f"source {small[0][0]!r} has {small[0][1]} records in this split, fewer than the "
-                         f"{canonical} canonical pipelines, each of which reads its own part of every source: pass "
-                         "fewer canonical_pipelines")
-    return canonical
-
-
-def _source_layout(records: int, window: Optional[int], name: str, canonical: int = 1) -> StreamLayout:
-    """A source's own streams: C * m, m = 64 / C halved (down to 1) while a stream gets < 512 records, dealt m
-    to each canonical pipeline; one record a stream a "batch", so the sequence advances record by record;
-    windows as one dataset's. With C = 1, the layout mixtures had before canonical pipelines."""
-    if records < 1:
-        raise ValueError(f"source {name!r} has no records in this split")
-    each = max(1, SOURCE_STREAMS // canonical)
-    while each > 1 and records // (canonical * each) < MIN_STREAM_RECORDS:
-        each //= 2
-    streams = canonical * each
-    window = window or max(1, DEFAULT_SHUFFLE_RECORDS // (WINDOWS_IN_FLIGHT * streams))
-    return stream_layout(records, streams, streams, window, name)
