@@ -104,7 +104,7 @@ def convert(argv: Sequence[str]) -> int:
 
     interrupt.raise_if_received()  # a signal while Beam loaded whose exception Python lost in an import callback
     try:
-        if args.update:  # a new version of OUT from what changed (beam_jobs/update.py)
+        if args.update:  # a new version of OUT from what changed (beam_jobs/update/)
             from beam_jobs import update
 
             summary = update.run(options, pipeline_args, args.rehash, "auto" if args.progress else False)

@@ -1,0 +1,211 @@
+"""What version N+1 holds, composed in its staging folder: compacted shards, manifest, rejections, sources table.
+
+In:  the comparison's :class:`beam_jobs.planning.changes.Changes`, the latest version (its manifest, shards,
+     ``rejected.jsonl``), and the manifest and records tables the conversion of the changed images wrote into
+     staging (None when only deletions: no pipeline ran).
+Out: in staging, ``compacted/`` (the survivors of each shard that lost a record, copied frame by frame),
+     ``rejected.jsonl`` and ``sources.parquet``; the version's manifest (a dict; written by
+     :func:`beam_jobs.files.version_store.publish`).
+
+The latest version's shards that lost nothing are listed as they are (reused, not copied): a version's
+manifest names files of earlier versions' folders. (docs/format.md, "Versions".)
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import heapq
+import json
+import os
+import shutil
+from typing import Optional
+
+import record_schema
+from beam_jobs.files import filesystems, publish, version_store
+from beam_jobs.options import ConvertOptions
+from beam_jobs.planning import changes as change_plan
+from beam_jobs.planning import discover
+from beam_jobs.stages.manifest import publish_skipped
+from record_files import versions
+from record_files.records_table import RecordsTable
+from record_files.versions import SourceRow
+
+
+# Where a version's compacted shards are, in its folder: their names are the split's shard names anew.
+COMPACTED = "compacted"
+
+
+def compact(out: str, staging: str, found: change_plan.Changes, latest: version_store.Version,
+             number: int) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """Copy the survivors of each shard that lost a record, record by record (the same bytes: no image read,
+    none converted), into a shard of their own in ``staging/compacted/``, in the latest version's shard order.
+
+    Returns each split's new shard entries and each compacted shard's new file (both relative to OUT).
+    """
+    folder, entries, renamed = versions.version_dir(number), {}, {}
+    for split, entry in latest.manifest["splits"].items():
+        shards = [shard for shard in entry["shards"] if len(found.survivors.get(shard["file"], ()))]
+        for position, shard in enumerate(shards):
+            name = f"{COMPACTED}/{record_schema.shard_filename(split, position, len(shards))}"
+            os.makedirs(os.path.join(staging, COMPACTED), exist_ok=True)
+            copied = version_store.copy_records(out, shard, found.survivors[shard["file"]].tolist(),
+                                                os.path.join(staging, name))
+            entries.setdefault(split, []).append({
+                "file": f"{folder}/{name}", "num_examples": copied.num_examples, "num_bytes": copied.num_bytes,
+                "sha256": copied.sha256, "dali_index": f"{folder}/{name}.idx", "index_bytes": copied.index_bytes})
+            renamed[shard["file"]] = f"{folder}/{name}"
+    return entries, renamed
+
+
+def version_manifest(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes,
+             latest: version_store.Version, number: int, converted: Optional[dict], compacted: dict[str, list[dict]],
+             staging: str) -> dict:
+    """Version ``number``'s manifest: per split, the latest version's reused shards, the compacted ones, then
+    the new ones."""
+    folder = versions.version_dir(number)
+    base = dict(converted) if converted else {}
+    rejected = _merge_rejections(options.out, found, latest, staging)
+    by_reason = collections.Counter(json.loads(line)["reason"] for line in rejected)
+    splits = {}
+    for split in record_schema.SPLITS:
+        before = latest.manifest["splits"].get(split, {})
+        reused = [shard for shard in before.get("shards", ()) if shard["file"] in found.reused]
+        new = base.get("splits", {}).get(split, {})
+        fresh = compacted.get(split, []) + [
+            dict(shard, file=f"{folder}/{shard['file']}",
+                 **({"dali_index": f"{folder}/{shard['dali_index']}"} if shard.get("dali_index") else {}))
+            for shard in new.get("shards", ())]
+        if not reused and not fresh:
+            continue
+        labels = list(new.get("label_counts", [0] * len(found.classes)))
+        labels += [0] * (len(found.classes) - len(labels))
+        for (where, label), count in found.kept_labels.items():
+            if where == split:
+                labels[label] += count
+        old = before if reused else {}
+        reencoded = collections.Counter(old.get("reencoded_by_reason", {}))
+        reencoded.update(new.get("reencoded_by_reason", {}))
+        splits[split] = {
+            "num_examples": sum(s["num_examples"] for s in reused + fresh),
+            "num_bytes": sum(s["num_bytes"] for s in reused + fresh),
+            "num_shards": len(reused) + len(fresh),
+            "label_counts": labels,
+            # Counted per split, not per shard, in earlier versions: with shards compacted, upper bounds.
+            "num_reencoded": sum(reencoded.values()),
+            "reencoded_by_reason": dict(sorted(reencoded.items())),
+            "max_side": max(old.get("max_side", 0), new.get("max_side", 0)),
+            "num_grayscale": old.get("num_grayscale", 0) + new.get("num_grayscale", 0),
+            "num_small": old.get("num_small", 0) + new.get("num_small", 0),
+            "shards": reused + fresh,
+        }
+    manifest = dict(base) if base else _empty_manifest(plan, latest, staging)
+    manifest.update({
+        "classes": list(found.classes),
+        "class_text": list(found.classes),
+        "num_classes": len(found.classes),
+        "splits": splits,
+        "num_listed": len(plan.refs),
+        "num_rejected": len(rejected),
+        "rejected_by_reason": dict(sorted(by_reason.items())),
+        "options": options.to_json(),
+        "version": number,
+        "previous_version": latest.number,
+        "changes": dict(found.counts(), reused_shards=len(found.reused),
+                        new_shards=sum(len(s["shards"]) for s in splits.values()) - len(found.reused)),
+        "sources_table": {"file": f"{folder}/{versions.SOURCES_TABLE}"},
+    })
+    return manifest
+
+
+def _empty_manifest(plan: discover.InputPlan, latest: version_store.Version, staging: str) -> dict:
+    """The fields a version without new shards takes from the latest version's manifest, made true of it: its
+    own ``created``, SRC's skipped files now, and no duplicate groups (the update converted no image)."""
+    manifest = {key: value for key, value in latest.manifest.items()
+                if key not in ("version", "previous_version", "changes", "sources_table")}
+    manifest.update(publish_skipped(plan, staging))
+    manifest.update({
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "num_skipped": sum(plan.skipped.values()), "skipped_by_reason": dict(plan.skipped),
+        "skipped_examples": dict(sorted(plan.skipped_files.examples.items())) if plan.skipped_files else {},
+        "duplicates": {key: _none_of(key, value) for key, value in manifest.get("duplicates", {}).items()},
+    })
+    return manifest
+
+
+def _none_of(key: str, value):
+    """A duplicates field of the latest version's manifest as it reads when no image was searched: counts 0,
+    lists empty, no dropped file; the file's name and the threshold kept."""
+    if key in ("dropped_file", "dropped_sha256"):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, list)):
+        return value
+    return 0 if isinstance(value, int) else []
+
+
+def _merge_rejections(out: str, found: change_plan.Changes, latest: version_store.Version,
+                      staging: str) -> list[str]:
+    """The version's ``rejected.jsonl`` (written into staging): the latest version's lines of rejected images
+    still in SRC unchanged, and the update's own, sorted as a conversion sorts them."""
+    still = found.rejected_kept
+    lines: list[str] = []
+    before = os.path.join(filesystems.local_path(out), versions.in_version(latest.number,
+                                                                             record_schema.REJECTED_FILE))
+    if still and os.path.exists(before):
+        with open(before, encoding="utf-8") as handle:
+            lines += [line.rstrip("\n") for line in handle if line.strip() and json.loads(line)["path"] in still]
+    mine = os.path.join(staging, record_schema.REJECTED_FILE)
+    # The conversion's own lines, kept aside the first time: a resumed update composes the version again.
+    own = os.path.join(publish.work_dir(staging), "update-" + record_schema.REJECTED_FILE)
+    if not os.path.exists(own):
+        os.makedirs(os.path.dirname(own), exist_ok=True)
+        if os.path.exists(mine):
+            shutil.copyfile(mine, own + ".tmp")
+        else:
+            open(own + ".tmp", "w").close()
+        os.replace(own + ".tmp", own)
+    with open(own, encoding="utf-8") as handle:
+        lines += [line.rstrip("\n") for line in handle if line.strip()]
+    lines.sort()
+    with open(mine, "w", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+    return lines
+
+
+def write_sources(found: change_plan.Changes, converted: Optional[dict], staging: str, number: int,
+                   renamed: dict[str, str]) -> None:
+    """The version's sources table, into staging: the unchanged rows (a compacted shard's survivors at their new
+    places), merged in path order with each new record's row (from the update's records tables, which are then
+    removed: a version's splits list no table yet) and each image the update rejected. Streamed: the unchanged
+    rows are read back from the comparison's spill file, never held."""
+    new = _new_rows(found, converted, staging, number)
+    new.sort(key=lambda row: row.path)
+    kept = (found.new_place(row, renamed[row.file]) if row.file in renamed else row for row, _ in found.unchanged)
+    versions.write_sources(os.path.join(staging, versions.SOURCES_TABLE),
+                           heapq.merge(kept, new, key=lambda row: row.path))
+
+
+def _new_rows(found: change_plan.Changes, converted: Optional[dict], staging: str, number: int) -> list[SourceRow]:
+    """Each new record's row and each image the update rejected: as many as the images it converted."""
+    rows = []
+    folder = versions.version_dir(number)
+    for split, entry in (converted or {}).get("splits", {}).items():
+        table = entry.pop("records_table", None)
+        if not table:
+            continue
+        files = [f"{folder}/{shard['file']}" for shard in entry["shards"]]
+        path = os.path.join(staging, table["file"])
+        for group in RecordsTable(path).row_groups(("shard", "index", "sha256", "path", "classes")):
+            columns = group.to_pydict()
+            for shard, index, sha, name, classes in zip(columns["shard"], columns["index"], columns["sha256"],
+                                                        columns["path"], columns["classes"]):
+                size, mtime = found.stamps[name]
+                rows.append(SourceRow(name, split, files[shard], index, size, mtime, sha.hex(),
+                                      found.source_sha256(name), version_store.record_label(classes)))
+    with open(os.path.join(staging, record_schema.REJECTED_FILE), encoding="utf-8") as handle:
+        for line in handle:
+            item = json.loads(line)
+            if item["path"] not in found.rejected_kept and item["path"] in found.stamps:
+                size, mtime = found.stamps[item["path"]]
+                rows.append(SourceRow(item["path"], "", "", -1, size, mtime, "", found.source_sha256(item["path"])))
+    return rows

@@ -1,0 +1,168 @@
+"""``--update``'s launch: the stages of an update wired under OUT's lock (issue #59).
+
+In:  the conversion's options (the same flags as the conversion that made OUT), OUT's latest version.
+Out: version N+1 in ``OUT/versions/<N+1>/``, published by its pointer written last
+     (:mod:`beam_jobs.files.version_store`); or nothing, when nothing changed.
+
+The stages, in order, each a module: what is refused before anything is read, and SRC's plan
+(:mod:`beam_jobs.update.checks`); SRC compared with the latest version (:mod:`beam_jobs.planning.changes`:
+stamps, no bytes read); the conversion's own pipeline (:func:`beam_jobs.pipeline.launch.convert_into`) over the
+images to convert only (new and changed), here; the version composed in staging: compacted shards, manifest,
+rejections, sources table (:mod:`beam_jobs.update.compose`); published (:mod:`beam_jobs.files.version_store`).
+This module wires them, under the lock, with a kill at any point leaving the latest version whole. Class folders
+and label files on a local OUT for now; other sources are refused naming them. (docs/converter.md, "Updating a
+dataset".)
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import shutil
+import time
+from typing import Optional, Sequence, Union
+
+import record_schema
+from beam_jobs import faults
+from beam_jobs.files import filesystems, publish, version_store
+from beam_jobs.files.filesystems import FileSystems
+from beam_jobs.options import AUTO, ConvertOptions
+from beam_jobs.pipeline import beam_run, label_files, launch, run_plan
+from beam_jobs.planning import changes as change_plan
+from beam_jobs.planning import discover, resume
+from beam_jobs.runtime import interrupt, runners, worker_start
+from beam_jobs.stages.manifest import ConvertSummary
+from beam_jobs.update import checks, compose
+from beam_jobs.update.checks import UpdateRefusedError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateSummary:
+    """What an update did: the version written (None: nothing changed), its changes and the conversion's."""
+
+    out: str
+    version: Optional[int]
+    previous: int
+    changes: dict
+    converted: Optional[ConvertSummary]
+    elapsed_s: float
+
+    def format(self) -> str:
+        if self.version is None:
+            return (f"nothing changed in SRC since version {self.previous} of {self.out}: no version written "
+                    f"({self.elapsed_s:.1f} s)")
+        counts = self.changes
+        return "\n".join([
+            f"published version {self.version} of {self.out} (was {self.previous})",
+            f"  images:     {counts['added']} added, {counts['changed']} changed"
+            + (f" ({counts['relabelled']} relabelled)" if counts.get("relabelled") else "")
+            + f", {counts['deleted']} deleted, "
+            f"{counts['unchanged']} unchanged",
+            f"  shards:     {counts['reused_shards']} reused, {counts['new_shards']} new "
+            f"({counts['compacted_shards']} that lost records compacted: {counts['recompacted']} records copied)",
+            f"  elapsed:    {self.elapsed_s:.1f} s",
+        ])
+
+
+def run(options: ConvertOptions, pipeline_args: Sequence[str] = (), rehash: bool = False,
+        show_progress: Union[None, bool, str] = None) -> UpdateSummary:
+    """Update ``options.out`` to hold exactly ``options.src``: a new version, or nothing when nothing changed.
+
+    Raises:
+      UpdateRefusedError: SRC is not a source updates support yet, OUT holds no dataset, or an option that
+        shapes the records differs from the latest version's (naming the flag).
+      version_store.VersionError: OUT's versions cannot be read (naming the file).
+      the exceptions of :func:`beam_jobs.pipeline.run`.
+    """
+    with interrupt.handled(), worker_start.stopped_after():  # no forkserver outlives the update
+        return _run(options, pipeline_args, rehash, show_progress)
+
+
+def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
+         show_progress: Union[None, bool, str]) -> UpdateSummary:
+    started = time.monotonic()
+    out = options.out
+    version_store.latest_number(out)  # refuses an OUT in an object store before anything else
+    choice = runners.choose_runner(beam_run.worker_log_args(pipeline_args))
+    if not choice.local:
+        raise UpdateRefusedError(f"--update runs on the local runner only for now, not {choice.description}")
+    FileSystems.set_options(choice.options)
+    with publish.output_lock(out):
+        faults.point("locked")
+        publish.recover_and_clean(out)
+        if not version_store.existing(out):
+            raise UpdateRefusedError(f"--update: {out} holds no converted dataset to update; convert SRC into it "
+                                     "first (the same command without --update)")
+        version_store.remove_unpublished(out)
+        latest = version_store.read(out, version_store.latest_number(out))
+        checks.refuse_dropped(out, latest)
+        checks.check_options(options, latest.manifest)
+        scratch, staging = publish.new_scratch(out), None
+        try:
+            with interrupt.live_run(last_resort=lambda: resume.last_resort(staging, out, scratch)):
+                plan = checks.source_plan(options, scratch)
+                options = run_plan.near_distance_for(options, len(plan.refs))  # as converting all of SRC would
+                found = change_plan.compare(plan.refs, options.src, plan.classes,
+                                            version_store.iter_sources(out, latest), latest.manifest["classes"],
+                                            options.val_fraction, options.seed, scratch, rehash)
+                if found.nothing:
+                    logger.info("nothing changed since version %d", latest.number)
+                    return UpdateSummary(out, None, latest.number, found.counts(), None,
+                                         time.monotonic() - started)
+                staging = publish.new_staging(out)
+                number = latest.number + 1
+                converted, staging = _convert(options, plan, found, staging, choice, show_progress)
+                compacted, renamed = compose.compact(out, staging, found, latest, number)
+                manifest = compose.version_manifest(options, plan, found, latest, number, converted, compacted, staging)
+                label_files.write_card(staging, out, manifest, options.card)
+                compose.write_sources(found, converted, staging, number, renamed)
+            shutil.rmtree(scratch, ignore_errors=True)
+            faults.point("before-commit")
+            with interrupt.deferred():
+                filesystems.remove_folder(publish.work_dir(staging))
+                for split in record_schema.SPLITS:  # the new shards' rows are in the sources table now
+                    _remove_if_there(os.path.join(staging, record_schema.records_table_filename(split)))
+                version_store.publish(staging, out, number, manifest)
+            faults.point("committed")
+        except BaseException as err:
+            if staging is not None and os.path.exists(staging) and not getattr(err, "kept_staging", None) \
+                    and not resume.kept_on_stop(err, staging):
+                publish.discard_staging(staging)
+            raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    summary = ConvertSummary.from_manifest(out, manifest, time.monotonic() - started)
+    return UpdateSummary(out, number, latest.number, manifest["changes"], summary, time.monotonic() - started)
+
+
+def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes, staging: str,
+             choice: runners.RunnerChoice, show_progress) -> tuple[Optional[dict], str]:
+    """Convert ``found.refs`` into ``staging`` as a conversion would; (its manifest, the staging folder used:
+    a killed update's, when it resumes one). No refs (only deletions): labels and reports written, no pipeline."""
+    counts = collections.Counter(ref.split for ref in found.refs)
+    # Classes without an image to convert are not "empty": their records are in the shards reused.
+    converting = {ref.label for ref in found.refs}
+    narrowed = dataclasses.replace(plan, refs=found.refs, classes=found.classes, class_text=found.classes,
+                                   split_counts=dict(counts), carved={}, unlisted=tuple(
+                                       name for label, name in enumerate(found.classes) if label not in converting))
+    if not found.refs:
+        filesystems.write_text(FileSystems.join(staging, record_schema.LABELS_FILE),
+                               "".join(name + "\n" for name in found.classes))
+        for name in (record_schema.REJECTED_FILE, record_schema.DUPLICATES_FILE):
+            filesystems.write_text(FileSystems.join(staging, name), "")
+        return None, staging
+    # The carve was the update's (a fixed threshold): the conversion of the new images carves nothing more.
+    # Their shards are sized by their bytes (--shards auto), not by the count the whole dataset was cut into:
+    # 120 new photos make one shard, not 64 of two images.
+    rejected_before = len(found.rejected_kept)
+    return launch.convert_into(dataclasses.replace(options, val_fraction=0.0, shards=AUTO), narrowed, staging,
+                                 choice, show_progress, budget=(len(plan.refs), rejected_before))
+
+
+def _remove_if_there(path: str) -> None:
+    if os.path.exists(path):
+        os.remove(path)
