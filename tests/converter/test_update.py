@@ -240,7 +240,7 @@ def test_the_comparison_sorts_the_listing_in_runs_and_holds_memory_flat_in_the_i
 
     from beam_jobs.planning import changes
 
-    def changes_of(images: int, run: int) -> tuple:
+    def changes_of(images: int, run: int, traced: bool = True) -> tuple:
         root = tmp_path / f"{images}-{run}"
         refs, rows = _flat_listing(root, images)
         listing = [ref for k, ref in enumerate(refs) if k % 50]  # 2% deleted: every shard compacted
@@ -248,16 +248,17 @@ def test_the_comparison_sorts_the_listing_in_runs_and_holds_memory_flat_in_the_i
         monkeypatch.setattr(changes, "FAN_IN", 4)  # 1,000 images: 16 runs merged 4 at a time
         monkeypatch.setattr(versions, "_ROW_GROUP", 256)
         (root / "scratch").mkdir()
-        tracemalloc.start()
+        if traced:  # tracing slows every allocation about threefold: only the two runs compared for memory
+            tracemalloc.start()
         found = changes.compare(listing, str(root), ["c0", "c1", "c2", "c3"], iter(rows), ["c0", "c1", "c2", "c3"],
                                 0.0, 0, scratch=str(root / "scratch"))
         versions.write_sources(str(root / "sources.parquet"), (row for row, _ in found.unchanged))
-        peak = tracemalloc.get_traced_memory()[1]
+        peak = tracemalloc.get_traced_memory()[1] if traced else 0
         tracemalloc.stop()
         kept = [(row.path, row.file, row.index, label) for row, label in found.unchanged]
         return (found.counts(), kept, {file: index.tolist() for file, index in found.survivors.items()}), peak
 
-    whole, _ = changes_of(1000, 10**6)
+    whole, _ = changes_of(1000, 10**6, traced=False)
     runs, small = changes_of(1000, 64)
     assert runs == whole and whole[0]["deleted"] == 1000 // 50 and whole[0]["compacted_shards"] == 10
     _, large = changes_of(4000, 64)
@@ -266,12 +267,22 @@ def test_the_comparison_sorts_the_listing_in_runs_and_holds_memory_flat_in_the_i
     # images at the defaults: docs/converter.md).
     assert (large - small) / 3000 < 120, (small, large)
 
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> str:
+    """A folder holding ``src`` and ``out``, its conversion: made once, copied by each killed update's test."""
+    root = tmp_path_factory.mktemp("converted")
+    src = _source(str(root))
+    conversion.run(_options(src, str(root / "out")), FAST, show_progress=False)
+    return str(root)
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("point", ["before-commit", "version-moved"])
-def test_a_killed_update_leaves_the_latest_version_whole_and_the_same_command_finishes_it(tmp_path, point):
-    src = _source(str(tmp_path))
-    out = str(tmp_path / "out")
-    conversion.run(_options(src, out), FAST, show_progress=False)
+def test_a_killed_update_leaves_the_latest_version_whole_and_the_same_command_finishes_it(tmp_path, point,
+                                                                                          converted):
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    shutil.copytree(os.path.join(converted, "src"), src)  # copied with its files' modification times
+    shutil.copytree(os.path.join(converted, "out"), out)
     _image(os.path.join(src, "cat", "new.jpg"), 5)
     os.remove(os.path.join(src, "dog", "1.jpg"))
     before = _files(out)
