@@ -9,7 +9,8 @@ Out: :class:`Changes`: the refs to convert (new and changed images), the rows ke
 An image is unchanged when its path is the version's and its file's size and modification time are the
 ones recorded (no byte read); with ``rehash``, or against a version that recorded no stamps (version 1), its
 bytes' SHA-256 must equal the source file's the version recorded instead (version 1 recorded none: the stored
-image's, which a re-encoded image's source never matches). A file gone since SRC was listed is deleted.
+image's, which a re-encoded image's source never matches). A file gone since SRC was listed is deleted, but
+one the version rejected (a label file lists it, no file is there: ``missing-file``) stays rejected, unchanged.
 Its label must be the one its record holds too (a label file that labels it otherwise now: a changed image,
 ``relabelled``), and, without ``--val-fraction``, its split the one SRC states (a label file's split column).
 
@@ -288,8 +289,11 @@ def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: It
             row = next(rows, None)
         try:
             stat = os.stat(os.path.join(src, ref.relpath))
-        except FileNotFoundError:  # gone since SRC was listed: deleted, as if it had been gone then
-            if match is not None:
+        except FileNotFoundError:
+            if match is not None and not match.file:  # listed, still missing: the same rejection (missing-file)
+                unchanged.add(match, UNKNOWN)
+                rejected_kept.add(path)
+            elif match is not None:  # gone since SRC was listed: deleted, as if it had been gone then
                 touched.add(match.file)
                 deleted += 1
             continue

@@ -113,6 +113,24 @@ def test_a_split_a_label_file_states_anew_converts_the_image_into_it_without_a_c
     assert [(row.path, row.label) for row, _ in found.unchanged] == [("img/c.jpg", 1)]
 
 
+def test_a_listed_file_still_missing_stays_rejected_and_changes_nothing(tmp_path):
+    """A label file that lists a file SRC lacks: the conversion rejected it (missing-file); listed again and still
+    missing, it is the same rejection, unchanged, not a deletion that would publish a version of nothing."""
+    from beam_jobs.planning import changes
+    from beam_jobs.stage_records import ImageRef
+
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "a.jpg").write_bytes(b"a")
+    stat = os.stat(tmp_path / "img" / "a.jpg")
+    rows = [versions.SourceRow("img/a.jpg", "train", "s0", 0, stat.st_size, stat.st_mtime_ns, "ab" * 32, "", 0),
+            versions.SourceRow("img/gone.jpg", "", "", -1, versions.UNKNOWN, versions.UNKNOWN, "")]
+    (tmp_path / "scratch").mkdir()
+    found = changes.compare([ImageRef("train", "img/a.jpg", 0), ImageRef("train", "img/gone.jpg", 0)],
+                            str(tmp_path), ["x"], iter(rows), ["x"], 0.0, 0, scratch=str(tmp_path / "scratch"))
+    assert found.nothing and found.rejected_kept == {"img/gone.jpg"}
+    assert [row for row, _ in found.unchanged] == rows
+
+
 @pytest.mark.slow
 def test_the_dataset_commands_take_a_version_and_name_the_versions_there_are_for_one_that_is_not(
         updated, tmp_path, capsys):
