@@ -85,8 +85,8 @@ def _s3(cwd: str, images: dict[str, bytes], s3_server) -> dict[str, str]:
 GIVEN = {"imagenet": _imagenet, "imagenet-tars": _imagenet_tars, "webdataset": _webdataset, "hub": _hub, "s3": _s3}
 
 # The pages of docs/, in the order their blocks run (after the README's).
-DOCS = ("docs/converter.md", "docs/format.md", "docs/reader.md", "docs/scaling.md", "docs/benchmarks.md",
-        "docs/report.md", "docs/design.md")
+DOCS = ("docs/converter.md", "docs/update.md", "docs/format.md", "docs/reader.md", "docs/scaling.md",
+        "docs/benchmarks.md", "docs/report.md", "docs/design.md")
 
 SKIP = re.compile(r"<!-- readme-test: skip: (.+?) -->\n$")
 GIVEN_MARK = re.compile(r"<!-- readme-test: given: (\S+) -->\n$")
