@@ -218,6 +218,9 @@ def dataset_info(data_dir: str, version: Optional[int] = None) -> DatasetInfo:
         raise ValueError(
             f"{path} has format_version {layout!r}; this reader reads version {record_schema.FORMAT_VERSION}"
         )
+    unknown = versions.unknown_requirements(manifest, path)
+    if unknown:
+        raise ValueError(unknown)
     try:
         splits = {name: _split_info(data_dir, name, raw) for name, raw in manifest["splits"].items()}
         return DatasetInfo(data_dir, tuple(manifest["classes"]), splits, manifest, all_jpeg=True, version=version)

@@ -72,6 +72,23 @@ def folder_version(name: str) -> Optional[int]:
     return int(name) if len(name) >= 5 and name.isdigit() and int(name) > FIRST_VERSION else None
 
 
+# What a manifest may list under "requires": the features a reader must know to read the version right (a
+# version whose shard entries carry masks, docs/update.md, will list "live"). None is written yet; a reader refuses
+# a version that requires one it does not know, rather than read it wrong (deleted records back, say).
+KNOWN_REQUIREMENTS: frozenset[str] = frozenset()
+
+
+def unknown_requirements(manifest: dict, where: str) -> Optional[str]:
+    """Why a reader of this release cannot read the manifest at ``where``: the features it ``requires`` that this
+    release does not know, named; None when it knows them all (or the manifest requires none)."""
+    required = manifest.get("requires") or []
+    unknown = sorted(str(name) for name in required if name not in KNOWN_REQUIREMENTS)
+    if not unknown:
+        return None
+    return (f"{where} requires {', '.join(unknown)}, which this release does not know: it was written by a newer "
+            "converter; install a release that reads it (pip install -U), or read an older version of the dataset")
+
+
 def missing_version(version: object, existing: list[int], data_dir: str) -> str:
     """Why ``version`` of ``data_dir`` cannot be read, naming it and the versions there are (``existing``, oldest
     first: pruned ones are not): the message of every caller that takes a version (the reader's ``version=``,

@@ -86,12 +86,16 @@ def read(out: str, number: int) -> Version:
     path = os.path.join(_root(out), versions.manifest_path(number))
     try:
         with open(path, encoding="utf-8") as handle:
-            return Version(number, json.load(handle))
+            manifest = json.load(handle)
     except FileNotFoundError:
         raise VersionError(f"{path} is missing: version {number} of {out} was pruned, or {out} is no "
                            "converted dataset") from None
     except ValueError as err:
         raise VersionError(f"{path} is not valid JSON ({err})") from None
+    unknown = versions.unknown_requirements(manifest, path)
+    if unknown:  # an update would compose a version from what it cannot read right
+        raise VersionError(unknown)
+    return Version(number, manifest)
 
 
 def existing(out: str) -> list[int]:

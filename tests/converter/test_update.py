@@ -181,6 +181,22 @@ def test_a_version_pointer_is_read_and_a_version_beyond_it_refused(tmp_path):
         latest_version(str(out))
 
 
+def test_a_version_that_requires_a_feature_this_release_does_not_know_is_refused_by_both_sides(tmp_path):
+    """A manifest's "requires" names what a reader must know to read it right (masks will be "live":
+    docs/update.md): the reader and the updater refuse an unknown one, naming it and the manifest, instead of
+    reading the version wrong."""
+    from beam_jobs.files import version_store
+
+    manifest = {"format_version": record_schema.FORMAT_VERSION, "classes": ["a"], "splits": {}, "requires": ["live"]}
+    (tmp_path / record_schema.MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="manifest.json requires live, which this release does not know"):
+        dataset_info(str(tmp_path))
+    with pytest.raises(version_store.VersionError, match="requires live"):
+        version_store.read(str(tmp_path), 1)
+    (tmp_path / record_schema.MANIFEST_FILE).write_text(json.dumps(dict(manifest, requires=[])))
+    assert dataset_info(str(tmp_path)).classes == ("a",)
+
+
 def test_the_sources_table_gives_back_its_rows_sorted_and_the_same_rows_the_same_bytes():
     rows = [versions.SourceRow("b.jpg", "train", "versions/00002/train-00000-of-00001.tfrecord", 0, 10, 5, "ab", "ef"),
             versions.SourceRow("a.jpg", "", "", -1, versions.UNKNOWN, versions.UNKNOWN, "", "cd")]
