@@ -30,7 +30,7 @@ import os
 from typing import Iterable, Optional
 
 from reader import storage
-from reader.info import ShardInfo, SplitInfo, dataset_info
+from reader.info import ShardInfo, SplitInfo, dataset_info, version_numbers
 from reader.frames import file_sha256, iter_frames
 from record_files import idx
 
@@ -116,10 +116,13 @@ def rebuild(data_dir: str, every: bool = False) -> Rebuilt:
     A shard is indexed only when it is the one the manifest describes (its
     size and SHA-256 match): an index of another file would be worse than none.
     The manifest is never changed, so the dataset's fingerprint (and every
-    saved :class:`reader.Position`) stays valid.
+    saved :class:`reader.Position`) stays valid. A dataset that grows (``--update``): the shards of every
+    version not pruned, each once (a copy without its ``.idx`` files lost those of every version).
     """
-    info = dataset_info(data_dir)
-    shards = [shard for split in info.splits.values() for shard in split.shards]
+    dataset_info(data_dir)  # not a dataset: the error that names why
+    shards = list({shard.path: shard for number in version_numbers(data_dir)
+                   for split in dataset_info(data_dir, version=number).splits.values()
+                   for shard in split.shards}.values())
     listings = list_folders([shard.path for shard in shards] + [s.index_path for s in shards if s.index_path])
     written, intact, failed = [], 0, []
     for shard in shards:

@@ -135,7 +135,8 @@ def test_a_listed_file_still_missing_stays_rejected_and_changes_nothing(tmp_path
 def test_the_dataset_commands_take_a_version_and_name_the_versions_there_are_for_one_that_is_not(
         updated, tmp_path, capsys):
     """verify, inspect, report and card read ``--version N`` (default: the latest), each version's own files
-    with it; a version OUT does not have is an error naming it and the versions it has. In process."""
+    with it; a version OUT does not have is an error naming it and the versions it has; reindex rebuilds the
+    shards' indexes of every version. In process."""
     from converter import card, dataset_commands
 
     _, out, rows, first, _ = updated
@@ -156,6 +157,19 @@ def test_the_dataset_commands_take_a_version_and_name_the_versions_there_are_for
     assert sum(split["images"] for split in figures["splits"]["splits"].values()) == len(rows)
     assert figures["splits"]["croissant"].endswith("out/versions/00002/croissant.json")
     assert figures["classes"]["label_map"] == {"0": "cat", "1": "dog", "2": "bird"}
+    # reindex rebuilds the indexes of every version's shards: one only version 1 reads (compacted since) and one
+    # of version 2's own.
+    only_first = {shard.index_path for split in dataset_info(out, version=1).splits.values() for shard in split.shards}
+    only_first -= {shard.index_path for split in dataset_info(out).splits.values() for shard in split.shards}
+    own = next(shard.index_path for split in dataset_info(out).splits.values() for shard in split.shards
+               if "/versions/00002/" in shard.index_path)
+    lost = sorted(only_first)[:1] + [own]
+    kept = {path: open(path, "rb").read() for path in lost}
+    for path in lost:
+        os.remove(path)
+    assert dataset_commands.reindex([out]) == 0
+    assert "rebuilt 2 record indexes" in capsys.readouterr().out
+    assert {path: open(path, "rb").read() for path in lost} == kept
     assert card.main([out, "--version", "2"]) == 0
     assert os.path.exists(os.path.join(out, versions.in_version(2, "croissant.json")))
     for command in (dataset_commands.verify, dataset_commands.inspect):
