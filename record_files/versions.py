@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import io
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
@@ -72,6 +73,15 @@ def folder_version(name: str) -> Optional[int]:
     return int(name) if len(name) >= 5 and name.isdigit() and int(name) > FIRST_VERSION else None
 
 
+def label_key(ids: "tuple[int, ...] | list[int]") -> int:
+    """A record's class ids as the sources table's ``label``: its one id, or, for none or several (a multi-label
+    record), a negative digest of the sorted ids below UNKNOWN (62 bits of BLAKE2b: equal sets, equal keys)."""
+    if len(ids) == 1:
+        return int(ids[0])
+    text = ",".join(str(int(i)) for i in sorted(ids)).encode("ascii")
+    return -2 - (int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 2)
+
+
 # What a manifest may list under "requires": the features a reader must know to read the version right (a
 # version whose shard entries carry masks, docs/update.md, will list "live"). None is written yet; a reader refuses
 # a version that requires one it does not know, rather than read it wrong (deleted records back, say).
@@ -118,9 +128,10 @@ class SourceRow:
     not recorded); ``sha256``: the stored image's hex SHA-256 (``image/key/sha256``; "" for a rejected one);
     ``source_sha256``: the source file's hex SHA-256 as the version read it ("" when not recorded: version 1,
     tables written before the column). ``--update --rehash`` compares a file with it: a re-encoded image's
-    stored bytes are not its source's. ``label``: the class id its record holds (UNKNOWN for a rejected image,
-    and in tables written before the column): an image a label file labels otherwise now is a changed image,
-    though its bytes are the same (ids are stable across versions, so an id compares as its name would).
+    stored bytes are not its source's. ``label``: the class id its record holds, or for a multi-label record
+    its ids' :func:`label_key` (UNKNOWN for a rejected image, and in tables written before the column): an image
+    a label file labels otherwise now is a changed image, though its bytes are the same (ids are stable across
+    versions, so an id compares as its name would).
     """
 
     path: str

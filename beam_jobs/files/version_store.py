@@ -169,9 +169,9 @@ def sources_of(out: str, version: Version) -> list[SourceRow]:
 
 
 def record_label(classes: Sequence[int]) -> int:
-    """A records table's ``classes`` cell as a sources row's ``label``: its one class id (UNKNOWN for a record of
-    none or several: a multi-label or object record, which updates do not take yet)."""
-    return int(classes[0]) if len(classes) == 1 else versions.UNKNOWN
+    """A records table's ``classes`` cell as a sources row's ``label``: its one class id, or a multi-label
+    record's ids' key (:func:`record_files.versions.label_key`)."""
+    return versions.label_key(classes)
 
 
 def remove_unpublished(out: str) -> None:

@@ -39,16 +39,17 @@ from typing import BinaryIO, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
+from beam_jobs import annotations
 from beam_jobs.planning.carve import carve_key
 from beam_jobs.planning.discover import class_order, display_path
 from beam_jobs.stage_records import ImageRef
-from record_files.versions import UNKNOWN, SourceRow
+from record_files.versions import UNKNOWN, SourceRow, label_key
 
 _KEY_SPACE = 1 << 128  # carve keys are 128-bit
 
 
 class UnchangedRows:
-    """The unchanged images' rows, each with its label id now, in path order, re-iterable: spilled to a file in
+    """The unchanged images' rows, each with its class ids now, in path order, re-iterable: spilled to a file in
     the scratch folder as the comparison finds them, so the launcher holds none of them (a version of a
     billion images holds a billion).
 
@@ -62,9 +63,9 @@ class UnchangedRows:
         self._path, self._count, self._block = path, 0, []
         self._handle: Optional[BinaryIO] = open(path, "wb")
 
-    def add(self, row: SourceRow, label: int) -> None:
+    def add(self, row: SourceRow, ids: tuple[int, ...]) -> None:
         self._block.append((row.path, row.split, row.file, row.index, row.size, row.mtime_ns, row.sha256,
-                            row.source_sha256, row.label, label))
+                            row.source_sha256, row.label, ids))
         self._count += 1
         if len(self._block) == self._BLOCK:
             marshal.dump(self._block, self._handle)
@@ -78,7 +79,7 @@ class UnchangedRows:
             self._handle.close()
             self._handle = None
 
-    def __iter__(self) -> Iterator[tuple[SourceRow, int]]:
+    def __iter__(self) -> Iterator[tuple[SourceRow, tuple[int, ...]]]:
         self.close()
         with open(self._path, "rb") as handle:
             while True:
@@ -86,8 +87,8 @@ class UnchangedRows:
                     block = marshal.load(handle)
                 except EOFError:
                     return
-                for *fields, label in block:
-                    yield SourceRow(*fields), label
+                for *fields, ids in block:
+                    yield SourceRow(*fields), ids
 
     def __len__(self) -> int:
         return self._count
@@ -97,7 +98,7 @@ class UnchangedRows:
 class Changes:
     """What an update does (see the module's docstring).
 
-    ``refs``: to convert, sorted by (split, relpath); ``unchanged``: every unchanged image's row and label id,
+    ``refs``: to convert, sorted by (split, relpath); ``unchanged``: every unchanged image's row and class ids,
     stamped now, in path order (on disk: :class:`UnchangedRows`), whether its shard is reused or compacted, and
     the unchanged rejected images (``file`` ""); ``reused``: the shard files kept; ``compacted``: the shards
     that lost a record; ``survivors``: per compacted shard, its unchanged records' indices, ascending (a record's
@@ -152,6 +153,25 @@ class Changes:
         """``row``, a survivor of a compacted shard, at its place in ``compacted_file``."""
         index = int(np.searchsorted(self.survivors[row.file], row.index))
         return dataclasses.replace(row, file=compacted_file, index=index)
+
+
+def label_ids(ref: ImageRef) -> tuple[int, ...]:
+    """The class ids ``ref`` labels its image with: its label, or a multi-label image's ids (its annotation)."""
+    if ref.annotation:
+        annotation = annotations.decode(ref.annotation)
+        if isinstance(annotation, annotations.Labels):
+            return annotation.ids
+    return (ref.label,)
+
+
+def _with_ids(ref: ImageRef, remap: Sequence[int]) -> ImageRef:
+    """``ref`` labelled with the version's stable ids (``remap``: listed id -> stable id)."""
+    if ref.annotation:
+        annotation = annotations.decode(ref.annotation)
+        if isinstance(annotation, annotations.Labels):
+            ids = tuple(sorted(remap[label] for label in annotation.ids))
+            return ref._replace(annotation=annotations.encode(annotations.Labels(ids)))
+    return ref._replace(label=remap[ref.label])
 
 
 def stable_classes(before: Sequence[str], listed: Sequence[str]) -> tuple[str, ...]:
@@ -291,23 +311,25 @@ def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: It
             stat = os.stat(os.path.join(src, ref.relpath))
         except FileNotFoundError:
             if match is not None and not match.file:  # listed, still missing: the same rejection (missing-file)
-                unchanged.add(match, UNKNOWN)
+                unchanged.add(match, ())
                 rejected_kept.add(path)
             elif match is not None:  # gone since SRC was listed: deleted, as if it had been gone then
                 touched.add(match.file)
                 deleted += 1
             continue
         stamp = (stat.st_size, stat.st_mtime_ns)
-        ref = ref._replace(label=remap[ref.label])
+        ref = _with_ids(ref, remap)
+        ids = label_ids(ref)
         same = None if match is None else _unchanged(match, stamp, os.path.join(src, ref.relpath), rehash)
         # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says.
-        other_label = match is not None and match.file and match.label not in (UNKNOWN, ref.label)
+        other_label = match is not None and match.file and match.label not in (UNKNOWN, label_key(ids))
         other_split = match is not None and match.file and val_fraction <= 0 and match.split != ref.split
         if same is not None and not (other_label or other_split):
             unchanged.add(SourceRow(match.path, match.split, match.file, match.index, stamp[0], stamp[1],
-                                    match.sha256, same, ref.label if match.file else UNKNOWN), ref.label)
+                                    match.sha256, same, label_key(ids) if match.file else UNKNOWN), ids)
             if match.file:
-                kept_labels[match.split, ref.label] += 1
+                for label in ids:
+                    kept_labels[match.split, label] += 1
             else:
                 rejected_kept.add(path)
             continue

@@ -2,7 +2,8 @@
 
 In:  the conversion's options (as given with ``--update``), the latest version of OUT (its manifest).
 Out: SRC's plan (:class:`beam_jobs.planning.discover.InputPlan`, listed once) when SRC is a source updates
-     support (class folders, or a label file: ``--annotations`` CSV, TSV or JSON Lines, one label an image),
+     support (class folders, or a label file: ``--annotations`` CSV, TSV or JSON Lines, one label an image or
+     several, ``--label-separator``),
      else :class:`UpdateRefusedError` naming the source, the flag or the version at fault.
 
 (docs/converter.md, "Updating a dataset": the rule, and what is not updated yet.)
@@ -55,7 +56,8 @@ def check_options(options: ConvertOptions, manifest: dict) -> None:
 
 def source_plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
     """SRC's plan (listed once), refused unless it is class folders or a label file (``--annotations`` CSV, TSV
-    or JSON Lines, one label an image: the sources updates support yet), naming the source it is read as."""
+    or JSON Lines, one label an image or several: the sources updates support yet), naming the source it is
+    read as."""
     given = [flag for flag, value in (("--label-member", options.label_member),
                                       ("--val-labels", options.val_labels), ("--config", options.config),
                                       ("--image-column", options.image_column),
@@ -64,10 +66,8 @@ def source_plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
         _refuse(options, f"the source {given[0]} names")
     if options.annotations and coco.is_coco_file(options.annotations):  # before a COCO file is read whole
         _refuse(options, f"an annotated dataset (COCO: --annotations {options.annotations})")
-    if options.label_separator is not None:
-        _refuse(options, "a multi-label file (--label-separator)")
     plan = run_plan.plan_inputs(options, scratch, None)
-    if plan.task != record_schema.TASK_CLASSIFICATION:
+    if plan.task not in (record_schema.TASK_CLASSIFICATION, record_schema.TASK_MULTILABEL):
         _refuse(options, f"an annotated dataset (COCO, YOLO, Pascal VOC, CVAT or masks beside images: task {plan.task!r})")
     if plan.provenance:
         _refuse(options, "a Parquet dataset (the Hub's)")

@@ -145,7 +145,7 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
     a killed update's, when it resumes one). No refs (only deletions): labels and reports written, no pipeline."""
     counts = collections.Counter(ref.split for ref in found.refs)
     # Classes without an image to convert are not "empty": their records are in the shards reused.
-    converting = {ref.label for ref in found.refs}
+    converting = {label for ref in found.refs for label in change_plan.label_ids(ref)}
     narrowed = dataclasses.replace(plan, refs=found.refs, classes=found.classes, class_text=found.classes,
                                    split_counts=dict(counts), carved={}, unlisted=tuple(
                                        name for label, name in enumerate(found.classes) if label not in converting))

@@ -391,4 +391,4 @@ def test_an_image_gone_between_listing_and_comparing_is_deleted_and_one_kept_by_
                             scratch=str(tmp_path / "scratch"))
     assert (found.added, found.changed, found.deleted) == (0, 0, 1)
     assert found.survivors["s0"].tolist() == [0]  # its shard lost cat/gone.jpg: compacted, a.png its survivor
-    assert [(row.path, row.source_sha256, label) for row, label in found.unchanged] == [("cat/a.png", source, 0)]
+    assert [(row.path, row.source_sha256, label) for row, label in found.unchanged] == [("cat/a.png", source, (0,))]

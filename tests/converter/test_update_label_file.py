@@ -189,3 +189,49 @@ def test_a_missing_version_is_named_with_the_versions_there_are():
     assert "it has versions 3, 5 (older versions were pruned)" in versions.missing_version(1, [3, 5], "OUT")
     assert "it has version 1 " in versions.missing_version(2, [1], "OUT")
     assert "no version at all" in versions.missing_version(1, [], "OUT")
+
+
+def _tags(out: str) -> dict[str, tuple[str, ...]]:
+    """path -> the class names of every record the latest version reads (a multi-label record's list)."""
+    import tensorflow as tf
+
+    info, found = dataset_info(out), {}
+    for split in info.splits.values():
+        for shard in split.shards:
+            for raw in tf.data.TFRecordDataset(shard.path):
+                feature = tf.train.Example.FromString(raw.numpy()).features.feature
+                path = feature["image/filename"].bytes_list.value[0].decode()
+                found[path] = tuple(sorted(info.classes[i] for i in feature["image/class/label"].int64_list.value))
+    return found
+
+
+@pytest.mark.slow
+def test_a_multi_label_file_updates_tag_sets_as_labels(tmp_path):
+    """Planet's layout (image_name,tags; ids without their extension; space-separated tags): a changed tag set of
+    the same bytes is a relabelled image, a new tag the next id, an image's per-class counts kept exact."""
+    src, out = str(tmp_path / "train-jpg"), str(tmp_path / "out")
+    tags = {"train_0": "haze primary", "train_1": "clear primary water", "train_2": "clear", "train_3": "cloudy",
+            "train_4": "", "train_5": "water haze"}
+    for i in range(7):
+        _image(os.path.join(src, f"train_{i}.jpg"), 700 + i)
+
+    def options() -> ConvertOptions:
+        with open(os.path.join(str(tmp_path), "tags.csv"), "w", encoding="utf-8") as handle:
+            handle.write("image_name,tags\n" + "".join(f"{name},{cell}\n" for name, cell in sorted(tags.items())))
+        return ConvertOptions(src=src, out=out, annotations=os.path.join(str(tmp_path), "tags.csv"), shards=1,
+                              annotation_columns=("image_name", "tags"), label_separator=" ", near_distance=3)
+
+    conversion.run(options(), FAST, show_progress=False)
+    assert dataset_info(out).classes == ("clear", "cloudy", "haze", "primary", "water")
+    tags.update({"train_2": "clear water", "train_5": "water haze fog", "train_6": "fog"})
+    del tags["train_3"]
+    done = update.run(options(), FAST)
+    assert {key: done.changes[key] for key in ("added", "changed", "relabelled", "deleted")} == \
+        {"added": 1, "changed": 2, "relabelled": 2, "deleted": 1}
+    info = dataset_info(out)
+    assert info.classes == ("clear", "cloudy", "haze", "primary", "water", "fog")
+    assert _tags(out) == {f"{name}.jpg": tuple(sorted(cell.split())) for name, cell in tags.items()}
+    # Images per class: the unchanged records' ids counted with the new ones' (cloudy lost its one image).
+    counts = [sum(name in cell.split() for cell in tags.values()) for name in info.classes]
+    assert list(info.splits["train"].label_counts) == counts == [2, 0, 2, 2, 3, 2]
+    assert update.run(options(), FAST).version is None
