@@ -23,22 +23,28 @@ from PIL import Image
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The longest tests (a minute or more each), started first, dealt out in this order to the test processes
+# The longest tests (half a minute or more each), started first, dealt out in this order to the test processes
 # (pytest.ini) in turn, so that each starts on its share, instead of one running them all in a row or one of them
-# running alone at the end. The README chains (tests/test_readme.py) share one set-up, made by the first chain
-# to ask while the other process starts on a benchmark, so neither waits for it.
+# running alone at the end. The order is their durations' in the last clean-clone runs (.ci/run's --durations),
+# longest first. The README chains (tests/test_readme.py) share one set-up, made by the first chain to ask while
+# the other process starts on a benchmark (second here), so neither waits for it.
 _README = "tests/test_readme.py::test_every_readme_block_runs_as_written_after_the_setup_commands"
-LONGEST_FIRST = (f"{_README}[objects]", "tests/bench/test_smoke.py::test_the_benchmark_runs_end_to_end",
-                 f"{_README}[the-rest]", f"{_README}[classifier]", f"{_README}[folders]", f"{_README}[keras]",
-                 f"{_README}[sources]", "tests/bench/test_read_mixture.py::test_the_mixture_benchmark",
-                 "tests/bench/test_smoke.py::test_the_detection_reading_benchmark",
-                 "tests/reader/test_resume_training.py::test_a_killed_run_restarts",
-                 "tests/bench/test_resume.py::test_the_resume_benchmark",
+LONGEST_FIRST = (f"{_README}[objects]", "tests/bench/test_smoke.py::test_the_startup_benchmark",
+                 f"{_README}[sources]", "tests/reader/test_keras.py::test_mobilenet_example_trains_under_mirrored",
+                 f"{_README}[the-rest]", "tests/bench/test_read_mixture.py::test_the_mixture_benchmark",
+                 f"{_README}[classifier]", "tests/bench/test_resume.py::test_the_resume_benchmark",
+                 f"{_README}[keras]", "tests/bench/test_smoke.py::test_the_benchmark_runs_end_to_end",
+                 f"{_README}[folders]", "tests/reader/test_resume_training.py::test_the_keras_recipe_survives_kills",
                  "tests/bench/test_smoke.py::test_the_archive_benchmark",
+                 "tests/bench/test_smoke.py::test_the_objects_benchmark",
+                 "tests/converter/test_signals.py::test_every_stop_signal",
+                 "tests/converter/test_signals.py::test_a_signal_at_any_moment",
+                 "tests/reader/test_resume_training.py::test_a_killed_run_restarts",
+                 "tests/bench/test_smoke.py::test_the_detection_reading_benchmark",
                  "tests/reader/mixtures/test_mixture.py::test_resuming_before_at_and_after",
                  "tests/test_packaging.py::test_the_installed_wheel",
                  "tests/reader/mixtures/test_mixture.py::test_decoded_batches_of_several_pipelines",
-                 "tests/reader/test_keras.py::test_mobilenet_example_trains_under_mirrored",
+                 "tests/reader/test_keras.py::test_a_small_cnn_learns_the_shapes",
                  "tests/reader/test_objects.py::test_training_resumes_exactly",
                  "tests/bench/test_smoke.py::", "tests/converter/test_signals.py::")
 
