@@ -165,12 +165,12 @@ def label_ids(ref: ImageRef) -> tuple[int, ...]:
 
 
 def _with_ids(ref: ImageRef, remap: Sequence[int]) -> ImageRef:
-    """``ref`` labelled with the version's stable ids (``remap``: listed id -> stable id)."""
-    if ref.annotation:
-        annotation = annotations.decode(ref.annotation)
-        if isinstance(annotation, annotations.Labels):
-            ids = tuple(sorted(remap[label] for label in annotation.ids))
-            return ref._replace(annotation=annotations.encode(annotations.Labels(ids)))
+    """``ref``, an annotated image, with its multi-label ids the version's stable ids (``remap``: listed id ->
+    stable id); objects are not updated (refused before)."""
+    annotation = annotations.decode(ref.annotation)
+    if isinstance(annotation, annotations.Labels):
+        ids = tuple(sorted(remap[label] for label in annotation.ids))
+        return ref._replace(annotation=annotations.encode(annotations.Labels(ids)))
     return ref._replace(label=remap[ref.label])
 
 
@@ -318,15 +318,20 @@ def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: It
                 deleted += 1
             continue
         stamp = (stat.st_size, stat.st_mtime_ns)
-        ref = _with_ids(ref, remap)
-        ids = label_ids(ref)
+        if ref.annotation:  # a multi-label image: its ids in its annotation
+            ref = _with_ids(ref, remap)
+            ids = label_ids(ref)
+            key = label_key(ids)
+        else:  # one label (a call less an image: the comparison's cost is per image of SRC)
+            key = remap[ref.label]
+            ref, ids = ref._replace(label=key), (key,)
         same = None if match is None else _unchanged(match, stamp, os.path.join(src, ref.relpath), rehash)
         # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says.
-        other_label = match is not None and match.file and match.label not in (UNKNOWN, label_key(ids))
+        other_label = match is not None and match.file and match.label not in (UNKNOWN, key)
         other_split = match is not None and match.file and val_fraction <= 0 and match.split != ref.split
         if same is not None and not (other_label or other_split):
             unchanged.add(SourceRow(match.path, match.split, match.file, match.index, stamp[0], stamp[1],
-                                    match.sha256, same, label_key(ids) if match.file else UNKNOWN), ids)
+                                    match.sha256, same, key if match.file else UNKNOWN), ids)
             if match.file:
                 for label in ids:
                     kept_labels[match.split, label] += 1
