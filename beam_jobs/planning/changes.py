@@ -147,7 +147,8 @@ class Changes:
         """The manifest's ``changes``."""
         return {"added": self.added, "changed": self.changed, "relabelled": self.relabelled, "deleted": self.deleted,
                 "unchanged": len(self.unchanged) - len(self.rejected_kept),
-                "recompacted": self.recompacted, "compacted_shards": len(self.compacted)}
+                "recompacted": self.recompacted, "compacted_shards": len(self.survivors),
+                "emptied_shards": len(self.compacted) - len(self.survivors)}  # lost every record: not written
 
     def new_place(self, row: SourceRow, compacted_file: str) -> SourceRow:
         """``row``, a survivor of a compacted shard, at its place in ``compacted_file``."""

@@ -63,7 +63,9 @@ class UpdateSummary:
             + f", {counts['deleted']} deleted, "
             f"{counts['unchanged']} unchanged",
             f"  shards:     {counts['reused_shards']} reused, {counts['new_shards']} new "
-            f"({counts['compacted_shards']} that lost records compacted: {counts['recompacted']} records copied)",
+            f"({counts['compacted_shards']} that lost records compacted: {counts['recompacted']} records copied"
+            + (f"; {counts['emptied_shards']} that lost every record dropped" if counts.get("emptied_shards") else "")
+            + ")",
             f"  elapsed:    {self.elapsed_s:.1f} s",
         ])
 

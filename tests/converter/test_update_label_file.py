@@ -235,3 +235,22 @@ def test_a_multi_label_file_updates_tag_sets_as_labels(tmp_path):
     counts = [sum(name in cell.split() for cell in tags.values()) for name in info.classes]
     assert list(info.splits["train"].label_counts) == counts == [2, 0, 2, 2, 3, 2]
     assert update.run(options(), FAST).version is None
+
+
+def test_a_shard_that_lost_every_record_counts_as_emptied_not_compacted(tmp_path):
+    """compacted_shards counts the shards written anew (format.md: "new shards"); one whose every record went is
+    not written: emptied_shards."""
+    from beam_jobs.planning import changes
+    from beam_jobs.stage_records import ImageRef
+
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "a.jpg").write_bytes(b"a")
+    stat = os.stat(tmp_path / "img" / "a.jpg")
+    rows = [versions.SourceRow("img/a.jpg", "train", "s0", 0, stat.st_size, stat.st_mtime_ns, "ab" * 32, "", 0),
+            versions.SourceRow("img/b.jpg", "train", "s1", 0, 1, 1, "cd" * 32, "", 0)]
+    (tmp_path / "scratch").mkdir()
+    found = changes.compare([ImageRef("train", "img/a.jpg", 0)], str(tmp_path), ["x"], iter(rows), ["x"], 0.0, 0,
+                            scratch=str(tmp_path / "scratch"))
+    counts = found.counts()
+    assert (counts["deleted"], counts["compacted_shards"], counts["emptied_shards"]) == (1, 0, 1)
+    assert found.reused == {"s0"}
