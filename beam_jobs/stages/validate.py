@@ -18,7 +18,7 @@ import functools
 import hashlib
 import os
 import time
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
@@ -111,10 +111,34 @@ def file_stamp(stat: os.stat_result, now_ns: int) -> bytes:
     return hashlib.blake2b(identity, digest_size=STAMP_BYTES).digest()
 
 
+class ObjectTally(NamedTuple):
+    """What stage 2 counts of an accepted image's annotation: taken from the objects :func:`validate_ref` decoded
+    and placed, so the part does not decode the annotation again for each count (#57 §6: a decode of a 5-box
+    annotation costs ~0.1 ms, and it was decoded three more times an image)."""
+
+    placed: int = 0  # the objects its record will hold
+    rejected: tuple[RejectedInput, ...] = ()  # its objects the source refused or validation could not place
+    assumed: str = ""  # the frame its boxes were taken to be in where its size could not tell, else ""
+
+
+def tally_objects(relpath: str, annotation: annotations.Annotation) -> ObjectTally:
+    """The :class:`ObjectTally` of an accepted image's annotation as placed (a :class:`~beam_jobs.annotations.Labels`
+    holds no objects: all zero). ``assumed`` is "" for an image holding no objects, even when its frame was
+    assumed (nothing it holds was placed by it)."""
+    if not isinstance(annotation, annotations.Objects):
+        return ObjectTally()
+    path = display_path(relpath)
+    return ObjectTally(len(annotation.boxes),
+                       tuple(RejectedInput(path, reason, detail, name) for name, reason, detail in annotation.rejected),
+                       annotation.assumed if annotation.boxes or annotation.rejected else "")
+
+
 def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = "",
                  members: Optional[MemberReader] = None,
-                 sign: bool = True) -> Union[tuple[Accepted, Encoded], RejectedInput]:
-    """Read ``ref`` and decide whether it is written: ``(Accepted, Encoded)`` or the rejection.
+                 sign: bool = True) -> Union[tuple[Accepted, Encoded, Optional[ObjectTally]], RejectedInput]:
+    """Read ``ref`` and decide whether it is written: ``(Accepted, Encoded, ObjectTally)`` or the rejection.
+
+    The tally is None for an image without an annotation (:func:`tally_objects`).
 
     ``sign`` False: a JPEG stored as it is comes without its perceptual hash and thumbnail, its scaled decode in
     ``Encoded.signature_pixels`` for the caller to take them in a batch (:func:`validate_chunk`).
@@ -140,7 +164,7 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
         located = member_reads.where(ref.source)  # a Parquet row: its file and row, beside its record name
         return RejectedInput(display_path(ref.relpath), result.reason,
                              f"{located}: {result.detail}" if located else result.detail)
-    annotation = annotations.decode(ref.annotation) if ref.annotation else None
+    annotation = annotations.decode(ref.annotation) if ref.annotation else None  # its one decode in stage 2
     if isinstance(annotation, annotations.Objects):  # placed on the stored pixels (turned, normalized, bad ones named)
         if annotation.class_mask:  # a semantic mask: a readable PNG of the image file's size, or the image goes
             problem = _class_mask_problem(src, annotation.class_mask, result.input_size, work, members)
@@ -152,10 +176,11 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
         if unwritable:
             return _rejected_for_object(ref.relpath, unwritable)
         ref = ref._replace(annotation=annotations.encode(placed))
+        annotation = placed
     accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
                         channels=result.channels, stored_bytes=len(result.data), perceptual_hash=result.perceptual_hash,
                         stamp=stamp, thumbnail=result.thumbnail)
-    return accepted, result
+    return accepted, result, (tally_objects(ref.relpath, annotation) if annotation is not None else None)
 
 
 def _rejected_for_object(relpath: str, unwritable: Sequence[tuple[str, str, str]]) -> RejectedInput:
@@ -183,30 +208,6 @@ def _class_mask_problem(src: str, class_mask: Sequence[str], size: tuple[int, in
     return None
 
 
-def count_objects(item: Accepted) -> int:
-    """How many objects an accepted image's record will hold."""
-    annotation = annotations.decode(item.ref.annotation) if item.ref.annotation else None
-    return len(annotation.boxes) if isinstance(annotation, annotations.Objects) else 0
-
-
-def assumed_frame(item: Accepted) -> str:
-    """The frame an accepted image's boxes were taken to be in where its size could not tell (EXIF orientations
-    2-4, a square turned image), "" where it could, or where it holds no objects."""
-    annotation = annotations.decode(item.ref.annotation) if item.ref.annotation else None
-    if not isinstance(annotation, annotations.Objects) or not (annotation.boxes or annotation.rejected):
-        return ""
-    return annotation.assumed
-
-
-def rejected_objects(item: Accepted) -> list[RejectedInput]:
-    """The objects of an accepted image that its source refused or :func:`validate_ref` could not place."""
-    annotation = annotations.decode(item.ref.annotation) if item.ref.annotation else None
-    if not isinstance(annotation, annotations.Objects):
-        return []
-    path = display_path(item.ref.relpath)
-    return [RejectedInput(path, reason, detail, name) for name, reason, detail in annotation.rejected]
-
-
 def missing_detail(relpath: str) -> str:
     """What was looked for, for a listed file that is not there (no absolute path: reports stay identical)."""
     name = relpath.rpartition("/")[2]
@@ -221,8 +222,15 @@ def spill_path(work: str, chunk: int) -> str:
     return FileSystems.join(work, f"spill-{chunk:012d}.jpeg-bytes")
 
 
+class Checked(NamedTuple):
+    """An image :func:`validate_chunk` accepted: its work record, and its objects' tally (None: no annotation)."""
+
+    item: Accepted
+    objects: Optional[ObjectTally] = None
+
+
 def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, work: str,
-                   chunk: int, on_result: Optional[Callable[[], None]] = None) -> list[Union[Accepted, RejectedInput]]:
+                   chunk: int, on_result: Optional[Callable[[], None]] = None) -> list[Union[Checked, RejectedInput]]:
     """Validate a chunk of images; re-encoded ones leave their bytes in the chunk's spill file.
 
     ``on_result`` is called after each image (progress reporting).
@@ -231,7 +239,7 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
     rewrites the same bytes: encoding is deterministic), and only when some
     image of the chunk was re-encoded.
     """
-    results: list[Union[Accepted, RejectedInput]] = []
+    results: list[Union[Checked, RejectedInput]] = []
     unsigned = _Unsigned(results)
     spill = None
     offset = 0
@@ -244,7 +252,7 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
             if isinstance(result, RejectedInput):
                 results.append(result)
                 continue
-            accepted, encoded = result
+            accepted, encoded, objects = result
             if encoded.signature_pixels is not None:
                 unsigned.add(len(results), encoded.signature_pixels)
             # A Parquet row's bytes are spilled even when stored as they are: the writer, in shard order,
@@ -255,7 +263,7 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
                 spill.write(encoded.data)
                 accepted = accepted._replace(spill=(chunk, offset, len(encoded.data)))
                 offset += len(encoded.data)
-            results.append(accepted)
+            results.append(Checked(accepted, objects))
             unsigned.sign_when_full()
         unsigned.sign()
     finally:
@@ -266,7 +274,7 @@ def validate_chunk(src: str, refs: Sequence[ImageRef], options: EncodeOptions, w
 
 
 class _Unsigned:
-    """Accepted images whose perceptual hash and thumbnail are still to be taken, signed a batch at a time into
+    """Accepted images (:class:`Checked`) whose perceptual hash and thumbnail are still to be taken, signed a batch at a time into
     the results list (:func:`perceptual_hash.signatures_of_scaled`: one image at a time, numpy's cost per call
     was most of a small image's hashing, #56 §5). A batch holds at most :data:`_SIGN_BATCH` images and
     :data:`_SIGN_BYTES` of scaled pixels, so a part of large photos holds a few MB of them at once."""
@@ -289,7 +297,9 @@ class _Unsigned:
             return
         signatures = perceptual_hash.signatures_of_scaled([pixels for _, pixels in self._waiting])
         for (position, _), (phash, thumbnail) in zip(self._waiting, signatures):
-            self._results[position] = self._results[position]._replace(perceptual_hash=phash, thumbnail=thumbnail)
+            checked = self._results[position]
+            self._results[position] = checked._replace(item=checked.item._replace(perceptual_hash=phash,
+                                                                                   thumbnail=thumbnail))
         self._waiting, self._bytes = [], 0
 
 

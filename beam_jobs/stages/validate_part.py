@@ -34,7 +34,7 @@ from beam_jobs.stage_records import ImageRef, RejectedInput
 from beam_jobs.stages.count import PartCounts
 from beam_jobs.stages.near_duplicates import near_records
 from beam_jobs.files.work_layout import WorkLayout
-from beam_jobs.stages.validate import assumed_frame, count_objects, rejected_objects as rejected_objects_of, validate_chunk
+from beam_jobs.stages.validate import validate_chunk
 
 
 def listed_objects(ref: ImageRef) -> int:
@@ -70,25 +70,27 @@ def validate_part(src: str, layout: WorkLayout, part: int, seed: int, options: E
     assumed: dict[str, list] = {}
     objects_of_rejected: dict[str, int] = {}
     results = validate_chunk(src, refs, options, layout.work, part, on_result=on_image)
-    for ref, result in zip(refs, results):
-        if isinstance(result, RejectedInput):
+    for ref, checked in zip(refs, results):
+        if isinstance(checked, RejectedInput):
+            rejection = checked
             went = listed_objects(ref)
             if went:  # they are not written either: counted, and the image's line says so
-                result = dataclasses.replace(result, detail=f"{result.detail}; its {went} "
-                                             f"object{'' if went == 1 else 's'} went with it")
+                rejection = dataclasses.replace(checked, detail=f"{checked.detail}; its {went} "
+                                                f"object{'' if went == 1 else 's'} went with it")
                 objects_of_rejected[ref.split] = objects_of_rejected.get(ref.split, 0) + went
-            rejected.append(result.to_json())
+            rejected.append(rejection.to_json())
             reasons = rejected_counts.setdefault(ref.split, {})
-            reasons[result.reason] = reasons.get(result.reason, 0) + 1
+            reasons[rejection.reason] = reasons.get(rejection.reason, 0) + 1
             continue
-        placed = count_objects(result) if result.ref.annotation else 0
-        if result.ref.annotation:
+        result, tally = checked  # the annotation's counts come with it: it is not decoded again here
+        placed = tally.placed if tally is not None else 0
+        if tally is not None:
             objects[ref.split] = objects.get(ref.split, 0) + placed
-            for refused in rejected_objects_of(result):
+            for refused in tally.rejected:
                 rejected.append(refused.to_json())
                 reasons = rejected_objects.setdefault(ref.split, {})
                 reasons[refused.reason] = reasons.get(refused.reason, 0) + 1
-            frame = assumed_frame(result)
+            frame = tally.assumed
             if frame:
                 seen = assumed.setdefault(frame, [0, []])
                 seen[0] += 1

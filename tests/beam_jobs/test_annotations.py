@@ -160,7 +160,7 @@ def test_annotation_frame_decides_the_frame_where_the_size_cannot_tell(tmp_path,
     (tmp_path / "a.jpg").write_bytes(jpeg(picture(80, 48, BOXES[:1]), 3))
     objects = Objects("7", _boxes(BOXES[:1]), frame=(80, 48), upright=False)  # COCO: the stored frame, when ambiguous
     ref = ImageRef("train", "a.jpg", 0, "", annotations.encode(objects))
-    accepted, encoded = validate_ref(str(tmp_path), ref, EncodeOptions(annotation_frame=given))
+    accepted, encoded, _ = validate_ref(str(tmp_path), ref, EncodeOptions(annotation_frame=given))
     placed = annotations.decode(accepted.ref.annotation)
     pixels = np.asarray(Image.open(io.BytesIO(encoded.data)).convert("RGB"))
     [box] = placed.boxes

@@ -37,7 +37,7 @@ def test_an_object_past_the_edge_rejects_its_image_naming_it_and_keep_partial_im
     rejected = validate_ref(str(tmp_path), ref, EncodeOptions())
     assert isinstance(rejected, RejectedInput) and rejected.reason == annotations.BOX_OUTSIDE
     assert rejected.detail.startswith("a.json annotation 2: box x 30..60") and "--keep-partial-images" in rejected.detail
-    accepted, _ = validate_ref(str(tmp_path), ref, EncodeOptions(keep_partial_images=True))
+    accepted, _, _ = validate_ref(str(tmp_path), ref, EncodeOptions(keep_partial_images=True))
     placed = annotations.decode(accepted.ref.annotation)
     assert [box.name for box in placed.boxes] == ["a.json annotation 1"]
     assert [(name, reason) for name, reason, _ in placed.rejected] == [("a.json annotation 2", annotations.BOX_OUTSIDE)]

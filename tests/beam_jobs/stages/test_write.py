@@ -30,7 +30,7 @@ def test_reencoded_images_are_written_from_the_spill_without_reading_the_source_
     (src / "a" / "p.png").write_bytes(sample_images["png_rgb"])
     (src / "a" / "j.jpg").write_bytes(sample_images["jpeg_rgb"])
     refs = [ImageRef("train", "a/j.jpg", 0), ImageRef("train", "a/p.png", 0)]
-    results = validate_chunk(str(src), refs, EncodeOptions(), str(work), chunk=7)
+    results = [checked.item for checked in validate_chunk(str(src), refs, EncodeOptions(), str(work), chunk=7)]
     assert all(isinstance(r, Accepted) for r in results)
     passthrough, png = results
     assert passthrough.spill == () and png.spill[:2] == (7, 0)
@@ -68,9 +68,9 @@ def _validated(tmp_path, data: bytes) -> tuple[str, Accepted]:
     src = tmp_path / "src"
     (src / "a").mkdir(parents=True)
     (src / "a" / "j.jpg").write_bytes(data)
-    (result,) = validate_chunk(str(src), [ImageRef("train", "a/j.jpg", 0)], EncodeOptions(), str(tmp_path), chunk=0)
-    assert isinstance(result, Accepted)
-    return str(src), result
+    (checked,) = validate_chunk(str(src), [ImageRef("train", "a/j.jpg", 0)], EncodeOptions(), str(tmp_path), chunk=0)
+    assert isinstance(checked.item, Accepted) and checked.objects is None  # no annotation: no objects' tally
+    return str(src), checked.item
 
 
 def test_a_local_file_read_again_with_its_validated_stamp_is_not_hashed_again(tmp_path, sample_images, monkeypatch):
