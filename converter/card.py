@@ -81,7 +81,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         folder = _version_folder(args.out, args.version)
         card = _with_stated(folder, card_from_flags(args.card, args.license, args.citation))
-        path = croissant.write_croissant(folder, card, folder_name=os.path.basename(os.path.normpath(args.out)))
+        path = croissant.write_croissant(folder, card, folder_name=os.path.basename(os.path.abspath(args.out)))
     except (CardError, ValueError) as err:
         parser.error(str(err))
     except FileNotFoundError as err:

@@ -12,7 +12,8 @@ What the card holds, and why so:
 - ``distribution``: each shard a ``cr:FileObject`` with its ``sha256`` and ``contentSize`` (from the
   manifest: nothing is read again), ``encodingFormat`` ``application/x-tfrecord`` (the MIME type Google's
   Dataplex names TFRecord by; Croissant has none of its own), and one ``cr:FileSet`` of every shard, the
-  source the record fields read, as the Hugging Face Hub's cards read one Parquet FileSet.
+  source the record fields read, as the Hugging Face Hub's cards read one Parquet FileSet. The URLs are
+  relative to the card's folder: a later version's card (``versions/<N>/``) reaches the shards above it.
 - ``recordSet``: ``splits`` (``dataType: cr:Split``, its data inline, each split's standard URL
   ``cr:TrainingSplit``/``cr:ValidationSplit``/``cr:TestSplit``, as the Hub writes them), ``classes``
   (the label map, ``sc:Enumeration``, inline: id and name), and ``records``: one field per
@@ -35,10 +36,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import posixpath
 import tempfile
 from typing import Any, Mapping, Optional
 
 import record_schema
+from record_files import versions
 from record_files.dataset_card import DatasetCard
 
 CROISSANT_FILE = "croissant.json"
@@ -109,17 +112,31 @@ def default_description(manifest: Mapping) -> str:
 
 
 def _distribution(manifest: Mapping) -> list[dict]:
+    """The shards as FileObjects, then the FileSet the record fields read.
+
+    A shard's ``file`` is relative to OUT; the card lies beside its version's manifest (OUT for version 1,
+    ``OUT/versions/<N>/`` after), and mlcroissant resolves a ``contentUrl`` against the card's folder: so the
+    URL is the file relative to that folder (``../../train-...``). The FileSet: version 1's globs its folder
+    (mlcroissant walks a FileSet's folder downward, and version 1's shards are the ``<split>-*`` files at
+    OUT's top); a later version's shards lie above its folder, reused, compacted or new, under names that
+    differ: its FileSet is contained in its FileObjects, every one of them.
+    """
+    card_dir = versions.version_dir(manifest.get("version") or versions.FIRST_VERSION)
     files = []
     for split in manifest["splits"].values():
         for shard in split["shards"]:
+            url = posixpath.relpath(shard["file"], card_dir) if card_dir else shard["file"]
             files.append({"@type": "cr:FileObject", "@id": shard["file"], "name": shard["file"],
-                          "contentUrl": shard["file"], "contentSize": f"{shard['num_bytes']} B",
+                          "contentUrl": url, "contentSize": f"{shard['num_bytes']} B",
                           "encodingFormat": TFRECORD_FORMAT, "sha256": shard["sha256"]})
-    files.append({"@type": "cr:FileSet", "@id": SHARDS_ID, "name": SHARDS_ID,
-                  "description": "Every shard: tf.train.Example records, one an image.",
-                  "encodingFormat": TFRECORD_FORMAT,
-                  "includes": [f"{name}-*-of-*.tfrecord" for name in manifest["splits"]] or ["*.tfrecord"]})
-    return files
+    shard_set = {"@type": "cr:FileSet", "@id": SHARDS_ID, "name": SHARDS_ID,
+                 "description": "Every shard: tf.train.Example records, one an image.",
+                 "encodingFormat": TFRECORD_FORMAT}
+    if card_dir:
+        shard_set.update(containedIn=[{"@id": f["@id"]} for f in files], includes=["*.tfrecord"])
+    else:  # byte for byte the card version 1 has always had
+        shard_set["includes"] = [f"{name}-*-of-*.tfrecord" for name in manifest["splits"]] or ["*.tfrecord"]
+    return files + [shard_set]
 
 
 def _splits_record_set(manifest: Mapping) -> dict:
@@ -263,7 +280,7 @@ def write_croissant(data_dir: str, card: Optional[DatasetCard] = None, manifest:
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"{data_dir} holds no {record_schema.MANIFEST_FILE}: not a converted dataset") from None
-    name = folder_name or os.path.basename(os.path.normpath(data_dir))
+    name = folder_name or os.path.basename(os.path.abspath(data_dir))  # `card .`: the folder's name
     text = croissant_text(build_croissant(manifest, card, folder_name=name))
     target = os.path.join(data_dir, CROISSANT_FILE)
     handle, temp = tempfile.mkstemp(prefix=f".{CROISSANT_FILE}.", suffix=".tmp", dir=data_dir)

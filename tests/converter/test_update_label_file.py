@@ -183,6 +183,48 @@ def test_the_dataset_commands_take_a_version_and_name_the_versions_there_are_for
     assert "it has versions 1, 2" in capsys.readouterr().err
 
 
+def _files_mlcroissant_reads(card: str) -> tuple[list[str], list[str]]:
+    """(every FileObject's file, the shards' FileSet's files) as mlcroissant resolves them from the card at
+    ``card``, real paths, after checking the card has no error: what a user of the card opens."""
+    import mlcroissant
+    from mlcroissant._src.operation_graph.operations.download import get_download_filepath
+    from mlcroissant._src.operation_graph.operations.filter import FilterFiles
+
+    dataset = mlcroissant.Dataset(jsonld=card)
+    assert not dataset.metadata.ctx.issues.errors, dataset.metadata.ctx.issues.errors
+    objects = [os.path.realpath(get_download_filepath(node)) for node in dataset.metadata.distribution
+               if isinstance(node, mlcroissant.FileObject)]
+    graph = dataset.operations.operations
+    (listing,) = [op for op in graph.nodes if isinstance(op, FilterFiles) and op.node.id == "tfrecord-shards"]
+    found = listing.call(*[op.call() for op in graph.predecessors(listing)])
+    return objects, sorted(os.path.realpath(path.filepath) for path in found)
+
+
+@pytest.mark.slow
+def test_every_version_s_croissant_card_resolves_its_own_shards_from_its_folder(updated, monkeypatch):
+    """mlcroissant resolves a card's URLs against the card's folder: version 2's (in versions/00002/, written by
+    the update and again by ``converter card OUT``) reaches every shard it reads, reused from OUT's top,
+    compacted or new, and no other; version 1's card still reads version 1's shards."""
+    from converter import card as card_command
+    from record_files import croissant
+
+    _, out, _, _, _ = updated
+    for version in (1, 2):
+        shards = sorted(os.path.realpath(shard.path) for split in dataset_info(out, version=version).splits.values()
+                        for shard in split.shards)
+        path = os.path.join(out, versions.in_version(version, croissant.CROISSANT_FILE))
+        written = open(path, encoding="utf-8").read()
+        objects, listed = _files_mlcroissant_reads(path)
+        assert sorted(objects) == listed == shards, version
+        if version == 2:
+            assert any("/compacted/" in name for name in shards) and any(
+                os.path.dirname(name) == os.path.realpath(out) for name in shards)
+            assert card_command.main([out]) == 0  # the latest version's, the same card
+            assert open(path, encoding="utf-8").read() == written
+            monkeypatch.chdir(out)  # named for the folder, not "."
+            assert card_command.main(["."]) == 0 and open(path, encoding="utf-8").read() == written
+
+
 def test_a_missing_version_is_named_with_the_versions_there_are():
     assert versions.missing_version(9, [1, 2, 3, 4], "OUT") == (
         "version 9 of OUT does not exist: it has versions 1 to 4 (python -m converter versions lists them)")
