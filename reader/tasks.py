@@ -300,10 +300,12 @@ def objects(targets: ObjectTargets, images: ImageChoices, classes: Sequence[str]
 
     def train(parsed: dict, seed: tf.Tensor) -> tuple:
         if targets.keypoints and images.augment.flip and targets.keypoint_flip is None:
-            raise ValueError(f"ObjectTargets(keypoints={targets.keypoints}) with flips needs keypoint_flip (the points "
-                             "a flip swaps: reader.COCO_KEYPOINT_FLIP for COCO's 17 person keypoints only; a dataset's "
-                             "own, from its points' names: reader.dataset_info(DATA).keypoint_flip), or "
-                             "BoxAugmentation(flip=False)")
+            raise ValueError(f"ObjectTargets with {targets.keypoints} keypoints an object and flips needs "
+                             f"keypoint_flip: the order of the {targets.keypoints} points after a mirror (entry i: the point that "
+                             "becomes point i, e.g. (0, 2, 1) swaps points 1 and 2). reader.COCO_KEYPOINT_FLIP is "
+                             "COCO's 17 person keypoints' only; a dataset's own, from its points' names, is "
+                             "reader.dataset_info(DATA).keypoint_flip (None when no name says left or right); "
+                             "or BoxAugmentation(flip=False)")
         return example(parsed, _draw(seed, images.augment))
 
     return Task(parse, train, lambda parsed: example(parsed, _eval_geometry()), batch)

@@ -111,7 +111,9 @@ def test_auto_keypoints_need_a_manifest_that_records_them(keypoints_dataset):
 
 
 def test_keypoints_with_flips_need_the_points_a_flip_swaps(keypoints_dataset):
-    with pytest.raises(ValueError, match=r"keypoint_flip \(the points a flip swaps: reader.COCO_KEYPOINT_FLIP"):
+    with pytest.raises(ValueError, match=r"3 keypoints an object and flips needs keypoint_flip: the order of the 3 "
+                                         r"points after a mirror \(entry i: the point that becomes point i.*"
+                                         r"reader.COCO_KEYPOINT_FLIP is COCO's 17 person keypoints' only"):
         reader.build_dataset(keypoints_dataset, "validation", batch_size=2, image_size=64, seed=0,
                              targets=reader.ObjectTargets(keypoints=3))
     with pytest.raises(ValueError, match=r"keypoint_flip must order the 3 points"):
