@@ -197,7 +197,9 @@ def start_step(start: object, seed: Optional[int], kind: type, mismatch: Callabl
         if step < 0:
             raise ValueError(f"start must be a global step >= 0, got {start!r}")
         return seed, lambda: tf.constant(step, tf.int64)
-    variable = getattr(start, "value", start)  # a Keras variable holds a tf.Variable
+    # A Keras variable (optimizer.iterations) holds a tf.Variable in .value; a tf.Variable's own .value is a
+    # method, so a tf.Variable or tensor is taken as it is, and only anything else is looked inside.
+    variable = start if isinstance(start, tf.Variable) or tf.is_tensor(start) else getattr(start, "value", start)
     if isinstance(variable, tf.Variable) or tf.is_tensor(variable):
         return seed, lambda: tf.convert_to_tensor(variable)
     raise ValueError(f"start must be None, a global step, a reader.Position (or its JSON) or a variable holding "

@@ -173,3 +173,11 @@ def test_streams_seek_with_the_record_index(demo_dataset):
         list(tf.data.Dataset.from_tensors(0).flat_map(lambda _: read_segment(
             tf.constant(shards[0].path), tf.constant(other.index_path), tf.constant(9, tf.int64),
             tf.constant(9, tf.int64))))
+
+
+def test_a_plain_tf_variable_holding_the_step_starts_there_read_when_iteration_begins(demo_dataset, uninterrupted):
+    # tf.Variable.value is a method (a Keras variable's .value is the tf.Variable it holds): both are variables.
+    step = tf.Variable(0, dtype=tf.int64)
+    dataset = _pipeline(demo_dataset, options=WINDOWED, start=step)
+    step.assign(4)  # read when iteration begins, not when the pipeline is built
+    assert _same([(i.numpy(), l.numpy()) for i, l in dataset.take(3)], uninterrupted[4:7])
