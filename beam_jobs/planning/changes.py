@@ -10,7 +10,9 @@ An image is unchanged when its path is the version's and its file's size and mod
 ones recorded (no byte read); with ``rehash``, or against a version that recorded no stamps (version 1), its
 bytes' SHA-256 must equal the source file's the version recorded instead (version 1 recorded none: the stored
 image's, which a re-encoded image's source never matches). A file gone since SRC was listed is deleted, but
-one the version rejected (a label file lists it, no file is there: ``missing-file``) stays rejected, unchanged.
+one the version rejected as ``missing-file`` (a label file lists it, no file is there) stays rejected, unchanged;
+one it rejected for another reason (corrupt...) whose file is gone now is a changed image: converted again, its
+read rejects it afresh as ``missing-file`` (the reason it had no longer holds).
 Its label must be the one its record holds too (a label file that labels it otherwise now: a changed image,
 ``relabelled``), and, without ``--val-fraction``, its split the one SRC states (a label file's split column).
 
@@ -35,7 +37,7 @@ import heapq
 import marshal
 import os
 import tempfile
-from typing import BinaryIO, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import BinaryIO, Container, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -193,9 +195,10 @@ def new_split(ref: ImageRef, val_fraction: float, seed: int) -> str:
 
 def compare(refs: Iterable[ImageRef], src: str, listed_classes: Sequence[str], previous: Iterable[SourceRow],
             classes_before: Sequence[str], val_fraction: float, seed: int, scratch: str,
-            rehash: bool = False) -> Changes:
+            rehash: bool = False, missing_before: Container[str] = frozenset()) -> Changes:
     """Compare SRC's ``refs`` (labels index ``listed_classes``) with the ``previous`` version's rows, given in
-    path order (a sources table's): a merge-join of the two, in memory flat in the images. The listing is put in
+    path order (a sources table's): a merge-join of the two, in memory flat in the images. ``missing_before``:
+    the paths the version rejected as ``missing-file`` (its ``rejected.jsonl`` says why, its rows do not). The listing is put in
     path order by an external sort (runs of :data:`SORT_RUN` refs sorted in memory, spilled, merged) and the
     unchanged rows are spilled as found, both to ``scratch`` (a folder of the caller's, which must outlive the
     returned :class:`Changes`: its unchanged rows are read from there).
@@ -204,7 +207,7 @@ def compare(refs: Iterable[ImageRef], src: str, listed_classes: Sequence[str], p
     ids = {name: index for index, name in enumerate(classes)}
     remap = [ids[name] for name in listed_classes]
     return _merge_join(_in_path_order(refs, scratch), src, remap, previous, classes, val_fraction, seed, rehash,
-                       scratch)
+                       scratch, missing_before)
 
 
 # The listing's external sort: refs sorted in memory at a time (about 200 bytes each), runs merged at a time (each
@@ -274,13 +277,14 @@ def _read_run(path: str) -> Iterator[ImageRef]:
 
 
 def _merge_join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: Iterable[SourceRow],
-                classes: tuple[str, ...], val_fraction: float, seed: int, rehash: bool, folder: str) -> Changes:
+                classes: tuple[str, ...], val_fraction: float, seed: int, rehash: bool, folder: str,
+                missing_before: Container[str]) -> Changes:
     """One pass over the listing and the previous rows, both in path order (see :func:`compare`)."""
     handle, path = tempfile.mkstemp(prefix="unchanged-rows-", suffix=".marshal", dir=folder)
     os.close(handle)
     unchanged = UnchangedRows(path)
     try:
-        return _join(refs, src, remap, previous, classes, val_fraction, seed, rehash, unchanged)
+        return _join(refs, src, remap, previous, classes, val_fraction, seed, rehash, unchanged, missing_before)
     except BaseException:
         unchanged.close()
         os.remove(path)
@@ -289,7 +293,7 @@ def _merge_join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previo
 
 def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: Iterable[SourceRow],
           classes: tuple[str, ...], val_fraction: float, seed: int, rehash: bool,
-          unchanged: UnchangedRows) -> Changes:
+          unchanged: UnchangedRows, missing_before: Container[str]) -> Changes:
     convert: list[ImageRef] = []
     stamps: dict[str, tuple[int, int]] = {}
     files: dict[str, str] = {}
@@ -308,17 +312,6 @@ def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: It
         match = row if row is not None and row.path == path else None
         if match is not None:
             row = next(rows, None)
-        try:
-            stat = os.stat(os.path.join(src, ref.relpath))
-        except FileNotFoundError:
-            if match is not None and not match.file:  # listed, still missing: the same rejection (missing-file)
-                unchanged.add(match, ())
-                rejected_kept.add(path)
-            elif match is not None:  # gone since SRC was listed: deleted, as if it had been gone then
-                touched.add(match.file)
-                deleted += 1
-            continue
-        stamp = (stat.st_size, stat.st_mtime_ns)
         if ref.annotation:  # a multi-label image: its ids in its annotation
             ref = _with_ids(ref, remap)
             ids = label_ids(ref)
@@ -326,6 +319,21 @@ def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: It
         else:  # one label (a call less an image: the comparison's cost is per image of SRC)
             key = remap[ref.label]
             ref, ids = ref._replace(label=key), (key,)
+        try:
+            stat = os.stat(os.path.join(src, ref.relpath))
+        except FileNotFoundError:
+            if match is not None and not match.file and path in missing_before:  # still missing: the same rejection
+                unchanged.add(match, ())
+                rejected_kept.add(path)
+            elif match is not None and not match.file:  # rejected as corrupt..., gone now: rejected anew, missing
+                stamps[path], files[path] = (UNKNOWN, UNKNOWN), os.path.join(src, ref.relpath)
+                convert.append(ref._replace(split=new_split(ref, val_fraction, seed)))
+                changed += 1
+            elif match is not None:  # gone since SRC was listed: deleted, as if it had been gone then
+                touched.add(match.file)
+                deleted += 1
+            continue
+        stamp = (stat.st_size, stat.st_mtime_ns)
         same = None if match is None else _unchanged(match, stamp, os.path.join(src, ref.relpath), rehash)
         # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says.
         other_label = match is not None and match.file and match.label not in (UNKNOWN, key)

@@ -143,14 +143,28 @@ def _none_of(key: str, value):
     return 0 if isinstance(value, int) else []
 
 
+def missing_before(out: str, latest: version_store.Version) -> frozenset[str]:
+    """The images the latest version rejected as ``missing-file`` (its ``rejected.jsonl``): the rejections an
+    update keeps while the file is still missing (:func:`beam_jobs.planning.changes.compare`). Few: a set."""
+    path = _rejected_file(out, latest)
+    if not os.path.exists(path):
+        return frozenset()
+    with open(path, encoding="utf-8") as handle:
+        items = [json.loads(line) for line in handle if line.strip()]
+    return frozenset(item["path"] for item in items if item.get("reason") == "missing-file" and "annotation" not in item)
+
+
+def _rejected_file(out: str, latest: version_store.Version) -> str:
+    return os.path.join(filesystems.local_path(out), versions.in_version(latest.number, record_schema.REJECTED_FILE))
+
+
 def _merge_rejections(out: str, found: change_plan.Changes, latest: version_store.Version,
                       staging: str) -> list[str]:
     """The version's ``rejected.jsonl`` (written into staging): the latest version's lines of rejected images
     still in SRC unchanged, and the update's own, sorted as a conversion sorts them."""
     still = found.rejected_kept
     lines: list[str] = []
-    before = os.path.join(filesystems.local_path(out), versions.in_version(latest.number,
-                                                                             record_schema.REJECTED_FILE))
+    before = _rejected_file(out, latest)
     if still and os.path.exists(before):
         with open(before, encoding="utf-8") as handle:
             lines += [line.rstrip("\n") for line in handle if line.strip() and json.loads(line)["path"] in still]

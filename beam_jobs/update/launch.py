@@ -110,7 +110,8 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
                 options = run_plan.near_distance_for(options, len(plan.refs))  # as converting all of SRC would
                 found = change_plan.compare(plan.refs, options.src, plan.classes,
                                             version_store.iter_sources(out, latest), latest.manifest["classes"],
-                                            options.val_fraction, options.seed, scratch, rehash)
+                                            options.val_fraction, options.seed, scratch, rehash,
+                                            compose.missing_before(out, latest))
                 if found.nothing:
                     logger.info("nothing changed since version %d", latest.number)
                     return UpdateSummary(out, None, latest.number, found.counts(), None,

@@ -115,7 +115,9 @@ def test_a_split_a_label_file_states_anew_converts_the_image_into_it_without_a_c
 
 def test_a_listed_file_still_missing_stays_rejected_and_changes_nothing(tmp_path):
     """A label file that lists a file SRC lacks: the conversion rejected it (missing-file); listed again and still
-    missing, it is the same rejection, unchanged, not a deletion that would publish a version of nothing."""
+    missing, it is the same rejection, unchanged, not a deletion that would publish a version of nothing. One
+    rejected for another reason (corrupt) whose file is gone now is not kept under that reason: a changed image,
+    converted again, which its read rejects as missing-file."""
     from beam_jobs.planning import changes
     from beam_jobs.stage_records import ImageRef
 
@@ -123,12 +125,21 @@ def test_a_listed_file_still_missing_stays_rejected_and_changes_nothing(tmp_path
     (tmp_path / "img" / "a.jpg").write_bytes(b"a")
     stat = os.stat(tmp_path / "img" / "a.jpg")
     rows = [versions.SourceRow("img/a.jpg", "train", "s0", 0, stat.st_size, stat.st_mtime_ns, "ab" * 32, "", 0),
+            versions.SourceRow("img/corrupt.jpg", "", "", -1, 12, 34, ""),
             versions.SourceRow("img/gone.jpg", "", "", -1, versions.UNKNOWN, versions.UNKNOWN, "")]
+    refs = [ImageRef("train", name, 0) for name in ("img/a.jpg", "img/corrupt.jpg", "img/gone.jpg")]
     (tmp_path / "scratch").mkdir()
-    found = changes.compare([ImageRef("train", "img/a.jpg", 0), ImageRef("train", "img/gone.jpg", 0)],
-                            str(tmp_path), ["x"], iter(rows), ["x"], 0.0, 0, scratch=str(tmp_path / "scratch"))
+    found = changes.compare(refs[::2], str(tmp_path), ["x"], iter(rows[::2]), ["x"], 0.0, 0,
+                            scratch=str(tmp_path / "scratch"), missing_before={"img/gone.jpg"})
     assert found.nothing and found.rejected_kept == {"img/gone.jpg"}
-    assert [row for row, _ in found.unchanged] == rows
+    assert [row for row, _ in found.unchanged] == rows[::2]
+
+    found = changes.compare(refs, str(tmp_path), ["x"], iter(rows), ["x"], 0.0, 0, scratch=str(tmp_path / "scratch"),
+                            missing_before={"img/gone.jpg"})
+    assert (found.changed, found.added, found.deleted) == (1, 0, 0) and found.rejected_kept == {"img/gone.jpg"}
+    assert [(ref.relpath, ref.split) for ref in found.refs] == [("img/corrupt.jpg", "train")]
+    assert found.stamps["img/corrupt.jpg"] == (versions.UNKNOWN, versions.UNKNOWN)
+    assert found.source_sha256("img/corrupt.jpg") == ""  # its row: a rejection without a stamp or a hash
 
 
 @pytest.mark.slow
