@@ -99,6 +99,12 @@ def unknown_requirements(manifest: dict, where: str) -> Optional[str]:
             "converter; install a release that reads it (pip install -U), or read an older version of the dataset")
 
 
+def named(data_dir: str, version: int, latest: int) -> str:
+    """How a tool's output names the version it describes: ``data_dir`` alone for a dataset that never grew,
+    else ``data_dir (version N of L)`` (``L`` the latest), so two versions' outputs are never mistaken."""
+    return data_dir if latest == FIRST_VERSION else f"{data_dir} (version {version} of {latest})"
+
+
 def missing_version(version: object, existing: list[int], data_dir: str) -> str:
     """Why ``version`` of ``data_dir`` cannot be read, naming it and the versions there are (``existing``, oldest
     first: pruned ones are not): the message of every caller that takes a version (the reader's ``version=``,

@@ -18,7 +18,8 @@ from PIL import Image
 import record_schema
 from reader import storage
 from reader.tools.contact_sheet import draw_sheet
-from reader.info import DatasetInfo, dataset_info, kept_work
+from reader.info import DatasetInfo, dataset_info, kept_work, latest_version
+from record_files import versions
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def summarize(data_dir: str, version: Optional[int] = None) -> str:
     named = [label for label, name in enumerate(info.classes) if name or not objects]
     # Objects: a named class no split holds an object of (VOC's 20 on a set of a few) is one line, not a row of 0s.
     empty = [label for label in named if objects and all(s.label_counts and not s.label_counts[label] for s in splits)]
-    lines = [f"{data_dir}: {len(named)} classes, "
+    lines = [f"{versions.named(data_dir, info.version, latest_version(data_dir))}: {len(named)} classes, "
              f"{sum(s.num_examples for s in splits)} images, {sum(s.num_bytes for s in splits):,} bytes", ""]
     text = info.manifest.get("class_text") or list(info.classes)
     with_text = list(text) != list(info.classes)  # --synsets: each class's text beside its id

@@ -22,8 +22,8 @@ from google.protobuf.message import DecodeError
 import record_schema
 from reader import storage
 from reader.frames import file_sha256, framed_records
-from reader.info import DatasetInfo, dataset_info, files_of_versions, open_records_table
-from record_files import idx
+from reader.info import DatasetInfo, dataset_info, files_of_versions, latest_version, open_records_table
+from record_files import idx, versions
 from record_files.tfrecord import FrameError
 
 
@@ -49,6 +49,7 @@ class Report:
     records_checked: int = 0
     images_decoded: int = 0
     problems: list[Problem] = dataclasses.field(default_factory=list)
+    named: str = ""  # how the output names it: with its version, for a dataset that grew (--update)
 
     @property
     def ok(self) -> bool:
@@ -58,7 +59,7 @@ class Report:
         return sorted({problem.file for problem in self.problems})
 
     def format(self) -> str:
-        head = (f"{self.data_dir}: {self.shards_checked} shards, {self.records_checked} records, "
+        head = (f"{self.named or self.data_dir}: {self.shards_checked} shards, {self.records_checked} records, "
                 f"{self.images_decoded} images decoded: ")
         if self.ok:
             return head + "OK"
@@ -76,7 +77,7 @@ def verify(data_dir: str, sample: Optional[int] = None, version: Optional[int] =
         (nothing else can be checked without it).
     """
     info = dataset_info(data_dir, version=version)
-    report = Report(data_dir)
+    report = Report(data_dir, named=versions.named(data_dir, info.version, latest_version(data_dir)))
     _check_listing(info, report)
     for split in info.splits.values():
         table = _check_records_table(info, split, report)
