@@ -2,7 +2,8 @@
 
 In: a dataset folder (manifest.json, the shards, rejected.jsonl, duplicates.jsonl, croissant.json if any).
 Out: ``report.html`` (self-contained: images inline, no script, nothing fetched) and ``report.json`` in the
-dataset folder, or in ``dest``.
+folder of the version reported (the dataset folder for version 1, ``versions/<N>/`` for a version ``--update``
+wrote, as its card), or in ``dest``; both name the version.
 
 The figures come from what the conversion recorded: the manifest's counts and re-encodings, the rejections
 and duplicate groups, and each split's records table, whose footer holds the figures the converter summed per
@@ -30,10 +31,11 @@ import record_schema
 from reader import storage
 from reader.tools import report_inputs, report_sections
 from reader.tools.contact_sheet import mask_classes, split_features
-from reader.info import DatasetInfo, dataset_info, open_records_table
+from reader.info import DatasetInfo, dataset_info, latest_version, open_records_table
 from reader.tools.report_options import ReportOptions
 from reader.tools.report_stats import SplitStats
 from reader.tools.report_tables import Pass, SheetTiles, table_pass, thumbnail
+from record_files import versions
 from record_files.croissant import CROISSANT_FILE
 
 logger = logging.getLogger(__name__)
@@ -51,7 +53,9 @@ class ReportPaths:
 
 def write_report(data_dir: str, dest: Optional[str] = None, options: ReportOptions = ReportOptions(),
                  scan: bool = False, version: Optional[int] = None) -> ReportPaths:
-    """Write ``report.html`` and ``report.json`` of the dataset in ``data_dir`` into ``dest`` (default: it).
+    """Write ``report.html`` and ``report.json`` of the dataset in ``data_dir`` into ``dest`` (default: the
+    version's folder: ``data_dir`` for version 1, ``data_dir/versions/<N>/`` after, so no version's report
+    overwrites another's, and version 1's stays where it always was).
 
     The figures come from the splits' records tables and only the drawn records are read; a dataset without
     them (converted before records tables), or ``scan``, has every record read instead, and the page says so.
@@ -65,7 +69,8 @@ def write_report(data_dir: str, dest: Optional[str] = None, options: ReportOptio
       ImportError: matplotlib is not installed (``pip install ".[report]"``).
     """
     info = dataset_info(data_dir, version=version)
-    dest = dest or data_dir
+    dest = dest or (data_dir if info.version == versions.FIRST_VERSION
+                    else os.path.join(data_dir, versions.version_dir(info.version)))
     if not storage.isdir(dest):
         raise ValueError(f"cannot write the report into {dest}: not a folder (create it, or leave out --dest)")
     rejections = report_inputs.read_rejections(info.version_file(record_schema.REJECTED_FILE),
@@ -83,7 +88,8 @@ def write_report(data_dir: str, dest: Optional[str] = None, options: ReportOptio
         duplicates=duplicates, duplicate_thumbs=passed.thumbs, sheets=passed.sheets,
         sheet_classes_left=passed.sheet_classes_left, masks_read=passed.masks_read, options=options,
         croissant=_href(croissant, dest) if storage.exists(croissant) else None, scanned=passed.scanned,
-        manifest=_href(info.version_file(record_schema.MANIFEST_FILE), dest))
+        manifest=_href(info.version_file(record_schema.MANIFEST_FILE), dest),
+        dataset_name=versions.named(data_dir, info.version, latest_version(data_dir)))
     page, figures = report_sections.render(findings)
     paths = ReportPaths(os.path.join(dest, HTML_FILE), os.path.join(dest, JSON_FILE))
     storage.write_bytes(paths.json, json.dumps(figures, indent=1, ensure_ascii=False).encode("utf-8"))
@@ -130,11 +136,17 @@ def one_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str]) 
 
 def the_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str], scan: bool = False) -> Pass:
     """The records tables' pass when every split has one (and ``scan`` is not asked for), else the scan of every
-    record, logged: a dataset converted before records tables reports as before, more slowly."""
+    record, logged: a dataset converted before records tables reports as before, more slowly, and so does a
+    version an update wrote (``--update`` writes no records table: a version's shards are its predecessors' and
+    its own, and the update's table of the new records goes into the version's sources table)."""
     tables = None if scan else {name: open_records_table(split) for name, split in info.splits.items()}
     if tables and all(table is not None for table in tables.values()):
         return table_pass(info, options, wanted_paths, tables)
-    if not scan:
+    if not scan and info.version > versions.FIRST_VERSION:
+        logger.warning("version %d of %s has no records tables (python -m converter --update writes none for the "
+                       "versions it writes): the report reads every record of every shard instead", info.version,
+                       info.data_dir)
+    elif not scan:
         logger.warning("%s has no records tables (converted before them): the report reads every record of every "
                        "shard; converting again writes them, and the report then reads only what it draws",
                        info.data_dir)

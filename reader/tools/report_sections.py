@@ -47,6 +47,7 @@ class Findings:
     croissant: Optional[str]
     manifest: str
     scanned: bool = False  # the figures come from reading every record (a dataset without records tables)
+    dataset_name: str = ""  # the title's: the folder, with the version of a dataset that grew (--update)
 
     @property
     def names(self) -> list[str]:
@@ -67,7 +68,8 @@ def render(findings: Findings) -> tuple[str, dict]:
     """The page's HTML and report.json's content."""
     builders = [_splits, _classes] + ([_objects] if findings.info.task == record_schema.TASK_OBJECTS else []) + \
         [_images, _rejections, _contact_sheets, _duplicates]
-    sections, figures = [], {"dataset": findings.info.data_dir, "task": findings.info.task}
+    sections, figures = [], {"dataset": findings.info.data_dir, "version": findings.info.version,
+                             "task": findings.info.task}
     for build in builders:
         section, data = build(findings)
         sections.append(section)
@@ -78,9 +80,14 @@ def render(findings: Findings) -> tuple[str, dict]:
     subtitle = (f"{info.task}, {len(findings.named)} classes, "
                 f"{sum(s.images for s in findings.splits.values()):,} images; converted "
                 f"{info.manifest.get('created', '?')} from {(info.manifest.get('options') or {}).get('src', '?')}"
-                + ("; converted before records tables, so every record was read for these figures" if findings.scanned
-                   else ""))
-    return h.page(f"Dataset report: {info.data_dir}", subtitle, sections), figures
+                + (f"; {_no_tables(info)}, so every record was read for these figures" if findings.scanned else ""))
+    return h.page(f"Dataset report: {findings.dataset_name or info.data_dir}", subtitle, sections), figures
+
+
+def _no_tables(info) -> str:
+    """Why the dataset has no records tables: converted before them, or a version an update wrote (none)."""
+    return ("written by an update (python -m converter --update writes no records tables)"
+            if info.version > 1 else "converted before records tables")  # version 1: the conversion's
 
 
 def _splits(f: Findings) -> tuple[h.Section, dict]:

@@ -7,6 +7,8 @@ the in-memory runner (a few seconds), shared by the module's tests read-only.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import random
 
@@ -53,3 +55,22 @@ def test_verify_and_inspect_name_the_version_they_describe(grown, capsys):
     assert _run(capsys, "verify", grown).startswith(f"{grown} (version 2 of 2): 5 shards, 15 records")
     assert _run(capsys, "inspect", grown, "--version", "1").startswith(f"{grown} (version 1 of 2): 2 classes, 12 images")
     assert _run(capsys, "inspect", grown, "--version", "2").startswith(f"{grown} (version 2 of 2): 2 classes, 15 images")
+
+
+def test_each_versions_report_is_written_in_its_folder_and_names_its_version(grown, capsys, caplog):
+    first, second = os.path.join(grown, "report.html"), os.path.join(grown, "versions", "00002", "report.html")
+    assert _run(capsys, "report", grown, "--version", "1").split() == ["wrote", first, "wrote", first[:-4] + "json"]
+    with caplog.at_level(logging.WARNING):
+        assert _run(capsys, "report", grown, "--version", "2").split() == \
+            ["wrote", second, "wrote", second[:-4] + "json"]
+    # Version 1's report stays where it always was, not overwritten by version 2's; each names its version.
+    for page, version, figures_from in ((first, 1, "records tables"), (second, 2, "scan")):
+        with open(page, encoding="utf-8") as handle:
+            assert f"<title>Dataset report: {grown} (version {version} of 2)</title>" in handle.read()
+        with open(page[:-4] + "json", encoding="utf-8") as handle:
+            figures = json.load(handle)
+        assert (figures["dataset"], figures["version"], figures["figures_from"]) == (grown, version, figures_from)
+    # An update writes no records tables (its new records' rows go into the version's sources table): version 2
+    # is scanned, and the warning says so rather than advise converting again, which would drop the versions.
+    warned = " ".join(record.getMessage() for record in caplog.records)
+    assert "version 2 of" in warned and "--update writes none" in warned and "converting again" not in warned
