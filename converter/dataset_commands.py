@@ -13,11 +13,13 @@ test_cli_groups.py pins it). ``card`` is :mod:`converter.card`; it never needs T
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from converter.cli_logging import configure_logging
+from record_files import versions as version_layout
 
 
 def _dataset_command(name: str, description: str) -> argparse.ArgumentParser:
@@ -204,22 +206,56 @@ def versions(argv: Sequence[str]) -> int:
         "date, records per split, what changed and its content fingerprint; the latest is marked.")
 
     def show(args: argparse.Namespace) -> int:
-        from reader.info import dataset_info, latest_version, version_numbers
+        from reader.info import dataset_info, version_numbers
 
         dataset_info(args.out)  # not a dataset: an error naming why, as every dataset command's
-        latest = latest_version(args.out)
-        for number in version_numbers(args.out):
-            info = dataset_info(args.out, version=number)
-            counts = ", ".join(f"{name} {split.num_examples}" for name, split in info.splits.items())
-            changes = info.manifest.get("changes")
-            changed = (f"  +{changes['added']} ~{changes['changed']} -{changes['deleted']}, "
-                       f"{changes['reused_shards']} shards reused, {changes['new_shards']} new" if changes
-                       else "  (converted)")
-            print(f"{'*' if number == latest else ' '} {number:>4}  {info.manifest.get('created', '?')}  "
-                  f"{info.fingerprint}  {counts}{changed}")
+        _print_versions([(number, dataset_info(args.out, version=number).manifest)
+                         for number in version_numbers(args.out)])
         return 0
 
-    return _on_dataset(parser.parse_args(argv), show)
+    args = parser.parse_args(argv)
+    local = _local_versions(args.out)
+    if local is not None:  # the manifests are JSON: no TensorFlow to list them (seconds to load)
+        _print_versions(local)
+        return 0
+    return _on_dataset(args, show)
+
+
+def _local_versions(out: str) -> Optional[list[tuple[int, dict]]]:
+    """Each version's number and manifest of a local dataset, oldest first (pruned ones left out), read with
+    ``open``; None when OUT is not local or is not a dataset whose latest manifest parses (the reader then reads
+    it, naming what is wrong, as every dataset command)."""
+    if "://" in out:
+        return None
+    pointer = os.path.join(out, version_layout.POINTER_FILE)
+    found = []
+    try:
+        try:
+            with open(pointer, encoding="utf-8") as handle:
+                latest = version_layout.parse_pointer(handle.read(), pointer)
+        except FileNotFoundError:
+            latest = version_layout.FIRST_VERSION
+        for number in range(version_layout.FIRST_VERSION, latest + 1):
+            path = os.path.join(out, version_layout.manifest_path(number))
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as handle:
+                    found.append((number, json.load(handle)))
+    except (OSError, ValueError):
+        return None
+    well_formed = all(isinstance(manifest, dict) and isinstance(manifest.get("splits"), dict) for _, manifest in found)
+    return found if found and found[-1][0] == latest and well_formed else None
+
+
+def _print_versions(manifests: list[tuple[int, dict]]) -> None:
+    """One line a version: the latest marked, its number, date, content fingerprint, records per split, changes."""
+    for number, manifest in manifests:
+        counts = ", ".join(f"{name} {split.get('num_examples')}" for name, split in manifest["splits"].items())
+        changes = manifest.get("changes")
+        changed = (f"  +{changes['added']} ~{changes['changed']} -{changes['deleted']}, "
+                   f"{changes['reused_shards']} shards reused, {changes['new_shards']} new" if changes
+                   else "  (converted)")
+        print(f"{'*' if number == manifests[-1][0] else ' '} {number:>4}  {manifest.get('created', '?')}  "
+              f"{version_layout.digest(version_layout.manifest_content(manifest))}  {counts}{changed}")
 
 
 def prune(argv: Sequence[str]) -> int:

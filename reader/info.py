@@ -7,7 +7,6 @@ shards of an earlier run or partial files, the manifest cannot.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 import os
@@ -158,18 +157,7 @@ class DatasetInfo:
         if not self.manifest:
             return {name: [(s.path, s.num_bytes, s.num_examples) for s in split.shards]
                     for name, split in sorted(self.splits.items())}
-        manifest = self.manifest
-        return {
-            "format_version": manifest.get("format_version"),
-            "features": manifest.get("features"),
-            "classes": manifest.get("classes"),
-            "class_text": manifest.get("class_text", manifest.get("classes")),
-            "splits": {name: {"num_examples": split.get("num_examples"),
-                              "label_counts": split.get("label_counts"),
-                              "shards": [(s["file"], s["num_examples"], s["num_bytes"], s["sha256"])
-                                         for s in split.get("shards", ())]}
-                       for name, split in sorted(manifest.get("splits", {}).items())},
-        }
+        return versions.manifest_content(self.manifest)
 
     def is_version(self, fingerprint: str) -> bool:
         """``fingerprint`` names this dataset's content (now, or as the manifest-wide fingerprint did)."""
@@ -183,8 +171,7 @@ class DatasetInfo:
         return self.splits[name]
 
 
-def _digest(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+_digest = versions.digest
 
 
 def dataset_info(data_dir: str, version: Optional[int] = None) -> DatasetInfo:

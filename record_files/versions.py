@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import hashlib
 import io
+import json
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
 import record_schema
@@ -97,6 +98,29 @@ def unknown_requirements(manifest: dict, where: str) -> Optional[str]:
         return None
     return (f"{where} requires {', '.join(unknown)}, which this release does not know: it was written by a newer "
             "converter; install a release that reads it (pip install -U), or read an older version of the dataset")
+
+
+def digest(value: object) -> str:
+    """12 hex digits of ``value``'s JSON (keys sorted): the fingerprints' hash."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+
+
+def manifest_content(manifest: dict) -> dict:
+    """What a reader reads, from a manifest, and only that (:attr:`reader.DatasetInfo.fingerprint` hashes it): the
+    record format, the classes and their text, and per split its counts and each shard's file name, record count,
+    size and SHA-256. Here, without TensorFlow, so that listing versions (``python -m converter versions``)
+    loads none."""
+    return {
+        "format_version": manifest.get("format_version"),
+        "features": manifest.get("features"),
+        "classes": manifest.get("classes"),
+        "class_text": manifest.get("class_text", manifest.get("classes")),
+        "splits": {name: {"num_examples": split.get("num_examples"),
+                          "label_counts": split.get("label_counts"),
+                          "shards": [(s["file"], s["num_examples"], s["num_bytes"], s["sha256"])
+                                     for s in split.get("shards", ())]}
+                   for name, split in sorted(manifest.get("splits", {}).items())},
+    }
 
 
 def named(data_dir: str, version: int, latest: int) -> str:

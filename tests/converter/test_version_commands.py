@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 from PIL import Image
@@ -19,6 +21,9 @@ from beam_jobs import pipeline as conversion
 from beam_jobs import update
 from beam_jobs.options import ConvertOptions
 from converter.cli import main
+from reader.info import dataset_info
+from tests.conftest import REPO
+from tests.converter.test_cli_groups import _WITHOUT_TENSORFLOW
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
@@ -74,3 +79,20 @@ def test_each_versions_report_is_written_in_its_folder_and_names_its_version(gro
     # is scanned, and the warning says so rather than advise converting again, which would drop the versions.
     warned = " ".join(record.getMessage() for record in caplog.records)
     assert "version 2 of" in warned and "--update writes none" in warned and "converting again" not in warned
+
+
+
+@pytest.mark.e2e
+def test_versions_lists_each_version_without_loading_tensorflow(grown, capsys):
+    # The manifests are JSON: listing them took 29-38 s on a loaded machine when it loaded TensorFlow to read them.
+    proc = subprocess.run([sys.executable, "-c", _WITHOUT_TENSORFLOW, json.dumps([["versions", grown]])],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["loaded"] == [] and result["commands"][f"versions {grown}"][0] == 0
+    # The lines (here, where TensorFlow is loaded anyway): the latest marked, the fingerprints the reader gives.
+    lines = _run(capsys, "versions", grown).splitlines()
+    fingerprints = [dataset_info(grown, version=number).fingerprint for number in (1, 2)]
+    assert [line.lstrip("* ").split()[:3:2] for line in lines] == [["1", fingerprints[0]], ["2", fingerprints[1]]]
+    assert [line.startswith("*") for line in lines] == [False, True]
+    assert lines[0].endswith("train 8, validation 4  (converted)") and "+3 ~0 -0" in lines[1]
