@@ -175,7 +175,8 @@ def report(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m converter report",
         description="Write report.html (one self-contained page: splits, classes, objects, image sizes, "
-                    "rejections, contact sheets, duplicates) and report.json beside a converted dataset.")
+                    "rejections, contact sheets, duplicates) and report.json beside the manifest of the version reported: "
+                    "OUT, or OUT/versions/<N>/ for a version --update wrote.")
     parser.add_argument("data_dir", metavar="OUT", help="the converted dataset's folder (holding manifest.json)")
     parser.add_argument("--dest", metavar="DIR", help="write the two files here instead (an existing folder)")
     parser.add_argument("--open", action="store_true", help="open the page in a web browser when written")
