@@ -33,7 +33,6 @@ import array
 import collections
 import dataclasses
 import hashlib
-import heapq
 import marshal
 import os
 import tempfile
@@ -42,6 +41,7 @@ from typing import BinaryIO, Container, Iterable, Iterator, Mapping, Optional, S
 import numpy as np
 
 from beam_jobs import annotations
+from beam_jobs.files import external_sort
 from beam_jobs.planning.carve import carve_key
 from beam_jobs.planning.discover import class_order, display_path
 from beam_jobs.stage_records import ImageRef
@@ -199,178 +199,161 @@ def compare(refs: Iterable[ImageRef], src: str, listed_classes: Sequence[str], p
     """Compare SRC's ``refs`` (labels index ``listed_classes``) with the ``previous`` version's rows, given in
     path order (a sources table's): a merge-join of the two, in memory flat in the images. ``missing_before``:
     the paths the version rejected as ``missing-file`` (its ``rejected.jsonl`` says why, its rows do not). The listing is put in
-    path order by an external sort (runs of :data:`SORT_RUN` refs sorted in memory, spilled, merged) and the
+    path order by an external sort (runs of :data:`SORT_RUN_BYTES` sorted in memory, spilled, merged) and the
     unchanged rows are spilled as found, both to ``scratch`` (a folder of the caller's, which must outlive the
     returned :class:`Changes`: its unchanged rows are read from there).
     """
     classes = stable_classes(classes_before, listed_classes)
     ids = {name: index for index, name in enumerate(classes)}
     remap = [ids[name] for name in listed_classes]
-    return _merge_join(_in_path_order(refs, scratch), src, remap, previous, classes, val_fraction, seed, rehash,
-                       scratch, missing_before)
+    settings = _Settings(src, remap, val_fraction, seed, rehash, missing_before)
+    return _merge_join(_in_path_order(refs, scratch), previous, classes, settings, scratch)
 
 
-# The listing's external sort: refs sorted in memory at a time (about 200 bytes each), runs merged at a time (each
-# open with a read buffer and a block of refs: about 20 KB), refs a block of a run file holds.
-SORT_RUN = 50_000
-FAN_IN = 64
-_RUN_BLOCK = 64
+# The listing's external sort (beam_jobs.files.external_sort): refs held in memory at a time, in bytes (a ref's
+# record, about 100 bytes, and its object: some 60,000 refs, as the 50,000 ImageRefs held before).
+SORT_RUN_BYTES = 8 << 20
 
 
 def _in_path_order(refs: Iterable[ImageRef], folder: str) -> Iterator[ImageRef]:
-    """``refs`` by path: runs of :data:`SORT_RUN` sorted in memory, each spilled to ``folder`` (but a single
-    run), merged :data:`FAN_IN` at a time until that many are left, then merged as read (a listing arrives in
-    its lister's order: by split, then path, when ``--val-fraction`` carves class folders)."""
-    runs: list[str] = []
-    batch: list[ImageRef] = []
+    """``refs`` by path, sorted on disk in ``folder`` a run of :data:`SORT_RUN_BYTES` at a time (a listing arrives
+    in its lister's order: by split, then path, when ``--val-fraction`` carves class folders). Each ref a record
+    of its path's UTF-8 bytes (whose byte order is the paths' order; a path holds no NUL), a NUL, then the ref."""
+    order = external_sort.ExternalSort(folder, "listing", SORT_RUN_BYTES)
     for ref in refs:
-        batch.append(ref)
-        if len(batch) == SORT_RUN:
-            runs.append(_spill_run(sorted(batch, key=_ref_path), folder))
-            batch = []
-    batch.sort(key=_ref_path)
-    if not runs:
-        yield from batch
-        return
-    runs.append(_spill_run(batch, folder))
-    del batch
-    while len(runs) > FAN_IN:
-        runs = runs[FAN_IN:] + [_spill_run(_merged(runs[:FAN_IN]), folder)]  # each ref merged log(runs) times
-    yield from _merged(runs)
+        order.add(display_path(ref.relpath).encode("utf-8") + b"\0" + marshal.dumps(tuple(ref)))
+    for record in order.sorted():
+        yield ImageRef(*marshal.loads(record[record.index(b"\0") + 1:]))
 
 
-def _ref_path(ref: ImageRef) -> str:
-    return display_path(ref.relpath)
+@dataclasses.dataclass
+class _Settings:
+    """What the comparison of each image needs to know (see :func:`compare`)."""
+
+    src: str
+    remap: Sequence[int]
+    val_fraction: float
+    seed: int
+    rehash: bool
+    missing_before: Container[str]
 
 
-def _merged(runs: Sequence[str]) -> Iterator[ImageRef]:
-    return heapq.merge(*(_read_run(run) for run in runs), key=_ref_path)
+@dataclasses.dataclass
+class _Found:
+    """What the merge-join has found so far: :class:`Changes` in the making."""
+
+    unchanged: UnchangedRows
+    convert: list[ImageRef] = dataclasses.field(default_factory=list)
+    stamps: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    touched: set[str] = dataclasses.field(default_factory=set)  # shard files that lost a record
+    rejected_kept: set[str] = dataclasses.field(default_factory=set)
+    kept_labels: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    added: int = 0
+    changed: int = 0
+    deleted: int = 0
+    relabelled: int = 0
+
+    def delete(self, row: SourceRow) -> None:
+        self.touched.add(row.file)
+        self.deleted += 1
+
+    def to_convert(self, path: str, ref: ImageRef, stamp: tuple[int, int], file: str) -> None:
+        self.stamps[path], self.files[path] = stamp, file
+        self.convert.append(ref)
 
 
-def _spill_run(refs: Iterable[ImageRef], folder: str) -> str:
-    """Write ``refs`` (in path order) to a new file in ``folder``, :data:`_RUN_BLOCK` to a ``marshal`` record."""
-    handle, path = tempfile.mkstemp(prefix="listing-run-", suffix=".marshal", dir=folder)
-    with os.fdopen(handle, "wb") as out:
-        block = []
-        for ref in refs:
-            block.append(tuple(ref))
-            if len(block) == _RUN_BLOCK:
-                marshal.dump(block, out)
-                block = []
-        if block:
-            marshal.dump(block, out)
-    return path
-
-
-def _read_run(path: str) -> Iterator[ImageRef]:
-    """The refs of a run file, which is removed once read."""
-    try:
-        with open(path, "rb") as handle:
-            while True:
-                try:
-                    block = marshal.load(handle)
-                except EOFError:
-                    return
-                yield from (ImageRef(*fields) for fields in block)
-    finally:
-        os.remove(path)
-
-
-def _merge_join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: Iterable[SourceRow],
-                classes: tuple[str, ...], val_fraction: float, seed: int, rehash: bool, folder: str,
-                missing_before: Container[str]) -> Changes:
+def _merge_join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tuple[str, ...],
+                settings: _Settings, folder: str) -> Changes:
     """One pass over the listing and the previous rows, both in path order (see :func:`compare`)."""
     handle, path = tempfile.mkstemp(prefix="unchanged-rows-", suffix=".marshal", dir=folder)
     os.close(handle)
     unchanged = UnchangedRows(path)
     try:
-        return _join(refs, src, remap, previous, classes, val_fraction, seed, rehash, unchanged, missing_before)
+        return _join(refs, previous, classes, settings, unchanged)
     except BaseException:
         unchanged.close()
         os.remove(path)
         raise
 
 
-def _join(refs: Iterator[ImageRef], src: str, remap: Sequence[int], previous: Iterable[SourceRow],
-          classes: tuple[str, ...], val_fraction: float, seed: int, rehash: bool,
-          unchanged: UnchangedRows, missing_before: Container[str]) -> Changes:
-    convert: list[ImageRef] = []
-    stamps: dict[str, tuple[int, int]] = {}
-    files: dict[str, str] = {}
-    touched: set[str] = set()
-    rejected_kept: set[str] = set()
-    kept_labels: collections.Counter[tuple[str, int]] = collections.Counter()
-    added = changed = deleted = relabelled = 0
+def _join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tuple[str, ...], settings: _Settings,
+          unchanged: UnchangedRows) -> Changes:
+    found = _Found(unchanged)
     rows = iter(previous)
     row = next(rows, None)
     for ref in refs:
         path = display_path(ref.relpath)
         while row is not None and row.path < path:  # in the version, not in SRC: deleted
-            touched.add(row.file)
-            deleted += 1
+            found.delete(row)
             row = next(rows, None)
         match = row if row is not None and row.path == path else None
         if match is not None:
             row = next(rows, None)
-        if ref.annotation:  # a multi-label image: its ids in its annotation
-            ref = _with_ids(ref, remap)
-            ids = label_ids(ref)
-            key = label_key(ids)
-        else:  # one label (a call less an image: the comparison's cost is per image of SRC)
-            key = remap[ref.label]
-            ref, ids = ref._replace(label=key), (key,)
-        try:
-            stat = os.stat(os.path.join(src, ref.relpath))
-        except FileNotFoundError:
-            if match is not None and not match.file and path in missing_before:  # still missing: the same rejection
-                unchanged.add(match, ())
-                rejected_kept.add(path)
-            elif match is not None and not match.file:  # rejected as corrupt..., gone now: rejected anew, missing
-                stamps[path], files[path] = (UNKNOWN, UNKNOWN), os.path.join(src, ref.relpath)
-                convert.append(ref._replace(split=new_split(ref, val_fraction, seed)))
-                changed += 1
-            elif match is not None:  # gone since SRC was listed: deleted, as if it had been gone then
-                touched.add(match.file)
-                deleted += 1
-            continue
-        stamp = (stat.st_size, stat.st_mtime_ns)
-        same = None if match is None else _unchanged(match, stamp, os.path.join(src, ref.relpath), rehash)
-        # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says.
-        other_label = match is not None and match.file and match.label not in (UNKNOWN, key)
-        other_split = match is not None and match.file and val_fraction <= 0 and match.split != ref.split
-        if same is not None and not (other_label or other_split):
-            unchanged.add(SourceRow(match.path, match.split, match.file, match.index, stamp[0], stamp[1],
-                                    match.sha256, same, key if match.file else UNKNOWN), ids)
-            if match.file:
-                for label in ids:
-                    kept_labels[match.split, label] += 1
-            else:
-                rejected_kept.add(path)
-            continue
-        stamps[path], files[path] = stamp, os.path.join(src, ref.relpath)
-        if match is None:
-            convert.append(ref._replace(split=new_split(ref, val_fraction, seed)))
-            added += 1
-        else:
-            kept_split = match.split if val_fraction > 0 else ""  # without a carve, SRC states the split
-            convert.append(ref._replace(split=kept_split or new_split(ref, val_fraction, seed)))
-            changed += 1
-            relabelled += bool(other_label and same is not None)
-            touched.add(match.file)
+        _compare_one(ref, path, match, settings, found)
     while row is not None:
-        touched.add(row.file)
-        deleted += 1
+        found.delete(row)
         row = next(rows, None)
-    touched.discard("")
+    found.touched.discard("")
     unchanged.close()
-    survivors, reused = _survivors(unchanged, touched)
+    survivors, reused = _survivors(unchanged, found.touched)
     return Changes(
-        refs=tuple(sorted(convert, key=lambda ref: (ref.split, ref.relpath))), unchanged=unchanged,
-        reused=frozenset(reused), compacted=frozenset(touched), survivors=survivors, classes=classes,
-        kept_labels=dict(kept_labels), stamps=stamps, added=added, changed=changed, deleted=deleted,
-        relabelled=relabelled,
-        recompacted=sum(map(len, survivors.values())), rejected_kept=frozenset(rejected_kept), files=files,
+        refs=tuple(sorted(found.convert, key=lambda ref: (ref.split, ref.relpath))), unchanged=unchanged,
+        reused=frozenset(reused), compacted=frozenset(found.touched), survivors=survivors, classes=classes,
+        kept_labels=dict(found.kept_labels), stamps=found.stamps, added=found.added, changed=found.changed,
+        deleted=found.deleted, relabelled=found.relabelled, recompacted=sum(map(len, survivors.values())),
+        rejected_kept=frozenset(found.rejected_kept), files=found.files,
     )
+
+
+def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings: _Settings, found: _Found) -> None:
+    """Image ``ref`` of SRC (``path``) against the version's row of it (``match``, None for a new image): unchanged,
+    to convert (new, changed, relabelled, moved to another split), deleted or still rejected, into ``found``."""
+    if ref.annotation:  # a multi-label image: its ids in its annotation
+        ref = _with_ids(ref, settings.remap)
+        ids = label_ids(ref)
+        key = label_key(ids)
+    else:  # one label (a call less an image: the comparison's cost is per image of SRC)
+        key = settings.remap[ref.label]
+        ref, ids = ref._replace(label=key), (key,)
+    file = os.path.join(settings.src, ref.relpath)
+    try:
+        stat = os.stat(file)
+    except FileNotFoundError:
+        if match is not None and not match.file and path in settings.missing_before:  # still missing: kept
+            found.unchanged.add(match, ())
+            found.rejected_kept.add(path)
+        elif match is not None and not match.file:  # rejected as corrupt..., gone now: rejected anew, missing
+            found.to_convert(path, ref._replace(split=new_split(ref, settings.val_fraction, settings.seed)),
+                             (UNKNOWN, UNKNOWN), file)
+            found.changed += 1
+        elif match is not None:  # gone since SRC was listed: deleted, as if it had been gone then
+            found.delete(match)
+        return
+    stamp = (stat.st_size, stat.st_mtime_ns)
+    same = None if match is None else _unchanged(match, stamp, file, settings.rehash)
+    # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says.
+    other_label = match is not None and match.file and match.label not in (UNKNOWN, key)
+    other_split = match is not None and match.file and settings.val_fraction <= 0 and match.split != ref.split
+    if same is not None and not (other_label or other_split):
+        found.unchanged.add(SourceRow(match.path, match.split, match.file, match.index, stamp[0], stamp[1],
+                                      match.sha256, same, key if match.file else UNKNOWN), ids)
+        if match.file:
+            for label in ids:
+                found.kept_labels[match.split, label] += 1
+        else:
+            found.rejected_kept.add(path)
+        return
+    # Without a carve SRC states the split; with one, a changed image keeps its split, a new one is carved.
+    kept_split = match.split if match is not None and settings.val_fraction > 0 else ""
+    found.to_convert(path, ref._replace(split=kept_split or new_split(ref, settings.val_fraction, settings.seed)),
+                     stamp, file)
+    if match is None:
+        found.added += 1
+    else:
+        found.changed += 1
+        found.relabelled += bool(other_label and same is not None)
+        found.touched.add(match.file)
 
 
 def _survivors(unchanged: UnchangedRows, touched: set[str]) -> tuple[dict[str, np.ndarray], set[str]]:

@@ -254,14 +254,15 @@ def test_the_comparison_sorts_the_listing_in_runs_and_holds_memory_flat_in_the_i
     and 16,384 on)."""
     import tracemalloc
 
+    from beam_jobs.files import external_sort
     from beam_jobs.planning import changes
 
     def changes_of(images: int, run: int, traced: bool = True) -> tuple:
         root = tmp_path / f"{images}-{run}"
         refs, rows = _flat_listing(root, images)
         listing = [ref for k, ref in enumerate(refs) if k % 50]  # 2% deleted: every shard compacted
-        monkeypatch.setattr(changes, "SORT_RUN", run)
-        monkeypatch.setattr(changes, "FAN_IN", 4)  # 1,000 images: 16 runs merged 4 at a time
+        monkeypatch.setattr(changes, "SORT_RUN_BYTES", run * 100)  # ``run`` refs of ~100 bytes held in memory
+        monkeypatch.setattr(external_sort, "FAN_IN", 4)  # 1,000 images: ~16 runs merged 4 at a time
         monkeypatch.setattr(versions, "_ROW_GROUP", 256)
         (root / "scratch").mkdir()
         if traced:  # tracing slows every allocation about threefold: only the two runs compared for memory
