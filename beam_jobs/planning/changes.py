@@ -125,6 +125,7 @@ class Changes:
     relabelled: int = 0  # of ``changed``: the same bytes under another label (a label file's)
     rejected_kept: frozenset[str] = frozenset()
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    unlabelled: int = 0  # records compared whose row has no label (tables before the column): relabels unseen
 
     @property
     def nothing(self) -> bool:
@@ -253,6 +254,7 @@ class _Found:
     changed: int = 0
     deleted: int = 0
     relabelled: int = 0
+    unlabelled: int = 0
 
     def delete(self, row: SourceRow) -> None:
         self.touched.add(row.file)
@@ -302,7 +304,7 @@ def _join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tupl
         reused=frozenset(reused), compacted=frozenset(found.touched), survivors=survivors, classes=classes,
         kept_labels=dict(found.kept_labels), stamps=found.stamps, added=found.added, changed=found.changed,
         deleted=found.deleted, relabelled=found.relabelled, recompacted=sum(map(len, survivors.values())),
-        rejected_kept=frozenset(found.rejected_kept), files=found.files,
+        rejected_kept=frozenset(found.rejected_kept), files=found.files, unlabelled=found.unlabelled,
     )
 
 
@@ -332,6 +334,7 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
         return
     stamp = (stat.st_size, stat.st_mtime_ns)
     same = None if match is None else _unchanged(match, stamp, file, settings.rehash)
+    found.unlabelled += bool(match is not None and match.file and match.label == UNKNOWN)
     # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says.
     other_label = match is not None and match.file and match.label not in (UNKNOWN, key)
     other_split = match is not None and match.file and settings.val_fraction <= 0 and match.split != ref.split

@@ -12,6 +12,7 @@ Out: SRC's plan (:class:`beam_jobs.planning.discover.InputPlan`, listed once) wh
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import record_schema
 from beam_jobs.files import version_store
@@ -74,6 +75,18 @@ def source_plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
     if plan.archives or any(ref.source for ref in plan.refs):
         _refuse(options, "images inside archives")
     return plan
+
+
+def unlabelled_warning(options: ConvertOptions, version: int, unlabelled: int) -> Optional[str]:
+    """What to tell the user when a label file's images were compared with rows that record no label (a sources
+    table written before the ``label`` column): a relabel of those is not seen, and the update records the
+    file's labels as theirs, so no later update sees it either. None when there is nothing to say."""
+    if not (options.annotations and unlabelled):
+        return None
+    return (f"--update: {unlabelled} image(s) of version {version} of {options.out} have no label recorded (its "
+            "sources table was written before labels were): if --annotations "
+            f"{options.annotations} labels any of them otherwise now, this update does not see it (--rehash "
+            "compares bytes, not labels); to be sure of every label, convert SRC again with --overwrite")
 
 
 def _refuse(options: ConvertOptions, kind: str) -> None:

@@ -108,10 +108,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
             with interrupt.live_run(last_resort=lambda: resume.last_resort(staging, out, scratch)):
                 plan = checks.source_plan(options, scratch)
                 options = run_plan.near_distance_for(options, len(plan.refs))  # as converting all of SRC would
-                found = change_plan.compare(plan.refs, options.src, plan.classes,
-                                            version_store.iter_sources(out, latest), latest.manifest["classes"],
-                                            options.val_fraction, options.seed, scratch, rehash,
-                                            compose.missing_before(out, latest))
+                found = _compare(options, plan, latest, scratch, rehash)
                 if found.nothing:
                     logger.info("nothing changed since version %d", latest.number)
                     return UpdateSummary(out, None, latest.number, found.counts(), None,
@@ -140,6 +137,19 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
             shutil.rmtree(scratch, ignore_errors=True)
     summary = ConvertSummary.from_manifest(out, manifest, time.monotonic() - started)
     return UpdateSummary(out, number, latest.number, manifest["changes"], summary, time.monotonic() - started)
+
+
+def _compare(options: ConvertOptions, plan: discover.InputPlan, latest: version_store.Version, scratch: str,
+             rehash: bool) -> change_plan.Changes:
+    """SRC's plan compared with the latest version (:func:`beam_jobs.planning.changes.compare`), warning of the
+    labels it could not compare."""
+    found = change_plan.compare(plan.refs, options.src, plan.classes, version_store.iter_sources(options.out, latest),
+                                latest.manifest["classes"], options.val_fraction, options.seed, scratch, rehash,
+                                compose.missing_before(options.out, latest))
+    warning = checks.unlabelled_warning(options, latest.number, found.unlabelled)
+    if warning:
+        logger.warning(warning)
+    return found
 
 
 def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes, staging: str,

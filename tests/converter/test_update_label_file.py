@@ -9,6 +9,7 @@ stays in SRC. One conversion and its updates in this process, on the in-memory r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -109,8 +110,17 @@ def test_a_split_a_label_file_states_anew_converts_the_image_into_it_without_a_c
     assert [(ref.relpath, ref.split, ref.label) for ref in found.refs] == [("img/a.jpg", "test", 0),
                                                                            ("img/b.jpg", "train", 1)]
     assert (found.changed, found.relabelled, found.added, found.deleted) == (2, 1, 0, 0)
-    # The unchanged row is written back with the label it has now.
+    # The unchanged row is written back with the label it has now; a relabel of it was not seen: the update
+    # warns, naming the fresh conversion that would see it.
     assert [(row.path, row.label) for row, _ in found.unchanged] == [("img/c.jpg", 1)]
+    from beam_jobs.update import checks
+
+    assert found.unlabelled == 1
+    options = ConvertOptions(src=str(tmp_path), out="OUT", annotations="labels.csv")
+    warning = checks.unlabelled_warning(options, 3, found.unlabelled)
+    assert "1 image(s) of version 3 of OUT have no label recorded" in warning and "--overwrite" in warning
+    assert checks.unlabelled_warning(dataclasses.replace(options, annotations=None), 3, 1) is None
+    assert checks.unlabelled_warning(options, 3, 0) is None
 
 
 def test_a_listed_file_still_missing_stays_rejected_and_changes_nothing(tmp_path):
