@@ -230,3 +230,15 @@ def coco_with_keypoints(root) -> None:
     write_file(str(root / "annotations/captions_val2017.json"), json.dumps(
         {"images": images, "annotations": [{"id": 1, "image_id": 1, "caption": "A person beside a car. "},
                                            {"id": 2, "image_id": 1, "caption": "Someone and a red car"}]}))
+
+
+def converted_coco_with_keypoints(root) -> str:
+    """:func:`coco_with_keypoints` at ``root/coco`` converted (one shard a split, in this process) to ``root/ds``,
+    whose path is returned: the dataset the reader's keypoint tests and ``inspect``'s read."""
+    from beam_jobs.options import ConvertOptions
+    from beam_jobs.pipeline import run
+
+    coco_with_keypoints(root / "coco")
+    run(ConvertOptions(src=str(root / "coco"), out=str(root / "ds"), shards=1),
+        ["--direct_running_mode=in_memory", "--direct_num_workers=1"], show_progress=False)
+    return str(root / "ds")

@@ -9,17 +9,14 @@ import pytest
 import reader
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
-from tests.object_data import coco_with_keypoints
+from tests.object_data import coco_with_keypoints, converted_coco_with_keypoints
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
 
 @pytest.fixture(scope="module")
 def keypoints_dataset(tmp_path_factory) -> str:
-    root = tmp_path_factory.mktemp("keypoints")
-    coco_with_keypoints(root / "coco")
-    run(ConvertOptions(src=str(root / "coco"), out=str(root / "ds"), shards=1), FAST, show_progress=False)
-    return str(root / "ds")
+    return converted_coco_with_keypoints(tmp_path_factory.mktemp("keypoints"))
 
 
 def _by_count(dataset) -> dict:

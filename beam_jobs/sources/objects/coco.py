@@ -186,6 +186,8 @@ def _keypoints_entry(read_sets: list, warnings: list[str]) -> dict:
         if other != names:
             warnings.append(f"{where} names its {len(other)} keypoints {', '.join(other)}; {first} names them "
                             f"{', '.join(names)}: the manifest records {posixpath.basename(first)}'s names")
+    unpaired = coco_extras.flip_warning(names, first)  # hand_L beside R_hand: no flip is read from the names
+    warnings.extend([unpaired] if unpaired else [])
     return coco_extras.manifest_entry(names)
 
 

@@ -31,22 +31,72 @@ from beam_jobs.sources.objects import coco_json
 KEYPOINTS_PREFIX, CAPTIONS_PREFIX = "person_keypoints_", "captions_"
 _IMAGE = struct.Struct("<q")  # a keypoints annotation's image_id, before its values
 _NO_IMAGE = -(1 << 63)  # a keypoints annotation without an int image_id: attached by its id alone
-_SIDE = re.compile(r"(?<![a-z])(left|right)(?![a-z])", re.IGNORECASE)  # a word of a point's name: left_eye, Right Hip
+# A point's name as words: separators kept, camelCase split (leftEye: left, Eye; hand_L: hand, _, L; LEye: L, Eye).
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^A-Za-z0-9]+")
+_OTHER_SIDE = {"left": "right", "right": "left", "l": "r", "r": "l"}
+
+
+def _partner(name: str) -> Optional[str]:
+    """``name`` with each word that says a side swapped for the other (left_eye: right_eye, hand_L: hand_R,
+    L_eye: R_eye, leftEye: rightEye, Right Hip: Left Hip), the case kept; None when no word says a side. A
+    lone ``l`` or ``r`` says a side only beside another word of letters (points named ``l`` and ``r`` alone
+    could be anything)."""
+    words = _WORDS.findall(name)
+    lettered = [word for word in words if word.isalpha()]
+    swapped, sided = [], False
+    for word in words:
+        other = _OTHER_SIDE.get(word.lower())
+        if other is None or (len(word) == 1 and len(lettered) < 2):
+            swapped.append(word)
+            continue
+        sided = True
+        swapped.append(other.upper() if word.isupper() else other.capitalize() if word[0].isupper() else other)
+    return "".join(swapped) if sided else None
+
+
+def pairing(names: tuple[str, ...]) -> tuple[tuple[int, ...], list[str]]:
+    """``(flip, unpaired)``: the points a horizontal flip swaps, from their names (see :func:`flip_of`), and the
+    names that say a side whose other side no name has (they stay in place: a flip cannot be read from them).
+    Names that pair ambiguously (two names with the same partner) give no flip, all of them unpaired."""
+    index = {name: place for place, name in enumerate(names)}
+    flip, unpaired = list(range(len(names))), []
+    for place, name in enumerate(names):
+        partner = _partner(name)
+        if partner is None:
+            continue
+        if partner in index and index[partner] != place:
+            flip[place] = index[partner]
+        else:
+            unpaired.append(name)
+    if any(flip[other] != place for place, other in enumerate(flip)) or len(index) != len(names):
+        return (), [name for name in names if _partner(name) is not None]
+    return (tuple(flip) if flip != list(range(len(names))) else ()), unpaired
 
 
 def flip_of(names: tuple[str, ...]) -> tuple[int, ...]:
-    """The points a horizontal flip swaps, from their names: each point named ``left`` takes the place of the
-    one named ``right`` the same way (``left_eye`` and ``right_eye``), the others stay (``nose``); what the
-    reader's ``ObjectTargets(keypoint_flip=...)`` takes (COCO's 17: ``reader.COCO_KEYPOINT_FLIP``). Empty when
-    no two names pair up, so no flip is guessed for points whose names say no side."""
-    def other_side(match: re.Match) -> str:
-        word = match.group(0)
-        swapped = "right" if word.lower() == "left" else "left"
-        return swapped.upper() if word.isupper() else swapped.capitalize() if word[0].isupper() else swapped
+    """The points a horizontal flip swaps, from their names: each point whose name says a side takes the place of
+    the one named the same with the other side (``left_eye`` and ``right_eye``; ``hand_L`` and ``hand_R``,
+    ``L_eye`` and ``R_eye``, ``leftEye`` and ``rightEye``), the others stay (``nose``); what the reader's
+    ``ObjectTargets(keypoint_flip=...)`` takes (COCO's 17: ``reader.COCO_KEYPOINT_FLIP``). Empty when no two
+    names pair up, so no flip is guessed for points whose names say no side."""
+    return pairing(names)[0]
 
-    index = {name: place for place, name in enumerate(names)}
-    flip = tuple(index.get(_SIDE.sub(other_side, name), place) for place, name in enumerate(names))
-    return flip if flip != tuple(range(len(names))) and sorted(flip) == list(range(len(names))) else ()
+
+def flip_warning(names: tuple[str, ...], where: str) -> str:
+    """A warning naming the points whose names say a side and pair with none (:func:`pairing`), and how a reader
+    gives the flip itself; "" when every such name pairs."""
+    flip, unpaired = pairing(names)
+    if not unpaired:
+        return ""
+    shown = ", ".join(unpaired[:8]) + (" ..." if len(unpaired) > 8 else "")
+    kept = (f"the manifest's flip swaps only the pairs it found ({' '.join(map(str, flip))})" if flip else
+            "the manifest records no flip")
+    return (f"{where}: keypoint{'s' if len(unpaired) > 1 else ''} {shown} name{'' if len(unpaired) > 1 else 's'} a "
+            f"side, and no point is named the same with the other side (left/right, l/r): a horizontal flip keeps "
+            f"{'them' if len(unpaired) > 1 else 'it'} in place and {kept}. Give the flip when reading: "
+            f"reader.ObjectTargets(keypoints=\"auto\", keypoint_flip=(...)), the {len(names)} points' order after a "
+            f"mirror, entry i the point that becomes point i (Ultralytics' flip_idx, the OD API's "
+            f"keypoint_flip_permutation)")
 
 
 def manifest_entry(names: tuple[str, ...]) -> dict:

@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from beam_jobs.options import ConvertOptions
-from beam_jobs.pipeline import run
 from reader.tools import inspect
-from tests.object_data import coco_with_keypoints
-
-FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+from tests.object_data import converted_coco_with_keypoints
 
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory) -> str:
-    root = tmp_path_factory.mktemp("inspect_keypoints")
-    coco_with_keypoints(root / "coco")
-    run(ConvertOptions(src=str(root / "coco"), out=str(root / "ds"), shards=1), FAST, show_progress=False)
-    return str(root / "ds")
+    return converted_coco_with_keypoints(tmp_path_factory.mktemp("inspect_keypoints"))
 
 
 def test_inspect_shows_the_keypoints_names_flip_objects_with_points_and_the_captions(converted):

@@ -16,6 +16,24 @@ from beam_jobs.sources import plan_inputs
 from tests.object_data import CAR, coco_with_keypoints as _coco
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+KEYPOINTS_FILE = "annotations/person_keypoints_val2017.json"
+
+
+def _coco_with(root, change) -> None:
+    """The COCO sample (:func:`tests.object_data.coco_with_keypoints`) at ``root`` with its keypoints file's JSON
+    changed in place by ``change(data)``."""
+    _coco(root)
+    path = root / KEYPOINTS_FILE
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _not_triples(data: dict) -> None:
+    """a.jpg's person (annotation 10) gets 5 keypoint values: not x, y, visibility triples."""
+    data["annotations"][0]["keypoints"] = [4, 3, 2, 6, 5]
+
+
 def test_keypoints_are_written_normalized_and_turned_with_their_boxes_and_captions_as_an_images_list(tmp_path):
     import tensorflow as tf
 
@@ -58,11 +76,7 @@ def test_keypoints_are_written_normalized_and_turned_with_their_boxes_and_captio
 
 def test_keypoints_that_are_not_triples_of_numbers_reject_their_object_by_name(tmp_path):
     root = tmp_path / "coco"
-    _coco(root)
-    path = root / "annotations/person_keypoints_val2017.json"
-    data = json.loads(path.read_text())
-    data["annotations"][0]["keypoints"] = [4, 3, 2, 6, 5]
-    path.write_text(json.dumps(data))
+    _coco_with(root, _not_triples)
     plan = plan_inputs(ConvertOptions(src=str(root)))
     from beam_jobs import annotations
 
@@ -75,22 +89,14 @@ def test_keypoints_that_are_not_triples_of_numbers_reject_their_object_by_name(t
 
 def test_a_keypoints_file_whose_categories_name_no_points_is_refused_naming_it(tmp_path):
     root = tmp_path / "coco"
-    _coco(root)
-    path = root / "annotations/person_keypoints_val2017.json"
-    data = json.loads(path.read_text())
-    data["categories"] = [CAR]
-    path.write_text(json.dumps(data))
+    _coco_with(root, lambda data: data.update(categories=[CAR]))
     with pytest.raises(InputError, match=r"person_keypoints_val2017.json: no category names its keypoints"):
         plan_inputs(ConvertOptions(src=str(root)))
 
 
 def test_keypoints_of_no_object_of_the_instances_file_are_named_in_a_warning(tmp_path):
     root = tmp_path / "coco"
-    _coco(root)
-    path = root / "annotations/person_keypoints_val2017.json"
-    data = json.loads(path.read_text())
-    data["annotations"].append({**data["annotations"][0], "id": 99})
-    path.write_text(json.dumps(data))
+    _coco_with(root, lambda data: data["annotations"].append({**data["annotations"][0], "id": 99}))
     plan = plan_inputs(ConvertOptions(src=str(root)))
     assert any(w.endswith("person_keypoints_val2017.json: 1 keypoints annotation names no object its instances file "
                           "lists, and was not written (ids 99)") for w in plan.warnings), plan.warnings
@@ -103,16 +109,13 @@ def test_keypoints_attach_only_by_int_ids_on_both_sides_and_the_others_are_count
     from beam_jobs import annotations
 
     root = tmp_path / "coco"
-    _coco(root)
+    _coco_with(root, lambda data: data["annotations"].extend(
+        [{**data["annotations"][0], "id": 1, "keypoints": [9, 9, 2, 9, 9, 2, 9, 9, 2]},
+         {key: value for key, value in data["annotations"][0].items() if key != "id"}]))
     instances = root / "annotations/instances_val2017.json"
     data = json.loads(instances.read_text())
     del data["annotations"][1]["id"]
     instances.write_text(json.dumps(data))
-    path = root / "annotations/person_keypoints_val2017.json"
-    data = json.loads(path.read_text())
-    data["annotations"] += [{**data["annotations"][0], "id": 1, "keypoints": [9, 9, 2, 9, 9, 2, 9, 9, 2]},
-                            {key: value for key, value in data["annotations"][0].items() if key != "id"}]
-    path.write_text(json.dumps(data))
     plan = plan_inputs(ConvertOptions(src=str(root)))
     found = {ref.relpath: annotations.decode(ref.annotation) for ref in plan.refs}
     person, car = found["val2017/a.jpg"].boxes
@@ -136,6 +139,41 @@ def test_the_flip_of_the_points_comes_from_their_names_and_is_none_where_they_sa
     assert flip_of(("Left Eye", "Right Eye", "tail")) == (1, 0, 2)
     assert flip_of(("head", "tail")) == () and flip_of(("left_eye", "left_ear")) == ()  # no pair: no flip
     assert manifest_entry(("head", "tail")) == {"count": 2, "names": ["head", "tail"]}
+
+
+def test_the_flip_pairs_the_common_side_conventions_of_point_names():
+    """Beside left_/right_ words: l/r suffixes and prefixes (hand_L, L_eye, eye_r), camelCase (leftEye, LEye,
+    eyeL) and capitals (LEFT_EYE), each pairing with its name of the other side; a lone l or r pairs nothing."""
+    from beam_jobs.sources.objects.coco_extras import flip_of, pairing
+
+    assert flip_of(("nose", "hand_L", "hand_R")) == (0, 2, 1)
+    assert flip_of(("L_eye", "R_eye", "L_ear", "R_ear")) == (1, 0, 3, 2)
+    assert flip_of(("eye_r", "eye_l")) == (1, 0)
+    assert flip_of(("leftEye", "rightEye", "LeftEar", "RightEar", "nose")) == (1, 0, 3, 2, 4)
+    assert flip_of(("LEye", "REye")) == (1, 0) and flip_of(("eyeL", "eyeR")) == (1, 0)
+    assert flip_of(("LEFT_EYE", "RIGHT_EYE")) == (1, 0)
+    assert flip_of(("l", "r")) == () and pairing(("l", "r")) == ((), [])  # letters alone: no side said
+    # Mixed conventions do not pair (hand_L is not R_hand's other side): both named as unpaired.
+    assert pairing(("hand_L", "R_hand")) == ((), ["hand_L", "R_hand"])
+    assert pairing(("left_eye", "right_eye", "left_paw")) == ((1, 0, 2), ["left_paw"])
+
+
+def test_points_named_with_a_side_and_no_partner_are_warned_of_with_how_to_give_the_flip(tmp_path):
+    """A keypoints file naming hand_L and R_hand: no flip can be read from its names; the plan's warning names
+    the points and the reader's keypoint_flip, as Ultralytics' flip_idx and the OD API's permutation say it."""
+    root = tmp_path / "coco"
+    _coco_with(root, lambda data: data["categories"][0].update(keypoints=["nose", "hand_L", "R_hand"]))
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    assert plan.keypoints == {"count": 3, "names": ["nose", "hand_L", "R_hand"]}  # no flip recorded
+    [said] = [w for w in plan.warnings if "hand_L" in w]
+    assert said.startswith(f"{root / KEYPOINTS_FILE}: keypoints hand_L, R_hand name a side, and no point is named the "
+                           "same with the other side (left/right, l/r): a horizontal flip keeps them in place and "
+                           "the manifest records no flip. Give the flip when reading: reader.ObjectTargets("
+                           'keypoints="auto", keypoint_flip=(...)), the 3 points\' order after a mirror'), said
+    assert "flip_idx" in said and "keypoint_flip_permutation" in said
+    _coco_with(root, lambda data: data["categories"][0].update(keypoints=["nose", "hand_L", "hand_R"]))
+    plan = plan_inputs(ConvertOptions(src=str(root)))
+    assert plan.keypoints["flip"] == [0, 2, 1] and not any("hand_L" in w for w in plan.warnings), plan.warnings
 
 
 def test_keypoints_files_naming_their_points_otherwise_are_warned_of(tmp_path):
@@ -171,11 +209,8 @@ def test_keypoints_whose_image_id_disagrees_with_their_objects_are_refused_namin
     from beam_jobs import annotations
 
     root = tmp_path / "coco"
-    _coco(root)
-    path = root / "annotations/person_keypoints_val2017.json"
-    data = json.loads(path.read_text())
-    data["annotations"][0]["image_id"] = 2  # annotation 10 is a.jpg's (image 1) person in instances_val2017.json
-    path.write_text(json.dumps(data))
+    # annotation 10 is a.jpg's (image 1) person in instances_val2017.json
+    _coco_with(root, lambda data: data["annotations"][0].update(image_id=2))
     plan = plan_inputs(ConvertOptions(src=str(root)))
     found = {ref.relpath: annotations.decode(ref.annotation) for ref in plan.refs}
     [rejected] = found["val2017/a.jpg"].rejected
@@ -198,11 +233,7 @@ def test_a_bad_keypoints_annotation_counts_its_images_objects_and_the_budget_say
     from beam_jobs.pipeline.budgets import _enough
 
     root = tmp_path / "coco"
-    _coco(root)
-    path = root / "annotations/person_keypoints_val2017.json"
-    data = json.loads(path.read_text())
-    data["annotations"][0]["keypoints"] = [4, 3, 2, 6, 5]
-    path.write_text(json.dumps(data))
+    _coco_with(root, _not_triples)
     with pytest.raises(TooManyRejectedError) as raised:
         run(ConvertOptions(src=str(root), out=str(tmp_path / "ds"), shards=1), FAST, show_progress=False)
     said = str(raised.value)
