@@ -1,7 +1,9 @@
 """The validation carve (``--val-fraction``) and the keyed hash that orders records.
 
-In:  the members of a single-split input (``(split, class, relpath, source)``) and the count to carve per class.
-Out: per class, the threshold key: images whose carve key is at or below it go to validation.
+In:  the members of a single-split input (``(split, class, relpath, source)``) and the count to carve per class;
+     or, for an update, its new images per class and the class's images kept in each split.
+Out: per class, the threshold key: images whose carve key is at or below it go to validation; for an update, the
+     new images that go to validation (:func:`carve_new`).
 
 Stratified per class, deterministic (a keyed BLAKE2b of the seed and the
 path), and exact in bounded memory (see :func:`carve_thresholds`).
@@ -87,6 +89,26 @@ def carve_thresholds(items: Iterable[tuple[str, str, str, str]], train_counts: M
             if key.startswith(prefix[name]):
                 candidates[name].append(key)
     return {name: heapq.nsmallest(rank[name], keys)[-1] for name, keys in candidates.items()}
+
+
+def carve_new(new: Mapping[int, Sequence[str]], kept: Mapping[tuple[int, str], int], fraction: float,
+              seed: int) -> set[str]:
+    """The new images of an update that go to validation: per stratum (a class id; one stratum for images that
+    hold several classes, objects or tags, as a conversion carves them), the smallest carve keys among
+    ``new[stratum]`` (relpaths), as many as bring the stratum's validation images to what a fresh carve of all
+    its images would hold (:func:`carve_count` of kept plus new), never fewer than 0 nor more than the new ones.
+
+    ``kept``: (stratum, split) -> the images the version keeps there (unchanged, and changed ones, which keep
+    their split): they never move, so a stratum that lost validation images to deletions is made up from its
+    new images only. Deterministic: the same images and counts give the same carve, whatever their order.
+    """
+    carved: set[str] = set()
+    for stratum, paths in new.items():
+        have = kept.get((stratum, "validation"), 0)
+        total = len(paths) + have + kept.get((stratum, "train"), 0)
+        need = min(max((carve_count(total, fraction) if total > 1 else 0) - have, 0), len(paths))
+        carved.update(heapq.nsmallest(need, paths, key=lambda path: carve_key(seed, path)))
+    return carved
 
 
 def unstratified(classes: Sequence[str], train: Sequence[int], validation: Sequence[int],

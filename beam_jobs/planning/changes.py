@@ -18,8 +18,8 @@ Its label must be the one its record holds too (a label file that labels it othe
 
 Splits: an unchanged image keeps its split; without ``--val-fraction`` every image converted takes the split
 SRC states; with it, a changed or relabelled image keeps the split it had (the same photo moved from train to
-validation would be a leak between the versions a model saw), and a new image is carved by its key against a
-fixed threshold (:func:`new_split`).
+validation would be a leak between the versions a model saw), and the new images are carved per class, steered by
+the class's running totals (:func:`beam_jobs.planning.carve.carve_new`): old images never move.
 
 The comparison is a merge-join of the listing and the version's sources table, both in path order: the
 unchanged rows go to a file in the scratch folder as they are found, and what is held grows with the change,
@@ -40,15 +40,12 @@ from typing import BinaryIO, Container, Iterable, Iterator, Mapping, Optional, S
 
 import numpy as np
 
-from beam_jobs import annotations
 from beam_jobs.files import external_sort
-from beam_jobs.planning.carve import carve_key
-from beam_jobs.planning.discover import class_order, display_path
+from beam_jobs.planning import stable_ids
+from beam_jobs.planning.carve import carve_new
+from beam_jobs.planning.discover import display_path
 from beam_jobs.stage_records import ImageRef
-from record_files.versions import UNKNOWN, SourceRow, label_key
-
-_KEY_SPACE = 1 << 128  # carve keys are 128-bit
-
+from record_files.versions import UNKNOWN, SourceRow
 
 class UnchangedRows:
     """The unchanged images' rows, each with its class ids now, in path order, re-iterable: spilled to a file in
@@ -159,55 +156,20 @@ class Changes:
         return dataclasses.replace(row, file=compacted_file, index=index)
 
 
-def label_ids(ref: ImageRef) -> tuple[int, ...]:
-    """The class ids ``ref`` labels its image with: its label, or a multi-label image's ids (its annotation)."""
-    if ref.annotation:
-        annotation = annotations.decode(ref.annotation)
-        if isinstance(annotation, annotations.Labels):
-            return annotation.ids
-    return (ref.label,)
-
-
-def _with_ids(ref: ImageRef, remap: Sequence[int]) -> ImageRef:
-    """``ref``, an annotated image, with its multi-label ids the version's stable ids (``remap``: listed id ->
-    stable id); objects are not updated (refused before)."""
-    annotation = annotations.decode(ref.annotation)
-    if isinstance(annotation, annotations.Labels):
-        ids = tuple(sorted(remap[label] for label in annotation.ids))
-        return ref._replace(annotation=annotations.encode(annotations.Labels(ids)))
-    return ref._replace(label=remap[ref.label])
-
-
-def stable_classes(before: Sequence[str], listed: Sequence[str]) -> tuple[str, ...]:
-    """The version's classes: ``before``'s, in order (each keeps its id), then every new name in a conversion's
-    order (numeric when every new name is an integer, as a label file's "10" follows "9")."""
-    known = set(before)
-    return tuple(before) + tuple(class_order({name for name in listed if name not in known}))
-
-
-def new_split(ref: ImageRef, val_fraction: float, seed: int) -> str:
-    """A new image's split: with ``--val-fraction``, validation when its carve key is below the fraction of the
-    key space (a fixed threshold: no later image moves it), else train; without, the split its folder says."""
-    if val_fraction <= 0:
-        return ref.split
-    key = int.from_bytes(carve_key(seed, ref.relpath), "big")
-    return "validation" if key < int(val_fraction * _KEY_SPACE) else "train"
-
-
 def compare(refs: Iterable[ImageRef], src: str, listed_classes: Sequence[str], previous: Iterable[SourceRow],
             classes_before: Sequence[str], val_fraction: float, seed: int, scratch: str,
-            rehash: bool = False, missing_before: Container[str] = frozenset()) -> Changes:
+            rehash: bool = False, missing_before: Container[str] = frozenset(), by_class: bool = True) -> Changes:
     """Compare SRC's ``refs`` (labels index ``listed_classes``) with the ``previous`` version's rows, given in
     path order (a sources table's): a merge-join of the two, in memory flat in the images. ``missing_before``:
     the paths the version rejected as ``missing-file`` (its ``rejected.jsonl`` says why, its rows do not). The listing is put in
     path order by an external sort (runs of :data:`SORT_RUN_BYTES` sorted in memory, spilled, merged) and the
     unchanged rows are spilled as found, both to ``scratch`` (a folder of the caller's, which must outlive the
-    returned :class:`Changes`: its unchanged rows are read from there).
+    returned :class:`Changes`: its unchanged rows are read from there). ``by_class``: the carve is stratified
+    per class (one label an image), else over all images (objects, tags), as a conversion's.
     """
-    classes = stable_classes(classes_before, listed_classes)
-    ids = {name: index for index, name in enumerate(classes)}
-    remap = [ids[name] for name in listed_classes]
-    settings = _Settings(src, remap, val_fraction, seed, rehash, missing_before)
+    classes = stable_ids.stable_classes(classes_before, listed_classes)
+    remap = stable_ids.remap(classes, listed_classes)
+    settings = _Settings(src, remap, val_fraction, seed, rehash, missing_before, by_class)
     return _merge_join(_in_path_order(refs, scratch), previous, classes, settings, scratch)
 
 
@@ -237,6 +199,7 @@ class _Settings:
     seed: int
     rehash: bool
     missing_before: Container[str]
+    by_class: bool = True
 
 
 @dataclasses.dataclass
@@ -255,14 +218,33 @@ class _Found:
     deleted: int = 0
     relabelled: int = 0
     unlabelled: int = 0
+    strata: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (stratum, split): kept
+    carving: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (stratum, place in convert)
 
     def delete(self, row: SourceRow) -> None:
         self.touched.add(row.file)
         self.deleted += 1
 
-    def to_convert(self, path: str, ref: ImageRef, stamp: tuple[int, int], file: str) -> None:
+    def to_convert(self, path: str, ref: ImageRef, stamp: tuple[int, int], file: str, stratum: int = 0,
+                   split: str = "", carve: bool = False) -> None:
+        """``ref`` to convert, in ``split`` (one it keeps: counted in its stratum) or, with ``carve``, one the
+        carve of the new images gives it (:meth:`carve`); else in the split SRC states."""
         self.stamps[path], self.files[path] = stamp, file
-        self.convert.append(ref)
+        if split:
+            self.strata[stratum, split] += 1
+        elif carve:
+            self.carving.append((stratum, len(self.convert)))
+        self.convert.append(ref._replace(split=split or ref.split))
+
+    def carve(self, fraction: float, seed: int) -> None:
+        """The new images' splits, stratified (:func:`beam_jobs.planning.carve.carve_new`)."""
+        new: dict[int, list[str]] = collections.defaultdict(list)
+        for stratum, at in self.carving:
+            new[stratum].append(self.convert[at].relpath)
+        validation = carve_new(new, self.strata, fraction, seed)
+        for _, at in self.carving:
+            ref = self.convert[at]
+            self.convert[at] = ref._replace(split="validation" if ref.relpath in validation else "train")
 
 
 def _merge_join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tuple[str, ...],
@@ -297,6 +279,7 @@ def _join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tupl
         found.delete(row)
         row = next(rows, None)
     found.touched.discard("")
+    found.carve(settings.val_fraction, settings.seed)
     unchanged.close()
     survivors, reused = _survivors(unchanged, found.touched)
     return Changes(
@@ -311,13 +294,8 @@ def _join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tupl
 def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings: _Settings, found: _Found) -> None:
     """Image ``ref`` of SRC (``path``) against the version's row of it (``match``, None for a new image): unchanged,
     to convert (new, changed, relabelled, moved to another split), deleted or still rejected, into ``found``."""
-    if ref.annotation:  # a multi-label image: its ids in its annotation
-        ref = _with_ids(ref, settings.remap)
-        ids = label_ids(ref)
-        key = label_key(ids)
-    else:  # one label (a call less an image: the comparison's cost is per image of SRC)
-        key = settings.remap[ref.label]
-        ref, ids = ref._replace(label=key), (key,)
+    ref, ids, key = stable_ids.stable_ref(ref, settings.remap)
+    stratum = key if settings.by_class else 0  # the carve's: a class, or all images (tags, objects)
     file = os.path.join(settings.src, ref.relpath)
     try:
         stat = os.stat(file)
@@ -326,8 +304,7 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
             found.unchanged.add(match, ())
             found.rejected_kept.add(path)
         elif match is not None and not match.file:  # rejected as corrupt..., gone now: rejected anew, missing
-            found.to_convert(path, ref._replace(split=new_split(ref, settings.val_fraction, settings.seed)),
-                             (UNKNOWN, UNKNOWN), file)
+            found.to_convert(path, ref, (UNKNOWN, UNKNOWN), file, stratum, carve=settings.val_fraction > 0)
             found.changed += 1
         elif match is not None:  # gone since SRC was listed: deleted, as if it had been gone then
             found.delete(match)
@@ -342,6 +319,7 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
         found.unchanged.add(SourceRow(match.path, match.split, match.file, match.index, stamp[0], stamp[1],
                                       match.sha256, same, key if match.file else UNKNOWN), ids)
         if match.file:
+            found.strata[stratum, match.split] += 1
             for label in ids:
                 found.kept_labels[match.split, label] += 1
         else:
@@ -349,8 +327,7 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
         return
     # Without a carve SRC states the split; with one, a changed image keeps its split, a new one is carved.
     kept_split = match.split if match is not None and settings.val_fraction > 0 else ""
-    found.to_convert(path, ref._replace(split=kept_split or new_split(ref, settings.val_fraction, settings.seed)),
-                     stamp, file)
+    found.to_convert(path, ref, stamp, file, stratum, kept_split, carve=settings.val_fraction > 0)
     if match is None:
         found.added += 1
     else:

@@ -31,7 +31,7 @@ from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import AUTO, ConvertOptions
 from beam_jobs.pipeline import beam_run, label_files, launch, run_plan
 from beam_jobs.planning import changes as change_plan
-from beam_jobs.planning import discover, resume
+from beam_jobs.planning import discover, resume, stable_ids
 from beam_jobs.runtime import interrupt, runners, worker_start
 from beam_jobs.stages.manifest import ConvertSummary
 from beam_jobs.update import checks, compose
@@ -145,7 +145,8 @@ def _compare(options: ConvertOptions, plan: discover.InputPlan, latest: version_
     labels it could not compare."""
     found = change_plan.compare(plan.refs, options.src, plan.classes, version_store.iter_sources(options.out, latest),
                                 latest.manifest["classes"], options.val_fraction, options.seed, scratch, rehash,
-                                compose.missing_before(options.out, latest))
+                                compose.missing_before(options.out, latest),
+                                by_class=plan.task == record_schema.TASK_CLASSIFICATION)
     warning = checks.unlabelled_warning(options, latest.number, found.unlabelled)
     if warning:
         logger.warning(warning)
@@ -157,18 +158,21 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
     """Convert ``found.refs`` into ``staging`` as a conversion would; (its manifest, the staging folder used:
     a killed update's, when it resumes one). No refs (only deletions): labels and reports written, no pipeline."""
     counts = collections.Counter(ref.split for ref in found.refs)
-    # Classes without an image to convert are not "empty": their records are in the shards reused.
-    converting = {label for ref in found.refs for label in change_plan.label_ids(ref)}
+    # The run's notes speak of the version: a class is "empty" when it has no record in the whole version, so one
+    # without an image to convert, or with records kept (in the shards reused), is not (run_notes skips "unlisted").
+    converting = {label for ref in found.refs for label in stable_ids.label_ids(ref)}
+    kept = {label for (_, label), count in found.kept_labels.items() if count}
     narrowed = dataclasses.replace(plan, refs=found.refs, classes=found.classes, class_text=found.classes,
                                    split_counts=dict(counts), carved={}, unlisted=tuple(
-                                       name for label, name in enumerate(found.classes) if label not in converting))
+                                       name for label, name in enumerate(found.classes)
+                                       if label not in converting or label in kept))
     if not found.refs:
         filesystems.write_text(FileSystems.join(staging, record_schema.LABELS_FILE),
                                "".join(name + "\n" for name in found.classes))
         for name in (record_schema.REJECTED_FILE, record_schema.DUPLICATES_FILE):
             filesystems.write_text(FileSystems.join(staging, name), "")
         return None, staging
-    # The carve was the update's (a fixed threshold): the conversion of the new images carves nothing more.
+    # The carve was the update's (stratified by the running totals): the conversion of the new images carves nothing.
     # Their shards are sized by their bytes (--shards auto), not by the count the whole dataset was cut into:
     # 120 new photos make one shard, not 64 of two images.
     rejected_before = len(found.rejected_kept)

@@ -1,0 +1,61 @@
+"""An update's stable class ids: SRC's listed class ids mapped to the version's, in each image's label or annotation.
+
+In:  the latest version's classes, the classes SRC's plan lists now, an :class:`ImageRef` of SRC (its label, or
+     its annotation: several labels, or objects).
+Out: the version's classes (existing ones keep their ids, a new one gets the next id), and each ref with its ids
+     the version's: its label, its tags, its objects' classes; the class ids its record will hold, their key
+     (the sources table's ``label``).
+
+Ids are stable across versions, so an id compares as its class name would: a source that numbers its classes
+anew (a COCO export with a category added in the middle) changes no record of an image it did not change.
+(docs/update.md, "Decisions".)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from beam_jobs import annotations
+from beam_jobs.planning.discover import class_order
+from beam_jobs.stage_records import ImageRef
+from record_files.versions import label_key
+
+
+def stable_classes(before: Sequence[str], listed: Sequence[str]) -> tuple[str, ...]:
+    """The version's classes: ``before``'s, in order (each keeps its id), then every new name in a conversion's
+    order (numeric when every new name is an integer, as a label file's "10" follows "9"). "" (an id an object
+    source leaves unused, or the background's) is never a new class."""
+    known = set(before)
+    return tuple(before) + tuple(class_order({name for name in listed if name and name not in known}))
+
+
+def remap(classes: Sequence[str], listed: Sequence[str]) -> list[int]:
+    """Listed id -> the version's id, by name (``classes``: :func:`stable_classes`); an unused listed id ("")
+    maps to the version's first unused id, or -1 (no box carries one)."""
+    ids: dict[str, int] = {}
+    for index, name in enumerate(classes):
+        ids.setdefault(name, index)
+    return [ids.get(name, -1) for name in listed]
+
+
+def label_ids(ref: ImageRef) -> tuple[int, ...]:
+    """The class ids ``ref`` labels its image with: its label, or a multi-label image's ids (its annotation)."""
+    if ref.annotation:
+        annotation = annotations.decode(ref.annotation)
+        if isinstance(annotation, annotations.Labels):
+            return annotation.ids
+    return (ref.label,)
+
+
+def stable_ref(ref: ImageRef, ids: Sequence[int]) -> tuple[ImageRef, tuple[int, ...], int]:
+    """``ref`` with its class ids the version's (``ids``: :func:`remap`), the ids its record holds, and their
+    key (:func:`record_files.versions.label_key`)."""
+    if not ref.annotation:  # one label (a call less an image: the comparison's cost is per image of SRC)
+        key = ids[ref.label]
+        return ref._replace(label=key), (key,), key
+    annotation = annotations.decode(ref.annotation)
+    if isinstance(annotation, annotations.Labels):
+        held = tuple(sorted(ids[label] for label in annotation.ids))
+        return ref._replace(annotation=annotations.encode(annotations.Labels(held))), held, label_key(held)
+    key = ids[ref.label]
+    return ref._replace(label=key), (key,), key
