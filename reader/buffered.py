@@ -90,6 +90,7 @@ def buffered_batches(source: Source, options: ReadOptions, read: BufferedRead) -
         order = file_order(
             files, counts, seed=file_seed if shuffle else None, epoch=epoch,
             num_shards=pipelines if by_file else 1, shard_index=pipeline_id if by_file else 0,
+            extents=source.extents,  # a masked version's runs of files (None: whole files, as ever)
         )
         records = interleave_records(order, options.cycle_length, options.block_length,
                                      deterministic=ordered or deterministic, skip_corrupt=source.skip_corrupt,

@@ -36,6 +36,14 @@ class ShardInfo:
     sha256: str
     index_path: str = ""  # its record index ("offset size" per record, DALI's format); "" if it has none
     index_bytes: int = 0  # the index's size as written (0: unknown, a dataset written before sizes were recorded)
+    # An extent: a masked version (manifest "live", docs/update.md) reads runs of a file, ``num_examples`` records
+    # from ``first``; ``file_records`` the file's count (-1: whole). Bytes, SHA-256 and index stay the file's.
+    first: int = 0
+    file_records: int = -1
+
+    @property
+    def whole(self) -> bool:
+        return self.first == 0 and self.file_records in (-1, self.num_examples)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +71,13 @@ class SplitInfo:
 
     @property
     def files(self) -> list[str]:
+        """Each extent's file, in manifest order (a masked file once per run of it: see :attr:`masked`)."""
         return [shard.path for shard in self.shards]
+
+    @property
+    def masked(self) -> bool:
+        """Some extent is a run of its file: its readers read extents (``records.read_segment``), not files."""
+        return not all(shard.whole for shard in self.shards)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +219,7 @@ def dataset_info(data_dir: str, version: Optional[int] = None) -> DatasetInfo:
         raise ValueError(
             f"{path} has format_version {layout!r}; this reader reads version {record_schema.FORMAT_VERSION}"
         )
-    unknown = versions.unknown_requirements(manifest, path)
+    unknown = versions.unknown_requirements(manifest, path) or versions.live_problem(manifest, path)
     if unknown:
         raise ValueError(unknown)
     try:
@@ -313,15 +327,21 @@ def _listing(folder: str) -> list[str]:
 
 
 def _split_info(data_dir: str, name: str, raw: dict) -> SplitInfo:
-    shards = tuple(
-        ShardInfo(os.path.join(data_dir, s["file"]), s["num_examples"], s["num_bytes"], s["sha256"],
-                  os.path.join(data_dir, s["dali_index"]) if s.get("dali_index") else "", s.get("index_bytes", 0))
-        for s in raw["shards"]
-    )
+    shards = tuple(extent for s in raw["shards"] for extent in _extents(data_dir, s))
     table = raw.get("records_table")
     return SplitInfo(name, raw["num_examples"], raw["num_bytes"], shards, tuple(raw.get("label_counts", ())),
                      raw.get("max_side"), TableInfo(os.path.join(data_dir, table["file"]), table["num_rows"],
                                                     table["num_bytes"], table["sha256"]) if table else None)
+
+
+def _extents(data_dir: str, s: dict) -> list[ShardInfo]:
+    """A manifest's shard entry as the extents a reader reads: the file, or each run its ``live`` lists."""
+    whole = ShardInfo(os.path.join(data_dir, s["file"]), s["num_examples"], s["num_bytes"], s["sha256"],
+                      os.path.join(data_dir, s["dali_index"]) if s.get("dali_index") else "", s.get("index_bytes", 0))
+    if "live" not in s:
+        return [whole]
+    return [dataclasses.replace(whole, num_examples=count, first=first, file_records=s["file_records"])
+            for first, count in s["live"]]
 
 
 def open_records_table(split: SplitInfo) -> Optional[RecordsTable]:

@@ -138,12 +138,18 @@ def host_records(
     pipelines: int,
     pipeline_id: int,
     read_segment,
+    firsts: Optional[Sequence[int]] = None,
 ) -> tf.data.Dataset:
     """``(record, key)`` of one input pipeline from global step ``start_step`` to the end of epoch ``num_epochs``.
 
     ``read_segment(path, index_path, first, count)`` reads ``count`` records
     of ``path`` from record ``first``, seeking with the shard's record index
     (``index_path``; "" when it has none: read through the records before it).
+
+    ``files``, ``counts`` and ``index_files`` describe the split's *extents*: runs of records of a file,
+    ``counts[i]`` of them from its record ``firsts[i]`` (None: every extent a whole file, from record 0). A
+    version that masks deleted records (``live`` in its manifest, docs/update.md) lists several runs of one
+    file; the order cuts its sequence over extents as over shards, and never reads a record outside them.
 
     Each stream runs through the epochs itself and reads its next window
     while its current one is consumed (the interleave reads ahead), so
@@ -155,8 +161,9 @@ def host_records(
     another source of a mixture, builds in a few milliseconds (traced each
     time, it was 0.25 s of CPU a source: issue #50's start-up).
     """
+    firsts = list(firsts) if firsts is not None else [0] * len(files)
     return host_records_graph(read_segment)(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
-                 tf.constant(list(index_files), tf.string),
+                 tf.constant(list(index_files), tf.string), tf.constant(firsts, tf.int64),
                  tf.constant([layout.num_records, layout.batch_size, layout.streams, layout.window], tf.int64),
                  tf.constant(seed, tf.int64), tf.cast(start_step, tf.int64),
                  tf.constant(num_epochs if num_epochs is not None else 1 << 62, tf.int64),
@@ -164,8 +171,8 @@ def host_records(
 
 
 def host_records_graph(read_segment) -> Callable[..., tf.data.Dataset]:
-    """:func:`host_records` as its graph: ``(files, counts, index_files, layout, seed, start_step, last_epoch,
-    per_pipeline, pipeline_id) -> dataset``, every argument a tensor (``layout``: N, G, C, W; ``last_epoch``
+    """:func:`host_records` as its graph: ``(files, counts, index_files, firsts, layout, seed, start_step,
+    last_epoch, per_pipeline, pipeline_id) -> dataset``, every argument a tensor (``layout``: N, G, C, W; ``last_epoch``
     the epoch to stop before; ``per_pipeline``: streams a pipeline reads), for callers that build several
     orders at one site (``reader.mixtures.pipeline``)."""
     return reading_graph(_HOST_GRAPHS, read_segment, _host_records_graph, _HOST_SIGNATURE)
@@ -188,15 +195,15 @@ def reading_graph(cache: dict, read_segment, body: Callable[..., tf.data.Dataset
 
 
 _HOST_SIGNATURE = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64),
-                   tf.TensorSpec([None], tf.string), tf.TensorSpec([4], tf.int64)] + [tf.TensorSpec([], tf.int64)] * 5
+                   tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64), tf.TensorSpec([4], tf.int64)] + [tf.TensorSpec([], tf.int64)] * 5
 _HOST_GRAPHS: dict = {}  # read_segment -> host_records' traced graph
 
 
-def _host_records_graph(files: tf.Tensor, counts: tf.Tensor, index_files: tf.Tensor, layout: tf.Tensor,
-                        seed: tf.Tensor, start_step: tf.Tensor, last_epoch: tf.Tensor, per_pipeline: tf.Tensor,
+def _host_records_graph(files: tf.Tensor, counts: tf.Tensor, index_files: tf.Tensor, firsts: tf.Tensor,
+                        layout: tf.Tensor, seed: tf.Tensor, start_step: tf.Tensor, last_epoch: tf.Tensor, per_pipeline: tf.Tensor,
                         pipeline_id: tf.Tensor, read_segment) -> tf.data.Dataset:
     """:func:`host_records` with every number a tensor (``layout``: N, G, C, W)."""
-    shards = _Shards(files, counts, index_files, tf.cumsum(counts, exclusive=True), read_segment)
+    shards = _Shards(files, counts, index_files, firsts, tf.cumsum(counts, exclusive=True), read_segment)
     grid = _LayoutTensors(*tf.unstack(layout, num=4))
     first_epoch = start_step // grid.steps_per_epoch
 
@@ -251,12 +258,13 @@ def _row_in_batch_order(records: tf.Tensor, keys: tf.Tensor, picks: tf.Tensor, b
 
 @dataclasses.dataclass(frozen=True)
 class _Shards:
-    """A split's shards as graph tensors (in manifest order), and how to read a run of records of one."""
+    """A split's extents as graph tensors (in manifest order), and how to read a run of records of one."""
 
     paths: tf.Tensor
     sizes: tf.Tensor
     indexes: tf.Tensor
-    bases: tf.Tensor  # first record id of each shard
+    firsts: tf.Tensor  # each extent's first record in its file (0 for a whole shard)
+    bases: tf.Tensor  # first record id of each extent in the split's sequence
     read_segment: Callable[..., tf.data.Dataset]
 
 
@@ -271,7 +279,8 @@ def _stream_windows(shards: _Shards, grid: _LayoutTensors, seed: tf.Tensor, star
     shard, first, count = stream_segments(shards.sizes, grid.stream_length, seed, epoch, index, first_window * window)
 
     def segment(shard: tf.Tensor, first: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
-        records = shards.read_segment(tf.gather(shards.paths, shard), tf.gather(shards.indexes, shard), first, count)
+        records = shards.read_segment(tf.gather(shards.paths, shard), tf.gather(shards.indexes, shard),
+                                      tf.gather(shards.firsts, shard) + first, count)
         key = epoch * grid.num_records + tf.gather(shards.bases, shard) + first
         return tf.data.Dataset.zip((records, tf.data.Dataset.range(key, key + count)))
 

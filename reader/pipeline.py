@@ -121,7 +121,7 @@ def _stream_records(source: Source, layout: StreamLayout, seed: int, start_step:
 
     def from_step(step: tf.Tensor) -> tf.data.Dataset:
         return host_records(split.files, source.counts, [shard.index_path for shard in split.shards], layout, seed,
-                            step, num_epochs, pipelines, pipeline_id, segment)
+                            step, num_epochs, pipelines, pipeline_id, segment, [shard.first for shard in split.shards])
 
     # The start is read when iteration begins, so a variable restored after this call (Keras'
     # BackupAndRestore restores the optimizer's step in on_train_begin) is the one that counts.

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 
 from reader import storage
-from reader.info import DatasetInfo, SplitInfo
+from reader.info import DatasetInfo, ShardInfo, SplitInfo
 from reader.options import FeatureKeys
 from reader.order import OffsetTFRecordDataset
 from record_files import idx
@@ -39,8 +39,13 @@ def file_order(
     epoch: "tf.Tensor | int" = 0,
     num_shards: int = 1,
     shard_index: int = 0,
+    extents: Optional[Sequence[ShardInfo]] = None,
 ) -> tf.data.Dataset:
     """``(path, num_records)`` of the shard files one input pipeline reads in ``epoch``.
+
+    ``extents``: a masked split's extents (``SplitInfo.shards`` when ``SplitInfo.masked``), one per entry of
+    ``files``: the elements are then ``(path, num_records, index_path, first)``, each a run of its file, which
+    :func:`interleave_records` reads with :func:`read_segment` (None: whole files, read with :func:`read_shard`).
 
     With a seed, files are shuffled by a stateless shuffle keyed on (seed,
     epoch) *before* being sharded across ``num_shards`` input pipelines, so
@@ -52,13 +57,15 @@ def file_order(
         counts = [UNKNOWN_COUNT] * len(files)
     if len(counts) != len(files):
         raise ValueError(f"counts has {len(counts)} entries for {len(files)} files")
-    paths = tf.constant(list(files), tf.string)
-    sizes = tf.constant(list(counts), tf.int64)
+    columns = [tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64)]
+    if extents is not None:
+        columns += [tf.constant([e.index_path for e in extents], tf.string),
+                    tf.constant([e.first for e in extents], tf.int64)]
     if seed is not None:
         key = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
         order = tf.random.experimental.stateless_shuffle(tf.range(len(files)), seed=key)
-        paths, sizes = tf.gather(paths, order), tf.gather(sizes, order)
-    dataset = tf.data.Dataset.from_tensor_slices((paths, sizes))
+        columns = [tf.gather(column, order) for column in columns]
+    dataset = tf.data.Dataset.from_tensor_slices(tuple(columns))
     if num_shards > 1:
         dataset = dataset.shard(num_shards, shard_index)
     return dataset
@@ -306,8 +313,14 @@ def interleave_records(
     shards are open at once, read on ``num_parallel_calls=AUTOTUNE`` threads;
     ``deterministic=False`` lets a slow shard be overtaken.
     """
+    def read(path: tf.Tensor, count: tf.Tensor, index_path: Optional[tf.Tensor] = None,
+             first: Optional[tf.Tensor] = None) -> tf.data.Dataset:
+        if first is None:
+            return read_shard(path, count, skip_corrupt, labels, s3, read_buffer)
+        return read_segment(path, index_path, first, count, skip_corrupt, labels, s3, read_buffer)
+
     return files.interleave(
-        lambda path, count: read_shard(path, count, skip_corrupt, labels, s3, read_buffer),
+        read,
         cycle_length=cycle_length if cycle_length is not None else AUTOTUNE,
         block_length=block_length,
         num_parallel_calls=AUTOTUNE,
@@ -361,6 +374,11 @@ class Source:
     @property
     def counts(self) -> list[int]:
         return [shard.num_examples for shard in self.split.shards]
+
+    @property
+    def extents(self) -> Optional[tuple[ShardInfo, ...]]:
+        """The split's extents for :func:`file_order` when it is masked; None (whole files) otherwise."""
+        return self.split.shards if self.split.masked else None
 
     @property
     def s3(self) -> bool:

@@ -18,7 +18,7 @@ import functools
 import hashlib
 import io
 import json
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
 import record_schema
 
@@ -31,6 +31,7 @@ POINTER_FILE = f"{VERSIONS_DIR}/latest"
 SOURCES_TABLE = "sources.parquet"
 # What a row's size and modification time hold when the version did not record them (version 1).
 UNKNOWN = -1
+NO_ANNOTATION = 0  # a sources row's annotation digest when it has none (one label an image) or recorded none
 
 
 def version_dir(version: int) -> str:
@@ -83,10 +84,11 @@ def label_key(ids: "tuple[int, ...] | list[int]") -> int:
     return -2 - (int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 2)
 
 
-# What a manifest may list under "requires": the features a reader must know to read the version right (a
-# version whose shard entries carry masks, docs/update.md, will list "live"). None is written yet; a reader refuses
-# a version that requires one it does not know, rather than read it wrong (deleted records back, say).
-KNOWN_REQUIREMENTS: frozenset[str] = frozenset()
+# What a manifest may list under "requires": the features a reader must know to read the version right. "live":
+# shard entries carry masks (docs/update.md), runs of a file's records the version reads. A reader refuses a version
+# that requires one it does not know, rather than read it wrong (deleted records back, say).
+LIVE = "live"
+KNOWN_REQUIREMENTS: frozenset[str] = frozenset({LIVE})
 
 
 def unknown_requirements(manifest: dict, where: str) -> Optional[str]:
@@ -98,6 +100,51 @@ def unknown_requirements(manifest: dict, where: str) -> Optional[str]:
         return None
     return (f"{where} requires {', '.join(unknown)}, which this release does not know: it was written by a newer "
             "converter; install a release that reads it (pip install -U), or read an older version of the dataset")
+
+
+def live_runs(indices: Sequence[int]) -> list[list[int]]:
+    """Ascending record indices as ``[first, count]`` runs of consecutive records: a mask's ``live``."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and runs[-1][0] + runs[-1][1] == index:
+            runs[-1][1] += 1
+        else:
+            runs.append([int(index), 1])
+    return runs
+
+
+def live_problem(manifest: dict, where: str) -> Optional[str]:
+    """What is wrong with the masks of the manifest at ``where`` (None: nothing, or it has none): a shard entry's
+    ``live`` must be ``[first, count]`` runs, ascending, disjoint, within its ``file_records``, counting its
+    ``num_examples``; and a manifest with masks must require ``live``, so that no reader unaware of masks reads
+    the records they hide (one without the requirement was written wrong: refused, not guessed at)."""
+    masked = False
+    for name, split in (manifest.get("splits") or {}).items():
+        for shard in split.get("shards", ()):
+            if "live" not in shard:
+                continue
+            masked = True
+            problem = _runs_problem(shard["live"], shard.get("file_records"), shard.get("num_examples"))
+            if problem:
+                return f"{where}: split {name!r} shard {shard.get('file')!r}: its live runs {problem}"
+    if masked and LIVE not in (manifest.get("requires") or []):
+        return (f"{where} masks records (shard entries with 'live') but does not list requires: ['live']: an older "
+                "reader would read the records it deletes; the manifest was not written by the converter")
+    return None
+
+
+def _runs_problem(runs, file_records, num_examples) -> Optional[str]:
+    if not isinstance(file_records, int) or not isinstance(runs, list):
+        return "need a list of runs and the file's record count (file_records)"
+    end, total = 0, 0
+    for run in runs:
+        if not (isinstance(run, list) and len(run) == 2 and all(isinstance(v, int) for v in run)):
+            return f"hold {run!r}, not [first, count]"
+        first, count = run
+        if first < end or count < 1 or first + count > file_records:
+            return f"are not ascending, disjoint and within the file's {file_records} records at {run}"
+        end, total = first + count, total + count
+    return None if total == num_examples else f"count {total} records, not its num_examples {num_examples}"
 
 
 def digest(value: object) -> str:
@@ -118,6 +165,7 @@ def manifest_content(manifest: dict) -> dict:
         "splits": {name: {"num_examples": split.get("num_examples"),
                           "label_counts": split.get("label_counts"),
                           "shards": [(s["file"], s["num_examples"], s["num_bytes"], s["sha256"])
+                                     + ((s["live"],) if "live" in s else ())  # a mask: the records read
                                      for s in split.get("shards", ())]}
                    for name, split in sorted(manifest.get("splits", {}).items())},
     }
@@ -161,7 +209,9 @@ class SourceRow:
     stored bytes are not its source's. ``label``: the class id its record holds, or for a multi-label record
     its ids' :func:`label_key` (UNKNOWN for a rejected image, and in tables written before the column): an image
     a label file labels otherwise now is a changed image, though its bytes are the same (ids are stable across
-    versions, so an id compares as its name would).
+    versions, so an id compares as its name would). ``annotation``: an object image's annotation digest
+    (:data:`NO_ANNOTATION` for none, and in tables written before the column): 63 bits of BLAKE2b of its
+    objects as SRC gives them, ids the version's: an image whose boxes changed is a changed image.
     """
 
     path: str
@@ -173,6 +223,7 @@ class SourceRow:
     sha256: str
     source_sha256: str = ""
     label: int = UNKNOWN
+    annotation: int = NO_ANNOTATION
 
     @property
     def stamped(self) -> bool:
@@ -181,20 +232,21 @@ class SourceRow:
 
 # pyarrow is imported by the functions that read or write a sources table only: the layout's names are read by
 # commands that should start fast (``card``, ``--version``), and pyarrow takes half a second to import.
-_COLUMNS = ("path", "split", "file", "index", "size", "mtime_ns", "sha256", "source_sha256", "label")
+_COLUMNS = ("path", "split", "file", "index", "size", "mtime_ns", "sha256", "source_sha256", "label", "annotation")
 
 
 @functools.cache
 def _schema() -> "pa.Schema":
     import pyarrow as pa
 
-    types = {"index": pa.int64(), "size": pa.int64(), "mtime_ns": pa.int64(), "label": pa.int64()}
+    types = {"index": pa.int64(), "size": pa.int64(), "mtime_ns": pa.int64(), "label": pa.int64(),
+             "annotation": pa.int64()}
     return pa.schema([(name, types.get(name, pa.string())) for name in _COLUMNS])
 
 
-# The columns of tables written before ``source_sha256`` and before ``label`` (still read: the missing columns
-# then read as their defaults, "" and UNKNOWN).
-_READABLE = tuple(list(_COLUMNS[:end]) for end in (len(_COLUMNS), len(_COLUMNS) - 1, len(_COLUMNS) - 2))
+# The columns of tables written before ``source_sha256``, ``label`` and ``annotation`` (still read: the missing
+# columns then read as their defaults, "", UNKNOWN and NO_ANNOTATION).
+_READABLE = tuple(list(_COLUMNS[:len(_COLUMNS) - less]) for less in range(4))
 
 
 def sources_bytes(rows: Iterable[SourceRow]) -> bytes:

@@ -296,7 +296,8 @@ def _evaluation(plan: Mixture, splits, task: tasks.Task, remap, with_source: boo
     for k, (source, split) in enumerate(zip(plan.sources, splits)):
         counts = [shard.num_examples for shard in split.shards]
         reader_source = Source(source.info, split, FeatureKeys(), 0, False)
-        records = interleave_records(file_order(split.files, counts), deterministic=True, s3=reader_source.s3,
+        records = interleave_records(file_order(split.files, counts, extents=reader_source.extents),
+                                     deterministic=True, s3=reader_source.s3,
                                      read_buffer=reader_source.read_buffer)
         constant = tf.constant(k, tf.int32)
         parsed = tasks.parsed(records, task, PARSE_BATCH)

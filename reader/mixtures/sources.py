@@ -63,6 +63,7 @@ def _ordered_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, seg
     in their streams order (``order.host_records``), from that pipeline's record ``consumed[i]``."""
     graph = host_records_graph(segment)
     files, counts, indexes = _shard_rows(shards)
+    firsts = _Rows.of([[s.first for s in row] for row in shards], tf.int64)
     layouts = tf.constant([[s.layout.num_records, s.layout.batch_size, s.layout.streams, s.layout.window]
                            for s in sources], tf.int64)
 
@@ -70,7 +71,7 @@ def _ordered_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, seg
         row = rows[i]
         layout = layouts[row]  # a source's "batch" is one record a stream: it advances record by record
         each = layout[2] // canonical  # the source's streams a canonical pipeline reads, one record each in turn
-        records = graph(files.row(row), counts.row(row), indexes.row(row), layout, seeds[row], consumed[i] // each,
+        records = graph(files.row(row), counts.row(row), indexes.row(row), firsts.row(row), layout, seeds[row], consumed[i] // each,
                         tf.constant(1 << 62, tf.int64), each, pipelines[i])
         return records.skip(consumed[i] % each)
 
@@ -82,6 +83,10 @@ def _repeated_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, se
     """``i -> `` sequence i: canonical pipeline ``pipelines[i]``'s part of source ``rows[i]``'s order with repeats
     (``repeat_factor.repeated_records``, E / C records an epoch), from that part's record ``consumed[i]``."""
     graph = repeated_records_graph(segment)
+    if any(not s.whole for row in shards for s in row):  # its factors and segments read whole files
+        raise ValueError("repeat factors (Source(repeat_factor=...)) do not read a version that masks deleted "
+                         "records yet (its manifest requires 'live'): read the source without them, or convert "
+                         "its SRC again with --overwrite")
     files, counts, indexes = _shard_rows(shards)
     factors = _Rows.of([[s.factors.path] for s in sources], tf.string)  # files: N floats each, never constants
     sizes = tf.constant([[s.factors.epoch_records, s.layout.window] for s in sources], tf.int64)

@@ -32,7 +32,7 @@ from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 import record_schema
 from reader.info import DatasetInfo, SplitInfo
-from reader.frames import iter_records
+from reader.frames import extent_records, iter_records
 from record_files.tfrecord import FrameError
 
 GAP = 4  # pixels between tiles
@@ -76,7 +76,10 @@ def split_features(info: DatasetInfo, split: SplitInfo, doing: str = "draw the c
     records tables). A damaged shard is a ValueError naming it and the record: ``cannot {doing}: ...``."""
     for shard in split.shards:
         try:
-            for data in iter_records(shard.path):
+            # An extent of a masked version: its run only, the deleted records around it never read.
+            records = iter_records(shard.path) if shard.whole else \
+                extent_records(shard.path, shard.index_path, shard.first, shard.num_examples)
+            for data in records:
                 yield tf.train.Example.FromString(data).features.feature
         except FrameError as err:
             raise ValueError(f"cannot {doing}: {err}. python -m converter verify {info.data_dir} "
