@@ -374,7 +374,7 @@ def _frames(path: str, shard: dict) -> list[tuple[int, int]]:
             index = handle.read()
     except FileNotFoundError:
         index = b""
-    if idx.is_complete(index, shard["num_examples"], shard["num_bytes"]):
+    if idx.is_complete(index, shard.get("file_records", shard["num_examples"]), shard["num_bytes"]):
         return [tuple(map(int, line.split())) for line in index.split(b"\n") if line]
     with open(path, "rb") as handle:
         return [(frame.offset, frame.size) for frame in tfrecord.read_frames(handle, path)]

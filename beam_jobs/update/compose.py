@@ -3,7 +3,8 @@
 In:  the comparison's :class:`beam_jobs.planning.changes.Changes`, the latest version (its manifest, shards,
      ``rejected.jsonl``), and the manifest and records tables the conversion of the changed images wrote into
      staging (None when only deletions: no pipeline ran).
-Out: in staging, ``compacted/`` (the survivors of each shard that lost a record, copied frame by frame),
+Out: in staging, ``compacted/`` (the survivors of each shard that lost most of its records, or whose survivors
+     are scattered, copied frame by frame; the others are masked: reused, their survivors listed as runs),
      ``rejected.jsonl`` and ``sources.parquet``; the version's manifest (a dict; written by
      :func:`beam_jobs.files.version_store.publish`).
 
@@ -34,18 +35,43 @@ from record_files.versions import SourceRow
 
 # Where a version's compacted shards are, in its folder: their names are the split's shard names anew.
 COMPACTED = "compacted"
+# A shard that lost records is masked (kept as it is, its survivors listed as runs: "live") when they are at
+# least half its file's records and form at most this many runs; else compacted. Each run is an extent the
+# training order plans like a shard (about 5 ms a stream an epoch at C streams): 64 keeps a masked file's cost
+# within a few shards', and half keeps a version's bytes mostly its own records.
+MAX_RUNS = 64
+
+
+def mask(shard: dict, survivors) -> Optional[dict]:
+    """``shard``'s entry masked to ``survivors`` (its records the version keeps, ascending, as indices in its
+    file), or None when it should be compacted: fewer than half the file's records survive, or they form more
+    than :data:`MAX_RUNS` runs. A shard an earlier version masked is judged against its file's records."""
+    file_records = shard.get("file_records", shard["num_examples"])
+    runs = versions.live_runs(survivors)
+    if 2 * len(survivors) < file_records or len(runs) > MAX_RUNS:
+        return None
+    return dict(shard, num_examples=len(survivors), file_records=file_records, live=runs)
 
 
 def compact(out: str, staging: str, found: change_plan.Changes, latest: version_store.Version,
              number: int) -> tuple[dict[str, list[dict]], dict[str, str]]:
-    """Copy the survivors of each shard that lost a record, record by record (the same bytes: no image read,
-    none converted), into a shard of their own in ``staging/compacted/``, in the latest version's shard order.
+    """Mask each shard that lost a record where :func:`mask` says so, and copy the survivors of the others,
+    record by record (the same bytes: no image read, none converted), into a shard of their own in
+    ``staging/compacted/``, in the latest version's shard order.
 
-    Returns each split's new shard entries and each compacted shard's new file (both relative to OUT).
+    Returns each split's new shard entries (the masked ones carry ``live``: :func:`version_manifest` lists them
+    where their files were) and each compacted shard's new file (both relative to OUT).
     """
     folder, entries, renamed = versions.version_dir(number), {}, {}
     for split, entry in latest.manifest["splits"].items():
-        shards = [shard for shard in entry["shards"] if len(found.survivors.get(shard["file"], ()))]
+        shards = []
+        for shard in entry["shards"]:
+            survivors = found.survivors.get(shard["file"], ())
+            masked = mask(shard, survivors) if len(survivors) else None
+            if masked is not None:
+                entries.setdefault(split, []).append(masked)
+            elif len(survivors):
+                shards.append(shard)
         for position, shard in enumerate(shards):
             name = f"{COMPACTED}/{record_schema.shard_filename(split, position, len(shards))}"
             os.makedirs(os.path.join(staging, COMPACTED), exist_ok=True)
@@ -68,11 +94,14 @@ def version_manifest(options: ConvertOptions, plan: discover.InputPlan, found: c
     rejected = _merge_rejections(options.out, found, latest, staging)
     by_reason = collections.Counter(json.loads(line)["reason"] for line in rejected)
     splits = {}
+    masked = {shard["file"]: shard for entries in compacted.values() for shard in entries if "live" in shard}
     for split in record_schema.SPLITS:
         before = latest.manifest["splits"].get(split, {})
-        reused = [shard for shard in before.get("shards", ()) if shard["file"] in found.reused]
+        # Masked shards stay where their files were: the latest version's order, as the shards reused whole.
+        reused = [masked.get(shard["file"], shard) for shard in before.get("shards", ())
+                  if shard["file"] in found.reused or shard["file"] in masked]
         new = base.get("splits", {}).get(split, {})
-        fresh = compacted.get(split, []) + [
+        fresh = [shard for shard in compacted.get(split, []) if "live" not in shard] + [
             dict(shard, file=f"{folder}/{shard['file']}",
                  **({"dali_index": f"{folder}/{shard['dali_index']}"} if shard.get("dali_index") else {}))
             for shard in new.get("shards", ())]
@@ -111,11 +140,24 @@ def version_manifest(options: ConvertOptions, plan: discover.InputPlan, found: c
         "options": options.to_json(),
         "version": number,
         "previous_version": latest.number,
-        "changes": dict(found.counts(), reused_shards=len(found.reused),
-                        new_shards=sum(len(s["shards"]) for s in splits.values()) - len(found.reused)),
+        "changes": _changes(found, splits, masked),
         "sources_table": {"file": f"{folder}/{versions.SOURCES_TABLE}"},
     })
+    manifest.pop("requires", None)  # the latest version's, when no shard entry it kept was new
+    if any("live" in shard for entry in splits.values() for shard in entry["shards"]):
+        manifest["requires"] = [versions.LIVE]  # a reader that does not know masks refuses, not reads them back
     return manifest
+
+
+def _changes(found: change_plan.Changes, splits: dict, masked: dict[str, dict]) -> dict:
+    """The manifest's ``changes``: the comparison's counts, with the shards that lost records told apart into
+    masked (reused, their survivors listed) and compacted (their survivors copied)."""
+    counts = found.counts()
+    copied = sum(len(found.survivors[name]) for name in found.survivors if name not in masked)
+    return dict(counts, reused_shards=len(found.reused), masked_shards=len(masked),
+                masked_records=sum(shard["file_records"] - shard["num_examples"] for shard in masked.values()),
+                compacted_shards=counts["compacted_shards"] - len(masked), recompacted=copied,
+                new_shards=sum(len(s["shards"]) for s in splits.values()) - len(found.reused) - len(masked))
 
 
 def _empty_manifest(plan: discover.InputPlan, latest: version_store.Version, staging: str) -> dict:

@@ -30,6 +30,7 @@ from beam_jobs import faults
 from beam_jobs import pipeline as conversion
 from beam_jobs import update
 from beam_jobs.options import ConvertOptions
+from reader.frames import extent_records
 from reader.info import dataset_info, latest_version
 from record_files import versions
 from tests.conftest import REPO, run_converter
@@ -60,9 +61,9 @@ def _records(out: str, version=None) -> dict[str, tuple[str, int, str]]:
     info = dataset_info(out, version=version)
     found = {}
     for split in info.splits.values():
-        for shard in split.shards:
-            for raw in tf.data.TFRecordDataset(shard.path):
-                feature = tf.train.Example.FromString(raw.numpy()).features.feature
+        for shard in split.shards:  # extents: a masked shard's runs only (tests/reader/test_masks.py)
+            for raw in extent_records(shard.path, shard.index_path, shard.first, shard.num_examples):
+                feature = tf.train.Example.FromString(raw).features.feature
                 path = feature[record_schema.FILENAME].bytes_list.value[0].decode()
                 assert path not in found, f"{path} is in version {info.version} twice"
                 found[path] = (split.name, feature[record_schema.LABEL].int64_list.value[0],
@@ -78,12 +79,13 @@ def _src_images(src: str) -> dict[str, str]:
 
 def _check_rule(src: str, out: str, before: dict, changed: set[str]) -> dict:
     """The latest version holds exactly SRC, each record labelled by its folder; every image unchanged since
-    ``before`` keeps its split and id, and its shard file unless that shard was compacted."""
+    ``before`` keeps its split and id, and its shard file unless that shard was compacted (a masked one is kept)."""
     now, info = _records(out), dataset_info(out)
     assert set(now) == set(_src_images(src))
     for path, cls in _src_images(src).items():
         assert info.classes[now[path][1]] == cls
-    compacted = {before[path][2] for path in before if path in changed or path not in now}
+    touched = {before[path][2] for path in before if path in changed or path not in now}
+    compacted = touched - {os.path.relpath(shard.path, out) for split in info.splits.values() for shard in split.shards}
     for path, (split, label, shard) in before.items():
         if path in now and path not in changed:
             assert now[path][:2] == (split, label), path
@@ -133,7 +135,7 @@ def test_updates_hold_exactly_src_keep_splits_ids_and_shards_and_old_versions_re
     # nothing changed, no version, though the PNG was re-encoded and the broken file stored nothing.
     assert update.run(_options(src, outs[0]), FAST, rehash=True).version is None
 
-    # A changed image, a deleted one, a class that loses every image: compaction, stable ids.
+    # A changed image, a deleted one, a class that loses every image: masks, stable ids.
     _image(os.path.join(src, "cat", "0.jpg"), 999)
     os.remove(os.path.join(src, "dog", "3.jpg"))
     shutil.rmtree(os.path.join(src, "bird"))
@@ -147,7 +149,9 @@ def test_updates_hold_exactly_src_keep_splits_ids_and_shards_and_old_versions_re
     assert latest_version(outs[0]) == 3
     assert _records(outs[0], version=1) == first and _records(outs[0], version=2) == second
     assert _content(outs[0]) == _content(outs[1])
-    assert any(name.startswith("versions/00003/compacted/") for name in _files(outs[0]))
+    # Shards that lost one record of several are masked (reused, their survivors listed), not copied.
+    assert dataset_info(outs[0]).manifest["requires"] == ["live"] and done[0].changes["masked_shards"] >= 1
+    assert not any(name.startswith("versions/00003/compacted/") for name in _files(outs[0]))
     assert [dataset_info(outs[0], version=v).fingerprint for v in (1, 2, 3)] == \
         [dataset_info(outs[1], version=v).fingerprint for v in (1, 2, 3)]
 
@@ -182,18 +186,19 @@ def test_a_version_pointer_is_read_and_a_version_beyond_it_refused(tmp_path):
 
 
 def test_a_version_that_requires_a_feature_this_release_does_not_know_is_refused_by_both_sides(tmp_path):
-    """A manifest's "requires" names what a reader must know to read it right (masks will be "live":
-    docs/update.md): the reader and the updater refuse an unknown one, naming it and the manifest, instead of
-    reading the version wrong."""
+    """A manifest's "requires" names what a reader must know to read it right (masks are "live", known:
+    docs/update.md, tests/reader/test_masks.py): the reader and the updater refuse an unknown one, naming it and
+    the manifest, instead of reading the version wrong."""
     from beam_jobs.files import version_store
 
-    manifest = {"format_version": record_schema.FORMAT_VERSION, "classes": ["a"], "splits": {}, "requires": ["live"]}
+    manifest = {"format_version": record_schema.FORMAT_VERSION, "classes": ["a"], "splits": {},
+                "requires": ["live", "sparse"]}
     (tmp_path / record_schema.MANIFEST_FILE).write_text(json.dumps(manifest))
-    with pytest.raises(ValueError, match="manifest.json requires live, which this release does not know"):
+    with pytest.raises(ValueError, match="manifest.json requires sparse, which this release does not know"):
         dataset_info(str(tmp_path))
-    with pytest.raises(version_store.VersionError, match="requires live"):
+    with pytest.raises(version_store.VersionError, match="requires sparse"):
         version_store.read(str(tmp_path), 1)
-    (tmp_path / record_schema.MANIFEST_FILE).write_text(json.dumps(dict(manifest, requires=[])))
+    (tmp_path / record_schema.MANIFEST_FILE).write_text(json.dumps(dict(manifest, requires=["live"])))
     assert dataset_info(str(tmp_path)).classes == ("a",)
 
 
