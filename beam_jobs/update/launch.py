@@ -62,7 +62,10 @@ class UpdateSummary:
             + (f" ({counts['relabelled']} relabelled)" if counts.get("relabelled") else "")
             + f", {counts['deleted']} deleted, "
             f"{counts['unchanged']} unchanged",
-            f"  shards:     {counts['reused_shards']} reused, {counts['new_shards']} new "
+            f"  shards:     {counts['reused_shards']} reused, "
+            + (f"{counts['masked_shards']} masked ({counts['masked_records']} records hidden), "
+               if counts.get("masked_shards") else "")
+            + f"{counts['new_shards']} new "
             f"({counts['compacted_shards']} that lost records compacted: {counts['recompacted']} records copied"
             + (f"; {counts['emptied_shards']} that lost every record dropped" if counts.get("emptied_shards") else "")
             + ")",
