@@ -10,7 +10,11 @@ in the work folder, never through a shuffle, see :mod:`beam_jobs.files.work_reco
       |-> MergeRejections            rejected.jsonl in staging    (stage 6, merge_reports)
     part ids again, with CountBuckets as a side input (so after it), each dealing its share of:
       |-> ListSearches, SpreadSearches, FindDuplicates   per content-hash range a DuplicateSummary (stage 6,
-      |     |                        merge_reports), per band range the near links (stage 6, near_links)
+      |     |                        merge_reports), per band range the near links (stage 6, near_links) and
+      |     |                        the band values too large for one task, spilled (BigValue list)
+      |     |-> ListValues, GatherValues   one list of BigValue; part ids again, with it as a side input:
+      |     |     ListBlocks, SpreadBlocks, SearchBlocks   (BigValue, block) tasks: their links and leaks
+      |     |     (stage 6, near_blocks); CountBlocks: one int, which GroupNear waits for
       |     | SumDuplicates, GroupNear   (DuplicateSummary, NearSummary): the exact and the near groups (near_groups)
       |     | WriteDuplicates        duplicates.jsonl in staging, the summary in the work folder
       |   (--drop-leaks) CollectDrops, DropLeaks   the counts less the dropped images (drop_leaks): the
@@ -46,7 +50,7 @@ from beam_jobs.files import filesystems, publish, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.runtime.progress import ProgressWriter
-from beam_jobs.stages import drop_leaks, join_tables, merge_reports, near_groups, near_links
+from beam_jobs.stages import drop_leaks, join_tables, merge_reports, near_blocks, near_groups, near_links
 from beam_jobs.stages.count import BucketTask, PartCounts, SumCounts, bucket_tasks, without
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages.order_bucket import order_bucket
@@ -98,20 +102,32 @@ def deal_searches(part: int, totals: PartCounts, layout: WorkLayout) -> Iterator
     yield from (("near", r) for r in range(part, layout.near_ranges, layout.num_parts))
 
 
-def search(task: tuple[str, int], layout: WorkLayout, classes: Sequence[str],
-           distance: int) -> merge_reports.DuplicateSummary:
-    """One search task: an exact range's summary, or a band range's links written (an empty summary)."""
+def search(task: tuple[str, int], layout: WorkLayout, classes: Sequence[str], distance: int,
+           chunk_records: int = near_links.CHUNK_RECORDS) -> tuple[merge_reports.DuplicateSummary, list[near_blocks.BigValue]]:
+    """One search task: an exact range's summary, or a band range's links written (an empty summary) and the
+    band values too large for it, spilled for block tasks."""
     kind, index = task
     if kind == "exact":
-        return merge_reports.find_duplicates(layout, index, classes)
-    near_links.find_pairs(layout, index, distance)
-    return merge_reports.DuplicateSummary()
+        return merge_reports.find_duplicates(layout, index, classes), []
+    near_links.find_pairs(layout, index, distance, chunk_records=chunk_records)
+    return merge_reports.DuplicateSummary(), near_blocks.values(index, layout)
+
+
+def deal_blocks(part: int, values: Sequence[near_blocks.BigValue],
+                num_parts: int) -> Iterator[tuple[near_blocks.BigValue, int]]:
+    """Part ``part``'s share of the spilled values' block tasks: every ``num_parts``-th."""
+    tasks = [(value, block) for value in sorted(values) for block in range(value.blocks)]
+    yield from tasks[part::num_parts]
 
 
 def group_near(exact: merge_reports.DuplicateSummary, layout: WorkLayout, classes: Sequence[str],
-               distance: int) -> tuple[merge_reports.DuplicateSummary, near_groups.NearSummary]:
-    """After every search task: the near groups (an empty summary when the run took no perceptual hashes)."""
-    near = near_groups.group_near(layout, distance, classes) if layout.near_bands else near_groups.NearSummary()
+               distance: int, values: Sequence[near_blocks.BigValue] = (),
+               blocks_done: int = 0) -> tuple[merge_reports.DuplicateSummary, near_groups.NearSummary]:
+    """After every search task and block task (``blocks_done`` only orders this after them): the near groups
+    (an empty summary when the run took no perceptual hashes)."""
+    del blocks_done
+    near = near_groups.group_near(layout, distance, classes, values=sorted(values)) if layout.near_bands \
+        else near_groups.NearSummary()
     return exact, near
 
 
@@ -192,6 +208,14 @@ class WriteShardFn(beam.DoFn):
         self._progress.flush()
 
 
+def _first(pair: tuple):
+    return pair[0]
+
+
+def _second(pair: tuple):
+    return pair[1]
+
+
 def _split_of(result_json: str) -> tuple[str, tuple[int, int]]:
     """A shard's result -> ``(split, (num_shards, records))``: what its split's table join waits for."""
     result = ShardResult.from_json(result_json)
@@ -202,6 +226,44 @@ def _shards_and_records(shards: Iterable[tuple[int, int]]) -> tuple[int, int]:
     """A split's shard count and records, from its shards' ``(num_shards, records)``."""
     shards = list(shards)
     return shards[0][0], sum(records for _, records in shards)
+
+
+class SearchDuplicates(beam.PTransform):
+    """Part ids -> one ``(DuplicateSummary, NearSummary)``: the exact and the near groups (stage 6), after
+    ``after`` (validation's counts, a side input: the searches read the work files it wrote).
+
+    ``chunk_records``: the near search's chunk, and the size past which a band value goes to block tasks
+    (:func:`near_links.find_pairs`; the groups are the same whatever it is)."""
+
+    def __init__(self, layout: WorkLayout, classes: Sequence[str], distance: int, after: beam.PCollection,
+                 chunk_records: int = near_links.CHUNK_RECORDS) -> None:
+        super().__init__()
+        self._layout, self._classes, self._distance, self._after = layout, list(classes), distance, after
+        self._chunk = chunk_records
+
+    def expand(self, parts: beam.PCollection) -> beam.PCollection:
+        layout, distance = self._layout, self._distance
+        found = (
+            parts
+            | "ListSearches" >> beam.FlatMap(deal_searches, beam.pvalue.AsSingleton(self._after), layout)
+            | "SpreadSearches" >> beam.Reshuffle()
+            | "FindDuplicates" >> beam.Map(search, layout, self._classes, distance, self._chunk)
+        )
+        values = found | "ListValues" >> beam.FlatMap(_second) | "GatherValues" >> beam.combiners.ToList()
+        blocks_done = (  # dealt from the part ids, as the buckets are: Dask's Reshuffle does not spread
+            parts
+            | "ListBlocks" >> beam.FlatMap(deal_blocks, beam.pvalue.AsSingleton(values), layout.num_parts)
+            | "SpreadBlocks" >> beam.Reshuffle()
+            | "SearchBlocks" >> beam.Map(near_blocks.search_block, layout, distance)
+            | "CountBlocks" >> beam.combiners.Count.Globally()
+        )
+        return (
+            found
+            | "Summaries" >> beam.Map(_first)
+            | "SumDuplicates" >> beam.CombineGlobally(merge_reports.SumDuplicates())
+            | "GroupNear" >> beam.Map(group_near, layout, self._classes, distance,
+                                      beam.pvalue.AsSingleton(values), beam.pvalue.AsSingleton(blocks_done))
+        )
 
 
 class ConvertImages(beam.PTransform):
@@ -222,14 +284,7 @@ class ConvertImages(beam.PTransform):
             | "ValidateParts" >> beam.ParDo(ValidatePartFn(opts.src, layout, opts.seed, opts.encode))
             | "CountBuckets" >> beam.CombineGlobally(SumCounts())
         )
-        searched = (
-            parts
-            | "ListSearches" >> beam.FlatMap(deal_searches, beam.pvalue.AsSingleton(validated), layout)
-            | "SpreadSearches" >> beam.Reshuffle()
-            | "FindDuplicates" >> beam.Map(search, layout, list(self._classes), opts.near_distance)
-            | "SumDuplicates" >> beam.CombineGlobally(merge_reports.SumDuplicates())
-            | "GroupNear" >> beam.Map(group_near, layout, list(self._classes), opts.near_distance)
-        )
+        searched = parts | "SearchDuplicates" >> SearchDuplicates(layout, self._classes, opts.near_distance, validated)
         totals, dropped = validated, None
         if opts.drop_leaks:
             dropped = searched | "CollectDrops" >> beam.Map(

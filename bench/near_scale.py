@@ -8,8 +8,9 @@ false pairs stated. No photos: the search sees only the CONTENT records' hashes,
 stage 2 writes are made here from seeded hashes, through the converter's own functions
 (:func:`beam_jobs.stages.near_duplicates.near_records` per part, as ``validate_part`` writes them).
 
-In:  per size N and kind, N hashes: ``uniform`` (seeded random 64-bit values) or ``photo-like`` (clusters of alike
-     hashes: a thirtieth of N centres, each image 0-12 bits from one, as alike photos of one scene hash), and
+In:  per size N and kind, N hashes: ``uniform`` (seeded random 64-bit values), ``photo-like`` (clusters of alike
+     hashes: a thirtieth of N centres, each image 0-12 bits from one, as alike photos of one scene hash), or
+     ``crowded`` (uniform, but :data:`CROWD` of them share one band value: a value too large for one task), and
      ``N / 100`` planted copies beside as many originals, 0-3 bits from them (resized and re-encoded copies of
      photos: median 0 bits, ``bench.near_duplicates``), each copy in another split than its original.
 Out: per row, the search's CPU (``find_pairs`` over every band range, then ``group_near``) in all and per image,
@@ -41,19 +42,23 @@ from beam_jobs.files import work_layout, work_records
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.options import DEFAULT_NEAR_DISTANCE
 from beam_jobs.stage_records import Accepted, ImageRef
-from beam_jobs.stages import list_parts, near_duplicates, near_groups, near_links, perceptual_hash
+from beam_jobs.stages import list_parts, near_blocks, near_duplicates, near_groups, near_links, perceptual_hash
 
 CONVERSION_MS = 0.63  # docs/benchmarks.md: the converter's CPU an image without the near search (quiet, 2026-11-27)
 GOAL_SHARE = 0.05  # #56: the search at most 5% of the conversion's CPU per image
 SPLITS = ("train", "validation", "test")
-KINDS = ("uniform", "photo-like")
+KINDS = ("uniform", "photo-like", "crowded")
+CROWD = 50_000  # "crowded": this many images share one band value (more than a task's chunk: block tasks)
 
 
 def hashes_of(kind: str, count: int, seed: int) -> np.ndarray:
     """``count`` seeded hashes: uniform, or photo-like (clusters of alike hashes)."""
     rng = np.random.default_rng(seed)
-    if kind == "uniform":
-        return rng.integers(0, 2**64 - 1, size=count, dtype=np.uint64, endpoint=True)
+    if kind in ("uniform", "crowded"):
+        hashes = rng.integers(0, 2**64 - 1, size=count, dtype=np.uint64, endpoint=True)
+        if kind == "crowded":  # the first CROWD agree on band 0 (its bits cleared): one value of CROWD records
+            hashes[:min(CROWD, count // 4)] &= ~np.uint64(perceptual_hash.band_masks(DEFAULT_NEAR_DISTANCE)[0])
+        return hashes
     centres = rng.integers(0, 2**64 - 1, size=max(1, count // 30), dtype=np.uint64, endpoint=True)
     hashes = centres[rng.integers(0, centres.size, size=count)]
     flips = rng.integers(0, 13, size=count)
@@ -118,44 +123,68 @@ def _range_records(layout: WorkLayout, near_range: int) -> int:
 
 
 def search(layout: WorkLayout) -> dict:
-    """CPU of the search stage's functions, and the largest task's records and traced peak memory."""
+    """CPU of the search stage's functions, and the largest task's records and traced peak memory (of the
+    range tasks, and of the block tasks of a band value too large for one, when there is one)."""
     started = time.process_time()
+    values = []
     for near_range in range(layout.near_ranges):
         near_links.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE)
+        values += near_blocks.values(near_range, layout)
+    for value in values:
+        for block in range(value.blocks):
+            near_blocks.search_block((value, block), layout, DEFAULT_NEAR_DISTANCE)
     pairs_cpu = time.process_time() - started
     started = time.process_time()
-    near_groups.group_near(layout, DEFAULT_NEAR_DISTANCE, ["c"])
+    near_groups.group_near(layout, DEFAULT_NEAR_DISTANCE, ["c"], values=values)
     group_cpu = time.process_time() - started
     sizes = [_range_records(layout, r) for r in range(layout.near_ranges)]
     largest = int(np.argmax(sizes))
     os.remove(layout.near_pairs(largest))  # searched again, traced
-    tracemalloc.start()
-    near_links.find_pairs(layout, largest, DEFAULT_NEAR_DISTANCE)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    peak = _traced(near_links.find_pairs, layout, largest, DEFAULT_NEAR_DISTANCE)
+    block_peak = 0.0
+    if values:  # the first block of the value of most blocks: it compares its block with every other
+        value = max(values, key=lambda value: value.blocks)
+        os.remove(layout.near_value(value.near_range, value.ordinal, f"pairs-{0:06d}.jsonl"))
+        block_peak = _traced(near_blocks.search_block, (value, 0), layout, DEFAULT_NEAR_DISTANCE)
     for done in (layout.near_summary(), layout.near_groups(), layout.near_dropped()):  # grouped again, traced
         os.remove(done)
-    tracemalloc.start()
-    near_groups.group_near(layout, DEFAULT_NEAR_DISTANCE, ["c"])
-    group_peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    group_peak = _traced(near_groups.group_near, layout, DEFAULT_NEAR_DISTANCE, ["c"], values=values)
     return {"find_pairs_cpu_s": pairs_cpu, "group_near_cpu_s": group_cpu, "ranges": layout.near_ranges,
             "largest_task_records": max(sizes), "largest_task_peak_mb": peak / 2**20,
-            "linked_images": _linked_images(layout), "group_task_peak_mb": group_peak / 2**20}
+            "spilled_values": len(values), "block_tasks": sum(value.blocks for value in values),
+            "largest_block_task_peak_mb": block_peak / 2**20,
+            "linked_images": _linked_images(layout, values), "group_task_peak_mb": group_peak / 2**20,
+            "values": values}
 
 
-def _linked_images(layout: WorkLayout) -> int:
+def _traced(function, *args, **kwargs) -> float:
+    """The peak of memory ``tracemalloc`` traces while ``function`` runs (numpy's arrays included)."""
+    tracemalloc.start()
+    try:
+        function(*args, **kwargs)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _link_files(layout: WorkLayout, values: Sequence[near_blocks.BigValue]) -> list[str]:
+    """Every file of links: the ranges' and the block tasks'."""
+    return [*(layout.near_pairs(r) for r in range(layout.near_ranges)),
+            *near_blocks.value_files(layout, values, "pairs")]
+
+
+def _linked_images(layout: WorkLayout, values: Sequence[near_blocks.BigValue]) -> int:
     """The images with a near pair: what the grouping task holds."""
     paths = set()
-    for near_range in range(layout.near_ranges):
-        with open(layout.near_pairs(near_range), encoding="utf-8") as handle:
+    for path in _link_files(layout, values):
+        with open(path, encoding="utf-8") as handle:
             for line in handle:
                 (_, _, a, *_), (_, _, b, *_) = json.loads(line)
                 paths.update((a, b))
     return len(paths)
 
 
-def score(layout: WorkLayout, planted: int) -> dict:
+def score(layout: WorkLayout, planted: int, values: Sequence[near_blocks.BigValue] = ()) -> dict:
     """Recall of the planted copies, and links that join no planted pair (false pairs)."""
     group_of: dict[str, int] = {}
     with open(layout.near_groups(), encoding="utf-8") as handle:
@@ -165,8 +194,8 @@ def score(layout: WorkLayout, planted: int) -> dict:
     found = sum(1 for path, group in group_of.items()
                 if path.startswith("copy-") and group_of.get("img-" + path[5:]) == group)
     false = 0
-    for near_range in range(layout.near_ranges):
-        with open(layout.near_pairs(near_range), encoding="utf-8") as handle:
+    for path in _link_files(layout, values):
+        with open(path, encoding="utf-8") as handle:
             for line in handle:
                 (_, _, a, *_), (_, _, b, *_) = json.loads(line)
                 (kind_a, of_a), (kind_b, of_b) = a.split("-", 1), b.split("-", 1)
@@ -186,8 +215,8 @@ def run(size: int, kind: str, seed: int, conversion_ms: float) -> dict:
         hashes = hashes_of(kind, size, seed)
         layout, planted = write_work(os.path.join(scratch, "work"), hashes, seed)
         row = {"images": size + planted, "kind": kind, "distance": DEFAULT_NEAR_DISTANCE,
-               "candidate_pairs": _candidates(hashes), **search(layout), **score(layout, planted),
-               "expected_false_pairs_uniform": expected_false_pairs(size + planted)}
+               "candidate_pairs": _candidates(hashes), **search(layout)}
+        row.update(score(layout, planted, row.pop("values")), expected_false_pairs_uniform=expected_false_pairs(size + planted))
         cpu = row["find_pairs_cpu_s"] + row["group_near_cpu_s"]
         row["search_us_per_image"] = cpu / row["images"] * 1e6
         row["share_of_conversion"] = row["search_us_per_image"] / (conversion_ms * 1000)
@@ -199,7 +228,7 @@ def run(size: int, kind: str, seed: int, conversion_ms: float) -> dict:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.near_scale", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000000,3000000", help="hash counts (comma-separated)")
-    parser.add_argument("--kinds", default=",".join(KINDS), help="uniform, photo-like")
+    parser.add_argument("--kinds", default="uniform,photo-like", help=", ".join(KINDS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--conversion-ms", type=float, default=CONVERSION_MS,
                         help="the conversion's CPU per image to compare with (default: %(default)s ms)")
@@ -219,7 +248,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"search {row['find_pairs_cpu_s'] + row['group_near_cpu_s']:.1f} s CPU "
                   f"({row['search_us_per_image']:.1f} us an image, {row['share_of_conversion']:.1%} of the "
                   f"conversion's; goal <= {GOAL_SHARE:.0%}); largest task {row['largest_task_records']:,} records, "
-                  f"{row['largest_task_peak_mb']:.0f} MB traced; grouping {row['linked_images']:,} linked images, "
+                  f"{row['largest_task_peak_mb']:.0f} MB traced; {row['spilled_values']} values spilled to "
+                  f"{row['block_tasks']} block tasks, the largest {row['largest_block_task_peak_mb']:.0f} MB; grouping {row['linked_images']:,} linked images, "
                   f"{row['group_task_peak_mb']:.0f} MB traced; recall of planted copies {row['recall']:.1%}; "
                   f"false links {row['false_links']} (uniform hashes expect {row['expected_false_pairs_uniform']:.2g})",
                   flush=True)

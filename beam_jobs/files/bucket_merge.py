@@ -9,13 +9,17 @@ grows with the part size (N / 64 images until the part cap): the near search's b
 record, 26 MB at 1M images and 258 MB at 10M. Each file's bucket is already sorted, so the task can take
 them a piece at a time: from each file the records below the smallest key any file has not read past, a
 sort of those (C's, on bytes), and on. Memory: a chunk, and ``read_bytes`` of each file read ahead; a key
-that holds more records than a chunk (a band value shared by a million blank frames) is one chunk whole.
+that holds more records than a chunk (a band value shared by a million blank frames) is one chunk whole, or,
+asked for, a stream the caller spills (:mod:`beam_jobs.stages.near_blocks`).
 """
 
 from __future__ import annotations
 
 import bisect
-from typing import Iterator, Sequence
+import itertools
+from typing import Iterator, NamedTuple, Optional, Sequence, Union
+
+import numpy as np
 
 from beam_jobs.files import work_records
 
@@ -56,26 +60,36 @@ class _Reader:
         del self.records[:cut], self.keys[:cut]
         return taken
 
-    def take_key(self, key: bytes) -> list[bytes]:
-        """Every record of the bucket whose key is ``key`` (reading on as far as they go)."""
-        taken = []
+    def key_pieces(self, key: bytes) -> Iterator[list[bytes]]:
+        """Every record of the bucket whose key is ``key``, a read's worth at a time (reading on as far as they go)."""
         while True:
             cut = bisect.bisect_right(self.keys, key)
-            taken += self.records[:cut]
+            taken = self.records[:cut]
             del self.records[:cut], self.keys[:cut]
+            if taken:
+                yield taken
             if self.records or self.offset >= self.stop:
-                return taken
+                return
             self.fill(1)
 
 
-def key_chunks(paths: Sequence[str], kind: int, bucket: int, chunk_records: int,
-               read_bytes: int = READ_BYTES) -> Iterator[list[bytes]]:
+class OversizedKey(NamedTuple):
+    """A key holding more records than a chunk (:func:`key_chunks` with ``oversized``): its ``records``, an
+    iterator the caller must exhaust before it asks for the next chunk, in no order (each file's in turn)."""
+
+    key: bytes
+    records: Iterator[bytes]
+
+
+def key_chunks(paths: Sequence[str], kind: int, bucket: int, chunk_records: int, read_bytes: int = READ_BYTES,
+               oversized: Optional[int] = None) -> Iterator[Union[list[bytes], OversizedKey]]:
     """The records of bucket ``bucket`` of every file of ``paths`` (sorted files of ``kind``), in byte order, as
     sorted chunks of about ``chunk_records`` records that never split one key's records.
 
     Every chunk holds the records below a cut: the smallest key among the last records each file has pending
     (no file holds a record below it that is not pending), so the chunks joined are the bucket's records
-    sorted, as reading every file's bucket whole and sorting would give them."""
+    sorted, as reading every file's bucket whole and sorting would give them. ``oversized``: a key of more
+    records than that comes as an :class:`OversizedKey` (streamed, not held) in its place; None: as a chunk."""
     readers = [_Reader(path, kind, bucket, read_bytes) for path in paths]
     share = max(1, chunk_records // max(1, len(readers)))
     while True:
@@ -91,6 +105,36 @@ def key_chunks(paths: Sequence[str], kind: int, bucket: int, chunk_records: int,
             cut = min(open_ends)
             chunk = [record for reader in live for record in reader.take_below(cut)]
             if not chunk:  # one key holds more than a file's share: all of its records, whatever they take
-                chunk = [record for reader in live for record in reader.take_key(cut)]
+                records = (record for reader in live for piece in reader.key_pieces(cut) for record in piece)
+                if oversized is None:
+                    chunk = list(records)
+                else:
+                    chunk = list(itertools.islice(records, oversized + 1))
+                    if len(chunk) > oversized:  # streamed, not held (#56 §1: no task holds a band value whole)
+                        yield OversizedKey(cut, itertools.chain(chunk, records))
+                        continue
         chunk.sort()
+        yield from _oversized_apart(chunk, oversized)
+
+
+def _oversized_apart(chunk: list[bytes], oversized: Optional[int]) -> Iterator[Union[list[bytes], OversizedKey]]:
+    """A sorted chunk, with each key of more than ``oversized`` records apart as an :class:`OversizedKey` (a
+    chunk read ahead may hold one whole: its search still goes to the block tasks), the rest as chunks."""
+    if oversized is None or len(chunk) <= oversized:
         yield chunk
+        return
+    keys = np.frombuffer(b"".join(record[:KEY] for record in chunk), dtype=">u8")
+    if not (keys[oversized:] == keys[:-oversized]).any():  # no key holds more than ``oversized`` records
+        yield chunk
+        return
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    stops = np.append(starts[1:], len(chunk))
+    taken = 0
+    for start, stop in zip(starts.tolist(), stops.tolist()):
+        if stop - start > oversized:
+            if start > taken:
+                yield chunk[taken:start]
+            yield OversizedKey(chunk[start][:KEY], iter(chunk[start:stop]))
+            taken = stop
+    if taken < len(chunk):
+        yield chunk[taken:]

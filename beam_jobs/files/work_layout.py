@@ -91,6 +91,14 @@ class WorkLayout:
         with its closest such partner (``--drop-leaks`` leaves them out; JSON lines)."""
         return FileSystems.join(self.work, "near", f"leaks-{near_range:06d}.jsonl")
 
+    def near_values(self, near_range: int) -> str:
+        """The band values too large for one task that range ``near_range``'s task spilled (JSON; none: no file)."""
+        return FileSystems.join(self.work, "near", f"values-{near_range:06d}.json")
+
+    def near_value(self, near_range: int, ordinal: int, name: str) -> str:
+        """A file of spilled value ``ordinal`` of range ``near_range`` (:mod:`beam_jobs.stages.near_blocks`)."""
+        return FileSystems.join(self.work, "near", f"value-{near_range:06d}-{ordinal:04d}.{name}")
+
     def near_groups(self) -> str:
         return FileSystems.join(self.work, "near", "groups.jsonl")
 

@@ -20,6 +20,7 @@ itself near a training image, not when its group spans splits: a chain of near p
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import struct
@@ -34,7 +35,7 @@ from beam_jobs.files import external_sort, filesystems
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.planning.discover import display_path
-from beam_jobs.stages import perceptual_hash
+from beam_jobs.stages import near_blocks, perceptual_hash
 from beam_jobs.stages.near_duplicates import EVALUATION_SPLITS, Leak, Member, boruvka
 
 MAX_LISTED = 20  # near groups listed in the manifest; every one is in duplicates.jsonl
@@ -74,10 +75,12 @@ class NearSummary:
                 "num_near_cross_split": self.num_cross_split, "near_cross_split": list(self.cross_split)}
 
 
-def _pairs(layout: WorkLayout) -> Iterator[bytes]:
-    """Every range's link lines (each ``[member, member]``, no newline), a line at a time."""
+def _pairs(layout: WorkLayout, values: Sequence[near_blocks.BigValue] = ()) -> Iterator[bytes]:
+    """Every range's link lines and every spilled value's (each ``[member, member]``, no newline), a line at a time."""
     for near_range in range(layout.near_ranges):
         yield from _lines(layout.near_pairs(near_range))
+    for path in near_blocks.value_files(layout, values, "pairs"):
+        yield from _lines(path)
 
 
 def _lines(path: str) -> Iterator[bytes]:
@@ -185,16 +188,16 @@ def leaked(group: Sequence[Member]) -> list[Leak]:
     return [Leak(m, partner, 0) for m in group if _rank(m.split) > earliest and m.split in EVALUATION_SPLITS]
 
 
-def _leaks(layout: WorkLayout, scratch: str, run_bytes: int) -> Iterator[bytes]:
+def _leaks(layout: WorkLayout, values: Sequence[near_blocks.BigValue], scratch: str, run_bytes: int) -> Iterator[bytes]:
     """Every evaluation image with a direct near pair in the training split, with its closest partner over all
-    band ranges (by distance, then the partner's path: :meth:`Leak.closer_than`), as ``json.dumps`` of its
+    band ranges and spilled values (by distance, then the partner's path: :meth:`Leak.closer_than`), as ``json.dumps`` of its
     :class:`Leak`, sorted by path. Memory: an external sort's run, not the leaked images."""
     by_member = external_sort.ExternalSort(scratch, "leaks", run_bytes)
-    for near_range in range(layout.near_ranges):
-        for line in _lines(layout.near_leaks(near_range)):
-            leak = Leak.parse(json.loads(line))
-            by_member.add(_path_key(leak.member.path) + b"\0" + leak.distance.to_bytes(2, "big")
-                          + _path_key(leak.partner.path) + b"\0" + json.dumps(leak).encode("ascii"))
+    files = [layout.near_leaks(near_range) for near_range in range(layout.near_ranges)]
+    for line in itertools.chain.from_iterable(map(_lines, [*files, *near_blocks.value_files(layout, values, "leaks")])):
+        leak = Leak.parse(json.loads(line))
+        by_member.add(_path_key(leak.member.path) + b"\0" + leak.distance.to_bytes(2, "big")
+                      + _path_key(leak.partner.path) + b"\0" + json.dumps(leak).encode("ascii"))
     last = None
     for record in by_member.sorted():
         member = record[:record.index(b"\0")]
@@ -203,14 +206,14 @@ def _leaks(layout: WorkLayout, scratch: str, run_bytes: int) -> Iterator[bytes]:
             yield record[record.index(b"\0", len(member) + 3) + 1:]
 
 
-def _group_lines(layout: WorkLayout, classes: Sequence[str], scratch: str,
+def _group_lines(layout: WorkLayout, values: Sequence[near_blocks.BigValue], classes: Sequence[str], scratch: str,
                  run_bytes: int) -> tuple[str, list[str], int, int, int]:
     """``near/groups.jsonl``'s lines (groups of images not all byte-identical) sorted, written to a scratch file
     whose path is returned, with the first :data:`MAX_LISTED` lines of groups that span splits, the number of
     groups, of those that span splits, and the images beyond the first of each group. Memory: the links as ids and the sorts' runs (#56 §5)."""
     by_line = external_sort.ExternalSort(scratch, "lines", run_bytes)
     groups = cross_groups = extra = 0
-    for group in _grouped(_pairs(layout), scratch, run_bytes):
+    for group in _grouped(_pairs(layout, values), scratch, run_bytes):
         if all(m.sha[:32] == group[0].sha[:32] for m in group):  # byte-identical: the exact search's group
             continue
         cross = min(_rank(m.split) for m in group) != max(_rank(m.split) for m in group)
@@ -227,7 +230,7 @@ def _group_lines(layout: WorkLayout, classes: Sequence[str], scratch: str,
 
 
 def group_near(layout: WorkLayout, distance: int, classes: Sequence[str],
-               run_bytes: int = external_sort.RUN_BYTES) -> NearSummary:
+               run_bytes: int = external_sort.RUN_BYTES, values: Sequence[near_blocks.BigValue] = ()) -> NearSummary:
     """Every range's pairs joined into groups: ``near/groups.jsonl``, ``near/dropped.json``, the summary.
 
     A group whose images are all byte-identical is left to the exact search (it is one of its groups).
@@ -235,19 +238,20 @@ def group_near(layout: WorkLayout, distance: int, classes: Sequence[str],
     training image (``near/leaks-r.jsonl``), so a chain train - validation - validation - test, each link near
     but the ends far apart, leaves out the first validation image alone.
     Written whole, the summary last; a summary found (a killed run this one resumes) is returned as it is.
-    ``run_bytes``: the external sorts' (the files are the same whatever it is).
+    ``run_bytes``: the external sorts' (the files are the same whatever it is). ``values``: the band values
+    the ranges' tasks spilled (:func:`near_blocks.values`), whose block tasks' links and leaks join the ranges'.
     """
     done = layout.near_summary()
     if FileSystems.exists(done):
         return NearSummary.from_json(filesystems.read_text(done))
     with tempfile.TemporaryDirectory(prefix="near-groups-") as scratch:
-        lines, listed, groups, cross, extra = _group_lines(layout, classes, scratch, run_bytes)
+        lines, listed, groups, cross, extra = _group_lines(layout, values, classes, scratch, run_bytes)
         with open(lines, "rb") as source, filesystems.whole_file(layout.near_groups()) as handle:
             while chunk := source.read(1 << 20):
                 handle.write(chunk)
         with filesystems.whole_file(layout.near_dropped()) as handle:  # one JSON list, as json.dumps writes it
             handle.write(b"[")
-            for index, leak in enumerate(_leaks(layout, scratch, run_bytes)):
+            for index, leak in enumerate(_leaks(layout, values, scratch, run_bytes)):
                 handle.write(b", " + leak if index else leak)
             handle.write(b"]")
         summary = NearSummary(distance, groups, extra, groups - cross, cross,

@@ -10,18 +10,21 @@ Out: ``near/pairs-r.jsonl``, the links between the pairs within the distance tha
 
 Memory (#56 §1: per-task memory flat in N): a chunk of the range's records (:data:`CHUNK_RECORDS`, cut where
 a band value ends, so a band value's records are searched together), what the merge reads ahead of each part,
-and the lines written (a link or leak line per image with a pair, at most). Holding the range whole cost ~1.2 KB a record: 26 MB at 1M images, 258 MB at 10M,
-since a range holds 4/3 of a part's images and the part grows as N / 64 until its cap. A range never
-straddles two bands (:func:`beam_jobs.files.work_layout.near_ranges` makes their number a multiple of the
-bands, :func:`beam_jobs.stages.near_duplicates.band_start` aligns the bands with the buckets), so an image
-has one record in it and its id is the record's place in its chunk: no table of the range's images. A pair is
-two records of one band value, so of one chunk: the chunks' forests are the range's, each found alone.
+and the lines written (a link or leak line per image with a pair, at most). Holding the range whole cost ~1.2
+KB a record: 26 MB at 1M images, 258 MB at 10M, since a range holds 4/3 of a part's images and the part grows
+as N / 64 until its cap. A band value of more records than a chunk is not held: it streams into
+:func:`beam_jobs.stages.near_blocks.spill` (an external sort on local disk), and its pairs are searched by
+block tasks after the ranges' (listed in ``near/values-r.json``). A range never straddles two bands
+(:func:`beam_jobs.files.work_layout.near_ranges` makes their number a multiple of the bands,
+:func:`beam_jobs.stages.near_duplicates.band_start` aligns the bands with the buckets), so an image has one
+record in it and its id is the record's place in its chunk: no table of the range's images. A pair is two
+records of one band value, so of one chunk (or of one spilled value): the chunks' forests are the range's,
+each found alone.
 """
 
 from __future__ import annotations
 
-from json.encoder import encode_basestring_ascii as _json_text
-from typing import Iterable, Iterator
+from typing import Optional
 
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
@@ -29,15 +32,15 @@ from apache_beam.io.filesystem import CompressionTypes
 from beam_jobs.files import bucket_merge, filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
-from beam_jobs.stages import near_leaks, perceptual_hash
-from beam_jobs.stages.near_duplicates import COLLAPSE_OVER, pair_indices, spanning_links
+from beam_jobs.stages import near_blocks, near_leaks, perceptual_hash
+from beam_jobs.stages.near_duplicates import COLLAPSE_OVER, member_text, pair_indices, spanning_links, verified
 
-CHUNK_RECORDS = 1 << 14  # NEAR records searched at once (about 3 MB of them), more only for one band value's
+CHUNK_RECORDS = 1 << 14  # NEAR records searched at once (about 3 MB of them); a band value of more is spilled
 
 
 def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbnails: bool = True,
                collapse_over: int = COLLAPSE_OVER, chunk_records: int = CHUNK_RECORDS,
-               read_bytes: int = bucket_merge.READ_BYTES) -> int:
+               read_bytes: int = bucket_merge.READ_BYTES, oversized: Optional[int] = None) -> int:
     """The links of band range ``near_range`` into ``near/pairs-r.jsonl`` (lines sorted); returns their number.
 
     A link is a pair within ``distance`` that joins two groups of the range's pairs found so far: a spanning
@@ -49,15 +52,23 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
     with the release's search). ``collapse_over``: a band value's bucket of more records compares one image of
     each hash and thumbnail (:func:`pair_indices`); the others are linked to it. ``chunk_records`` and
     ``read_bytes``: :func:`bucket_merge.key_chunks`'s (the files are the same whatever they are).
+    ``oversized``: a band value of more records is spilled for :mod:`near_blocks`' tasks (listed in
+    ``near/values-r.json``), not searched here (default: ``chunk_records``; the groups and leaks are the same).
     """
+    oversized = chunk_records if oversized is None else oversized
     out = layout.near_pairs(near_range)
     if FileSystems.exists(out):
         with FileSystems.open(out, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             return sum(1 for _ in handle)
     lines: list[str] = []
     leak_lines: list[str] = []
+    spilled: list[near_blocks.BigValue] = []
     parts = [layout.near(part) for part in range(layout.num_parts)]
-    for chunk in bucket_merge.key_chunks(parts, work_records.NEAR, near_range, chunk_records, read_bytes):
+    for chunk in bucket_merge.key_chunks(parts, work_records.NEAR, near_range, chunk_records, read_bytes,
+                                         oversized=oversized):
+        if isinstance(chunk, bucket_merge.OversizedKey):  # its block grid is searched over tasks
+            spilled.append(near_blocks.spill(layout, near_range, len(spilled), chunk.records, chunk_records))
+            continue
         thumbnails = np.frombuffer(work_records.near_thumbnails(chunk), np.uint8).reshape(-1, perceptual_hash.THUMB_BYTES)
         leaks = near_leaks.Leaks(chunk, thumbnails)
         pairs = pair_indices(chunk, layout.near_bands, distance, thumbnails=thumbnails if check_thumbnails else None,
@@ -72,6 +83,7 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
                        for later, (bits, partner) in leaks.closest().items()]
     lines.sort()
     leak_lines.sort()
+    near_blocks.list_values(layout, near_range, spilled)
     with filesystems.whole_file(layout.near_leaks(near_range)) as handle:  # before the pairs: they mark the range done
         handle.write("".join(line + "\n" for line in leak_lines).encode("utf-8"))
     with filesystems.whole_file(out) as handle:
@@ -79,32 +91,8 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
     return len(lines)
 
 
-def verified(pairs: Iterable[np.ndarray], thumbnails: np.ndarray) -> Iterator[np.ndarray]:
-    """The pairs (``(2, k)`` record indices) whose thumbnails (``(n, 64)`` uint8, by record) agree: within
-    :data:`perceptual_hash.MAX_THUMBNAIL_DISTANCE`, as copies are and other photos of one scene are not.
-
-    Each block's rows are standardized as it comes (each row alone: the same values as all at once), not the
-    range's records all at once up front: that was 256 bytes of float32 a record, a fifth of a range task's
-    memory, for the few records in a pair (#56 §1: a task within the part size's budget)."""
-    for block in pairs:
-        keep = np.concatenate([
-            perceptual_hash.thumbnail_distances(thumbnails[block[0, start:start + _VERIFY_BATCH]],
-                                                thumbnails[block[1, start:start + _VERIFY_BATCH]])
-            <= perceptual_hash.MAX_THUMBNAIL_DISTANCE
-            for start in range(0, block.shape[1], _VERIFY_BATCH)]) if block.shape[1] else np.zeros(0, dtype=bool)
-        if keep.any():
-            yield block[:, keep]
-
-
-_VERIFY_BATCH = 1 << 16  # pairs whose thumbnails are compared at once: about 50 MB of float32 rows
-
-
 def _half(chunk: list[bytes], index: int, halves: dict[int, str]) -> str:
-    """An image's half of a link line: its :class:`beam_jobs.stages.near_duplicates.Member` as ``json.dumps`` writes it (a list of strings and
-    ints), made once an image, its strings by json's own ASCII encoder (a path that is not UTF-8, surrogate
-    escapes, travels as \\udcNN escapes and comes back whole)."""
+    """An image's half of a link line (:func:`member_text`), made once an image of the chunk."""
     if index not in halves:
-        item = work_records.decode_content(chunk[index][8:])  # a NEAR record: its position, then its CONTENT
-        halves[index] = (f"[{_json_text(item.split)}, {item.label}, {_json_text(item.relpath)}, "
-                         f"{item.perceptual_hash}, \"{item.sha.hex()}\", {item.stored_bytes}, {item.objects}]")
+        halves[index] = member_text(chunk[index])
     return halves[index]

@@ -17,7 +17,7 @@ def test_the_scale_run_finds_every_planted_copy_and_reports_cost_memory_and_fals
     assert row["recall"] == 1.0  # copies 0-3 bits from their originals: the bands find every one
     assert row["ranges"] >= 1 and 0 < row["largest_task_records"] <= 3030 * (DEFAULT_NEAR_DISTANCE + 1)
     assert row["largest_task_peak_mb"] > 0 and row["search_us_per_image"] > 0
-    if kind == "uniform":
+    if kind != "photo-like":  # crowded: uniform, a quarter of them agreeing on one band (the others apart)
         assert row["false_links"] == 0 and row["expected_false_pairs_uniform"] < 1e-6
     else:  # alike hashes of one cluster within the distance are links, as alike photos of one scene are
         assert row["false_links"] > 0
