@@ -41,7 +41,7 @@ from beam_jobs.files import external_sort, filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages import perceptual_hash
-from beam_jobs.stages.near_duplicates import _BLOCK, _within, boruvka, member_text, verified
+from beam_jobs.stages.near_duplicates import _BLOCK, _within, boruvka, member_text
 
 MAX_BLOCKS = 64  # blocks of reps a value is cut into at most (larger blocks past it): tasks, and the links' factor
 _REP = struct.Struct(">I")  # a member's class: its rep's place in the value
@@ -159,7 +159,7 @@ def _pairs_between(rows: _Block, columns: _Block, band: int, distance: int, diag
                 keep = ((differ[:, None] & earlier[None, :]) != 0).all(axis=1)
                 found, across = found[keep], across[keep]
             if found.size:
-                yield from verified([np.stack([found, across])], rows.thumbnails, columns.thumbnails)
+                yield from perceptual_hash.verified_pairs([np.stack([found, across])], rows.thumbnails, columns.thumbnails)
 
 
 class _Leaks:

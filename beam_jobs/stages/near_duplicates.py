@@ -323,29 +323,6 @@ def _small_bucket_pairs(starts: np.ndarray, stops: np.ndarray, bands_of: np.ndar
     return joined[:, np.argsort(keys, kind="stable")]
 
 
-def verified(pairs: Iterable[np.ndarray], thumbnails: np.ndarray,
-             column_thumbnails: Optional[np.ndarray] = None) -> Iterator[np.ndarray]:
-    """The pairs (``(2, k)`` record indices) whose thumbnails (``(n, 64)`` uint8, by record; the second of each
-    pair's from ``column_thumbnails`` when given) agree: within :data:`perceptual_hash.MAX_THUMBNAIL_DISTANCE`,
-    as copies are and other photos of one scene are not.
-
-    Each block's rows are standardized as it comes (each row alone: the same values as all at once), not the
-    range's records all at once up front: that was 256 bytes of float32 a record, a fifth of a range task's
-    memory, for the few records in a pair (#56 §1: a task within the part size's budget)."""
-    columns = thumbnails if column_thumbnails is None else column_thumbnails
-    for block in pairs:
-        keep = np.concatenate([
-            perceptual_hash.thumbnail_distances(thumbnails[block[0, start:start + _VERIFY_BATCH]],
-                                                columns[block[1, start:start + _VERIFY_BATCH]])
-            <= perceptual_hash.MAX_THUMBNAIL_DISTANCE
-            for start in range(0, block.shape[1], _VERIFY_BATCH)]) if block.shape[1] else np.zeros(0, dtype=bool)
-        if keep.any():
-            yield block[:, keep]
-
-
-_VERIFY_BATCH = 1 << 16  # pairs whose thumbnails are compared at once: about 50 MB of float32 rows
-
-
 def member_text(record: bytes) -> str:
     """A NEAR record's image as a link or leak line holds it: its :class:`Member` as ``json.dumps`` writes it
     (a list of strings and ints), its strings by json's own ASCII encoder (a path that is not UTF-8,

@@ -33,7 +33,7 @@ from beam_jobs.files import bucket_merge, filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages import near_blocks, near_leaks, perceptual_hash
-from beam_jobs.stages.near_duplicates import COLLAPSE_OVER, member_text, pair_indices, spanning_links, verified
+from beam_jobs.stages.near_duplicates import COLLAPSE_OVER, member_text, pair_indices, spanning_links
 
 CHUNK_RECORDS = 1 << 14  # NEAR records searched at once (about 3 MB of them); a band value of more is spilled
 
@@ -74,7 +74,7 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
         pairs = pair_indices(chunk, layout.near_bands, distance, thumbnails=thumbnails if check_thumbnails else None,
                              collapse_over=collapse_over)
         if check_thumbnails:
-            pairs = verified(pairs, thumbnails)
+            pairs = perceptual_hash.verified_pairs(pairs, thumbnails)
         images = np.arange(len(chunk))  # one record an image: the range holds one band
         halves: dict[int, str] = {}
         lines += [f"[{_half(chunk, a, halves)}, {_half(chunk, b, halves)}]"  # as json.dumps writes the pair

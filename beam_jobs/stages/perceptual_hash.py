@@ -27,7 +27,7 @@ decode and its full decode averaged down) hashes 0-8 bits apart, most often 0-2,
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 from PIL import Image
@@ -223,6 +223,29 @@ def standardized_distances(left: np.ndarray, right: np.ndarray) -> np.ndarray:
 def thumbnail_distances(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """``(n,)`` distances of ``(n, 64)`` uint8 thumbnails row by row (:func:`standardized_distances`)."""
     return standardized_distances(standardized(left), standardized(right))
+
+
+def verified_pairs(pairs: Iterable[np.ndarray], thumbnails: np.ndarray,
+             column_thumbnails: Optional[np.ndarray] = None) -> Iterator[np.ndarray]:
+    """The pairs (``(2, k)`` record indices) whose thumbnails (``(n, 64)`` uint8, by record; the second of each
+    pair's from ``column_thumbnails`` when given) agree: within :data:`MAX_THUMBNAIL_DISTANCE`,
+    as copies are and other photos of one scene are not.
+
+    Each block's rows are standardized as it comes (each row alone: the same values as all at once), not the
+    range's records all at once up front: that was 256 bytes of float32 a record, a fifth of a range task's
+    memory, for the few records in a pair (#56 §1: a task within the part size's budget)."""
+    columns = thumbnails if column_thumbnails is None else column_thumbnails
+    for block in pairs:
+        keep = np.concatenate([
+            thumbnail_distances(thumbnails[block[0, start:start + _VERIFY_BATCH]],
+                                                columns[block[1, start:start + _VERIFY_BATCH]])
+            <= MAX_THUMBNAIL_DISTANCE
+            for start in range(0, block.shape[1], _VERIFY_BATCH)]) if block.shape[1] else np.zeros(0, dtype=bool)
+        if keep.any():
+            yield block[:, keep]
+
+
+_VERIFY_BATCH = 1 << 16  # pairs whose thumbnails are compared at once: about 50 MB of float32 rows
 
 
 def thumbnail_distance(left: bytes, right: bytes) -> float:
