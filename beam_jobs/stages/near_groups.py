@@ -137,7 +137,8 @@ def _halves(line: bytes) -> tuple[tuple[list, bytes], tuple[list, bytes]]:
 
 def _grouped(pairs: Iterable[bytes], scratch: str, run_bytes: int = external_sort.RUN_BYTES) -> Iterator[list[Member]]:
     """The connected components of the links' images, each sorted by (split order, path), the components in
-    the order of their lowest id; memory: the links as ids (16 bytes a link) and the sorts' runs.
+    the order of their representatives' ids (Boruvka's roots: the same on every run; the lines are sorted
+    after); memory: the links as ids (16 bytes a link) and the sorts' runs.
 
     Components are found by the same Boruvka rounds in numpy as the links
     (:func:`beam_jobs.stages.near_duplicates.boruvka`); then each image goes to an external sort by
