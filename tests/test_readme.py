@@ -11,7 +11,11 @@ written on a miniature of those inputs that the test generates (``GIVEN``).
 Everything else runs in a copy of this checkout, where a new user would run it.
 
 The set-up command runs once per test run (twice in a row, checked; the two
-test processes share it through a lock file), then the blocks run in a few
+test processes share it through a lock file), in a virtual environment of its
+own (:func:`readme_venv`), as a user's ``pip install .`` would go into theirs:
+it never replaces the environment running the tests (a developer's editable
+install of this checkout), yet TensorFlow, Beam and the rest come from that
+environment through a ``.pth`` file. Then the blocks run in a few
 independent chains (``CHAINS``), side by side: each chain in its own copy of
 the checkout as the set-up command left it, its blocks in the pages' order.
 A block joins the first chain naming one of its words (what it reads that only
@@ -28,7 +32,10 @@ import os
 import re
 import shutil
 import subprocess
+import site
 import sys
+import sysconfig
+import venv
 from typing import Optional
 
 import pytest
@@ -159,15 +166,46 @@ def test_the_readme_is_a_manual_of_at_most_500_lines_and_links_every_page_of_doc
         assert f"]({name})" in readme or name == "docs/design.md" and "](docs/design.md)" in readme, name
 
 
-def _run(language: str, code: str, cwd: str, extra_env: Optional[dict] = None) -> subprocess.CompletedProcess:
+def readme_venv(env_dir: str) -> str:
+    """A virtual environment at ``env_dir`` for the README's commands, as a user's activated one; returns its folder.
+
+    Its own site-packages is empty and comes first: ``pip install .`` installs this project there, and the blocks
+    import that copy. After it, this test environment's site-packages, added by a ``.pth`` file as Python adds them
+    (``site.addsitedir``: their own ``.pth`` files too), so the dependencies are not installed again (minutes of
+    TensorFlow). Not ``--system-site-packages``: that is the base Python's, not a CI virtual environment's. pip
+    sees the distributions there as installed, and leaves them alone ("Not uninstalling imgshards at ...,
+    outside environment"). Its ``pip`` is this environment's pip run by the venv's python (``python -m pip``,
+    as a console script does), which installs into the venv; a pip of its own (ensurepip) costs seconds for the
+    same command.
+    """
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = os.path.join(env_dir, "bin", "python")
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    ours = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
+    with open(os.path.join(purelib, "zz_test_environment.pth"), "w", encoding="utf-8") as handle:
+        handle.write("".join(f"import site; site.addsitedir({path!r})\n" for path in dict.fromkeys(ours)))
+    pip = os.path.join(env_dir, "bin", "pip")
+    with open(pip, "w", encoding="utf-8") as handle:
+        handle.write('#!/bin/sh\nexec "$(dirname "$0")/python" -m pip "$@"\n')
+    os.chmod(pip, 0o755)
+    return env_dir
+
+
+def _run(language: str, code: str, cwd: str, env_dir: str,
+         extra_env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    """``code`` run as a user runs it in ``cwd``, with the virtual environment ``env_dir`` activated."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(extra_env or {})}
     env.pop("PYTHONPATH", None)  # what the user has: the installed package, run from the checkout
+    env.pop("PYTHONHOME", None)
+    bin_dir = os.path.join(env_dir, "bin")
     if language == "bash":
         argv = ["bash", "-euo", "pipefail", "-c", code]
     else:
-        argv = [sys.executable, "-c", code]
-    bin_dir = os.path.dirname(sys.executable)
-    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")  # `python` and `pip` are this environment's
+        argv = [os.path.join(bin_dir, "python"), "-c", code]
+    # What `source ENV/bin/activate` sets: `python` and `pip` are the venv's.
+    env["VIRTUAL_ENV"] = env_dir
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -215,7 +253,8 @@ def _lock(path: str):
 
 @pytest.fixture(scope="session")
 def setup_checkout(tmp_path_factory) -> dict:
-    """A copy of this checkout after set-up command 1 ran there twice: its folder, both runs' results, the shards.
+    """A copy of this checkout after set-up command 1 ran there twice, in the virtual environment :func:`readme_venv`
+    made: its folder, the environment's, both runs' results, the shards.
 
     Made once per test run: the two test processes (pytest-xdist) share it through a lock (two ``pip install .``
     at once would write one environment's site-packages together); a single process keeps it in its own folder.
@@ -226,27 +265,36 @@ def setup_checkout(tmp_path_factory) -> dict:
     with _lock(str(shared / "readme-setup.lock")):
         if not os.path.exists(record):
             checkout = checkout_copy(folder)
+            env_dir = readme_venv(str(shared / "readme-venv"))
             install_and_run = _setup_commands(_read("README.md"))[0]
             dataset = os.path.join(checkout, "demo", "shapes-tfrecords")
             runs = []
             for _ in range(2):  # the second run must succeed too, with the same bytes
-                proc = _run("bash", install_and_run, checkout)
+                proc = _run("bash", install_and_run, checkout, env_dir)
                 runs.append({"returncode": proc.returncode, "output": proc.stdout + proc.stderr,
                              "shards": _shards(dataset) if os.path.isdir(dataset) else {}})
             with open(record + ".tmp", "w") as handle:
-                json.dump({"checkout": checkout, "runs": runs}, handle)
+                json.dump({"checkout": checkout, "venv": env_dir, "runs": runs}, handle)
             os.rename(record + ".tmp", record)
         with open(record) as handle:
             return json.load(handle)
 
 
 @pytest.mark.e2e
-def test_setup_command_one_runs_twice_with_the_same_bytes(setup_checkout):
+def test_setup_command_one_runs_twice_with_the_same_bytes(setup_checkout, tmp_path):
     first, second = setup_checkout["runs"]
     assert first["returncode"] == 0, first["output"]
     assert len(first["shards"]) == 10  # 8 train + 2 validation
     assert second["returncode"] == 0, second["output"]
     assert second["shards"] == first["shards"]
+    # It installed into its own environment: the blocks import that copy, and the environment running the tests
+    # still imports the one it had (a developer's editable install stays theirs).
+    where = "import converter; print(converter.__file__)"
+    venv_python = os.path.join(setup_checkout["venv"], "bin", "python")
+    installed = subprocess.run([venv_python, "-c", where], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert installed.stdout.startswith(setup_checkout["venv"] + os.sep), installed.stdout
+    ours = subprocess.run([sys.executable, "-c", where], cwd=tmp_path, capture_output=True, text=True)
+    assert not ours.stdout.startswith(setup_checkout["venv"] + os.sep), ours.stdout
 
 
 @pytest.mark.e2e
@@ -262,7 +310,7 @@ def test_every_readme_block_runs_as_written_after_the_setup_commands(chain, tmp_
             continue
         s3_server = request.getfixturevalue("s3_server") if given == "s3" else None
         extra_env = GIVEN[given](checkout, sample_images, s3_server) if given else {}
-        proc = _run(language, code, checkout, extra_env)
+        proc = _run(language, code, checkout, setup_checkout["venv"], extra_env)
         assert proc.returncode == 0, (f"{name} block failed:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n"
                                       f"{proc.stderr}")
         if "train_classifier.py" in code and "--mirrored" not in code:
