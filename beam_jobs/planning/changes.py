@@ -45,7 +45,7 @@ from beam_jobs.planning import stable_ids
 from beam_jobs.planning.carve import carve_new
 from beam_jobs.planning.discover import display_path
 from beam_jobs.stage_records import ImageRef
-from record_files.versions import UNKNOWN, SourceRow
+from record_files.versions import NO_ANNOTATION, UNKNOWN, SourceRow
 
 class UnchangedRows:
     """The unchanged images' rows, each with its class ids now, in path order, re-iterable: spilled to a file in
@@ -64,7 +64,7 @@ class UnchangedRows:
 
     def add(self, row: SourceRow, ids: tuple[int, ...]) -> None:
         self._block.append((row.path, row.split, row.file, row.index, row.size, row.mtime_ns, row.sha256,
-                            row.source_sha256, row.label, ids))
+                            row.source_sha256, row.label, row.annotation, ids))
         self._count += 1
         if len(self._block) == self._BLOCK:
             marshal.dump(self._block, self._handle)
@@ -123,6 +123,8 @@ class Changes:
     rejected_kept: frozenset[str] = frozenset()
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
     unlabelled: int = 0  # records compared whose row has no label (tables before the column): relabels unseen
+    unannotated: int = 0  # object images compared whose row has no annotation digest (version 1): boxes unseen
+    digests: Mapping[str, int] = dataclasses.field(default_factory=dict)  # each object image to convert's
 
     @property
     def nothing(self) -> bool:
@@ -218,6 +220,8 @@ class _Found:
     deleted: int = 0
     relabelled: int = 0
     unlabelled: int = 0
+    unannotated: int = 0
+    digests: dict[str, int] = dataclasses.field(default_factory=dict)
     strata: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (stratum, split): kept
     carving: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (stratum, place in convert)
 
@@ -288,13 +292,16 @@ def _join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tupl
         kept_labels=dict(found.kept_labels), stamps=found.stamps, added=found.added, changed=found.changed,
         deleted=found.deleted, relabelled=found.relabelled, recompacted=sum(map(len, survivors.values())),
         rejected_kept=frozenset(found.rejected_kept), files=found.files, unlabelled=found.unlabelled,
+        unannotated=found.unannotated, digests=found.digests,
     )
 
 
 def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings: _Settings, found: _Found) -> None:
     """Image ``ref`` of SRC (``path``) against the version's row of it (``match``, None for a new image): unchanged,
     to convert (new, changed, relabelled, moved to another split), deleted or still rejected, into ``found``."""
-    ref, ids, key = stable_ids.stable_ref(ref, settings.remap)
+    ref, ids, key, digest = stable_ids.stable_ref(ref, settings.remap)
+    if digest != NO_ANNOTATION:
+        found.digests[path] = digest
     stratum = key if settings.by_class else 0  # the carve's: a class, or all images (tags, objects)
     file = os.path.join(settings.src, ref.relpath)
     try:
@@ -315,9 +322,15 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
     # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says.
     other_label = match is not None and match.file and match.label not in (UNKNOWN, key)
     other_split = match is not None and match.file and settings.val_fraction <= 0 and match.split != ref.split
-    if same is not None and not (other_label or other_split):
+    # An object image's annotation: its digest against the row's; a row without one (version 1) is compared by
+    # its objects' classes only (the records tables'), and stays without one, or, with --rehash, is converted again.
+    unknown = match is not None and digest != NO_ANNOTATION and match.annotation == NO_ANNOTATION
+    found.unannotated += bool(unknown and not settings.rehash)
+    other_objects = settings.rehash if unknown else match is not None and match.annotation != digest
+    if same is not None and not (other_label or other_split or other_objects):
         found.unchanged.add(SourceRow(match.path, match.split, match.file, match.index, stamp[0], stamp[1],
-                                      match.sha256, same, key if match.file else UNKNOWN), ids)
+                                      match.sha256, same, key if match.file else UNKNOWN,
+                                      NO_ANNOTATION if unknown else digest), ids)  # unknown kept: --rehash sees it
         if match.file:
             found.strata[stratum, match.split] += 1
             for label in ids:

@@ -4,7 +4,7 @@ In:  the latest version's classes, the classes SRC's plan lists now, an :class:`
      its annotation: several labels, or objects).
 Out: the version's classes (existing ones keep their ids, a new one gets the next id), and each ref with its ids
      the version's: its label, its tags, its objects' classes; the class ids its record will hold, their key
-     (the sources table's ``label``).
+     (the sources table's ``label``), and an object image's annotation digest (the sources table's ``annotation``).
 
 Ids are stable across versions, so an id compares as its class name would: a source that numbers its classes
 anew (a COCO export with a category added in the middle) changes no record of an image it did not change.
@@ -13,12 +13,14 @@ anew (a COCO export with a category added in the middle) changes no record of an
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from typing import Sequence
 
 from beam_jobs import annotations
 from beam_jobs.planning.discover import class_order
 from beam_jobs.stage_records import ImageRef
-from record_files.versions import label_key
+from record_files.versions import NO_ANNOTATION, label_key
 
 
 def stable_classes(before: Sequence[str], listed: Sequence[str]) -> tuple[str, ...]:
@@ -39,23 +41,41 @@ def remap(classes: Sequence[str], listed: Sequence[str]) -> list[int]:
 
 
 def label_ids(ref: ImageRef) -> tuple[int, ...]:
-    """The class ids ``ref`` labels its image with: its label, or a multi-label image's ids (its annotation)."""
+    """The class ids ``ref`` labels its image with: its label, or a multi-label image's ids, or its objects'
+    classes (its annotation)."""
     if ref.annotation:
         annotation = annotations.decode(ref.annotation)
         if isinstance(annotation, annotations.Labels):
             return annotation.ids
+        return tuple(box.label for box in annotation.boxes)
     return (ref.label,)
 
 
-def stable_ref(ref: ImageRef, ids: Sequence[int]) -> tuple[ImageRef, tuple[int, ...], int]:
-    """``ref`` with its class ids the version's (``ids``: :func:`remap`), the ids its record holds, and their
-    key (:func:`record_files.versions.label_key`)."""
+def stable_ref(ref: ImageRef, ids: Sequence[int]) -> tuple[ImageRef, tuple[int, ...], int, int]:
+    """``ref`` with its class ids the version's (``ids``: :func:`remap`), the ids its record holds (an object
+    image's: each object's class, as the records table's ``classes``), their key
+    (:func:`record_files.versions.label_key`), and its annotation digest (:func:`annotation_digest`; objects only)."""
     if not ref.annotation:  # one label (a call less an image: the comparison's cost is per image of SRC)
         key = ids[ref.label]
-        return ref._replace(label=key), (key,), key
+        return ref._replace(label=key), (key,), key, NO_ANNOTATION
     annotation = annotations.decode(ref.annotation)
     if isinstance(annotation, annotations.Labels):
         held = tuple(sorted(ids[label] for label in annotation.ids))
-        return ref._replace(annotation=annotations.encode(annotations.Labels(held))), held, label_key(held)
-    key = ids[ref.label]
-    return ref._replace(label=key), (key,), key
+        return ref._replace(annotation=annotations.encode(annotations.Labels(held))), held, label_key(held), \
+            NO_ANNOTATION
+    boxes = tuple(box._replace(label=ids[box.label]) for box in annotation.boxes)
+    annotation = dataclasses.replace(annotation, boxes=boxes)
+    # The objects a record holds: each with an extent (placing drops a box without one, annotations.NO_EXTENT).
+    held = tuple(box.label for box in boxes if box.xmax > box.xmin and box.ymax > box.ymin)
+    return ref._replace(annotation=annotations.encode(annotation)), held, label_key(held), \
+        annotation_digest(annotation)
+
+
+def annotation_digest(objects: annotations.Objects) -> int:
+    """63 bits of BLAKE2b of ``objects`` as encoded, ids the version's, without the objects' names (``annotation
+    12``, ``labels/a.txt line 3``: how the rejection report names an object, not what a record holds; an export
+    that numbers its annotations anew, or a line added above, changes no record). Never
+    :data:`record_files.versions.NO_ANNOTATION`."""
+    unnamed = dataclasses.replace(objects, boxes=tuple(box._replace(name="") for box in objects.boxes))
+    value = int.from_bytes(hashlib.blake2b(annotations.encode(unnamed), digest_size=8).digest(), "big") >> 1
+    return value or 1

@@ -228,10 +228,23 @@ def plan_inputs(options: ConvertOptions, scratch: Optional[str] = None,
     Raises:
       discover.InputError: the source cannot be planned (a message naming the file, line or folder).
     """
+    return planned(*claiming(options, scratch, scanner))
+
+
+def claiming(options: ConvertOptions, scratch: Optional[str] = None,
+             scanner: Optional[archives.Scanner] = None) -> tuple[Source, Request]:
+    """The source of :data:`SOURCES` that claims ``options.src`` (its flags checked), and the request it plans:
+    what an update asks first, to refuse a source it does not update before that source reads its annotations."""
     labels = discover.read_labels_file(options.labels_file) if options.labels_file else None
     request = Request(options, scratch, scanner, labels)
     source = next(source for source in SOURCES if source.claims(request))
     _refuse_flags(source, options)
+    return source, request
+
+
+def planned(source: Source, request: Request) -> discover.InputPlan:
+    """The plan ``source`` makes of ``request`` (:func:`claiming`), as :func:`plan_inputs` returns it."""
+    options = request.options
     plan = source.plan(request)
     if plan.skipped_files is not None and plan.skipped_files.annotations:  # each named: it may be a dataset left out
         plan = dataclasses.replace(plan, warnings=plan.warnings + tuple(plan.skipped_files.annotation_warnings(

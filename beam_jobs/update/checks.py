@@ -2,9 +2,9 @@
 
 In:  the conversion's options (as given with ``--update``), the latest version of OUT (its manifest).
 Out: SRC's plan (:class:`beam_jobs.planning.discover.InputPlan`, listed once) when SRC is a source updates
-     support (class folders, or a label file: ``--annotations`` CSV, TSV or JSON Lines, one label an image or
-     several, ``--label-separator``),
-     else :class:`UpdateRefusedError` naming the source, the flag or the version at fault.
+     support (class folders; a label file: ``--annotations`` CSV, TSV or JSON Lines, one label an image or
+     several, ``--label-separator``; COCO; YOLO), else :class:`UpdateRefusedError` naming the source, the flag or
+     the version at fault.
 
 (docs/converter.md, "Updating a dataset": the rule, and what is not updated yet.)
 """
@@ -12,14 +12,17 @@ Out: SRC's plan (:class:`beam_jobs.planning.discover.InputPlan`, listed once) wh
 from __future__ import annotations
 
 import json
+import logging
 from typing import Optional
 
 import record_schema
+from beam_jobs import sources
 from beam_jobs.files import version_store
 from beam_jobs.options import ConvertOptions
-from beam_jobs.pipeline import run_plan
 from beam_jobs.planning import discover
-from beam_jobs.sources.objects import coco
+from beam_jobs.sources.archives import archive_members
+
+logger = logging.getLogger(__name__)
 
 # The options whose change would change records already written: an update keeps them (flag -> what it is).
 _FIXED = {"encode": "the image options (--max-side, --quality, --min-side, ...)", "seed": "--seed",
@@ -55,26 +58,52 @@ def check_options(options: ConvertOptions, manifest: dict) -> None:
                 "convert again with --overwrite)")
 
 
+# The sources an update reads (beam_jobs.sources.SOURCES's names): each image's identity is its path under SRC,
+# its stamp its file's, and what labels it (a label, tags, objects) comes with its ref, compared by id or digest.
+UPDATABLE = ("class-folders", "label-file", "coco", "yolo")
+_WHAT_WORKS = "class folders, label files (--annotations CSV, TSV, JSON Lines), COCO and YOLO"
+
+
 def source_plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
-    """SRC's plan (listed once), refused unless it is class folders or a label file (``--annotations`` CSV, TSV
-    or JSON Lines, one label an image or several: the sources updates support yet), naming the source it is
-    read as."""
+    """SRC's plan (listed once, its skips and warnings logged as a conversion logs them), refused unless its
+    source is one updates support (:data:`UPDATABLE`: refused before that source reads its annotations), naming
+    the source it is read as and what works."""
     given = [flag for flag, value in (("--label-member", options.label_member),
                                       ("--val-labels", options.val_labels), ("--config", options.config),
                                       ("--image-column", options.image_column),
                                       ("--label-column", options.label_column)) if value]
     if given:
         _refuse(options, f"the source {given[0]} names")
-    if options.annotations and coco.is_coco_file(options.annotations):  # before a COCO file is read whole
-        _refuse(options, f"an annotated dataset (COCO: --annotations {options.annotations})")
-    plan = run_plan.plan_inputs(options, scratch, None)
-    if plan.task not in (record_schema.TASK_CLASSIFICATION, record_schema.TASK_MULTILABEL):
-        _refuse(options, f"an annotated dataset (COCO, YOLO, Pascal VOC, CVAT or masks beside images: task {plan.task!r})")
+    source, request = sources.claiming(options, scratch)
+    if source.name not in UPDATABLE:
+        _refuse(options, f"{source.what} ({source.name})")
+    if options.masks:  # VOC's and mask folders' PNGs are files of their own, whose bytes no digest holds yet
+        _refuse(options, "objects with their masks (--masks)")
+    plan = sources.planned(source, request)
+    if plan.skipped:
+        logger.info("skipped without reading: %s", plan.skipped)
+    for warning in plan.warnings:
+        logger.warning("%s", warning)
     if plan.provenance:
         _refuse(options, "a Parquet dataset (the Hub's)")
-    if plan.archives or any(ref.source for ref in plan.refs):
+    if plan.archives or any(ref.source and not ref.source.startswith(archive_members.REFUSED) for ref in plan.refs):
         _refuse(options, "images inside archives")
     return plan
+
+
+def check_objects(options: ConvertOptions, plan: discover.InputPlan, manifest: dict) -> None:
+    """Refuse an object dataset whose record ids would mean another thing than the latest version's: another
+    task (objects where the version holds labels), or another offset of the records' ids from the source's."""
+    before = manifest.get("task", record_schema.TASK_CLASSIFICATION)
+    if plan.task != before:
+        raise UpdateRefusedError(f"--update: {options.src} is read as {plan.task!r} records but the latest version of "
+                                 f"{options.out} holds {before!r} ones; convert it again with --overwrite")
+    offset = manifest.get("class_id_offset", 0)
+    if plan.task == record_schema.TASK_OBJECTS and plan.class_id_offset != offset:
+        raise UpdateRefusedError(
+            f"--update: {options.src}'s class ids are written {plan.class_id_offset} higher than the source's, but "
+            f"those of the latest version of {options.out} {offset} higher (class_id_offset): the ids would mean "
+            "other classes; convert it again with --overwrite")
 
 
 def unlabelled_warning(options: ConvertOptions, version: int, unlabelled: int) -> Optional[str]:
@@ -89,6 +118,19 @@ def unlabelled_warning(options: ConvertOptions, version: int, unlabelled: int) -
             "compares bytes, not labels); to be sure of every label, convert SRC again with --overwrite")
 
 
+def unannotated_warning(options: ConvertOptions, version: int, unannotated: int) -> Optional[str]:
+    """What to tell the user when object images were compared with rows that record no annotation digest
+    (version 1: a conversion writes no sources table): their objects' classes are compared (the records tables
+    hold them), their boxes not; their rows stay without a digest, so a later ``--rehash`` still converts them
+    (once: their digests are then known). None when there is none."""
+    if not unannotated:
+        return None
+    return (f"--update: {unannotated} image(s) of version {version} of {options.out} have no annotation digest "
+            "recorded (a conversion records none): their objects' classes were compared, not their boxes; to "
+            "compare their boxes, update with --rehash once (it converts those images again, in the splits and "
+            "with the class ids they had; later updates compare every image's boxes)")
+
+
 def _refuse(options: ConvertOptions, kind: str) -> None:
-    raise UpdateRefusedError(f"--update supports class folders and label files only for now; {options.src} is read "
-                             f"as {kind}: convert it again with --overwrite")
+    raise UpdateRefusedError(f"--update supports {_WHAT_WORKS} only for now; {options.src} is read as {kind}: "
+                             "convert it again with --overwrite")

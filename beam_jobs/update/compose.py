@@ -125,6 +125,7 @@ def version_manifest(options: ConvertOptions, plan: discover.InputPlan, found: c
             "reencoded_by_reason": dict(sorted(reencoded.items())),
             "max_side": max(old.get("max_side", 0), new.get("max_side", 0)),
             "num_grayscale": old.get("num_grayscale", 0) + new.get("num_grayscale", 0),
+            **({"num_objects": sum(labels)} if "num_objects" in before or "num_objects" in new else {}),
             "num_small": old.get("num_small", 0) + new.get("num_small", 0),
             "shards": reused + fresh,
         }
@@ -257,11 +258,13 @@ def _new_rows(found: change_plan.Changes, converted: Optional[dict], staging: st
                                                         columns["path"], columns["classes"]):
                 size, mtime = found.stamps[name]
                 rows.append(SourceRow(name, split, files[shard], index, size, mtime, sha.hex(),
-                                      found.source_sha256(name), version_store.record_label(classes)))
+                                      found.source_sha256(name), version_store.record_label(classes),
+                                      found.digests.get(name, versions.NO_ANNOTATION)))
     with open(os.path.join(staging, record_schema.REJECTED_FILE), encoding="utf-8") as handle:
         for line in handle:
             item = json.loads(line)
             if item["path"] not in found.rejected_kept and item["path"] in found.stamps:
                 size, mtime = found.stamps[item["path"]]
-                rows.append(SourceRow(item["path"], "", "", -1, size, mtime, "", found.source_sha256(item["path"])))
+                rows.append(SourceRow(item["path"], "", "", -1, size, mtime, "", found.source_sha256(item["path"]),
+                                      annotation=found.digests.get(item["path"], versions.NO_ANNOTATION)))
     return rows

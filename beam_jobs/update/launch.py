@@ -110,6 +110,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
         try:
             with interrupt.live_run(last_resort=lambda: resume.last_resort(staging, out, scratch)):
                 plan = checks.source_plan(options, scratch)
+                checks.check_objects(options, plan, latest.manifest)
                 options = run_plan.near_distance_for(options, len(plan.refs))  # as converting all of SRC would
                 found = _compare(options, plan, latest, scratch, rehash)
                 if found.nothing:
@@ -150,9 +151,10 @@ def _compare(options: ConvertOptions, plan: discover.InputPlan, latest: version_
                                 latest.manifest["classes"], options.val_fraction, options.seed, scratch, rehash,
                                 compose.missing_before(options.out, latest),
                                 by_class=plan.task == record_schema.TASK_CLASSIFICATION)
-    warning = checks.unlabelled_warning(options, latest.number, found.unlabelled)
-    if warning:
-        logger.warning(warning)
+    for warning in (checks.unlabelled_warning(options, latest.number, found.unlabelled),
+                    checks.unannotated_warning(options, latest.number, found.unannotated)):
+        if warning:
+            logger.warning(warning)
     return found
 
 
@@ -165,7 +167,9 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
     # without an image to convert, or with records kept (in the shards reused), is not (run_notes skips "unlisted").
     converting = {label for ref in found.refs for label in stable_ids.label_ids(ref)}
     kept = {label for (_, label), count in found.kept_labels.items() if count}
+    ids = stable_ids.remap(found.classes, plan.classes)  # an object's listed class id -> the version's
     narrowed = dataclasses.replace(plan, refs=found.refs, classes=found.classes, class_text=found.classes,
+                                   listed_objects={ids[label]: n for label, n in plan.listed_objects.items()},
                                    split_counts=dict(counts), carved={}, unlisted=tuple(
                                        name for label, name in enumerate(found.classes)
                                        if label not in converting or label in kept))

@@ -338,10 +338,9 @@ def test_update_refuses_another_source_naming_it_options_that_shape_the_records_
     src.mkdir()
     with pytest.raises(update.UpdateRefusedError, match="--seed"):
         update.run(ConvertOptions(src=str(src), out=str(out), seed=2), FAST)
-    (src / "annotations.json").write_text(json.dumps({"images": [], "annotations": [], "categories": []}))
-    with pytest.raises(update.UpdateRefusedError, match="class folders and label files only"):
-        update.run(ConvertOptions(src=str(src), out=str(out), seed=1, annotations=str(src / "annotations.json")),
-                   FAST)
+    (src / "annotations.xml").write_text("<annotations></annotations>")  # CVAT's: not updated yet
+    with pytest.raises(update.UpdateRefusedError, match=r"COCO and YOLO only for now; .* \(cvat\)"):
+        update.run(ConvertOptions(src=str(src), out=str(out), seed=1), FAST)
     # A version that dropped leaks: its dropped images are in no sources table, an update would convert them back.
     (out / record_schema.MANIFEST_FILE).write_text(json.dumps(
         {"format_version": 1, "classes": ["a"], "splits": {}, "options": {"seed": 1, "drop_leaks": True},

@@ -1,0 +1,174 @@
+"""``--update`` of object exports (issue #59): COCO and YOLO, their images' annotations compared by digest.
+
+The rule of tests/converter/test_update.py, for images that carry objects: the latest version holds exactly SRC's
+images with exactly SRC's objects now (the classes by name, the boxes where the export puts them); every image
+unchanged since keeps its split, its objects' class ids and its shard file (unless that shard was compacted); an
+image whose boxes changed is a changed image though its bytes did not; a new category gets the next id though the
+export numbers its categories anew. Small generated exports, converted and updated in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+import tensorflow as tf
+
+import record_schema
+from beam_jobs import pipeline as conversion
+from beam_jobs import update
+from beam_jobs.options import ConvertOptions
+from reader.frames import extent_records
+from reader.info import dataset_info
+from tests.converter.test_update import FAST
+from tests.object_data import jpeg, picture, write_file
+
+W, H = 48, 40
+
+
+def _write_coco(src: str, images: dict, names: list[str]) -> str:
+    """A COCO export of ``images`` (name -> [(x0, y0, x1, y1, class)]), categories numbered 1.. in ``names``'
+    order; an image's id is its number (``img7.jpg``: 7), as an export keeps it."""
+    ids = {name: i + 1 for i, name in enumerate(names)}
+    rows, objects = [], []
+    for name, boxes in sorted(images.items()):
+        number = int(name[3:-4])
+        rows.append({"id": number, "file_name": name, "width": W, "height": H})
+        for x0, y0, x1, y1, cls in boxes:
+            objects.append({"id": len(objects) + 1, "image_id": number, "category_id": ids[cls], "iscrowd": 0,
+                            "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0)})
+    write_file(os.path.join(src, "annotations", "instances_train.json"), json.dumps(
+        {"images": rows, "annotations": objects, "categories": [{"id": ids[n], "name": n} for n in names]}))
+    return "train/"
+
+
+def _write_yolo(src: str, images: dict, names: list[str]) -> str:
+    """A YOLO export of ``images``: ``data.yaml`` naming ``names`` 0.., a label file per image."""
+    write_file(os.path.join(src, "data.yaml"), "train: images/train\nnames:\n"
+               + "".join(f"  {i}: {name}\n" for i, name in enumerate(names)))
+    labels = os.path.join(src, "labels", "train")
+    for name in os.listdir(labels) if os.path.isdir(labels) else ():
+        os.remove(os.path.join(labels, name))
+    for name, boxes in images.items():
+        write_file(os.path.join(labels, name[:-4] + ".txt"), "".join(
+            f"{names.index(c)} {(x0 + x1) / 2 / W} {(y0 + y1) / 2 / H} {(x1 - x0) / W} {(y1 - y0) / H}\n"
+            for x0, y0, x1, y1, c in boxes))
+    return "images/train/"
+
+
+_FOLDER = {_write_coco: "train", _write_yolo: "images/train"}
+
+
+def _export(src: str, write, images: dict, names: list[str], new=()) -> str:
+    """Write the export, and the image files of ``new`` (others are left as they are: their stamps kept)."""
+    for name in new:
+        boxes = [box[:4] for box in images[name]]
+        write_file(os.path.join(src, _FOLDER[write], name), jpeg(picture(W, H, boxes, seed=int(name[3:-4]))))
+    return write(src, images, names)
+
+
+def _records(out: str) -> dict[str, tuple]:
+    """path -> (split, object class ids, object class names, boxes rounded, shard) of the latest version."""
+    info, found = dataset_info(out), {}
+    for split in info.splits.values():
+        for shard in split.shards:  # extents: a masked shard's runs only
+            for raw in extent_records(shard.path, shard.index_path, shard.first, shard.num_examples):
+                f = tf.train.Example.FromString(raw).features.feature
+                ids = tuple(f[record_schema.OBJECT_LABEL].int64_list.value)
+                boxes = tuple(zip(*(tuple(round(v, 3) for v in f[f"image/object/bbox/{k}"].float_list.value)
+                                    for k in ("xmin", "ymin", "xmax", "ymax"))))
+                path = f[record_schema.FILENAME].bytes_list.value[0].decode()
+                assert path not in found, path
+                found[path] = (split.name, ids, tuple(info.classes[i] for i in ids), boxes,
+                               os.path.relpath(shard.path, out))
+    return found
+
+
+def _expected(prefix: str, images: dict) -> dict[str, tuple]:
+    """path -> (class names, boxes rounded) as the export gives them."""
+    return {prefix + name: (tuple(c for *_, c in boxes), tuple(
+        (round(x0 / W, 3), round(y0 / H, 3), round(x1 / W, 3), round(y1 / H, 3)) for x0, y0, x1, y1, _ in boxes))
+        for name, boxes in images.items()}
+
+
+def _check(out: str, prefix: str, images: dict, before: dict, changed: set[str]) -> dict:
+    """The latest version holds exactly the export's images and objects; the unchanged keep split, ids, shard."""
+    now = _records(out)
+    assert {path: (names, boxes) for path, (_, _, names, boxes, _) in now.items()} == _expected(prefix, images)
+    compacted = {before[p][4] for p in before if p in changed or p not in now}
+    for path, (split, ids, _, _, shard) in before.items():
+        if path in now and path not in changed:
+            assert now[path][:2] == (split, ids), path
+            assert shard in compacted or now[path][4] == shard, path
+    return now
+
+
+def _options(src: str, out: str, **more) -> ConvertOptions:
+    return ConvertOptions(src=src, out=out, val_fraction=0.25, near_distance=3, shards=2, **more)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("write", [_write_coco, _write_yolo], ids=["coco", "yolo"])
+def test_an_object_export_updates_its_changed_boxes_new_category_and_deleted_image(tmp_path, write, caplog):
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    names = ["cat", "dog"]
+    images = {f"img{i}.jpg": [(4 + i, 4, 20 + i, 18, names[i % 2])] + ([(24, 20, 44, 36, "dog")] if i % 3 else [])
+              for i in range(1, 9)}
+    prefix = _export(src, write, images, names, new=images)
+    conversion.run(_options(src, out), FAST, show_progress=False)
+    first = _check(out, prefix, images, {}, set())
+
+    # Added images, one of a new category; one deleted. Version 1 recorded no annotation digests: said so.
+    del images["img3.jpg"]
+    os.remove(os.path.join(src, _FOLDER[write], "img3.jpg"))
+    added = {"img10.jpg": [(2, 2, 30, 30, "bird")], "img11.jpg": [(5, 5, 25, 25, "cat")],
+             "img12.jpg": [(6, 6, 40, 30, "dog"), (1, 1, 9, 9, "bird")]}
+    images.update(added)
+    _export(src, write, images, names + ["bird"], new=added)
+    with caplog.at_level(logging.WARNING):
+        done = update.run(_options(src, out), FAST)
+    assert (done.version, done.changes["added"], done.changes["deleted"], done.changes["changed"]) == (2, 3, 1, 0)
+    assert dataset_info(out).classes[-1] == "bird" and "bird" not in dataset_info(out, version=1).classes
+    assert any("no annotation digest" in r.getMessage() and "--rehash" in r.getMessage() for r in caplog.records)
+    second = _check(out, prefix, images, first, set())
+
+    # One image's boxes moved (its bytes as they were), and the categories numbered anew (bird first, a new fish):
+    # --rehash converts once every image whose row has no digest (version 1's, kept so by the first update), in
+    # the split it had, with its ids; the images the first update wrote (digests recorded) stay where they are.
+    images["img5.jpg"] = [(10, 10, 30, 30, "cat")]
+    _export(src, write, images, ["bird", "fish", "dog", "cat"])
+    done = update.run(_options(src, out), FAST, rehash=True)
+    undigested = {prefix + f"img{i}.jpg" for i in (1, 2, 4, 5, 6, 7, 8)}
+    assert (done.version, done.changes["changed"], done.changes["added"]) == (3, len(undigested), 0)
+    third = _check(out, prefix, images, second, undigested)
+    assert all(third[path][:2] == second[path][:2] for path in undigested if path != prefix + "img5.jpg")
+
+    # Then one image's boxes change (an object of the new category added) and a new image: only those.
+    images["img6.jpg"] = [(10, 10, 30, 30, "dog"), (1, 2, 20, 22, "fish")]
+    images["img13.jpg"] = [(3, 3, 33, 33, "fish")]
+    _export(src, write, images, ["bird", "fish", "dog", "cat"], new=["img13.jpg"])
+    done = update.run(_options(src, out), FAST)
+    assert (done.changes["added"], done.changes["changed"], done.changes["deleted"]) == (1, 1, 0)
+    _check(out, prefix, images, third, {prefix + "img6.jpg"})
+    classes = dataset_info(out).classes
+    assert classes[:len(dataset_info(out, version=1).classes)] == dataset_info(out, version=1).classes
+    assert classes[-2:] == ("bird", "fish")
+    assert update.run(_options(src, out), FAST).version is None  # nothing changed: no version
+
+
+def test_an_update_refuses_the_object_sources_it_does_not_update_naming_them_and_what_works(tmp_path):
+    out = tmp_path / "out"
+    write_file(str(out / record_schema.MANIFEST_FILE), json.dumps(
+        {"format_version": 1, "classes": ["", "a"], "splits": {}, "options": {"seed": 0}}))
+    voc = tmp_path / "voc"
+    write_file(str(voc / "Annotations" / "a.xml"), "<annotation/>")
+    write_file(str(voc / "JPEGImages" / "a.jpg"), b"")
+    with pytest.raises(update.UpdateRefusedError, match=r"supports class folders, .* COCO and YOLO only for now; "
+                                                        r".*voc is read as .*\(pascal-voc\).*--overwrite"):
+        update.run(ConvertOptions(src=str(voc), out=str(out)), FAST)
+    yolo = tmp_path / "yolo"
+    _export(str(yolo), _write_yolo, {"img1.jpg": [(1, 1, 9, 9, "a")]}, ["a"], new=["img1.jpg"])
+    with pytest.raises(update.UpdateRefusedError, match=r"read as objects with their masks \(--masks\)"):
+        update.run(ConvertOptions(src=str(yolo), out=str(out), masks=True), FAST)
