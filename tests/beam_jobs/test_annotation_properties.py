@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import pytest
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -76,6 +77,7 @@ def segmentations(draw):
     return (draw(polygons(frame)) if kind == "polygons" else draw(rles(frame))), frame
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(segmentations(), st.booleans())
 def test_a_segmentation_is_accepted_only_when_it_rasterizes_at_its_frame(case, known):

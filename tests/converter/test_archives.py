@@ -267,6 +267,7 @@ def test_an_archive_refused_whole_counts_as_the_images_it_held_and_fails_the_bud
                      r"in files refused whole", proc.stderr), proc.stderr
 
 
+@pytest.mark.slow
 def test_webdataset_shards_convert_by_their_label_members_as_their_extraction_does(tmp_path, demo_src):
     """img2dataset's shards: ``--label-member cls`` (class ids as text, sorted numerically) and
     ``--label-member json:label`` (class names); the folder of shards gives the bytes of its extraction."""

@@ -44,6 +44,7 @@ def test_a_missing_shard_fails_at_build_naming_it(copy_of, training):
 
 
 @pytest.mark.parametrize("training", [True, False])
+@pytest.mark.slow
 def test_a_shard_that_vanishes_after_build_fails_within_seconds_naming_it(copy_of, training):
     ds = reader.build_dataset(str(copy_of), batch_size=8, image_size=16, training=training, seed=1)
     victim = _shard(copy_of, index=3)
@@ -97,6 +98,7 @@ def _convert(src, out, labels_file=None, seed=1):
         ["--direct_running_mode=in_memory", "--direct_num_workers=1"], show_progress=False)
 
 
+@pytest.mark.slow
 def test_a_file_cache_is_never_served_for_a_reconverted_dataset(demo_src, tmp_path, caplog):
     out = tmp_path / "data"
     _convert(demo_src, out)
@@ -164,6 +166,7 @@ def _foreign_shard(path, labels):
 
 
 @pytest.mark.parametrize(("labels", "offset", "bad"), [((0, 1, 2, 4, 1), 0, 4), ((1, 2, 0, 3), -1, -1)])
+@pytest.mark.slow
 def test_foreign_labels_out_of_range_fail_naming_the_shard_or_are_skipped(tmp_path, labels, offset, bad, capfd):
     good = str(tmp_path / "good.tfrecord")
     foreign = str(tmp_path / "foreign.tfrecord")

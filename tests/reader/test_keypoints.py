@@ -42,6 +42,7 @@ def test_evaluation_keypoints_are_in_the_output_images_pixels_with_their_boxes(k
     assert boxes[0, 0] <= points[0, 0, 0] <= boxes[0, 2] and boxes[0, 1] <= points[0, 0, 1] <= boxes[0, 3]
 
 
+@pytest.mark.slow
 def test_a_flip_mirrors_the_points_and_swaps_the_pairs_it_is_given(keypoints_dataset):
     # keypoints="auto": K (3) and the flip (0, 2, 1: nose, left_eye, right_eye) from the manifest
     targets = reader.ObjectTargets(bounding_box_format="xyxy", keypoints="auto")
@@ -121,6 +122,7 @@ def test_keypoints_with_flips_need_the_points_a_flip_swaps(keypoints_dataset):
     assert len(reader.COCO_KEYPOINT_FLIP) == 17
 
 
+@pytest.mark.slow
 def test_a_set_without_a_keypoints_file_gets_unlabelled_points_and_reads_with_keypoints(tmp_path):
     """val2017 has person_keypoints_, train2017 instances only: train's objects get K points of visibility 0, a
     warning names train's instances file, and reading train with ObjectTargets(keypoints=3) works (review #57)."""

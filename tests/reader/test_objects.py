@@ -127,6 +127,7 @@ def test_a_box_mostly_cropped_away_is_dropped_and_the_rest_are_clipped(objects_d
     assert kept["strict"] < kept["loose"]
 
 
+@pytest.mark.slow
 def test_evaluation_resizes_with_padding_keeping_the_aspect_and_maps_boxes_back_to_the_source(objects_dataset):
     from official.vision.dataloaders.tf_example_decoder import TfExampleDecoder
 

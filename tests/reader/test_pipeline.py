@@ -85,6 +85,7 @@ def test_output_dtypes_and_normalizations(demo_dataset, dtype, normalization, lo
     assert low - 1e-2 <= values.min() and values.max() <= high + 1e-2
 
 
+@pytest.mark.slow
 def test_a_seed_gives_identical_batches_and_another_seed_different_ones(demo_dataset):
     def batches(seed):
         ds = reader.build_dataset(demo_dataset, batch_size=16, image_size=32, seed=seed)
@@ -95,6 +96,7 @@ def test_a_seed_gives_identical_batches_and_another_seed_different_ones(demo_dat
     assert not all(np.array_equal(a[0], b[0]) for a, b in zip(first, other))
 
 
+@pytest.mark.slow
 def test_the_training_flip_mirrors_about_half_the_images_and_changes_nothing_else(demo_dataset):
     # Same seed with and without the flip: the crops are the same, so each image is identical or its mirror.
     def images(flip):

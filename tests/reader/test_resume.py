@@ -61,12 +61,14 @@ def test_the_global_batches_are_the_same_at_any_pipeline_count(demo_dataset, uni
 @pytest.mark.parametrize(("step", "pipelines"), [(1, 1), (3, 2), (8, 1), *(
     pytest.param(step, pipelines, marks=pytest.mark.slow) for step, pipelines in ((9, 2), (4, 4), (5, 8), (10, 4),
                                                                                   (17, 8)))])
+@pytest.mark.slow
 def test_a_run_started_at_a_step_yields_the_uninterrupted_batches_from_there(demo_dataset, uninterrupted, step,
                                                                             pipelines):
     resumed = _global_batches(demo_dataset, 3, pipelines, options=WINDOWED, start=step)
     assert _same(resumed, uninterrupted[step:step + 3])
 
 
+@pytest.mark.slow
 def test_a_position_is_a_few_bytes_of_json_that_resumes_with_its_own_seed(demo_dataset, uninterrupted):
     position = reader.position(demo_dataset, "train", BATCH, seed=3, step=13, options=WINDOWED)
     text = position.to_json()
@@ -96,6 +98,7 @@ def _plain_segment(path, index_path, first, count):
     return tf.data.TFRecordDataset(path).skip(first).take(count)
 
 
+@pytest.mark.slow
 def test_a_dataset_without_record_indexes_resumes_by_reading_through(demo_dataset, uninterrupted, tmp_path):
     old = tmp_path / "old"
     shutil.copytree(demo_dataset, old)
@@ -163,6 +166,7 @@ def test_misuse_is_named(demo_dataset):
         reader.build_dataset(demo_dataset, batch_size=12, image_size=16, seed=1, input_context=context)
 
 
+@pytest.mark.slow
 def test_streams_seek_with_the_record_index(demo_dataset):
     """A segment is read from the byte its index names: given another shard's index, it lands mid-record."""
     shards = reader.dataset_info(demo_dataset).split("train").shards

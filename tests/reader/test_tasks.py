@@ -76,6 +76,7 @@ def multilabel_dataset(tmp_path_factory) -> str:
     return out
 
 
+@pytest.mark.slow
 def test_several_labels_become_multi_hot_vectors_a_sigmoid_head_fits_on(multilabel_dataset):
     import keras
 

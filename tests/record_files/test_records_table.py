@@ -52,6 +52,7 @@ def joined(parts) -> tuple[bytes, records_table.TableFile]:
     return out.getvalue(), written
 
 
+@pytest.mark.slow
 def test_rows_read_back_in_record_order_and_any_parquet_reader_reads_them(joined):
     data, written = joined
     expected = [_row(shard, index) for shard, count in enumerate(SIZES) for index in range(count)]

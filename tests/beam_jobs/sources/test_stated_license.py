@@ -68,6 +68,7 @@ def test_readmes_stating_different_licences_offer_none_and_name_both(tmp_path):
             ) in plan.warnings
 
 
+@pytest.mark.slow
 def test_the_card_takes_the_readmes_licence_and_notes_the_file_and_the_readme_stays_skipped(tmp_path):
     src, out = tmp_path / "src", tmp_path / "ds"
     _classes_export(src, {"README.dataset.txt": "# pets\nProvided by a Roboflow user\nLicense: CC BY 4.0\n",

@@ -9,6 +9,7 @@ import json
 import os
 
 import tensorflow as tf
+import pytest
 
 import record_schema
 from beam_jobs.options import ConvertOptions, EncodeOptions
@@ -63,6 +64,7 @@ def test_a_conversion_writes_each_splits_records_table_listed_in_its_manifest(de
     assert None not in rows.column("perceptual_hash").to_pylist()  # the run took perceptual hashes
 
 
+@pytest.mark.slow
 def test_object_records_list_each_objects_class_and_reruns_write_the_same_bytes(tmp_path):
     boxes = {"a.jpg": [(10, 10, 30, 30, 1), (100, 50, 150, 90, 2), (0, 0, 20, 20, 2)], "b.jpg": [], "c.jpg": [(5, 5, 60, 60, 3)]}
     images, annotations, files = [], [], {}

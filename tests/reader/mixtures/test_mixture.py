@@ -85,6 +85,7 @@ def order_one(plan_one) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("canonical", [1, 4])
+@pytest.mark.slow
 def test_the_order_gives_each_batch_its_quota_and_each_source_whole_epochs_in_a_new_order(request, canonical):
     # With C canonical pipelines, canonical pipeline c (slots c*G/C .. (c+1)*G/C - 1 of every batch) runs through
     # its own part of each source's epochs: the checks of one sequence, made on each part, and the parts of a
@@ -128,6 +129,7 @@ def _pairs(dataset: tf.data.Dataset, count: int) -> list:
 
 
 @pytest.mark.parametrize("repeat", [None, reader.RepeatFactor(0.5)], ids=["streams", "repeat-factors"])
+@pytest.mark.slow
 def test_sources_built_at_one_site_each_read_the_order_they_read_built_alone(sources, repeat):
     # The sources' orders are built by one map over their inputs packed as tensors (start-up: issue #50); each
     # must be its own inputs' order, from its own place, as a separate build gives it.

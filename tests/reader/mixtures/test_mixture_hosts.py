@@ -91,6 +91,7 @@ def _canonical_records(plan, k: int, canonical: int, seed: int, epoch: int) -> s
 
 
 @pytest.mark.parametrize("pipelines", [2, 4])
+@pytest.mark.slow
 def test_each_pipeline_reads_only_its_canonical_pipelines_records(plan, whole, pipelines):
     seeds = _source_seeds(3, len(plan.sources))
     mine = plan.canonical_pipelines // pipelines
@@ -136,6 +137,7 @@ def test_resuming_on_another_pipeline_count_gives_the_same_global_batches(plan, 
         assert (np.concatenate([p[1] for p in parts], axis=1) == whole[1][step:]).all(), (step, pipelines)
 
 
+@pytest.mark.slow
 def test_one_canonical_pipeline_is_the_order_mixtures_had_before(sources):
     # C = 1: batch t is counts(t)[0] records of source 0's one sequence (all its streams round-robin), then
     # source 1's, ...: positions saved before canonical pipelines resume on it.
@@ -188,6 +190,7 @@ def repeated(sources):
     return made
 
 
+@pytest.mark.slow
 def test_repeat_factor_sources_are_dealt_so_each_pipeline_reads_its_share(repeated):
     pipelines = 4
     whole = _order(repeated, STEPS)

@@ -47,6 +47,7 @@ def _order(plan, start: int, steps: int) -> list:
     return order
 
 
+@pytest.mark.slow
 def test_factors_epochs_and_frequencies_follow_the_formula(skewed):
     plan = reader.mixture([(skewed, 1)], "train", 10, repeat_factor=reader.RepeatFactor(THRESHOLD))
     factors = plan.sources[0].factors
@@ -77,6 +78,7 @@ def test_factors_epochs_and_frequencies_follow_the_formula(skewed):
 
 
 @pytest.mark.parametrize("canonical", [1, 2])
+@pytest.mark.slow
 def test_the_order_with_repeats_resumes_at_any_step_and_across_an_epoch(skewed, canonical):
     # C = 2 (the default at a batch of 10): each epoch's 50 copies cut into two runs of 25, one a canonical
     # pipeline, each with its own epochs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pytest
 from PIL import Image, ImageDraw
 from scipy import ndimage
 
@@ -122,6 +123,7 @@ def test_a_class_mask_is_tinted_per_class_and_void_and_background_are_left_clear
     assert np.abs(image[road[1]:road[3], road[0]:road[2]] - tinted).mean() < 6
 
 
+@pytest.mark.slow
 def test_each_tile_of_a_multilabel_dataset_names_its_classes(tmp_path):
     tags = {"a": "haze primary", "b": "clear primary water", "c": ""}
     for index, name in enumerate(tags):

@@ -154,6 +154,7 @@ def test_a_classification_report_counts_classes_formats_rejections_and_duplicate
     assert "(distance 5)" in text and figures["splits"]["croissant"].endswith("croissant.json")  # every run writes it
 
 
+@pytest.mark.slow
 def test_the_report_goes_beside_the_manifest_by_default_and_links_the_croissant_card(classified, tmp_path):
     import shutil
 
@@ -173,6 +174,7 @@ def test_the_report_goes_beside_the_manifest_by_default_and_links_the_croissant_
     assert '<a href="../copy/croissant.json">' in (elsewhere / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_objects_sizes_aspect_ratios_centres_crowds_per_class_from_known_boxes(tmp_path):
     # 192 x 144 images; boxes (x0, y0, x1, y1, class, crowd): 20x20 small, 50x40 medium, 120x100 large
     boxes = {"a.jpg": [(10, 10, 30, 30, 1, 0), (100, 50, 150, 90, 2, 0)],
@@ -207,6 +209,7 @@ def test_objects_sizes_aspect_ratios_centres_crowds_per_class_from_known_boxes(t
     assert figures["contact-sheets"]["tiles"] == {"1": 2, "2": 2}
 
 
+@pytest.mark.slow
 def test_the_coco_demo_report_agrees_with_the_manifest(coco_demo, tmp_path):
     figures, _, _ = _report(coco_demo, tmp_path)
     manifest = json.loads(pathlib.Path(coco_demo, "manifest.json").read_text())
@@ -235,6 +238,7 @@ def test_a_segmentation_report_files_records_under_their_masks_classes_and_says_
     assert figures["images"]["train"]["formats"] == {"jpeg": 3}
 
 
+@pytest.mark.slow
 def test_class_names_and_paths_are_shown_as_text_never_as_markup(tmp_path):
     write_file(str(tmp_path / "src/<i onclick=x>A&B<i>/x.jpg"), jpeg(picture(64, 48, [], seed=1)))
     write_file(str(tmp_path / "src/plain/y.jpg"), jpeg(picture(64, 48, [], seed=2)))
@@ -297,6 +301,7 @@ def test_the_records_tables_give_the_scans_figures_and_drawings_of_a_classificat
     assert figures["contact-sheets"]["tiles"]
 
 
+@pytest.mark.slow
 def test_the_records_tables_give_the_scans_figures_and_drawings_of_objects_and_segmentation(coco_demo, segmented,
                                                                                               tmp_path):
     figures = _same_as_a_scan(coco_demo, tmp_path / "coco")

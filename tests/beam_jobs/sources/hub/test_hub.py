@@ -90,6 +90,7 @@ def test_the_same_rows_cut_into_other_files_give_the_same_bytes(tmp_path):
     assert _shards(tmp_path / "out-two") == _shards(tmp_path / "out-three")
 
 
+@pytest.mark.slow
 def test_the_same_images_as_class_folders_give_the_same_labels_and_bytes(tmp_path):
     columns = hub_data.rows(24, 0)
     hub_data.write_split(str(tmp_path / "snapshot" / "data"), "train", columns)
@@ -221,6 +222,7 @@ def test_mutated_parquet_files_list_and_read_or_are_refused_naming_the_file(tmp_
             assert err.reason in ("corrupt-parquet", "missing-image")
 
 
+@pytest.mark.slow
 def test_a_dataset_saved_to_disk_as_arrow_converts_to_the_bytes_of_its_parquet(tmp_path):
     """``DatasetDict.save_to_disk`` writes {split}/data-00000-of-00001.arrow (and a cache-*.arrow that
     ``map`` left is not the dataset): the same rows as Parquet give the same shards."""
@@ -254,6 +256,7 @@ def test_split_and_config_are_read_from_the_hubs_file_names():
         describe("default/partial-train/0000.parquet")
 
 
+@pytest.mark.slow
 def test_class_names_from_the_readme_and_integer_labels_named_by_labels(tmp_path):
     """Parquet written by pandas or pyarrow alone has no huggingface metadata: the names come from the
     snapshot's README.md YAML, as the Hub shows them; a plain integer column is named by --labels."""
@@ -283,6 +286,7 @@ def test_class_names_from_the_readme_and_integer_labels_named_by_labels(tmp_path
 
 
 
+@pytest.mark.slow
 def test_a_cut_file_counts_as_the_rows_it_held_and_a_missing_file_of_a_set_is_named(tmp_path, caplog):
     """Half of a split cut off used to publish the other half with exit 0: its rows now fail the budget."""
     src = tmp_path / "snapshot" / "data"
@@ -303,6 +307,7 @@ def test_a_cut_file_counts_as_the_rows_it_held_and_a_missing_file_of_a_set_is_na
     assert "data/test-00002-of-00003.parquet is missing from" in warned
 
 
+@pytest.mark.slow
 def test_rows_of_local_paths_are_read_with_local_paths_and_every_rejection_names_its_file_and_row(tmp_path):
     """datasets' to_parquet of local image files writes absolute paths and no bytes: read with --local-paths."""
     import datasets

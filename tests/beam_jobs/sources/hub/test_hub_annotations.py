@@ -40,6 +40,7 @@ def _row(image_id: int, boxes, categories, size=(80, 48)) -> dict:
                                            "bbox": [list(map(float, b)) for b in boxes], "category": categories}}
 
 
+@pytest.mark.slow
 def test_cppe5_style_objects_keep_the_hubs_ids_and_their_boxes(tmp_path):
     _write(tmp_path / "cppe5" / "data", [_row(7, [(10, 5, 20, 15), (50, 30, 20, 14)], [2, 0]),
                                          _row(8, [], []), _row(9, [(1, 1, 500, 5)], [1])])
@@ -73,6 +74,7 @@ def test_yolo_boxes_are_read_with_bbox_format(tmp_path):
     assert np.allclose(record["boxes"], [(10 / 80, 5 / 48, 30 / 80, 20 / 48)])
 
 
+@pytest.mark.slow
 def test_a_sequence_of_class_labels_is_several_labels_an_image(tmp_path):
     rows = [{**_row(i, [], []), "tags": tags} for i, tags in enumerate([[2, 0], [], [1, 1]])]
     _write(tmp_path / "t" / "data", rows, tags=True)

@@ -132,6 +132,7 @@ def test_too_many_bad_annotations_fail_the_run_and_publish_nothing(coco_tree, tm
     assert not (tmp_path / "ds").exists() and (tmp_path / "ds.rejected.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_model_gardens_own_decoder_reads_our_boxes_classes_and_ids(converted):
     """Model Garden's TfExampleDecoder (tf-models-official), the parser its detection input pipelines use."""
     import tensorflow as tf

@@ -8,6 +8,7 @@ import io
 import json
 
 import numpy as np
+import pytest
 from PIL import Image
 
 import record_schema
@@ -107,6 +108,7 @@ def test_voc_class_masks_without_boxes_read_by_vocs_palette_colours_void_kept(tm
     assert rejected["reason"] == "missing-file" and "val.txt lists 2007_000099" in rejected["detail"]
 
 
+@pytest.mark.slow
 def test_planning_png_images_finds_each_listed_id_as_its_png(tmp_path):
     """4,000 listed ids whose images are PNGs (not VOC's .jpg): each found as its own image, through one id -> path
     index of the root (it sorted every path an image before: quadratic, 1.9 s of CPU for these 4,000; speed is

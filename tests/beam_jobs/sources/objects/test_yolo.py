@@ -69,6 +69,7 @@ def test_a_split_folder_the_yaml_names_that_is_not_there_is_an_error_naming_it(t
         run(ConvertOptions(src=str(tmp_path / "ds"), out=str(tmp_path / "out")), FAST, show_progress=False)
 
 
+@pytest.mark.slow
 def test_val_fraction_carves_validation_out_of_an_object_datasets_train_split(tmp_path):
     """Unstratified (an image holds several classes), by the keyed hash of its path: the same images every run."""
     root = tmp_path / "ds"
