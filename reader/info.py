@@ -45,6 +45,10 @@ class ShardInfo:
     def whole(self) -> bool:
         return self.first == 0 and self.file_records in (-1, self.num_examples)
 
+    @property
+    def records_in_file(self) -> int:
+        return self.file_records if self.file_records >= 0 else self.num_examples
+
 
 @dataclasses.dataclass(frozen=True)
 class TableInfo:

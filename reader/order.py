@@ -1,8 +1,10 @@
 """The training order: a pure function of (dataset, seed, epoch), so a run resumes exactly from its step.
 
 Data in: a split's shard files with their record counts (and record offsets
-where the converter wrote its ``.idx`` files), the global batch size G, the
-seed and a :class:`StreamLayout` (C canonical streams, windows of W records).
+where the converter wrote its ``.idx`` files; for a version that masks deleted
+records, its extents: runs of files, each from its first record), the global
+batch size G, the seed and a :class:`StreamLayout` (C canonical streams,
+windows of W records).
 Data out: each input pipeline's records of epoch e, as ``(record, key)``
 where ``key`` (epoch * N + record id) seeds that record's augmentation.
 

@@ -60,7 +60,7 @@ def problem(shard: ShardInfo, listings: dict[str, dict[str, Optional[int]]]) -> 
         return None  # a listing without sizes (gs://): the read checks the lines themselves
     if shard.index_bytes:
         return None if size == shard.index_bytes else "damaged"
-    return None if idx.plausible_size(size, shard.num_examples) else "damaged"
+    return None if idx.plausible_size(size, shard.records_in_file) else "damaged"
 
 
 def usable(split: SplitInfo, listings: Optional[dict[str, dict[str, Optional[int]]]] = None) -> SplitInfo:
@@ -150,7 +150,7 @@ def _sound(shard: ShardInfo) -> bool:
         text = storage.read_bytes(shard.index_path)
     except (FileNotFoundError, OSError):
         return False
-    return idx.is_complete(text, shard.num_examples, shard.num_bytes)
+    return idx.is_complete(text, shard.records_in_file, shard.num_bytes)
 
 
 def _not_the_manifests(shard: ShardInfo, listings: dict[str, dict[str, Optional[int]]]) -> Optional[str]:

@@ -27,7 +27,7 @@ from beam_jobs import pipeline as conversion
 from beam_jobs import update
 from beam_jobs.files import version_store
 from beam_jobs.options import ConvertOptions
-from reader import order
+from reader import order, record_index
 from reader.frames import extent_records
 from reader.records import SegmentReader, file_order, interleave_records
 from reader.tools import verify
@@ -229,10 +229,12 @@ def test_a_reader_that_does_not_know_masks_refuses_and_one_without_requires_is_r
     assert os.path.exists(path)
 
 
-def test_prune_keeps_a_masked_file_while_a_kept_version_reads_it(masked, tmp_path):
+def test_prune_and_reindex_keep_a_masked_file_while_a_kept_version_reads_it(masked, tmp_path):
     _, out, _, _, kept, thinned = masked
     copy = str(tmp_path / "out")
     shutil.copytree(out, copy)
     version_store.prune(copy, 1)
     assert os.path.exists(os.path.join(copy, kept)) and not os.path.exists(os.path.join(copy, thinned))
     assert set(_records(copy)) == set(_records(out))
+    rebuilt = record_index.rebuild(copy)  # a masked file's index describes the file: intact, not rewritten
+    assert not rebuilt.written and not rebuilt.failed, rebuilt.format()
