@@ -98,6 +98,7 @@ def test_huge_declared_dimensions_are_rejected_fast_without_decoding(width, heig
     assert time.thread_time() - started < 1.0
 
 
+@pytest.mark.slow
 def test_a_real_decompression_bomb_is_rejected_before_its_pixels_are_allocated():
     # 20000 x 20000 of one colour: a few hundred KB of PNG, 1.2 GB of pixels.
     buffer = io.BytesIO()

@@ -110,6 +110,7 @@ def test_an_archive_converts_to_the_bytes_of_its_extraction(tmp_path, pets, extr
     assert sorted(os.listdir(tmp_path)) == sorted([name, "out"])  # nothing left beside OUT (inflated archives included)
 
 
+@pytest.mark.slow
 def test_a_folder_mixing_class_folders_and_class_archives_converts_as_its_extraction(tmp_path, pets, extracted):
     src = tmp_path / "src"
     shutil.copytree(pets / "cat", src / "cat")

@@ -105,6 +105,7 @@ def test_distributed_dataset_reads_a_mixture_as_build_dataset_does(plan, mixed):
     assert _same([tuple(np.asarray(part) for part in batch) for batch in distributed], mixed)
 
 
+@pytest.mark.slow
 def test_keys_label_offset_and_info_still_work_warning_with_the_new_call(demo_dataset):
     files = sorted(glob.glob(os.path.join(demo_dataset, "validation-*.tfrecord")))
     info = reader.foreign_dataset_info({"validation": files}, classes=["circle", "square", "triangle"])

@@ -56,6 +56,7 @@ def test_a_shard_that_vanishes_after_build_fails_within_seconds_naming_it(copy_o
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.slow
 def test_a_shard_missing_before_the_build_is_skipped_with_one_warning_not_one_per_epoch(copy_of, capfd, caplog):
     victim = _shard(copy_of)
     victim.unlink()

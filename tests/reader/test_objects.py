@@ -89,6 +89,7 @@ def _check_boxes_hold_their_objects(image: np.ndarray, boxes: list) -> None:
     assert not (red & ~covered).any(), "red pixels outside every box"
 
 
+@pytest.mark.slow
 def test_under_scale_jitter_crop_and_flip_every_box_holds_its_object_and_every_object_has_its_box(objects_dataset):
     augment = reader.BoxAugmentation(scale_range=(0.5, 2.0), min_visible=0.0)
     dataset = reader.build_dataset(objects_dataset, "train", batch_size=4, image_size=(96, 128), seed=3,
@@ -178,6 +179,7 @@ def test_boxes_to_source_returns_boxes_in_the_format_they_came_in_or_the_one_ask
     np.testing.assert_allclose(as_yxyx, on_source, rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_rows_past_an_images_objects_are_minus_one_and_max_objects_fixes_the_shape(objects_dataset):
     dataset = reader.build_dataset(objects_dataset, "validation", batch_size=4, image_size=64, training=False)
     batches = [targets for _, targets in dataset]

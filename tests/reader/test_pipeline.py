@@ -50,6 +50,7 @@ def test_eval_pass_yields_every_record_once_with_the_manifest_label_counts(demo_
     assert batch_sizes == [10] * 7 + [2]  # the final partial batch is kept
 
 
+@pytest.mark.slow
 def test_training_epochs_are_complete_reshuffled_and_repeat(demo_dataset):
     ds = reader.build_dataset(demo_dataset, batch_size=1, image_size=16, seed=3, num_epochs=2)
     labels = _labels(ds)

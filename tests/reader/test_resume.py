@@ -80,6 +80,7 @@ def test_a_position_is_a_few_bytes_of_json_that_resumes_with_its_own_seed(demo_d
     assert _same(resumed, uninterrupted[13:16])
 
 
+@pytest.mark.slow
 def test_every_epoch_is_a_permutation_in_a_new_order(demo_dataset):
     info = reader.dataset_info(demo_dataset).split("train")
     layout = order.stream_layout(info.num_examples, BATCH, window=4)

@@ -46,6 +46,7 @@ def _check_mask_on_its_pixels(image: np.ndarray, mask: np.ndarray) -> None:
     assert not image[padded].any(), "padded pixels are 0 in the image and 255 (ignored) in the mask"
 
 
+@pytest.mark.slow
 def test_masks_are_cropped_resized_and_flipped_with_their_pixels(segmentation_dataset):
     augment = reader.BoxAugmentation(scale_range=(0.5, 2.0))
     dataset = reader.build_dataset(segmentation_dataset, "train", batch_size=2, image_size=(64, 80), seed=4,

@@ -21,6 +21,7 @@ def short_of_a_class(mixture_sources):
 
 
 @pytest.mark.parametrize("training", [True, False], ids=["training", "evaluation"])
+@pytest.mark.slow
 def test_a_label_id_outside_the_sources_classes_is_refused_naming_the_source(short_of_a_class, training):
     a, wrong, folder = short_of_a_class
     plan = reader.mixture([(a, 1), (wrong, 1, "c")], "train", 4)

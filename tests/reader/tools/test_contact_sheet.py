@@ -95,6 +95,7 @@ def test_objects_are_boxed_on_their_pixels_in_their_class_color_crowds_dashed_ma
             assert near_a_box or swatch, (category, where)
 
 
+@pytest.mark.slow
 def test_a_class_mask_is_tinted_per_class_and_void_and_background_are_left_clear(tmp_path):
     src, car, road = tmp_path / "seg", (40, 30, 120, 90), (130, 100, 180, 140)
     ids = np.asarray(Image.open(io.BytesIO(class_mask_png(192, 144, car, 2))))

@@ -339,6 +339,7 @@ def test_a_records_table_that_is_not_the_one_its_manifest_lists_is_named(classif
         report.write_report(str(data))
 
 
+@pytest.mark.slow
 def test_the_records_tables_give_the_scans_figures_and_drawings_of_a_multilabel_dataset(multilabel, tmp_path):
     figures = _same_as_a_scan(multilabel, tmp_path / "reports")
     assert figures["classes"]["labels_per_image"] == {"train": {"0": 1, "1": 1, "2": 1, "3": 1}}

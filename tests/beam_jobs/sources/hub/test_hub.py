@@ -49,6 +49,7 @@ def _shards(out) -> dict[str, str]:
             for p in sorted(glob.glob(str(out / "*.tfrecord")))}
 
 
+@pytest.mark.slow
 def test_a_hub_snapshot_keeps_the_hubs_label_ids_and_passes_the_jpeg_bytes_through(tmp_path):
     splits = hub_data.hub_snapshot(str(tmp_path / "snapshot"))
     manifest = _convert(tmp_path / "snapshot", tmp_path / "out")
@@ -122,6 +123,7 @@ def test_a_config_folder_with_another_image_column_and_png_cells(tmp_path):
         _convert(src, tmp_path / "out", config="nope")
 
 
+@pytest.mark.slow
 def test_a_plain_pyarrow_file_with_text_labels_sorts_its_classes(tmp_path):
     image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     table = pa.table({"picture": pa.array([{"bytes": hub_data.photo(i), "path": None} for i in range(8)], image),

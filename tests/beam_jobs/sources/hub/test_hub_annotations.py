@@ -64,6 +64,7 @@ def test_cppe5_style_objects_keep_the_hubs_ids_and_their_boxes(tmp_path):
         ("box-outside-image", "data/train-00000-of-00001.parquet row group 0 row 2 object 1")]
 
 
+@pytest.mark.slow
 def test_yolo_boxes_are_read_with_bbox_format(tmp_path):
     row = _row(7, [(10, 5, 20, 15)], [1])
     row["objects"]["bbox"] = [[20 / 80, 12.5 / 48, 20 / 80, 15 / 48]]  # cx, cy, w, h normalized

@@ -198,6 +198,7 @@ def test_masks_are_each_objects_pixels_under_exif_and_max_side_and_model_garden_
     assert checked == 3
 
 
+@pytest.mark.slow
 def test_converting_again_over_the_dataset_gives_the_same_bytes(coco_tree, tmp_path):
     """--overwrite replaces an object dataset (its label_map.pbtxt is its own), byte for byte."""
     out = tmp_path / "ds"
@@ -208,6 +209,7 @@ def test_converting_again_over_the_dataset_gives_the_same_bytes(coco_tree, tmp_p
     assert "label_map.pbtxt" in first
 
 
+@pytest.mark.slow
 def test_an_image_path_that_leaves_src_is_refused_without_being_read(tmp_path):
     """Annotation files come from strangers: a file_name of ../x or /x never reads outside --src."""
     root = tmp_path / "coco"

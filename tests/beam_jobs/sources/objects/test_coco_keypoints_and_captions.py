@@ -223,6 +223,7 @@ def test_keypoints_whose_image_id_disagrees_with_their_objects_are_refused_namin
     assert not any("names no object" in w for w in plan.warnings), plan.warnings  # named once, as the rejection
 
 
+@pytest.mark.slow
 def test_a_bad_keypoints_annotation_counts_its_images_objects_and_the_budget_says_what_to_raise(tmp_path):
     """a.jpg's person has keypoints that are not triples (its car is fine). By default the image is rejected and
     its line counts both objects as going with it (it said 1: the refused person was not counted); the run fails

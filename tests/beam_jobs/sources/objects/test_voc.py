@@ -18,6 +18,7 @@ from tests.object_data import jpeg, object_records, picture, red_fraction, voc_p
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
 
+@pytest.mark.slow
 def test_voc_converts_with_its_split_lists_and_the_od_apis_ids(tmp_path, caplog):
     root = tmp_path / "VOCdevkit" / "VOC2012"
     # Pixels 10..29 and 50..69 (0-based) are red: VOC writes them 1-based, inclusive: 11..30 and 51..70.
