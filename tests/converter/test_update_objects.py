@@ -172,3 +172,27 @@ def test_an_update_refuses_the_object_sources_it_does_not_update_naming_them_and
     _export(str(yolo), _write_yolo, {"img1.jpg": [(1, 1, 9, 9, "a")]}, ["a"], new=["img1.jpg"])
     with pytest.raises(update.UpdateRefusedError, match=r"read as objects with their masks \(--masks\)"):
         update.run(ConvertOptions(src=str(yolo), out=str(out), masks=True), FAST)
+
+
+def test_an_object_images_stable_ids_and_digest_on_its_json_are_those_of_its_boxes_remapped():
+    from beam_jobs import annotations
+    from beam_jobs.planning import stable_ids
+    from beam_jobs.stage_records import ImageRef
+    from record_files.versions import label_key
+
+    boxes = (annotations.Box("annotation 7", 1, 1.5, 2.25, 30.1, 20.0, 580.0, crowd=True),
+             annotations.Box("annotation 8", 2, 5.0, 6.0, 5.0, 33.0),  # no extent: not in the record
+             annotations.Box("annotation 9", 2, 0.1, 0.2, 0.3, 0.4, keypoints=(1.0, 2.0, 2)))
+    objects = annotations.Objects("17", boxes, (48, 40), captions=("a cat",), keypoints=1)
+    ids = [0, 3, 1]
+    ref, held, key, digest = stable_ids.stable_ref(ImageRef("train", "a.jpg", 0, "", annotations.encode(objects)), ids)
+    remapped = annotations.Objects("17", tuple(box._replace(label=ids[box.label]) for box in boxes), (48, 40),
+                                   captions=("a cat",), keypoints=1)
+    assert ref.annotation == annotations.encode(remapped) and (held, key) == ((3, 1), label_key((3, 1)))
+    assert digest == stable_ids.annotation_digest(remapped)
+    renamed = annotations.Objects("17", tuple(box._replace(name="line 1") for box in boxes), (48, 40),
+                                  captions=("a cat",), keypoints=1)
+    assert stable_ids.stable_ref(ImageRef("train", "a.jpg", 0, "", annotations.encode(renamed)), ids)[3] == digest
+    moved = annotations.Objects("17", (boxes[0]._replace(xmax=31.0),) + boxes[1:], (48, 40), captions=("a cat",),
+                                keypoints=1)
+    assert stable_ids.stable_ref(ImageRef("train", "a.jpg", 0, "", annotations.encode(moved)), ids)[3] != digest
