@@ -339,7 +339,7 @@ def test_update_refuses_another_source_naming_it_options_that_shape_the_records_
     with pytest.raises(update.UpdateRefusedError, match="--seed"):
         update.run(ConvertOptions(src=str(src), out=str(out), seed=2), FAST)
     (src / "annotations.xml").write_text("<annotations></annotations>")  # CVAT's: not updated yet
-    with pytest.raises(update.UpdateRefusedError, match=r"COCO and YOLO only for now; .* \(cvat\)"):
+    with pytest.raises(update.UpdateRefusedError, match=r"COCO, YOLO and Pascal VOC only for now; .* \(cvat\)"):
         update.run(ConvertOptions(src=str(src), out=str(out), seed=1), FAST)
     # A version that dropped leaks: its dropped images are in no sources table, an update would convert them back.
     (out / record_schema.MANIFEST_FILE).write_text(json.dumps(

@@ -1,4 +1,4 @@
-"""``--update`` of object exports (issue #59): COCO and YOLO, their images' annotations compared by digest.
+"""``--update`` of object exports (issue #59): COCO, YOLO and Pascal VOC, their images' annotations compared by digest.
 
 The rule of tests/converter/test_update.py, for images that carry objects: the latest version holds exactly SRC's
 images with exactly SRC's objects now (the classes by name, the boxes where the export puts them); every image
@@ -23,7 +23,7 @@ from beam_jobs.options import ConvertOptions
 from reader.frames import extent_records
 from reader.info import dataset_info
 from tests.converter.test_update import FAST
-from tests.object_data import jpeg, picture, write_file
+from tests.object_data import jpeg, picture, voc_xml, write_file
 
 W, H = 48, 40
 
@@ -58,7 +58,20 @@ def _write_yolo(src: str, images: dict, names: list[str]) -> str:
     return "images/train/"
 
 
-_FOLDER = {_write_coco: "train", _write_yolo: "images/train"}
+def _write_voc(src: str, images: dict, names: list[str]) -> str:
+    """A Pascal VOC export as Roboflow writes it: ``train/<image>.xml`` beside each image (``names`` unused: VOC
+    numbers its own classes, and the others after them)."""
+    folder = os.path.join(src, "train")
+    for name in os.listdir(folder) if os.path.isdir(folder) else ():
+        if name.endswith(".xml"):
+            os.remove(os.path.join(folder, name))
+    for name, boxes in images.items():
+        write_file(os.path.join(folder, name[:-4] + ".xml"),
+                   voc_xml(W, H, [(c, (x0 + 1, y0 + 1, x1, y1), 0) for x0, y0, x1, y1, c in boxes]))  # 1-based
+    return "train/"
+
+
+_FOLDER = {_write_coco: "train", _write_yolo: "images/train", _write_voc: "train"}
 
 
 def _export(src: str, write, images: dict, names: list[str], new=()) -> str:
@@ -110,7 +123,7 @@ def _options(src: str, out: str, **more) -> ConvertOptions:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("write", [_write_coco, _write_yolo], ids=["coco", "yolo"])
+@pytest.mark.parametrize("write", [_write_coco, _write_yolo, _write_voc], ids=["coco", "yolo", "voc"])
 def test_an_object_export_updates_its_changed_boxes_new_category_and_deleted_image(tmp_path, write, caplog):
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     names = ["cat", "dog"]
@@ -123,22 +136,22 @@ def test_an_object_export_updates_its_changed_boxes_new_category_and_deleted_ima
     # Added images, one of a new category; one deleted. Version 1 recorded no annotation digests: said so.
     del images["img3.jpg"]
     os.remove(os.path.join(src, _FOLDER[write], "img3.jpg"))
-    added = {"img10.jpg": [(2, 2, 30, 30, "bird")], "img11.jpg": [(5, 5, 25, 25, "cat")],
-             "img12.jpg": [(6, 6, 40, 30, "dog"), (1, 1, 9, 9, "bird")]}
+    added = {"img10.jpg": [(2, 2, 30, 30, "kite")], "img11.jpg": [(5, 5, 25, 25, "cat")],
+             "img12.jpg": [(6, 6, 40, 30, "dog"), (1, 1, 9, 9, "kite")]}
     images.update(added)
-    _export(src, write, images, names + ["bird"], new=added)
+    _export(src, write, images, names + ["kite"], new=added)
     with caplog.at_level(logging.WARNING):
         done = update.run(_options(src, out), FAST)
     assert (done.version, done.changes["added"], done.changes["deleted"], done.changes["changed"]) == (2, 3, 1, 0)
-    assert dataset_info(out).classes[-1] == "bird" and "bird" not in dataset_info(out, version=1).classes
+    assert dataset_info(out).classes[-1] == "kite" and "kite" not in dataset_info(out, version=1).classes
     assert any("no annotation digest" in r.getMessage() and "--rehash" in r.getMessage() for r in caplog.records)
     second = _check(out, prefix, images, first, set())
 
-    # One image's boxes moved (its bytes as they were), and the categories numbered anew (bird first, a new fish):
+    # One image's boxes moved (its bytes as they were), and the categories numbered anew (kite first, a new fish):
     # --rehash converts once every image whose row has no digest (version 1's, kept so by the first update), in
     # the split it had, with its ids; the images the first update wrote (digests recorded) stay where they are.
     images["img5.jpg"] = [(10, 10, 30, 30, "cat")]
-    _export(src, write, images, ["bird", "fish", "dog", "cat"])
+    _export(src, write, images, ["kite", "fish", "dog", "cat"])
     done = update.run(_options(src, out), FAST, rehash=True)
     undigested = {prefix + f"img{i}.jpg" for i in (1, 2, 4, 5, 6, 7, 8)}
     assert (done.version, done.changes["changed"], done.changes["added"]) == (3, len(undigested), 0)
@@ -148,13 +161,13 @@ def test_an_object_export_updates_its_changed_boxes_new_category_and_deleted_ima
     # Then one image's boxes change (an object of the new category added) and a new image: only those.
     images["img6.jpg"] = [(10, 10, 30, 30, "dog"), (1, 2, 20, 22, "fish")]
     images["img13.jpg"] = [(3, 3, 33, 33, "fish")]
-    _export(src, write, images, ["bird", "fish", "dog", "cat"], new=["img13.jpg"])
+    _export(src, write, images, ["kite", "fish", "dog", "cat"], new=["img13.jpg"])
     done = update.run(_options(src, out), FAST)
     assert (done.changes["added"], done.changes["changed"], done.changes["deleted"]) == (1, 1, 0)
     _check(out, prefix, images, third, {prefix + "img6.jpg"})
     classes = dataset_info(out).classes
     assert classes[:len(dataset_info(out, version=1).classes)] == dataset_info(out, version=1).classes
-    assert classes[-2:] == ("bird", "fish")
+    assert classes[-2:] == ("kite", "fish")
     assert update.run(_options(src, out), FAST).version is None  # nothing changed: no version
 
 
@@ -162,11 +175,11 @@ def test_an_update_refuses_the_object_sources_it_does_not_update_naming_them_and
     out = tmp_path / "out"
     write_file(str(out / record_schema.MANIFEST_FILE), json.dumps(
         {"format_version": 1, "classes": ["", "a"], "splits": {}, "options": {"seed": 0}}))
-    voc = tmp_path / "voc"
-    write_file(str(voc / "Annotations" / "a.xml"), "<annotation/>")
+    voc = tmp_path / "voc"  # VOC's class masks: a PNG a class id a pixel, a file no digest holds
+    write_file(str(voc / "SegmentationClass" / "a.png"), b"")
     write_file(str(voc / "JPEGImages" / "a.jpg"), b"")
-    with pytest.raises(update.UpdateRefusedError, match=r"supports class folders, .* COCO and YOLO only for now; "
-                                                        r".*voc is read as .*\(pascal-voc\).*--overwrite"):
+    with pytest.raises(update.UpdateRefusedError, match=r"supports class folders, .* COCO, YOLO and Pascal VOC only "
+                                                        r"for now; .*voc is read as .*\(voc-segmentation\).*--overwrite"):
         update.run(ConvertOptions(src=str(voc), out=str(out)), FAST)
     yolo = tmp_path / "yolo"
     _export(str(yolo), _write_yolo, {"img1.jpg": [(1, 1, 9, 9, "a")]}, ["a"], new=["img1.jpg"])
