@@ -3,7 +3,7 @@
 In:  the conversion's options (as given with ``--update``), the latest version of OUT (its manifest).
 Out: SRC's plan (:class:`beam_jobs.planning.discover.InputPlan`, listed once) when SRC is a source updates
      support (class folders; a label file: ``--annotations`` CSV, TSV or JSON Lines, one label an image or
-     several, ``--label-separator``; COCO; YOLO; Pascal VOC), else :class:`UpdateRefusedError` naming the source, the flag or
+     several, ``--label-separator``; COCO, with Label Studio's; YOLO; Pascal VOC; CVAT), else :class:`UpdateRefusedError` naming the source, the flag or
      the version at fault.
 
 (docs/converter.md, "Updating a dataset": the rule, and what is not updated yet.)
@@ -60,8 +60,8 @@ def check_options(options: ConvertOptions, manifest: dict) -> None:
 
 # The sources an update reads (beam_jobs.sources.SOURCES's names): each image's identity is its path under SRC,
 # its stamp its file's, and what labels it (a label, tags, objects) comes with its ref, compared by id or digest.
-UPDATABLE = ("class-folders", "label-file", "coco", "yolo", "pascal-voc")
-_WHAT_WORKS = "class folders, label files (--annotations CSV, TSV, JSON Lines), COCO, YOLO and Pascal VOC"
+UPDATABLE = ("class-folders", "label-file", "coco", "yolo", "pascal-voc", "cvat")
+_WHAT_WORKS = "class folders, label files (--annotations CSV, TSV, JSON Lines), COCO, YOLO, Pascal VOC and CVAT"
 
 
 def source_plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:

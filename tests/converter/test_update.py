@@ -338,8 +338,10 @@ def test_update_refuses_another_source_naming_it_options_that_shape_the_records_
     src.mkdir()
     with pytest.raises(update.UpdateRefusedError, match="--seed"):
         update.run(ConvertOptions(src=str(src), out=str(out), seed=2), FAST)
-    (src / "annotations.xml").write_text("<annotations></annotations>")  # CVAT's: not updated yet
-    with pytest.raises(update.UpdateRefusedError, match=r"COCO, YOLO and Pascal VOC only for now; .* \(cvat\)"):
+    for folder, name in (("JPEGImages", "a.jpg"), ("SegmentationClass", "a.png")):  # VOC's class masks: not yet
+        (src / folder).mkdir()
+        (src / folder / name).write_bytes(b"")
+    with pytest.raises(update.UpdateRefusedError, match=r"Pascal VOC and CVAT only for now; .* \(voc-segmentation\)"):
         update.run(ConvertOptions(src=str(src), out=str(out), seed=1), FAST)
     # A version that dropped leaks: its dropped images are in no sources table, an update would convert them back.
     (out / record_schema.MANIFEST_FILE).write_text(json.dumps(

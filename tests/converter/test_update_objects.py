@@ -1,4 +1,4 @@
-"""``--update`` of object exports (issue #59): COCO, YOLO and Pascal VOC, their images' annotations compared by digest.
+"""``--update`` of object exports (issue #59): COCO, YOLO, Pascal VOC and CVAT, their annotations compared by digest.
 
 The rule of tests/converter/test_update.py, for images that carry objects: the latest version holds exactly SRC's
 images with exactly SRC's objects now (the classes by name, the boxes where the export puts them); every image
@@ -71,7 +71,20 @@ def _write_voc(src: str, images: dict, names: list[str]) -> str:
     return "train/"
 
 
-_FOLDER = {_write_coco: "train", _write_yolo: "images/train", _write_voc: "train"}
+def _write_cvat(src: str, images: dict, names: list[str]) -> str:
+    """CVAT for images 1.1 as a task's export writes it: ``annotations.xml`` (its labels in ``names``' order, an
+    image's id its number), the images in ``images/``."""
+    labels = "".join(f"<label><name>{name}</name><type>any</type><attributes/></label>" for name in names)
+    parts = [f"<annotations><version>1.1</version><meta><task><labels>{labels}</labels></task></meta>"]
+    for name, boxes in sorted(images.items()):
+        shapes = "".join(f'<box label="{c}" occluded="0" xtl="{x0}" ytl="{y0}" xbr="{x1}" ybr="{y1}" z_order="0"/>'
+                         for x0, y0, x1, y1, c in boxes)
+        parts.append(f'<image id="{int(name[3:-4])}" name="{name}" width="{W}" height="{H}">{shapes}</image>')
+    write_file(os.path.join(src, "annotations.xml"), "".join(parts) + "</annotations>")
+    return "images/"
+
+
+_FOLDER = {_write_coco: "train", _write_yolo: "images/train", _write_voc: "train", _write_cvat: "images"}
 
 
 def _export(src: str, write, images: dict, names: list[str], new=()) -> str:
@@ -123,7 +136,8 @@ def _options(src: str, out: str, **more) -> ConvertOptions:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("write", [_write_coco, _write_yolo, _write_voc], ids=["coco", "yolo", "voc"])
+@pytest.mark.parametrize("write", [_write_coco, _write_yolo, _write_voc, _write_cvat],
+                         ids=["coco", "yolo", "voc", "cvat"])
 def test_an_object_export_updates_its_changed_boxes_new_category_and_deleted_image(tmp_path, write, caplog):
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     names = ["cat", "dog"]
@@ -178,7 +192,7 @@ def test_an_update_refuses_the_object_sources_it_does_not_update_naming_them_and
     voc = tmp_path / "voc"  # VOC's class masks: a PNG a class id a pixel, a file no digest holds
     write_file(str(voc / "SegmentationClass" / "a.png"), b"")
     write_file(str(voc / "JPEGImages" / "a.jpg"), b"")
-    with pytest.raises(update.UpdateRefusedError, match=r"supports class folders, .* COCO, YOLO and Pascal VOC only "
+    with pytest.raises(update.UpdateRefusedError, match=r"supports class folders, .* Pascal VOC and CVAT only "
                                                         r"for now; .*voc is read as .*\(voc-segmentation\).*--overwrite"):
         update.run(ConvertOptions(src=str(voc), out=str(out)), FAST)
     yolo = tmp_path / "yolo"
