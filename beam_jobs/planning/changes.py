@@ -15,6 +15,8 @@ one it rejected for another reason (corrupt...) whose file is gone now is a chan
 read rejects it afresh as ``missing-file`` (the reason it had no longer holds).
 Its label must be the one its record holds too (a label file that labels it otherwise now: a changed image,
 ``relabelled``), and, without ``--val-fraction``, its split the one SRC states (a label file's split column).
+An object image's annotation digest must be its row's (:func:`beam_jobs.planning.stable_ids.annotation_digest`;
+a row without one, version 1's, is compared by its objects' classes, or with ``rehash`` converted again).
 
 Splits: an unchanged image keeps its split; without ``--val-fraction`` every image converted takes the split
 SRC states; with it, a changed or relabelled image keeps the split it had (the same photo moved from train to
