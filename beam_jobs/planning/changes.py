@@ -232,10 +232,12 @@ class _Found:
         self.deleted += 1
 
     def to_convert(self, path: str, ref: ImageRef, stamp: tuple[int, int], file: str, stratum: int = 0,
-                   split: str = "", carve: bool = False) -> None:
+                   split: str = "", carve: bool = False, digest: int = NO_ANNOTATION) -> None:
         """``ref`` to convert, in ``split`` (one it keeps: counted in its stratum) or, with ``carve``, one the
         carve of the new images gives it (:meth:`carve`); else in the split SRC states."""
         self.stamps[path], self.files[path] = stamp, file
+        if digest != NO_ANNOTATION:  # an object image's, for its new row (held for the images converted only)
+            self.digests[path] = digest
         if split:
             self.strata[stratum, split] += 1
         elif carve:
@@ -302,8 +304,6 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
     """Image ``ref`` of SRC (``path``) against the version's row of it (``match``, None for a new image): unchanged,
     to convert (new, changed, relabelled, moved to another split), deleted or still rejected, into ``found``."""
     ref, ids, key, digest = stable_ids.stable_ref(ref, settings.remap)
-    if digest != NO_ANNOTATION:
-        found.digests[path] = digest
     stratum = key if settings.by_class else 0  # the carve's: a class, or all images (tags, objects)
     file = os.path.join(settings.src, ref.relpath)
     try:
@@ -313,7 +313,8 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
             found.unchanged.add(match, ())
             found.rejected_kept.add(path)
         elif match is not None and not match.file:  # rejected as corrupt..., gone now: rejected anew, missing
-            found.to_convert(path, ref, (UNKNOWN, UNKNOWN), file, stratum, carve=settings.val_fraction > 0)
+            found.to_convert(path, ref, (UNKNOWN, UNKNOWN), file, stratum, carve=settings.val_fraction > 0,
+                             digest=digest)
             found.changed += 1
         elif match is not None:  # gone since SRC was listed: deleted, as if it had been gone then
             found.delete(match)
@@ -342,7 +343,7 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
         return
     # Without a carve SRC states the split; with one, a changed image keeps its split, a new one is carved.
     kept_split = match.split if match is not None and settings.val_fraction > 0 else ""
-    found.to_convert(path, ref, stamp, file, stratum, kept_split, carve=settings.val_fraction > 0)
+    found.to_convert(path, ref, stamp, file, stratum, kept_split, carve=settings.val_fraction > 0, digest=digest)
     if match is None:
         found.added += 1
     else:
