@@ -73,7 +73,7 @@ def test_every_import_arrow_points_one_way():
 
 
 # beam_jobs' folders from the bottom up: a module imports only from its own layer or those below it.
-LAYERS = (("beam_jobs.options", "beam_jobs.stage_records", "beam_jobs.annotations", "beam_jobs.masks", "beam_jobs.formats", "beam_jobs.image_headers", "beam_jobs.faults"),
+LAYERS = (("beam_jobs.options", "beam_jobs.stage_records", "beam_jobs.annotations", "beam_jobs.placed_codec", "beam_jobs.masks", "beam_jobs.formats", "beam_jobs.image_headers", "beam_jobs.faults"),
           ("beam_jobs.files",), ("beam_jobs.runtime",), ("beam_jobs.planning",), ("beam_jobs.sources",),
           ("beam_jobs.stages",), ("beam_jobs.transforms",), ("beam_jobs.pipeline",), ("beam_jobs.update",))
 

@@ -25,7 +25,8 @@ Kinds of record (all big-endian):
   height, width, channels, spill part, offset and length, stored bytes, the file's stamp (16 B, zeros for
   none), whether it has a perceptual hash (u8) and the hash (u64: the shard writer puts it in the records
   table), re-encode reason,
-  and NUL and the source locator when there is one, then NUL and the placed annotation.
+  and NUL and the source locator when there is one, then NUL and the placed annotation
+  (:mod:`beam_jobs.placed_codec`: packed binary for objects, which may hold NULs: it is the record's last field).
   Sorting the raw bytes sorts by (key, path): the records' final order.
 * ``CONTENT``: one accepted image for the duplicate searches: the first 16 bytes
   of its SHA-256, split code, label, whether it has a perceptual hash (u8) and the hash (u64), stored
@@ -63,8 +64,9 @@ END = b"WORK-END"
 # 2: source locators (archive members); 3: annotations (an image's objects); 4: perceptual hashes;
 # 5: the file's stamp in ACCEPTED records; 6: the thumbnail that verifies near pairs in CONTENT records;
 # 7: the perceptual hash in ACCEPTED records (the records table); 8: NEAR positions of band b start at
-# ceil(b * 2**64 / bands), so a range of buckets that is a multiple of the bands never straddles two bands
-VERSION = 8
+# ceil(b * 2**64 / bands), so a range of buckets that is a multiple of the bands never straddles two bands;
+# 9: ACCEPTED records' placed objects packed (beam_jobs.placed_codec), not JSON
+VERSION = 9
 LISTED, ACCEPTED, CONTENT, PATH, MEMBER, NEAR, DROPPED = 1, 2, 3, 4, 5, 6, 7
 
 _HEADER = struct.Struct(">14sBBI")
@@ -125,7 +127,7 @@ def _and_source(data: bytes) -> tuple[str, str]:
 def _and_annotation(data: bytes) -> tuple[str, str, bytes]:
     """``(text, source, annotation)`` of a field written by :func:`_with_source`."""
     text, _, rest = data.partition(b"\0")
-    source, _, annotation = rest.partition(b"\0")  # neither a locator nor annotation JSON holds a NUL
+    source, _, annotation = rest.partition(b"\0")  # a locator holds no NUL; the annotation, last, may
     return _path_text(text), _path_text(source), annotation
 
 

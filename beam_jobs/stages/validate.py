@@ -24,7 +24,7 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 from apache_beam.io.localfilesystem import LocalFileSystem
 
-from beam_jobs import annotations, formats, masks
+from beam_jobs import annotations, formats, masks, placed_codec
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
 from beam_jobs.planning.discover import display_path
@@ -175,7 +175,7 @@ def validate_ref(src: str, ref: ImageRef, options: EncodeOptions, work: str = ""
         unwritable = () if options.keep_partial_images else annotations.unwritable(placed)
         if unwritable:
             return _rejected_for_object(ref.relpath, unwritable)
-        ref = ref._replace(annotation=annotations.encode(placed))
+        ref = ref._replace(annotation=placed_codec.encode_placed(placed))  # packed for the writer, not JSON
         annotation = placed
     accepted = Accepted(ref, hashlib.sha256(data).digest(), result.reencoded_because, result.height, result.width,
                         channels=result.channels, stored_bytes=len(result.data), perceptual_hash=result.perceptual_hash,

@@ -25,7 +25,7 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 
 import record_schema
-from beam_jobs import annotations, masks
+from beam_jobs import annotations, masks, placed_codec
 from beam_jobs.files import filesystems
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import EncodeOptions
@@ -289,7 +289,7 @@ def write_shard(
             encoded = encode_accepted(src, item, options, work, members)
             # A pass-through image is the source file, whose SHA-256 validation already computed.
             known = item.source_sha256.hex() if not encoded.reencoded else hashlib.sha256(encoded.data).hexdigest()
-            annotation = annotations.decode(item.ref.annotation) if item.ref.annotation else None
+            annotation = placed_codec.decode_placed(item.ref.annotation) if item.ref.annotation else None
             if isinstance(annotation, annotations.Objects):  # label_counts counts objects by class
                 class_mask = read_source(src, annotation.class_mask[0], annotation.class_mask[1], work, members) \
                     if annotation.class_mask else b""

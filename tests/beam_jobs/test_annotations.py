@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from beam_jobs import annotations
+from beam_jobs import annotations, placed_codec
 from beam_jobs.annotations import Box, Objects
 from beam_jobs.options import EncodeOptions
 from beam_jobs.stages.encode import Encoded, encode_image
@@ -161,7 +161,7 @@ def test_annotation_frame_decides_the_frame_where_the_size_cannot_tell(tmp_path,
     objects = Objects("7", _boxes(BOXES[:1]), frame=(80, 48), upright=False)  # COCO: the stored frame, when ambiguous
     ref = ImageRef("train", "a.jpg", 0, "", annotations.encode(objects))
     accepted, encoded, _ = validate_ref(str(tmp_path), ref, EncodeOptions(annotation_frame=given))
-    placed = annotations.decode(accepted.ref.annotation)
+    placed = placed_codec.decode_placed(accepted.ref.annotation)  # packed for the writer
     pixels = np.asarray(Image.open(io.BytesIO(encoded.data)).convert("RGB"))
     [box] = placed.boxes
     assert (red_fraction(pixels, (box.xmin, box.ymin, box.xmax, box.ymax)) > 0.9) == on_the_object

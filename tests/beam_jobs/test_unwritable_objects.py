@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from beam_jobs import annotations
+from beam_jobs import annotations, placed_codec
 from beam_jobs.options import ConvertOptions, EncodeOptions
 from beam_jobs.pipeline import run
 from beam_jobs.stage_records import Accepted, ImageRef, RejectedInput
@@ -38,7 +38,7 @@ def test_an_object_past_the_edge_rejects_its_image_naming_it_and_keep_partial_im
     assert isinstance(rejected, RejectedInput) and rejected.reason == annotations.BOX_OUTSIDE
     assert rejected.detail.startswith("a.json annotation 2: box x 30..60") and "--keep-partial-images" in rejected.detail
     accepted, _, _ = validate_ref(str(tmp_path), ref, EncodeOptions(keep_partial_images=True))
-    placed = annotations.decode(accepted.ref.annotation)
+    placed = placed_codec.decode_placed(accepted.ref.annotation)  # packed for the writer
     assert [box.name for box in placed.boxes] == ["a.json annotation 1"]
     assert [(name, reason) for name, reason, _ in placed.rejected] == [("a.json annotation 2", annotations.BOX_OUTSIDE)]
 
@@ -46,7 +46,7 @@ def test_an_object_past_the_edge_rejects_its_image_naming_it_and_keep_partial_im
 def test_a_box_without_an_extent_drops_out_and_its_image_is_written(tmp_path):
     result = validate_ref(str(tmp_path), _ref(tmp_path, GOOD, FLAT), EncodeOptions())
     assert isinstance(result[0], Accepted)
-    placed = annotations.decode(result[0].ref.annotation)
+    placed = placed_codec.decode_placed(result[0].ref.annotation)
     assert [box.name for box in placed.boxes] == ["a.json annotation 1"]
     assert [(name, reason) for name, reason, _ in placed.rejected] == [("a.json annotation 3", annotations.BOX_EMPTY)]
 
