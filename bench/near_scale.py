@@ -51,13 +51,13 @@ KINDS = ("uniform", "photo-like", "crowded")
 CROWD = 50_000  # "crowded": this many images share one band value (more than a task's chunk: block tasks)
 
 
-def hashes_of(kind: str, count: int, seed: int) -> np.ndarray:
+def hashes_of(kind: str, count: int, seed: int, crowd: int = CROWD) -> np.ndarray:
     """``count`` seeded hashes: uniform, or photo-like (clusters of alike hashes)."""
     rng = np.random.default_rng(seed)
     if kind in ("uniform", "crowded"):
         hashes = rng.integers(0, 2**64 - 1, size=count, dtype=np.uint64, endpoint=True)
         if kind == "crowded":  # the first CROWD agree on band 0 (its bits cleared): one value of CROWD records
-            hashes[:min(CROWD, count // 4)] &= ~np.uint64(perceptual_hash.band_masks(DEFAULT_NEAR_DISTANCE)[0])
+            hashes[:min(crowd, count // 4)] &= ~np.uint64(perceptual_hash.band_masks(DEFAULT_NEAR_DISTANCE)[0])
         return hashes
     centres = rng.integers(0, 2**64 - 1, size=max(1, count // 30), dtype=np.uint64, endpoint=True)
     hashes = centres[rng.integers(0, centres.size, size=count)]
@@ -122,13 +122,13 @@ def _range_records(layout: WorkLayout, near_range: int) -> int:
                for part in range(layout.num_parts))
 
 
-def search(layout: WorkLayout) -> dict:
+def search(layout: WorkLayout, oversized: Optional[int] = None) -> dict:
     """CPU of the search stage's functions, and the largest task's records and traced peak memory (of the
     range tasks, and of the block tasks of a band value too large for one, when there is one)."""
     started = time.process_time()
     values = []
     for near_range in range(layout.near_ranges):
-        near_links.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE)
+        near_links.find_pairs(layout, near_range, DEFAULT_NEAR_DISTANCE, oversized=oversized)
         values += near_blocks.values(near_range, layout)
     for value in values:
         for block in range(value.blocks):
@@ -140,7 +140,7 @@ def search(layout: WorkLayout) -> dict:
     sizes = [_range_records(layout, r) for r in range(layout.near_ranges)]
     largest = int(np.argmax(sizes))
     os.remove(layout.near_pairs(largest))  # searched again, traced
-    peak = _traced(near_links.find_pairs, layout, largest, DEFAULT_NEAR_DISTANCE)
+    peak = _traced(near_links.find_pairs, layout, largest, DEFAULT_NEAR_DISTANCE, oversized=oversized)
     block_peak = 0.0
     if values:  # the first block of the value of most blocks: it compares its block with every other
         value = max(values, key=lambda value: value.blocks)
@@ -209,13 +209,14 @@ def expected_false_pairs(images: int) -> float:
     return images * (images - 1) / 2 * within
 
 
-def run(size: int, kind: str, seed: int, conversion_ms: float) -> dict:
+def run(size: int, kind: str, seed: int, conversion_ms: float, crowd: int = CROWD,
+        oversized: Optional[int] = None) -> dict:
     scratch = tempfile.mkdtemp(prefix="near-scale-")
     try:
-        hashes = hashes_of(kind, size, seed)
+        hashes = hashes_of(kind, size, seed, crowd)
         layout, planted = write_work(os.path.join(scratch, "work"), hashes, seed)
         row = {"images": size + planted, "kind": kind, "distance": DEFAULT_NEAR_DISTANCE,
-               "candidate_pairs": _candidates(hashes), **search(layout)}
+               "candidate_pairs": _candidates(hashes), **search(layout, oversized)}
         row.update(score(layout, planted, row.pop("values")), expected_false_pairs_uniform=expected_false_pairs(size + planted))
         cpu = row["find_pairs_cpu_s"] + row["group_near_cpu_s"]
         row["search_us_per_image"] = cpu / row["images"] * 1e6
@@ -232,6 +233,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--conversion-ms", type=float, default=CONVERSION_MS,
                         help="the conversion's CPU per image to compare with (default: %(default)s ms)")
+    parser.add_argument("--crowd", type=int, default=CROWD, help="crowded: images sharing one band value "
+                        "(default: %(default)s; at most a quarter of the size)")
+    parser.add_argument("--oversized", type=int, help="a band value of more records is spilled to block tasks "
+                        "(default: the range task's chunk; a huge number searches every value in its range's task)")
     parser.add_argument("--smoke", action="store_true", help="20,000 hashes of each kind")
     parser.add_argument("--json", help="write the rows here too")
     args = parser.parse_args(argv)
@@ -242,7 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows = []
     for size in sizes:
         for kind in kinds:
-            row = run(size, kind, args.seed, args.conversion_ms)
+            row = run(size, kind, args.seed, args.conversion_ms, args.crowd, args.oversized)
             rows.append(row)
             print(f"{row['images']:>9,} {kind:10} d={row['distance']}: {row['candidate_pairs']:,} candidate pairs, "
                   f"search {row['find_pairs_cpu_s'] + row['group_near_cpu_s']:.1f} s CPU "

@@ -82,7 +82,8 @@ def baseline_find_pairs(layout: WorkLayout, near_range: int, distance: int) -> i
 
 def _current_unchecked(layout: WorkLayout, near_range: int, distance: int) -> int:
     """This checkout's search as the release's was: every pair within the distance, no thumbnail check."""
-    return near_links.find_pairs(layout, near_range, distance, check_thumbnails=False)
+    return near_links.find_pairs(layout, near_range, distance, check_thumbnails=False,
+                                 oversized=10**18)  # every value searched in its range (no block tasks)
 
 
 SEARCHES: dict[str, Callable[[WorkLayout, int, int], int]] = {

@@ -24,6 +24,7 @@ import io
 import os
 import shutil
 import threading
+import uuid
 from typing import Any, BinaryIO, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -248,9 +249,16 @@ def write_text(path: str, text: str) -> None:
     if not is_local(path):
         _create(path, data)
         return
-    temp = path + ".partial"
+    temp = _temporary(path)
     _create(temp, data)
     FileSystems.rename([temp], [path])
+
+
+def _temporary(path: str) -> str:
+    """A name to write ``path`` under before it is renamed into place, its own for each writer: a runner may
+    run a task twice at once (Beam's DaskRunner computes a side input's upstream again), and two writers of
+    one fixed temporary name rename each other's file away. Both write the same bytes; the last rename wins."""
+    return f"{path}.{uuid.uuid4().hex[:12]}.partial"
 
 
 def _create(path: str, data: bytes) -> None:
@@ -292,7 +300,7 @@ def whole_file(path: str) -> Iterator[_LazyFile]:
     :func:`_put_empty_s3_object`).
     """
     local = is_local(path)
-    temp = path + ".partial" if local else path
+    temp = _temporary(path) if local else path
     handle = _LazyFile(temp)
     try:
         yield handle

@@ -74,11 +74,10 @@ def spill(layout: WorkLayout, near_range: int, ordinal: int, records: Iterable[b
     blocks, for :func:`search_block`'s tasks. Memory: the external sort's run (on a local temporary folder)."""
     with tempfile.TemporaryDirectory(prefix="near-value-") as scratch:
         by_signature = external_sort.ExternalSort(scratch, "value", run_bytes)
-        count = position = 0
+        position = b""
         for record in records:
             by_signature.add(_key(record))
-            position, count = record[:8], count + 1
-        block = max(block_records, math.ceil(count / MAX_BLOCKS))
+            position = record[:8]
         reps = members = rep_bytes = member_bytes = 0
         starts, member_starts, last = [], [], None
         with filesystems.whole_file(layout.near_value(near_range, ordinal, "reps")) as rep_file, \
@@ -87,7 +86,7 @@ def spill(layout: WorkLayout, near_range: int, ordinal: int, records: Iterable[b
                 record = item[_SIGNATURE + 1:]
                 if item[:_SIGNATURE] != last:
                     last = item[:_SIGNATURE]
-                    if reps % block == 0:
+                    if reps % block_records == 0:  # a page of reps; blocks are whole pages
                         starts.append(rep_bytes)
                         member_starts.append(member_bytes)
                     external_sort.write_frames(rep_file, (record,))
@@ -95,12 +94,13 @@ def spill(layout: WorkLayout, near_range: int, ordinal: int, records: Iterable[b
                 else:
                     external_sort.write_frames(member_file, (_REP.pack(reps - 1) + record,))
                     member_bytes, members = member_bytes + 8 + len(record), members + 1
+    pages = math.ceil(len(starts) / MAX_BLOCKS)  # a block's pages: at most MAX_BLOCKS blocks, sized by the reps
     bands = layout.near_bands
     band = int.from_bytes(position, "big") // ((1 << 64) // bands) if bands > 1 else 0
-    index = {"band": band, "block": block, "reps": reps, "members": members,
-             "starts": starts + [rep_bytes], "member_starts": member_starts + [member_bytes]}
+    index = {"band": band, "block": pages * block_records, "reps": reps, "members": members,
+             "starts": starts[::pages] + [rep_bytes], "member_starts": member_starts[::pages] + [member_bytes]}
     filesystems.write_text(layout.near_value(near_range, ordinal, "blocks.json"), json.dumps(index))
-    return BigValue(near_range, ordinal, len(starts))
+    return BigValue(near_range, ordinal, len(index["starts"]) - 1)
 
 
 def values(near_range: int, layout: WorkLayout) -> list[BigValue]:
@@ -132,6 +132,7 @@ class _Block(NamedTuple):
     hashes: np.ndarray
     thumbnails: np.ndarray
     ranks: np.ndarray
+    byte_order: np.ndarray  # each record's place among the block's records in byte order (a leak's tie-break)
 
     @classmethod
     def read(cls, path: str, index: dict, block: int) -> "_Block":
@@ -139,8 +140,10 @@ class _Block(NamedTuple):
         records = list(_read_frames(path, start, stop, max(1, stop - start)))
         heads = np.frombuffer(b"".join(r[:work_records.NEAR_HEAD.itemsize] for r in records), dtype=work_records.NEAR_HEAD)
         thumbnails = np.frombuffer(work_records.near_thumbnails(records), np.uint8).reshape(-1, perceptual_hash.THUMB_BYTES)
+        byte_order = np.empty(len(records), dtype=np.int64)
+        byte_order[sorted(range(len(records)), key=records.__getitem__)] = np.arange(len(records))
         return cls(block * index["block"], records, heads["phash"].astype(np.uint64), thumbnails,
-                   heads["split"].astype(np.int64))
+                   heads["split"].astype(np.int64), byte_order)
 
 
 def _pairs_between(rows: _Block, columns: _Block, band: int, distance: int, diagonal: bool) -> Iterator[np.ndarray]:
@@ -163,12 +166,13 @@ def _pairs_between(rows: _Block, columns: _Block, band: int, distance: int, diag
 
 
 class _Leaks:
-    """Block ``i``'s evaluation reps with a direct pair in the training split: each one's closest partner
-    (by distance, then the partner's place in the value: the same choice on every run)."""
+    """Block ``i``'s evaluation reps with a direct pair in the training split: each one's closest partner (by
+    distance, then the partner's record as bytes: the choice :class:`near_leaks.Leaks` makes over a chunk sorted
+    as bytes, so a value searched in blocks names the partners it would name searched whole)."""
 
     def __init__(self, rows: _Block) -> None:
         self.rows = rows
-        self.closest: dict[int, tuple[int, int, bytes]] = {}  # row -> (bits, partner's place, partner's record)
+        self.closest: dict[int, tuple[int, bytes]] = {}  # row -> (bits, partner's record)
 
     def see(self, pairs: np.ndarray, columns: _Block) -> None:
         """Note the pairs (row, column) whose row is an evaluation rep and column a training one (on the
@@ -183,14 +187,14 @@ class _Leaks:
             return
         rows, partners = pairs[0, leaked], pairs[1, leaked]
         bits = np.bitwise_count(self.rows.hashes[rows] ^ columns.hashes[partners]).astype(np.int64)
-        order = np.lexsort((partners, bits, rows))
+        order = np.lexsort((columns.byte_order[partners], bits, rows))
         first = np.ones(order.size, dtype=bool)
         first[1:] = rows[order][1:] != rows[order][:-1]
         for row, bit, partner in zip(rows[order][first].tolist(), bits[order][first].tolist(),
                                      partners[order][first].tolist()):
-            place = columns.first + partner
-            if row not in self.closest or (bit, place) < self.closest[row][:2]:
-                self.closest[row] = (bit, place, columns.records[partner])
+            candidate = (bit, columns.records[partner])
+            if row not in self.closest or candidate < self.closest[row]:
+                self.closest[row] = candidate
 
 
 def search_block(task: tuple[BigValue, int], layout: WorkLayout, distance: int) -> int:
@@ -276,7 +280,7 @@ def _copies(layout: WorkLayout, value: BigValue, index: dict, block: int, leaks:
     split as a leak at distance 0 (copies share every band: they are joined once, in band 0)."""
     rows, band = leaks.rows, index["band"]
     for row in sorted(leaks.closest):
-        bits, _, partner = leaks.closest[row]
+        bits, partner = leaks.closest[row]
         leak_lines.add([f"[{member_text(rows.records[row])}, {member_text(partner)}, {bits}]"])
     if not (leaks.closest or band == 0):
         return
@@ -290,7 +294,7 @@ def _copies(layout: WorkLayout, value: BigValue, index: dict, block: int, leaks:
             if rank > 0 and rows.ranks[row] == 0:
                 leak_lines.add([f"[{member_text(record)}, {member_text(rows.records[row])}, 0]"])
         if rank > 0 and row in leaks.closest:
-            bits, _, partner = leaks.closest[row]
+            bits, partner = leaks.closest[row]
             leak_lines.add([f"[{member_text(record)}, {member_text(partner)}, {bits}]"])
 
 
