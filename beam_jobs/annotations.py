@@ -181,8 +181,14 @@ def decode(data: bytes) -> Annotation:
                    orientation, assumed, tuple(captions), keypoints)
 
 
+_FIELDS = len(Box._fields)
+_new_tuple = tuple.__new__  # a Box from its values without NamedTuple's keyword-handling __new__: half the cost
+
+
 def _box(values: list) -> Box:
-    box = Box(*values)  # keypoints (the last field) written only where there are some
+    if len(values) == _FIELDS - 1:  # keypoints (the last field) written only where there are some
+        return _new_tuple(Box, (*values, ()))
+    box = Box(*values)
     return box._replace(keypoints=tuple(box.keypoints)) if box.keypoints else box
 
 

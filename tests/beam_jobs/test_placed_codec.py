@@ -80,3 +80,13 @@ def test_truncated_bytes_are_refused():
     for cut in (4, 8 * 17, len(data) - 20):
         with pytest.raises((ValueError, struct.error)):
             decode_placed(data[:-cut])
+
+
+def test_normalized_objects_without_a_mask_frame_and_a_square_image_assumed_frame_read_back_equal():
+    yolo = Objects("9", (Box("labels/a.txt line 1", 0, 0.1, 0.2, 0.5, 0.6), Box("labels/a.txt line 2", 2, 0, 0, 1, 1)),
+                   annotations.NORMALIZED, upright=True)
+    placed = annotations.place(yolo, (64, 64), 3)
+    assert placed.mask_frame == () and decode_placed(encode_placed(placed)) == placed
+    square = annotations.place(Objects("8", (Box("annotation 1", 1, 1, 2, 30, 40),), (64, 64)), (64, 64), 6)
+    assert square.assumed and square.mask_frame == (64, 64)
+    assert decode_placed(encode_placed(square)) == square
