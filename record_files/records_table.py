@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import BinaryIO, Iterable, Iterator, Optional, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -178,6 +178,22 @@ def join_tables(parts: Iterable[BinaryIO], handle, split: str) -> TableFile:
             writer.write_table(batch, row_group_size=ROW_GROUP)
             rows += batch.num_rows
     writer.add_key_value_metadata(_metadata(split, stats))
+    writer.close()
+    return sink.written(rows)
+
+
+def write_groups(groups: Iterable[pa.Table], handle, split: str, stats: Callable[[], SplitStats]) -> TableFile:
+    """Row groups of this schema, each one shard's rows in record order, as a split table into ``handle``, its
+    footer's figures what ``stats()`` gives once the last group is written. Each group is written as it comes
+    (an empty one is skipped): the same groups give the same bytes. Memory: one group. (An update composes a version's table so: ``beam_jobs.update.tables``.)"""
+    sink = _Sink(handle)
+    writer = pq.ParquetWriter(sink, SCHEMA, **_WRITE_OPTIONS)
+    rows = 0
+    for group in groups:
+        if group.num_rows:
+            writer.write_table(group, row_group_size=ROW_GROUP)
+            rows += group.num_rows
+    writer.add_key_value_metadata(_metadata(split, stats()))
     writer.close()
     return sink.written(rows)
 

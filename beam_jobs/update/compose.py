@@ -28,6 +28,7 @@ from beam_jobs.options import ConvertOptions
 from beam_jobs.planning import changes as change_plan
 from beam_jobs.planning import discover
 from beam_jobs.stages.manifest import publish_skipped
+from beam_jobs.update import tables
 from record_files import versions
 from record_files.records_table import RecordsTable
 from record_files.versions import SourceRow
@@ -82,6 +83,14 @@ def compact(out: str, staging: str, found: change_plan.Changes, latest: version_
                 "sha256": copied.sha256, "dali_index": f"{folder}/{name}.idx", "index_bytes": copied.index_bytes})
             renamed[shard["file"]] = f"{folder}/{name}"
     return entries, renamed
+
+
+def write_tables(out: str, staging: str, found: change_plan.Changes, latest: version_store.Version, number: int,
+                 converted: Optional[dict], renamed: dict[str, str], manifest: dict) -> None:
+    """Each split's records table of the version, into staging, listed in ``manifest``'s split entries
+    (:func:`beam_jobs.update.tables.write_tables`). After :func:`version_manifest`, before the card."""
+    tables.write_tables(out, staging, found, latest.manifest, number, converted, renamed, manifest["splits"],
+                        latest.manifest.get("task", record_schema.TASK_CLASSIFICATION))
 
 
 def version_manifest(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes,
@@ -251,7 +260,7 @@ def _new_rows(found: change_plan.Changes, converted: Optional[dict], staging: st
         if not table:
             continue
         files = [f"{folder}/{shard['file']}" for shard in entry["shards"]]
-        path = os.path.join(staging, table["file"])
+        path = tables.conversion_table(staging, split)  # the version's own table takes its name
         for group in RecordsTable(path).row_groups(("shard", "index", "sha256", "path", "classes")):
             columns = group.to_pydict()
             for shard, index, sha, name, classes in zip(columns["shard"], columns["index"], columns["sha256"],

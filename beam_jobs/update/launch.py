@@ -122,14 +122,13 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
                 converted, staging = _convert(options, plan, found, staging, choice, show_progress)
                 compacted, renamed = compose.compact(out, staging, found, latest, number)
                 manifest = compose.version_manifest(options, plan, found, latest, number, converted, compacted, staging)
+                compose.write_tables(options.out, staging, found, latest, number, converted, renamed, manifest)
                 label_files.write_card(staging, out, manifest, options.card)
                 compose.write_sources(found, converted, staging, number, renamed)
             shutil.rmtree(scratch, ignore_errors=True)
             faults.point("before-commit")
             with interrupt.deferred():
                 filesystems.remove_folder(publish.work_dir(staging))
-                for split in record_schema.SPLITS:  # the new shards' rows are in the sources table now
-                    _remove_if_there(os.path.join(staging, record_schema.records_table_filename(split)))
                 version_store.publish(staging, out, number, manifest)
             faults.point("committed")
         except BaseException as err:
@@ -186,7 +185,3 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
     return launch.convert_into(dataclasses.replace(options, val_fraction=0.0, shards=AUTO), narrowed, staging,
                                  choice, show_progress, budget=(len(plan.refs), rejected_before))
 
-
-def _remove_if_there(path: str) -> None:
-    if os.path.exists(path):
-        os.remove(path)

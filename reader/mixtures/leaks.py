@@ -83,7 +83,7 @@ def _popcount(values: np.ndarray) -> np.ndarray:
 def find_leaks(infos: Sequence[DatasetInfo], names: Sequence[str], split: str,
                distance: int = NEAR_DISTANCE) -> tuple[list[Leak], list[str]]:
     """Every image of each source's ``split`` that another source holds in another split, and the sources
-    that could not be checked (no records tables: converted before them).
+    that could not be checked (no records tables: converted before them, or an update's version before them).
 
     Pairs are sorted (source order, then paths); at most one per training image and other image.
     """
@@ -178,8 +178,9 @@ def check(infos: Sequence[DatasetInfo], names: Sequence[str], split: str, leaks:
         return []
     found, unchecked = find_leaks(infos, names, split, NEAR_DISTANCE if distance is None else distance)
     if unchecked:
-        logger.info("sources %s have no records tables (converted before them): their images were not checked "
-                    "for leaks across the mixture's sources; converting them again writes the tables", unchecked)
+        logger.info("sources %s have no records tables (converted before them, or a version an update wrote before "
+                    "them): their images were not checked for leaks across the mixture's sources; converting them "
+                    "again, or the next --update, writes the tables", unchecked)
     if not found:
         return found
     message = (f"{len(found)} images of the mixture's {split!r} split are in another source's evaluation splits: "

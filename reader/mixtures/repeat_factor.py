@@ -36,7 +36,7 @@ import hashlib
 import math
 import os
 import tempfile
-from typing import Callable, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -123,9 +123,16 @@ def image_classes(info: DatasetInfo, split: SplitInfo) -> ClassIds:
         raise ValueError(f"{info.data_dir}: repeat-factor sampling needs classes an image; a segmentation "
                          "dataset's classes are in its masks")
     table = open_records_table(split)
-    if table is not None:
+    if table is not None:  # a masked version's rows are the records it reads, in its record order
         values, starts = table.class_ids()
         return ClassIds(values, starts)
+    if split.masked:  # the pass below reads whole files: the masked records' labels too
+        raise ValueError(
+            f"{info.data_dir}: repeat factors (Source(repeat_factor=...)) need version {info.version}'s records "
+            f"table to read split {split.name!r}, which masks deleted records in "
+            f"{', '.join(sorted({os.path.basename(s.path) for s in split.shards if not s.whole}))}; that version "
+            "was written before updates wrote tables: run python -m converter --update again once SRC changes "
+            "(its version has tables), read the source without repeat factors, or convert SRC again with --overwrite")
     key = record_schema.OBJECT_LABEL if info.task == record_schema.TASK_OBJECTS else record_schema.LABEL
     spec = {key: tf.io.RaggedFeature(tf.int64)}
     records = tf.data.TFRecordDataset(split.files).batch(LABEL_BATCH)
@@ -200,7 +207,8 @@ def epoch_counts(factors: tf.Tensor, epoch_records: "int | tf.Tensor", seed: "in
 
 def repeated_records(files: Sequence[str], counts: Sequence[int], index_files: Sequence[str],
                      factors: Union[np.ndarray, str], epoch_records: int, window: int, seed: int, start: tf.Tensor,
-                     read_segment, parts: int = 1, part: int = 0) -> tf.data.Dataset:
+                     read_segment, parts: int = 1, part: int = 0,
+                     firsts: Optional[Sequence[int]] = None) -> tf.data.Dataset:
     """``(record, key)`` of part ``part`` of ``parts`` of a source with repeats, from its record ``start`` (of
     E / parts an epoch) on, without end.
 
@@ -208,23 +216,25 @@ def repeated_records(files: Sequence[str], counts: Sequence[int], index_files: S
     first, count)`` as ``order.host_records`` takes it (and, as there, a ``records.SegmentReader`` has its graph
     traced once a process). Keys are unique per copy (epoch * E + copy's place in the epoch), so two copies of
     an image are augmented differently. ``parts`` must divide E (``epoch_records``); one part is the whole
-    epoch, the order mixtures had before canonical pipelines.
+    epoch, the order mixtures had before canonical pipelines. ``firsts``: each file's first record the source
+    reads (a masked version's extents: ``files`` then names a file once per run; default 0, whole files).
     """
     path = factors if isinstance(factors, str) else factors_file(factors)
+    firsts = list(firsts) if firsts is not None else [0] * len(files)
     return repeated_records_graph(read_segment)(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
-                 tf.constant(list(index_files), tf.string), tf.constant(path, tf.string),
+                 tf.constant(list(index_files), tf.string), tf.constant(firsts, tf.int64), tf.constant(path, tf.string),
                  tf.constant(epoch_records, tf.int64), tf.constant(window, tf.int64), tf.constant(seed, tf.int64),
                  tf.cast(start, tf.int64), tf.constant(parts, tf.int64), tf.constant(part, tf.int64))
 
 
 def repeated_records_graph(read_segment) -> Callable[..., tf.data.Dataset]:
-    """:func:`repeated_records` as its graph: ``(files, counts, index_files, factors_path, epoch_records, window,
+    """:func:`repeated_records` as its graph: ``(files, counts, index_files, firsts, factors_path, epoch_records, window,
     seed, start, parts, part) -> dataset``, every argument a tensor, for callers that build several at one site."""
     return reading_graph(_REPEATED_GRAPHS, read_segment, _repeated_graph, _REPEATED_SIGNATURE)
 
 
 _REPEATED_SIGNATURE = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64),
-                       tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.string)] + \
+                       tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64), tf.TensorSpec([], tf.string)] + \
     [tf.TensorSpec([], tf.int64)] * 6
 _REPEATED_GRAPHS: dict = {}  # read_segment -> repeated_records' traced graph
 
@@ -266,7 +276,7 @@ def part_copies(counts: tf.Tensor, sizes: tf.Tensor, order: tf.Tensor, parts: tf
     return first, end, tf.maximum(tf.minimum(placed, high) - tf.maximum(placed - copies, low), 0)
 
 
-def _repeated_graph(paths: tf.Tensor, sizes: tf.Tensor, indexes: tf.Tensor, factors_path: tf.Tensor,
+def _repeated_graph(paths: tf.Tensor, sizes: tf.Tensor, indexes: tf.Tensor, firsts: tf.Tensor, factors_path: tf.Tensor,
                     epoch_records: tf.Tensor, window: tf.Tensor, seed: tf.Tensor, start: tf.Tensor,
                     parts: tf.Tensor, part: tf.Tensor, read_segment) -> tf.data.Dataset:
     """:func:`repeated_records` with every number a tensor.
@@ -290,7 +300,8 @@ def _repeated_graph(paths: tf.Tensor, sizes: tf.Tensor, indexes: tf.Tensor, fact
         shard, first, number = range_segments(sizes, seed, epoch, first_record + first_window * window, end_record)
 
         def segment(shard_index, first_record, number):
-            return read_segment(tf.gather(paths, shard_index), tf.gather(indexes, shard_index), first_record, number)
+            return read_segment(tf.gather(paths, shard_index), tf.gather(indexes, shard_index),
+                                tf.gather(firsts, shard_index) + first_record, number)
 
         def expand(number: tf.Tensor, batch: tf.Tensor) -> tuple:
             low = number * window

@@ -83,17 +83,14 @@ def _repeated_builder(sources, shards, seeds: tf.Tensor, consumed: tf.Tensor, se
     """``i -> `` sequence i: canonical pipeline ``pipelines[i]``'s part of source ``rows[i]``'s order with repeats
     (``repeat_factor.repeated_records``, E / C records an epoch), from that part's record ``consumed[i]``."""
     graph = repeated_records_graph(segment)
-    if any(not s.whole for row in shards for s in row):  # its factors and segments read whole files
-        raise ValueError("repeat factors (Source(repeat_factor=...)) do not read a version that masks deleted "
-                         "records yet (its manifest requires 'live'): read the source without them, or convert "
-                         "its SRC again with --overwrite")
     files, counts, indexes = _shard_rows(shards)
+    firsts = _Rows.of([[s.first for s in row] for row in shards], tf.int64)  # a masked version's runs
     factors = _Rows.of([[s.factors.path] for s in sources], tf.string)  # files: N floats each, never constants
     sizes = tf.constant([[s.factors.epoch_records, s.layout.window] for s in sources], tf.int64)
 
     def make(i: tf.Tensor) -> tf.data.Dataset:
         row = rows[i]
-        return graph(files.row(row), counts.row(row), indexes.row(row), factors.row(row)[0], sizes[row][0],
+        return graph(files.row(row), counts.row(row), indexes.row(row), firsts.row(row), factors.row(row)[0], sizes[row][0],
                      sizes[row][1], seeds[row], consumed[i], tf.constant(canonical, tf.int64), pipelines[i])
 
     return make

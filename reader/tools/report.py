@@ -137,15 +137,14 @@ def one_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str]) 
 def the_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str], scan: bool = False) -> Pass:
     """The records tables' pass when every split has one (and ``scan`` is not asked for), else the scan of every
     record, logged: a dataset converted before records tables reports as before, more slowly, and so does a
-    version an update wrote (``--update`` writes no records table: a version's shards are its predecessors' and
-    its own, and the update's table of the new records goes into the version's sources table)."""
+    version an update wrote before updates wrote tables (``beam_jobs.update.tables`` writes each version's)."""
     tables = None if scan else {name: open_records_table(split) for name, split in info.splits.items()}
     if tables and all(table is not None for table in tables.values()):
         return table_pass(info, options, wanted_paths, tables)
     if not scan and info.version > versions.FIRST_VERSION:
-        logger.warning("version %d of %s has no records tables (python -m converter --update writes none for the "
-                       "versions it writes): the report reads every record of every shard instead", info.version,
-                       info.data_dir)
+        logger.warning("version %d of %s has no records tables (an update before records tables wrote it): the "
+                       "report reads every record of every shard instead; the next --update writes its version's",
+                       info.version, info.data_dir)
     elif not scan:
         logger.warning("%s has no records tables (converted before them): the report reads every record of every "
                        "shard; converting again writes them, and the report then reads only what it draws",

@@ -119,9 +119,10 @@ def table_pass(info: DatasetInfo, options: ReportOptions, wanted_paths: set[str]
         _find(tables[name], place, room, wanted, picks)
     thumbs: dict[str, Image.Image] = {}
     masks_read = _mask_sheets(info, options, tiles) if segmentation else 0
-    shards = [split.shards for split in info.splits.values()]
+    # A table's shard is its file's place in the manifest: a masked file is one shard, however many runs.
+    shards = [list(dict.fromkeys(shard.path for shard in split.shards)) for split in info.splits.values()]
     for (place, shard, index), (offset, classes, path) in sorted(picks.items()):
-        feature = _record_at(info, shards[place][shard].path, offset, index)
+        feature = _record_at(info, shards[place][shard], offset, index)
         tiles.file(feature, classes)  # each class's first records: never past its room
         if path:
             thumbs[path] = thumbnail(feature, options.thumb)

@@ -84,11 +84,13 @@ def verify(data_dir: str, sample: Optional[int] = None, version: Optional[int] =
     _check_listing(info, report)
     for split in info.splits.values():
         table = _check_records_table(info, split, report)
+        live = _live_records(split)  # a masked file's table rows are its live records' only
         for number, shard in enumerate(_shard_files(split, report)):
+            rows = table and table.for_shard(number, shard.num_examples, live.get(shard.path))
             if storage.exists(shard.path):
-                _check_shard(info, shard, sample, report, table and table.for_shard(number, shard.num_examples))
+                _check_shard(info, shard, sample, report, rows)
             elif table:
-                table.for_shard(number, shard.num_examples).skip()
+                rows.skip()
     return report
 
 
@@ -108,6 +110,15 @@ def _shard_files(split, report: Report) -> list:
     return list(files.values())
 
 
+def _live_records(split) -> dict[str, set[int]]:
+    """Each masked file's records the version reads (its extents' runs), by path."""
+    live: dict[str, set[int]] = {}
+    for shard in split.shards:
+        if not shard.whole:
+            live.setdefault(shard.path, set()).update(range(shard.first, shard.first + shard.num_examples))
+    return live
+
+
 class _TableRows:
     """A split's records table read alongside its shards: each record checked against its row (its place, offset,
     class ids, size, image bytes, SHA-256 and path), a row group in memory at a time; the first difference is
@@ -116,10 +127,11 @@ class _TableRows:
     def __init__(self, table, name: str, task: str) -> None:
         self._rows = (row for group in table.row_groups() for row in group.to_pylist())
         self.name, self._task, self.done = name, task, False
-        self._shard, self._left = 0, 0
+        self._shard, self._left, self._live = 0, 0, None
 
-    def for_shard(self, number: int, records: int) -> "_TableRows":
-        self._shard, self._left = number, records
+    def for_shard(self, number: int, records: int, live: Optional[set[int]] = None) -> "_TableRows":
+        """The rows of shard ``number``, of ``records`` records; ``live``: a masked file's records that have one."""
+        self._shard, self._left, self._live = number, records if live is None else len(live), live
         return self
 
     def skip(self) -> None:
@@ -128,7 +140,7 @@ class _TableRows:
         self._left = 0
 
     def check(self, index: int, offset: int, data: bytes, report: Report) -> None:
-        if self.done:
+        if self.done or (self._live is not None and index not in self._live):
             return
         row, self._left = next(self._rows, None), self._left - 1
         problem = "has fewer rows than the records" if row is None else _row_problem(
