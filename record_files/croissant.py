@@ -26,6 +26,9 @@ What the card holds, and why so:
   dataset folder's, the description to what the records are and what converted them, the version to
   1.0.0. So the same conversion writes the same card, byte for byte, as it writes the same shards (the
   conversion's time is the manifest's ``created``, which is not pinned).
+- No card of a version that masks records (``live``: an update deleted some records of a shard it kept):
+  a FileObject is a whole file, so mlcroissant would read the deleted records; :func:`refuse_masked` says so,
+  naming the files and what reads the version exactly.
 
 Imports neither TensorFlow nor Apache Beam (``record_files/``): the converter writes the card into its
 staging folder before it publishes, the CLI's ``card`` command writes it into a published dataset.
@@ -68,12 +71,46 @@ SPLIT_URLS: dict[str, str] = {"train": "cr:TrainingSplit", "validation": "cr:Val
 SHARDS_ID = "tfrecord-shards"
 
 
+class MaskedVersionError(ValueError):
+    """A version that masks deleted records in its shard files (``live``, docs/update.md): no card is exact."""
+
+
+def masked_shards(manifest: Mapping) -> list[str]:
+    """The shard files (relative to OUT) of which ``manifest``'s version reads only some records."""
+    return [shard["file"] for split in manifest["splits"].values() for shard in split["shards"] if "live" in shard]
+
+
+def refuse_masked(manifest: Mapping) -> None:
+    """Raise :class:`MaskedVersionError` naming the masked shards and what to do, when the version masks any.
+
+    Why refuse, not write: a Croissant ``FileObject`` is a whole file, and Croissant has no way to say "these
+    records of it only"; mlcroissant would read a masked file's deleted records back as the version's (deleted
+    and changed images, a relabelled image twice). A card that is wrong without a sign is worse than none.
+    """
+    masked = masked_shards(manifest)
+    if not masked:
+        return
+    shown = ", ".join(masked[:5]) + (f" and {len(masked) - 5} more" if len(masked) > 5 else "")
+    version = manifest.get("version") or versions.FIRST_VERSION
+    raise MaskedVersionError(
+        f"version {version} reads only some records of {len(masked)} shard file{'s' if len(masked) > 1 else ''} "
+        f"({shown}: its manifest's 'live' runs mask records an update deleted), and a Croissant FileObject is a "
+        "whole file: mlcroissant would read the deleted records too, so no card is written. To read this version "
+        f"exactly use reader.build_dataset(OUT, ..., version={version}) or its records tables "
+        "(<split>.records.parquet, one row a record it reads); for a card, convert SRC again with --overwrite "
+        "(shards holding exactly its records)")
+
+
 def build_croissant(manifest: Mapping, card: Optional[DatasetCard] = None, folder_name: str = "dataset") -> dict:
     """The Croissant JSON-LD of the dataset ``manifest`` describes (see the module docstring).
 
     ``folder_name``: the dataset folder's name, the default ``name``. Pure: the same manifest (its
     ``created`` aside) and card give the same card, byte for byte.
+
+    Raises:
+      MaskedVersionError: the version masks records of its shard files (:func:`refuse_masked`).
     """
+    refuse_masked(manifest)
     card = card or DatasetCard()
     return {
         "@context": CONTEXT,

@@ -18,6 +18,7 @@ import collections
 import datetime
 import heapq
 import json
+import logging
 import os
 import shutil
 from typing import Optional
@@ -28,10 +29,13 @@ from beam_jobs.options import ConvertOptions
 from beam_jobs.planning import changes as change_plan
 from beam_jobs.planning import discover
 from beam_jobs.stages.manifest import publish_skipped
+from beam_jobs.pipeline import label_files
 from beam_jobs.update import tables
-from record_files import versions
+from record_files import croissant, versions
 from record_files.records_table import RecordsTable
 from record_files.versions import SourceRow
+
+logger = logging.getLogger(__name__)
 
 
 # Where a version's compacted shards are, in its folder: their names are the split's shard names anew.
@@ -91,6 +95,18 @@ def write_tables(out: str, staging: str, found: change_plan.Changes, latest: ver
     (:func:`beam_jobs.update.tables.write_tables`). After :func:`version_manifest`, before the card."""
     tables.write_tables(out, staging, found, latest.manifest, number, converted, renamed, manifest["splits"],
                         latest.manifest.get("task", record_schema.TASK_CLASSIFICATION))
+
+
+def write_card(staging: str, out: str, manifest: dict, card) -> None:
+    """The version's ``croissant.json`` into staging, as a conversion writes it; none for a version that masks
+    records (:func:`record_files.croissant.refuse_masked` says why, and the update logs it: the version is
+    published all the same, readable by the reader and its records tables)."""
+    try:
+        croissant.refuse_masked(manifest)
+    except croissant.MaskedVersionError as err:
+        logger.warning("%s", err)
+        return
+    label_files.write_card(staging, out, manifest, card)
 
 
 def version_manifest(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes,

@@ -29,7 +29,7 @@ from beam_jobs import faults
 from beam_jobs.files import filesystems, publish, version_store
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import AUTO, ConvertOptions
-from beam_jobs.pipeline import beam_run, label_files, launch, run_plan
+from beam_jobs.pipeline import beam_run, launch, run_plan
 from beam_jobs.planning import changes as change_plan
 from beam_jobs.planning import discover, resume, stable_ids
 from beam_jobs.runtime import interrupt, runners, worker_start
@@ -123,7 +123,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
                 compacted, renamed = compose.compact(out, staging, found, latest, number)
                 manifest = compose.version_manifest(options, plan, found, latest, number, converted, compacted, staging)
                 compose.write_tables(options.out, staging, found, latest, number, converted, renamed, manifest)
-                label_files.write_card(staging, out, manifest, options.card)
+                compose.write_card(staging, out, manifest, options.card)  # none for a masked version
                 compose.write_sources(found, converted, staging, number, renamed)
             shutil.rmtree(scratch, ignore_errors=True)
             faults.point("before-commit")

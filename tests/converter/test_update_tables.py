@@ -201,3 +201,24 @@ def test_a_mixtures_leak_check_reads_an_updated_versions_tables(grown):
     evaluation = {path for name, rows in records.items() if name != "train" for _, _, _, path, _ in rows}
     assert found and {leak.path for leak in found} <= {path for *_, path, _ in records["train"]}
     assert {leak.other_path for leak in found} <= evaluation  # the version's records only, none it deleted
+
+
+def test_a_masked_version_has_no_croissant_card_and_the_card_command_says_why(grown, capsys):
+    """A Croissant FileObject is a whole file: mlcroissant would read a masked file's deleted records, so no card
+    of a masked version is written, and asking for one names the masked files and what to do."""
+    from converter import card
+    from record_files.croissant import MaskedVersionError, build_croissant
+
+    out, _ = grown
+    masked = [shard["file"] for shard in _manifest(out, 3)["splits"]["train"]["shards"] if "live" in shard]
+    assert not os.path.exists(os.path.join(out, versions.in_version(3, "croissant.json")))
+    with pytest.raises(MaskedVersionError, match="mlcroissant would read the deleted records too") as refused:
+        build_croissant(_manifest(out, 3))
+    assert all(name in str(refused.value) for name in masked) and "--overwrite" in str(refused.value)
+    with pytest.raises(SystemExit) as exit_:
+        card.main([out, "--version", "3"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert masked[0] in err and "version=3" in err and "records.parquet" in err
+    assert not os.path.exists(os.path.join(out, versions.in_version(3, "croissant.json")))
+    assert card.main([out, "--version", "1"]) == 0  # a version without masks: its card, as before
