@@ -18,7 +18,7 @@ from PIL import Image
 
 import record_schema
 from reader import storage
-from reader.frames import iter_records
+from reader.frames import extent_records, iter_records
 from reader.tools.contact_sheet import draw_sheet
 from reader.info import DatasetInfo, SplitInfo, dataset_info, kept_work, latest_version
 from record_files import versions
@@ -155,7 +155,9 @@ def _count_extras(split: SplitInfo, points: bool, captions: bool) -> _Extras:
     if captions:
         spec[record_schema.CAPTION] = tf.io.RaggedFeature(tf.string)
     counted, batch = _Extras(split), []
-    records = (record for shard in split.shards for record in iter_records(shard.path))
+    records = (record for shard in split.shards for record in (  # a masked split: each extent's live records only
+        iter_records(shard.path) if shard.whole else
+        extent_records(shard.path, shard.index_path, shard.first, shard.num_examples)))
     for record in itertools.islice(records, SCANNED):
         batch.append(record)
         if len(batch) == 100:

@@ -12,6 +12,8 @@ Needs ``tensorflow-datasets`` (``pip install ".[tfds]"``).
 
 from __future__ import annotations
 
+import os
+
 import tensorflow as tf
 
 import record_schema
@@ -46,6 +48,24 @@ def features(classes):
     })
 
 
+def _refuse_what_tfds_cannot_read(info) -> None:
+    """TFDS reads whole files named by its template in ``data_dir``: a version an update wrote keeps shards of
+    earlier versions and its own folder's, and may mask records of a file (docs/update.md). Metadata for it
+    would make TFDS miss those files, or read the deleted records back: refused, naming what to do."""
+    for split in info.splits.values():
+        if split.masked:
+            raise ValueError(f"{info.data_dir}: split {split.name!r} of this version skips records of some of its "
+                             "shard files (an --update masked them); TFDS reads whole files and would read them "
+                             "back. Read it with reader.dataset_info, or convert SRC afresh (--overwrite) for TFDS")
+        for index, shard in enumerate(split.shards):
+            expected = os.path.join(info.data_dir, record_schema.shard_filename(split.name, index, len(split.shards)))
+            if os.path.normpath(shard.path) != os.path.normpath(expected):
+                raise ValueError(f"{info.data_dir}: split {split.name!r}'s shard {shard.path} is not where TFDS's "
+                                 f"file template looks ({expected}): a version written by --update keeps earlier "
+                                 "versions' files. Read it with reader.dataset_info, or convert SRC afresh "
+                                 "(--overwrite) for TFDS")
+
+
 def write_tfds_metadata(data_dir: str) -> list[str]:
     """Write TFDS's ``dataset_info.json``, ``features.json`` and label list into ``data_dir``.
 
@@ -54,6 +74,7 @@ def write_tfds_metadata(data_dir: str) -> list[str]:
     """
     tfds = _tfds()
     info = dataset_info(data_dir)
+    _refuse_what_tfds_cannot_read(info)
     splits = [
         tfds.core.SplitInfo(
             name=split.name,

@@ -243,3 +243,20 @@ def test_prune_and_reindex_keep_a_masked_file_while_a_kept_version_reads_it(mask
     assert set(_records(copy)) == set(_records(out))
     rebuilt = record_index.rebuild(copy)  # a masked file's index describes the file: intact, not rewritten
     assert not rebuilt.written and not rebuilt.failed, rebuilt.format()
+
+
+def test_inspect_counts_only_the_versions_records_and_the_tfds_export_refuses_a_masked_version(masked):
+    """inspect's keypoint and caption counts read each extent (it read a masked file whole once per run: the
+    deleted records too, counted twice); TFDS reads whole files by its template, so its metadata for a version
+    that masks records (or keeps earlier versions' files) is refused, naming the split."""
+    from reader.tools import inspect as inspect_tool
+
+    _, out, _, _, _, _ = masked
+    train = reader.dataset_info(out).split("train")
+    counted = inspect_tool._count_extras(train, points=False, captions=True)
+    assert counted.images == train.num_examples and counted.of == ""
+    pytest.importorskip("tensorflow_datasets", reason="the tfds extra is not installed: pip install '.[tfds]'")
+    from reader.tools.tfds_metadata import write_tfds_metadata
+
+    with pytest.raises(ValueError, match="split 'train' of this version skips records"):
+        write_tfds_metadata(out)
