@@ -49,7 +49,8 @@ logger = logging.getLogger(__name__)
 # Our files in a published dataset folder; anything else there is not ours.
 _DATASET_FILES = {record_schema.MANIFEST_FILE, record_schema.LABELS_FILE, record_schema.LABEL_MAP_FILE,
                   record_schema.REJECTED_FILE, record_schema.SKIPPED_FILE,
-                  record_schema.DUPLICATES_FILE, record_schema.DROPPED_FILE, croissant.CROISSANT_FILE}
+                  record_schema.DUPLICATES_FILE, record_schema.DROPPED_FILE, croissant.CROISSANT_FILE,
+                  versions.SOURCES_TABLE}  # version 1's sources table (beam_jobs.pipeline.first_sources)
 
 
 class PublishError(RuntimeError):

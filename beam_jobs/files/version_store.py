@@ -113,8 +113,9 @@ def existing(out: str) -> list[int]:
 
 
 def iter_sources(out: str, version: Version) -> Iterator[SourceRow]:
-    """The rows of :func:`sources_of` in path order, streamed from the sources table a row group at a time (for
-    version 1, which wrote none, gathered from its records tables and sorted: its first update only)."""
+    """The rows of :func:`sources_of` in path order, streamed from the sources table a row group at a time (for a
+    version 1 converted before conversions wrote one, gathered from its records tables and sorted: its first
+    update only)."""
     table = version.manifest.get("sources_table")
     if not table:
         yield from sorted(sources_of(out, version), key=lambda row: row.path)
@@ -127,8 +128,9 @@ def iter_sources(out: str, version: Version) -> Iterator[SourceRow]:
 
 
 def sources_of(out: str, version: Version) -> list[SourceRow]:
-    """Every image version ``version`` accounts for: its sources table, or for version 1 (none written) its
-    records tables and ``rejected.jsonl``, unstamped (the update then compares by content)."""
+    """Every image version ``version`` accounts for: its sources table, or for a version 1 that has none
+    (converted before conversions wrote one) its records tables and ``rejected.jsonl``, unstamped (the update
+    then compares by content)."""
     root = _root(out)
     table = version.manifest.get("sources_table")
     if table:
@@ -315,6 +317,7 @@ def _first_version_own_files(root: str) -> Iterable[str]:
     """Version 1's files besides its shards: what a conversion writes at OUT's top (its manifest already gone)."""
     names = {record_schema.LABELS_FILE, record_schema.LABEL_MAP_FILE, record_schema.REJECTED_FILE,
              record_schema.SKIPPED_FILE, record_schema.DUPLICATES_FILE, record_schema.DROPPED_FILE, "croissant.json",
+             versions.SOURCES_TABLE,
              *record_schema.TFDS_METADATA_FILES, *record_schema.REPORT_FILES}
     return [name for name in names if os.path.isfile(os.path.join(root, name))]
 

@@ -24,7 +24,7 @@ from beam_jobs import faults
 from beam_jobs.files import filesystems, publish, work_layout
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import AUTO, ConvertOptions
-from beam_jobs.pipeline import beam_run, budgets, label_files, outcome, run_notes, run_plan
+from beam_jobs.pipeline import beam_run, budgets, first_sources, label_files, outcome, run_notes, run_plan
 from beam_jobs.planning import discover, resume
 from beam_jobs.planning.shard import plan_shard_counts
 from beam_jobs.runtime import interrupt, runners, worker_handler, worker_start
@@ -67,7 +67,7 @@ def run(
 
 
 def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: Union[None, bool, str]) -> ConvertSummary:
-    started = time.monotonic()
+    started, started_ns = time.monotonic(), time.time_ns()
     choice = runners.choose_runner(beam_run.worker_log_args(pipeline_args))
     # Their Beam is imported while SRC is listed (docs/design.md); not where this Beam's workers start as commands
     # (worker_handler.install() found it moved, and stopped the forkserver the CLI may have started).
@@ -93,6 +93,8 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
                 record, staging, resumed = _resume_or_start(options, plan, staging, leftovers)
                 compressed.place_inflated(plan.inflated, publish.work_dir(staging))
                 manifest, processed = _convert(options, plan, record, staging, resumed, choice, show_progress)
+                # Version 1's sources table, as an update writes its version's: the first update compares as later ones.
+                manifest = first_sources.write_first(options.src, plan, manifest, staging, scratch, started_ns)
                 label_files.write_card(staging, out, manifest, label_files.card_of(options.card, plan.stated_license))
             # The plan's lists are read by now: a run killed while it publishes leaves no scratch behind (in
             # /tmp when OUT is in an object store).

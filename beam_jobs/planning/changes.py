@@ -7,16 +7,17 @@ Out: :class:`Changes`: the refs to convert (new and changed images), the rows ke
      the classes with stable ids, each listed image's stamp.
 
 An image is unchanged when its path is the version's and its file's size and modification time are the
-ones recorded (no byte read); with ``rehash``, or against a version that recorded no stamps (version 1), its
-bytes' SHA-256 must equal the source file's the version recorded instead (version 1 recorded none: the stored
-image's, which a re-encoded image's source never matches). A file gone since SRC was listed is deleted, but
+ones recorded (no byte read); with ``rehash``, or against a row without a stamp (a version 1 converted before
+conversions wrote sources tables; a file changed during its conversion), its bytes' SHA-256 must equal the
+source file's the version recorded instead (version 1 records none: the stored image's, which a re-encoded
+image's source never matches). A file gone since SRC was listed is deleted, but
 one the version rejected as ``missing-file`` (a label file lists it, no file is there) stays rejected, unchanged;
 one it rejected for another reason (corrupt...) whose file is gone now is a changed image: converted again, its
 read rejects it afresh as ``missing-file`` (the reason it had no longer holds).
 Its label must be the one its record holds too (a label file that labels it otherwise now: a changed image,
 ``relabelled``), and, without ``--val-fraction``, its split the one SRC states (a label file's split column).
 An object image's annotation digest must be its row's (:func:`beam_jobs.planning.stable_ids.annotation_digest`;
-a row without one, version 1's, is compared by its objects' classes, or with ``rehash`` converted again).
+a row without one, an older version 1's, is compared by its objects' classes, or with ``rehash`` converted again).
 
 Splits: an unchanged image keeps its split; without ``--val-fraction`` every image converted takes the split
 SRC states; with it, a changed or relabelled image keeps the split it had (the same photo moved from train to
@@ -125,7 +126,7 @@ class Changes:
     rejected_kept: frozenset[str] = frozenset()
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
     unlabelled: int = 0  # records compared whose row has no label (tables before the column): relabels unseen
-    unannotated: int = 0  # object images compared whose row has no annotation digest (version 1): boxes unseen
+    unannotated: int = 0  # object images compared whose row has no annotation digest (an older version 1)
     digests: Mapping[str, int] = dataclasses.field(default_factory=dict)  # each object image to convert's
 
     @property
@@ -325,8 +326,8 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
     # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says.
     other_label = match is not None and match.file and match.label not in (UNKNOWN, key)
     other_split = match is not None and match.file and settings.val_fraction <= 0 and match.split != ref.split
-    # An object image's annotation: its digest against the row's; a row without one (version 1) is compared by
-    # its objects' classes only (the records tables'), and stays without one, or, with --rehash, is converted again.
+    # An object image's annotation: its digest against the row's; a row without one (an older version 1) is compared
+    # by its objects' classes only (the records tables'), and stays without one, or, with --rehash, is converted again.
     unknown = match is not None and digest != NO_ANNOTATION and match.annotation == NO_ANNOTATION
     found.unannotated += bool(unknown and not settings.rehash)
     other_objects = settings.rehash if unknown else match is not None and match.annotation != digest

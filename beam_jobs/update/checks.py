@@ -119,16 +119,17 @@ def unlabelled_warning(options: ConvertOptions, version: int, unlabelled: int) -
 
 
 def unannotated_warning(options: ConvertOptions, version: int, unannotated: int) -> Optional[str]:
-    """What to tell the user when object images were compared with rows that record no annotation digest
-    (version 1: a conversion writes no sources table): their objects' classes are compared (the records tables
-    hold them), their boxes not; their rows stay without a digest, so a later ``--rehash`` still converts them
-    (once: their digests are then known). None when there is none."""
+    """What to tell the user when object images were compared with rows that record no annotation digest: a
+    version 1 converted before conversions wrote its sources table (:mod:`beam_jobs.pipeline.first_sources`; a
+    conversion now records every digest, so its first update compares boxes as later ones do). Their objects'
+    classes are compared (the records tables hold them), their boxes not; their rows stay without a digest, so a
+    later ``--rehash`` still converts them (once). None when there is none."""
     if not unannotated:
         return None
     return (f"--update: {unannotated} image(s) of version {version} of {options.out} have no annotation digest "
-            "recorded (a conversion records none): their objects' classes were compared, not their boxes; to "
-            "compare their boxes, update with --rehash once (it converts those images again, in the splits and "
-            "with the class ids they had; later updates compare every image's boxes)")
+            "recorded (it was converted before conversions recorded them): their objects' classes were compared, "
+            "not their boxes; to compare their boxes, update with --rehash once (it converts those images again, "
+            "in the splits and with the class ids they had; later updates compare every image's boxes)")
 
 
 def _refuse(options: ConvertOptions, kind: str) -> None:

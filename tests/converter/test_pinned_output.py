@@ -19,6 +19,7 @@ is cut into: one part of everything, or one image per part).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,6 +28,7 @@ import shutil
 import pytest
 
 import record_schema
+from record_files import versions
 from record_files.records_table import RecordsTable
 from tests.conftest import REPO
 
@@ -60,10 +62,26 @@ PINNED_TABLES = {
 }
 
 
+# sha256 of version 1's sources table's rows but their mtime_ns (#59: the checkout's times; each stamped row's must
+# be its file's, checked apart). Its bytes hold the times, so they are not pinned.
+PINNED_SOURCES = "11c2390c103ea3f7c2408ca4467e37e88b3596248eb8ddaf17e9c3b8a8dd1f65"
+
+
 def _digests(folder) -> dict[str, str]:
     return {name: hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest()
             for name in sorted(os.listdir(folder))
-            if name != "manifest.json" and not name.endswith(record_schema.RECORDS_TABLE_SUFFIX)}
+            if name not in ("manifest.json", versions.SOURCES_TABLE)
+            and not name.endswith(record_schema.RECORDS_TABLE_SUFFIX)}
+
+
+def _sources_digest(out, src) -> str:
+    """Version 1's sources rows, hashed without their mtime_ns, once each stamped row's is checked its file's."""
+    rows = list(versions.iter_sources(str(out / versions.SOURCES_TABLE)))
+    for row in rows:
+        if row.stamped:
+            assert row.mtime_ns == os.stat(src / row.path).st_mtime_ns, row.path
+    kept = [dataclasses.replace(row, mtime_ns=0) for row in rows]
+    return hashlib.sha256(json.dumps([dataclasses.astuple(row) for row in kept]).encode()).hexdigest()
 
 
 def _table_digest(path) -> str:
@@ -89,3 +107,4 @@ def test_the_converter_writes_exactly_the_pinned_bytes(tmp_path, converter, runn
     tables = {name: _table_digest(out / name) for name in sorted(os.listdir(out))
               if name.endswith(record_schema.RECORDS_TABLE_SUFFIX)}
     assert tables == PINNED_TABLES
+    assert _sources_digest(out, src) == PINNED_SOURCES
