@@ -272,11 +272,11 @@ def _new_rows(found: change_plan.Changes, converted: Optional[dict], staging: st
     rows = []
     folder = versions.version_dir(number)
     for split, entry in (converted or {}).get("splits", {}).items():
-        table = entry.pop("records_table", None)
+        table = entry.get("records_table")
         if not table:
             continue
         files = [f"{folder}/{shard['file']}" for shard in entry["shards"]]
-        path = tables.conversion_table(staging, split)  # the version's own table takes its name
+        path = tables.conversion_table(staging, split, table)  # the version's own table takes its name
         for group in RecordsTable(path).row_groups(("shard", "index", "sha256", "path", "classes")):
             columns = group.to_pydict()
             for shard, index, sha, name, classes in zip(columns["shard"], columns["index"], columns["sha256"],

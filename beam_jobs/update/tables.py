@@ -23,6 +23,7 @@ readers scan it, as before.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import struct
@@ -45,12 +46,22 @@ _COUNTERS = ("images_by_class", "objects_by_class", "crowd_by_class", "difficult
 _HISTOGRAMS = ("aspect_counts", "centres", "sides", "encoded_bytes")
 
 
-def conversion_table(staging: str, split: str) -> str:
-    """Where the conversion of the changed images keeps ``split``'s table: moved out of the version's name (which
-    the version's own table takes) into staging's work folder the first time, so a resumed update finds it."""
+def conversion_table(staging: str, split: str, listed: dict) -> str:
+    """Where the conversion of the changed images keeps ``split``'s table (``listed``: its manifest entry): moved
+    out of the version's name (which the version's own table takes) into staging's work folder the first time,
+    so a resumed update finds it.
+
+    Raises:
+      RuntimeError: the file under the conversion's name is not the table it wrote (a version's table, from an
+        update killed after its work folder was removed) and none was kept aside: nothing to compose from.
+    """
     aside = os.path.join(publish.work_dir(staging), "update-" + record_schema.records_table_filename(split))
     written = os.path.join(staging, record_schema.records_table_filename(split))
     if not os.path.exists(aside) and os.path.exists(written):
+        with open(written, "rb") as handle:
+            if hashlib.file_digest(handle, "sha256").hexdigest() != listed["sha256"]:
+                raise RuntimeError(f"{written} is not the records table the update's conversion wrote, and its "
+                                   f"own is gone: remove {staging} and run the update again")
         os.makedirs(os.path.dirname(aside), exist_ok=True)
         os.replace(written, aside)
     return aside
@@ -69,8 +80,13 @@ def write_tables(out: str, staging: str, found: change_plan.Changes, latest_mani
                         "(its readers scan it)", split, number)
             continue
         name = record_schema.records_table_filename(split)
+        listed = new_entry.get("records_table")
+        if new_files and not listed:
+            logger.info("the conversion of split %s's changed images listed no records table: version %d lists "
+                        "none for it (its readers scan it)", split, number)
+            continue
         composer = _Split(root, staging, found, before, entry, renamed, new_files, split, task)
-        groups = composer.groups(conversion_table(staging, split) if new_files else None)  # moved aside first
+        groups = composer.groups(conversion_table(staging, split, listed) if new_files else None)  # aside first
         with open(os.path.join(staging, name), "wb") as handle:
             written = records_table.write_groups(groups, handle, split, composer.stats)
             handle.flush()
