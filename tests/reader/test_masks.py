@@ -202,7 +202,7 @@ def test_a_mixture_and_the_reports_scan_read_exactly_the_versions_records(masked
     assert sorted(f[record_schema.FILENAME].bytes_list.value[0].decode()
                   for f in split_features(info, info.split("train"))) == train
     from reader.tools.report import write_report
-    paths = write_report(out, scan=True)  # a version an update wrote has no records table: the scan reads it
+    paths = write_report(out, scan=True)  # the scan reads the extents (the tables: test_update_tables)
     assert json.loads(open(paths.json).read())["splits"]["splits"]["train"]["images"] == len(train)
 
 
