@@ -222,3 +222,22 @@ def test_a_masked_version_has_no_croissant_card_and_the_card_command_says_why(gr
     assert masked[0] in err and "version=3" in err and "records.parquet" in err
     assert not os.path.exists(os.path.join(out, versions.in_version(3, "croissant.json")))
     assert card.main([out, "--version", "1"]) == 0  # a version without masks: its card, as before
+
+
+def test_repeat_factors_refuse_a_masked_version_without_a_table_naming_its_masked_files(grown, tmp_path):
+    """A version an update wrote before tables (its split entries list none): the labels' pass reads whole files,
+    masked records too, so repeat factors refuse it, naming the files and what to do."""
+    from reader.mixtures.repeat_factor import image_classes
+
+    out, _ = grown
+    old = str(tmp_path / "old")
+    shutil.copytree(out, old)
+    manifest = _manifest(old, 3)
+    for split in manifest["splits"].values():
+        del split["records_table"]
+    with open(os.path.join(old, versions.manifest_path(3)), "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle)
+    info = reader.dataset_info(old)
+    masked = next(os.path.basename(s["file"]) for s in manifest["splits"]["train"]["shards"] if "live" in s)
+    with pytest.raises(ValueError, match=f"masks deleted records in {masked}.*--overwrite"):
+        image_classes(info, info.split("train"))
