@@ -1,4 +1,4 @@
-"""``--update`` (issue #59): the carve of an update's new images, and the notes an update leaves.
+"""``--update`` (issue #59): the carve of an update's new images, the notes an update leaves, version 1's stamps.
 
 The carve: with ``--val-fraction`` an update carves its new images per class, steered by the class's running
 totals (old images never move), so after each update every class holds what a fresh stratified carve of all its
@@ -97,3 +97,27 @@ def test_the_carve_of_new_images_makes_up_each_class_to_a_fresh_carve_from_its_s
     # The same images in another order, the same carve; the smallest keys of the class are the ones carved.
     assert carve_new({k: v[::-1] for k, v in new.items()}, keep, FRACTION, seed=7) == carved
     assert carve_new(new, keep, FRACTION, seed=8) != carved
+
+
+@pytest.mark.slow
+def test_an_update_right_after_a_conversion_finds_nothing_changed_by_the_stamps_it_recorded(tmp_path):
+    """Version 1's sources table (the conversion's, #59): every image stamped, a rejected one too, so the first
+    update compares as later ones: a re-encoded image (a PNG) and a rejected one are unchanged, no version written
+    (against the records tables alone both were converted again, as their stored bytes are not their files')."""
+    from PIL import Image
+
+    from record_files import versions
+
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    _add(src, "cat", ["a", "b", "c"], 1)
+    _add(src, "dog", ["d", "e"], 5)
+    _broken(src, "dog")
+    Image.new("RGB", (32, 24), (200, 40, 10)).save(os.path.join(src, "cat", "flat.png"))
+    conversion.run(_options(src, out), FAST, show_progress=False)
+    rows = {row.path: row for row in versions.iter_sources(os.path.join(out, versions.SOURCES_TABLE))}
+    assert sorted(rows) == ["cat/a.jpg", "cat/b.jpg", "cat/c.jpg", "cat/flat.png", "dog/broken.jpg", "dog/d.jpg",
+                            "dog/e.jpg"]
+    assert all(row.stamped for row in rows.values())
+    assert (rows["dog/broken.jpg"].file, rows["cat/a.jpg"].label) == ("", 0)
+    assert rows["cat/flat.png"].size == os.path.getsize(os.path.join(src, "cat", "flat.png"))
+    assert update.run(_options(src, out), FAST).version is None
