@@ -323,8 +323,12 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
     stamp = (stat.st_size, stat.st_mtime_ns)
     same = None if match is None else _unchanged(match, stamp, file, settings.rehash)
     found.unlabelled += bool(match is not None and match.file and match.label == UNKNOWN)
-    # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says.
-    other_label = match is not None and match.file and match.label not in (UNKNOWN, key)
+    # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says. An
+    # object image with digests on both sides is judged by them: its row's label is its record's classes, which
+    # leave out a box that placing dropped (an empty box, one past the edge), so a label key from SRC's boxes
+    # would differ at every update and convert it again each time (the review's finding).
+    objects_digested = digest != NO_ANNOTATION and match is not None and match.annotation != NO_ANNOTATION
+    other_label = match is not None and match.file and not objects_digested and match.label not in (UNKNOWN, key)
     other_split = match is not None and match.file and settings.val_fraction <= 0 and match.split != ref.split
     # An object image's annotation: its digest against the row's; a row without one (an older version 1) is compared
     # by its objects' classes only (the records tables'), and stays without one, or, with --rehash, is converted again.

@@ -11,6 +11,8 @@ Out: SRC's plan (:class:`beam_jobs.planning.discover.InputPlan`, listed once) wh
 
 from __future__ import annotations
 
+import collections
+
 import json
 import logging
 from typing import Optional
@@ -98,6 +100,13 @@ def check_objects(options: ConvertOptions, plan: discover.InputPlan, manifest: d
     if plan.task != before:
         raise UpdateRefusedError(f"--update: {options.src} is read as {plan.task!r} records but the latest version of "
                                  f"{options.out} holds {before!r} ones; convert it again with --overwrite")
+    repeated = sorted(name for name, count in collections.Counter(plan.classes).items() if name and count > 1)
+    if repeated:  # an update maps classes by name: two ids of one name would become one (the review's finding)
+        raise UpdateRefusedError(
+            f"--update: {options.src} names the class {repeated[0]!r} more than once (ids "
+            f"{[i for i, name in enumerate(plan.classes) if name == repeated[0]]}); an update keeps class ids by "
+            "name, so their objects would merge into one id: give each category its own name, or convert again "
+            "with --overwrite")
     offset = manifest.get("class_id_offset", 0)
     if plan.task == record_schema.TASK_OBJECTS and plan.class_id_offset != offset:
         raise UpdateRefusedError(

@@ -19,7 +19,7 @@ import tensorflow as tf
 import record_schema
 from beam_jobs import pipeline as conversion
 from beam_jobs import update
-from beam_jobs.options import ConvertOptions
+from beam_jobs.options import ConvertOptions, EncodeOptions
 from reader.frames import extent_records
 from reader.info import dataset_info
 from tests.converter.test_update import FAST
@@ -246,3 +246,25 @@ def test_an_object_images_stable_ids_and_digest_on_its_json_are_those_of_its_box
     moved = annotations.Objects("17", (boxes[0]._replace(xmax=31.0),) + boxes[1:], (48, 40), captions=("a cat",),
                                 keypoints=1)
     assert stable_ids.stable_ref(ImageRef("train", "a.jpg", 0, "", annotations.encode(moved)), ids)[3] != digest
+
+
+@pytest.mark.slow
+def test_an_image_whose_record_left_a_box_out_is_unchanged_and_a_class_named_twice_is_refused(tmp_path):
+    """A box past the image's edge is left out of its record (--keep-partial-images keeps the image): the image's
+    row says the record's classes, SRC's boxes say one more, and the digest is what compares objects, so an update
+    with nothing changed writes no version (it converted the image again at every update: the review's finding).
+    A category named twice would merge into one id under ids by name: the update is refused, naming it."""
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    names = ["cat", "dog"]
+    images = _images(names)
+    images["img2.jpg"] = images["img2.jpg"] + [(30, 10, W + 20, 30, "dog")]  # past the right edge
+    _export(src, _write_coco, images, names, new=images)
+    partial = EncodeOptions(keep_partial_images=True)
+    conversion.run(_options(src, out, encode=partial, max_bad_fraction=0.2), FAST, show_progress=False)
+    assert update.run(_options(src, out, encode=partial, max_bad_fraction=0.2), FAST).version is None
+    coco = os.path.join(src, "annotations", "instances_train.json")
+    export = json.loads(open(coco).read())
+    export["categories"].append({"id": 3, "name": "dog"})  # a second id of one name (no box of it yet)
+    write_file(coco, json.dumps(export))
+    with pytest.raises(update.UpdateRefusedError, match="names the class 'dog' more than once"):
+        update.run(_options(src, out, encode=partial, max_bad_fraction=0.2), FAST)
