@@ -39,7 +39,7 @@ import hashlib
 import marshal
 import os
 import tempfile
-from typing import BinaryIO, Container, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Container, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -48,52 +48,8 @@ from beam_jobs.planning import stable_ids
 from beam_jobs.planning.carve import carve_new
 from beam_jobs.planning.discover import display_path
 from beam_jobs.stage_records import ImageRef
+from beam_jobs.planning.unchanged_rows import UnchangedRows
 from record_files.versions import NO_ANNOTATION, UNKNOWN, SourceRow
-
-class UnchangedRows:
-    """The unchanged images' rows, each with its class ids now, in path order, re-iterable: spilled to a file in
-    the scratch folder as the comparison finds them, so the launcher holds none of them (a version of a
-    billion images holds a billion).
-
-    Each row is stamped now (its size and modification time as listed); ``file`` "" is a rejected image.
-    Written and read in blocks of :data:`_BLOCK` rows (one ``marshal`` call a row costs more than the row).
-    """
-
-    _BLOCK = 1024
-
-    def __init__(self, path: str) -> None:
-        self._path, self._count, self._block = path, 0, []
-        self._handle: Optional[BinaryIO] = open(path, "wb")
-
-    def add(self, row: SourceRow, ids: tuple[int, ...]) -> None:
-        self._block.append((row.path, row.split, row.file, row.index, row.size, row.mtime_ns, row.sha256,
-                            row.source_sha256, row.label, row.annotation, ids))
-        self._count += 1
-        if len(self._block) == self._BLOCK:
-            marshal.dump(self._block, self._handle)
-            self._block = []
-
-    def close(self) -> None:
-        if self._handle is not None:
-            if self._block:
-                marshal.dump(self._block, self._handle)
-                self._block = []
-            self._handle.close()
-            self._handle = None
-
-    def __iter__(self) -> Iterator[tuple[SourceRow, tuple[int, ...]]]:
-        self.close()
-        with open(self._path, "rb") as handle:
-            while True:
-                try:
-                    block = marshal.load(handle)
-                except EOFError:
-                    return
-                for *fields, ids in block:
-                    yield SourceRow(*fields), ids
-
-    def __len__(self) -> int:
-        return self._count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,9 +184,15 @@ class _Found:
     strata: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (stratum, split): kept
     carving: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (stratum, place in convert)
 
+    # A deleted record's (size, SHA-256 of its bytes) -> its split: a new path with those bytes is the same photo
+    # moved (another class folder), which keeps its split (held for the deleted images only).
+    gone: dict[tuple[int, str], str] = dataclasses.field(default_factory=dict)
+
     def delete(self, row: SourceRow) -> None:
         self.touched.add(row.file)
         self.deleted += 1
+        if row.file and row.size >= 0 and (row.source_sha256 or row.sha256):
+            self.gone.setdefault((row.size, row.source_sha256 or row.sha256), row.split)
 
     def to_convert(self, path: str, ref: ImageRef, stamp: tuple[int, int], file: str, stratum: int = 0,
                    split: str = "", carve: bool = False, digest: int = NO_ANNOTATION) -> None:
@@ -247,6 +209,7 @@ class _Found:
 
     def carve(self, fraction: float, seed: int) -> None:
         """The new images' splits, stratified (:func:`beam_jobs.planning.carve.carve_new`)."""
+        self._keep_moved_splits()
         new: dict[int, list[str]] = collections.defaultdict(list)
         for stratum, at in self.carving:
             new[stratum].append(self.convert[at].relpath)
@@ -254,6 +217,26 @@ class _Found:
         for _, at in self.carving:
             ref = self.convert[at]
             self.convert[at] = ref._replace(split="validation" if ref.relpath in validation else "train")
+
+
+    def _keep_moved_splits(self) -> None:
+        """A new image whose bytes are a deleted record's (a photo moved to another class folder: how class
+        folders relabel) keeps that record's split instead of being carved: a photo the model trained on must
+        not come back as a validation image (the trial's finding). Only new images of a deleted record's size
+        are read (their bytes are read again to convert them)."""
+        sizes = {size for size, _ in self.gone}
+        carving = []
+        for stratum, at in self.carving:
+            path = self.convert[at].relpath
+            split = None
+            if self.stamps[path][0] in sizes:
+                split = self.gone.get((self.stamps[path][0], file_sha256(self.files[path])))
+            if split is None:
+                carving.append((stratum, at))
+            else:
+                self.strata[stratum, split] += 1
+                self.convert[at] = self.convert[at]._replace(split=split)
+        self.carving = carving
 
 
 def _merge_join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tuple[str, ...],

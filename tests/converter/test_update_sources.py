@@ -85,6 +85,16 @@ def test_an_update_carves_its_new_images_per_class_and_its_notes_speak_of_the_ve
     off = _carve_off_by(out)
     assert set(off.values()) == {0} and set(off) == {"cat", "dog", "bird", "fish"}, off
 
+    # Photos moved to another class folder (how class folders relabel: the same bytes at a new path) keep their
+    # split: a photo the model trained on never comes back as a validation image (the trial's finding).
+    moved = sorted(path for path in third if path.startswith("cat/"))[:8]
+    assert {third[path][0] for path in moved} == {"train", "validation"}
+    for path in moved:
+        os.rename(os.path.join(src, path), os.path.join(src, "dog", "moved_" + os.path.basename(path)))
+    assert update.run(_options(src, out), FAST).version == 4
+    fourth = _records(out)
+    assert [fourth["dog/moved_" + os.path.basename(path)][0] for path in moved] == [third[p][0] for p in moved]
+
 
 def test_the_carve_of_new_images_makes_up_each_class_to_a_fresh_carve_from_its_smallest_keys():
     keep = {(0, "train"): 6, (0, "validation"): 2, (1, "train"): 3, (1, "validation"): 3}
