@@ -62,8 +62,9 @@ class UpdateSummary:
             + (f" ({counts['relabelled']} relabelled)" if counts.get("relabelled") else "")
             + f", {counts['deleted']} deleted, "
             f"{counts['unchanged']} unchanged",
+            *self._converted_lines(),
             f"  shards:     {counts['reused_shards']} reused, "
-            + (f"{counts['masked_shards']} masked ({counts['masked_records']} records hidden), "
+            + (f"{counts['masked_shards']} masked (hiding {counts['masked_records']} records in all), "
                if counts.get("masked_shards") else "")
             + f"{counts['new_shards']} new "
             f"({counts['compacted_shards']} that lost records compacted: {counts['recompacted']} records copied"
@@ -71,6 +72,16 @@ class UpdateSummary:
             + ")",
             f"  elapsed:    {self.elapsed_s:.1f} s",
         ])
+
+
+    def _converted_lines(self) -> list[str]:
+        """The version's records and rejections: an image added but rejected is in no record (its reason in the
+        version's rejected.jsonl), which "added" alone did not say (the trial's finding)."""
+        converted = self.converted
+        if converted is None:
+            return []
+        return [f"  version:    {sum(converted.written.values())} records, {converted.rejected} rejected"
+                + (f" (each with its reason in versions/{self.version:05d}/rejected.jsonl)" if converted.rejected else "")]
 
 
 def run(options: ConvertOptions, pipeline_args: Sequence[str] = (), rehash: bool = False,
