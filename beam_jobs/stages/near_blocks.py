@@ -27,7 +27,6 @@ reps - 1 (the groups are the same: :func:`near_groups.group_near` joins every li
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import struct
@@ -41,7 +40,7 @@ from beam_jobs.files import external_sort, filesystems, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.stages import perceptual_hash
-from beam_jobs.stages.near_duplicates import _BLOCK, _within, boruvka, member_text
+from beam_jobs.stages.near_duplicates import _BLOCK, _within, boruvka, member_text, pair_batches
 
 MAX_BLOCKS = 64  # blocks of reps a value is cut into at most (larger blocks past it): tasks, and the links' factor
 _REP = struct.Struct(">I")  # a member's class: its rep's place in the value
@@ -267,17 +266,7 @@ def _link(rows: _Block, columns: _Block, pairs: Iterable[np.ndarray], label: np.
     diagonal = columns is rows
     size = len(rows.records)
     joined = label if diagonal else np.concatenate([label, np.arange(size, size + len(columns.records))])
-    waiting, pending = [], 0
-    for block in itertools.chain(pairs, [None]):
-        if block is not None:
-            waiting.append(block)
-            pending += block.shape[1]
-            if pending < _PAIRS_AT_ONCE:
-                continue
-        if not waiting:
-            continue
-        first, second = np.concatenate(waiting, axis=1)
-        waiting, pending = [], 0
+    for first, second in pair_batches(pairs, _PAIRS_AT_ONCE):
         chosen = boruvka(first, second if diagonal else second + size, joined)
         links.add(f"[{member_text(rows.records[a])}, {member_text(columns.records[b])}]"
                   for a, b in zip(first[chosen].tolist(), second[chosen].tolist()))

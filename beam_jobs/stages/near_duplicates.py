@@ -34,7 +34,6 @@ N / 64 each (N**2 / 10). :func:`perceptual_hash.expected_candidates` gives the f
 
 from __future__ import annotations
 
-import itertools
 from json.encoder import encode_basestring_ascii as _json_text
 from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 
@@ -345,18 +344,22 @@ def spanning_links(pairs: Iterable[np.ndarray], images: np.ndarray, batch: int =
     over the groups the earlier ones left: no Python per pair, memory for a batch of pairs.
     """
     label = np.arange(int(images.max()) + 1 if images.size else 0)
-    links, waiting, pending = [], [], 0
-    for block in itertools.chain(pairs, [None]):
-        if block is not None:
-            waiting.append(block)
-            pending += block.shape[1]
-            if pending < batch:
-                continue
-        if waiting:
-            joined = np.concatenate(waiting, axis=1)
-            links.append(joined[:, boruvka(images[joined[0]], images[joined[1]], label)])
-        waiting, pending = [], 0
+    links = [joined[:, boruvka(images[joined[0]], images[joined[1]], label)] for joined in pair_batches(pairs, batch)]
     return np.concatenate(links, axis=1) if links else np.zeros((2, 0), dtype=np.int64)
+
+
+def pair_batches(pairs: Iterable[np.ndarray], batch: int) -> Iterator[np.ndarray]:
+    """The ``(2, k)`` blocks of ``pairs`` joined into batches of at least ``batch`` pairs (the last: the rest), in
+    order: Boruvka's rounds cost numpy calls a batch, not a block."""
+    waiting, pending = [], 0
+    for block in pairs:
+        waiting.append(block)
+        pending += block.shape[1]
+        if pending >= batch:
+            yield np.concatenate(waiting, axis=1)
+            waiting, pending = [], 0
+    if waiting:
+        yield np.concatenate(waiting, axis=1)
 
 
 def boruvka(first: np.ndarray, second: np.ndarray, label: np.ndarray) -> np.ndarray:

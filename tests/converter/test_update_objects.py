@@ -140,15 +140,20 @@ def _images(names: list[str]) -> dict:
             for i in range(1, 9)}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("write", [_write_coco, _write_yolo], ids=["coco", "yolo"])
-def test_an_object_export_updates_its_changed_boxes_new_category_and_deleted_image(tmp_path, write, caplog):
+def _converted(tmp_path, write) -> tuple:
+    """``(src, out, names, images, prefix, records)``: an export of :func:`_images` written by ``write`` and converted."""
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     names = ["cat", "dog"]
     images = _images(names)
     prefix = _export(src, write, images, names, new=images)
     conversion.run(_options(src, out), FAST, show_progress=False)
-    first = _check(out, prefix, images, {}, set())
+    return src, out, names, images, prefix, _check(out, prefix, images, {}, set())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("write", [_write_coco, _write_yolo], ids=["coco", "yolo"])
+def test_an_object_export_updates_its_changed_boxes_new_category_and_deleted_image(tmp_path, write, caplog):
+    src, out, names, images, prefix, first = _converted(tmp_path, write)
 
     # Added images, one of a new category; one deleted; one image's box moved (its class and bytes as they were):
     # the conversion recorded version 1's annotation digests, so the first update sees it, and warns of nothing.
@@ -192,12 +197,7 @@ def test_an_object_export_updates_its_changed_boxes_new_category_and_deleted_ima
 def test_a_voc_or_cvat_export_updates_a_box_moved_since_the_conversion_and_a_new_image(tmp_path, write):
     """VOC's and CVAT's own parsing under --update (the sequence is COCO's and YOLO's, above): a box moved without
     a class change right after the conversion is a changed image; a new image of a new category gets the next id."""
-    src, out = str(tmp_path / "src"), str(tmp_path / "out")
-    names = ["cat", "dog"]
-    images = _images(names)
-    prefix = _export(src, write, images, names, new=images)
-    conversion.run(_options(src, out), FAST, show_progress=False)
-    first = _check(out, prefix, images, {}, set())
+    src, out, names, images, prefix, first = _converted(tmp_path, write)
     images["img4.jpg"] = [(9, 5, 27, 21, "cat")] + images["img4.jpg"][1:]
     added = {"img10.jpg": [(2, 2, 30, 30, "kite")]}
     images.update(added)
