@@ -39,7 +39,7 @@ import hashlib
 import marshal
 import os
 import tempfile
-from typing import Container, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import BinaryIO, Container, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -184,15 +184,19 @@ class _Found:
     strata: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (stratum, split): kept
     carving: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (stratum, place in convert)
 
-    # A deleted record's (size, SHA-256 of its bytes) -> its split: a new path with those bytes is the same photo
-    # moved (another class folder), which keeps its split (held for the deleted images only).
-    gone: dict[tuple[int, str], str] = dataclasses.field(default_factory=dict)
+    # With a carve: each deleted record's size, SHA-256 of its bytes and split, a line each in this scratch file (a
+    # new path with those bytes is the same photo moved to another class folder, which keeps its split); memory:
+    # none for them until the carve, which reads back those of the new images' sizes only.
+    gone_path: str = ""
+    _gone: Optional[BinaryIO] = None
 
     def delete(self, row: SourceRow) -> None:
         self.touched.add(row.file)
         self.deleted += 1
-        if row.file and row.size >= 0 and (row.source_sha256 or row.sha256):
-            self.gone.setdefault((row.size, row.source_sha256 or row.sha256), row.split)
+        if self.gone_path and row.file and row.size >= 0 and (row.source_sha256 or row.sha256):
+            if self._gone is None:
+                self._gone = open(self.gone_path, "wb")
+            self._gone.write(f"{row.size}\t{row.source_sha256 or row.sha256}\t{row.split}\n".encode("ascii"))
 
     def to_convert(self, path: str, ref: ImageRef, stamp: tuple[int, int], file: str, stratum: int = 0,
                    split: str = "", carve: bool = False, digest: int = NO_ANNOTATION) -> None:
@@ -224,13 +228,24 @@ class _Found:
         folders relabel) keeps that record's split instead of being carved: a photo the model trained on must
         not come back as a validation image (the trial's finding). Only new images of a deleted record's size
         are read (their bytes are read again to convert them)."""
-        sizes = {size for size, _ in self.gone}
+        if self._gone is None:
+            return
+        self._gone.close()
+        if not self.carving:
+            return
+        sizes = {self.stamps[self.convert[at].relpath][0] for _, at in self.carving}
+        gone: dict[tuple[int, str], str] = {}
+        with open(self.gone_path, "rb") as handle:
+            for line in handle:
+                size, sha, split = line.decode("ascii").split()
+                if int(size) in sizes:
+                    gone.setdefault((int(size), sha), split)
         carving = []
         for stratum, at in self.carving:
             path = self.convert[at].relpath
             split = None
-            if self.stamps[path][0] in sizes:
-                split = self.gone.get((self.stamps[path][0], file_sha256(self.files[path])))
+            if self.stamps[path][0] in sizes and gone:
+                split = gone.get((self.stamps[path][0], file_sha256(self.files[path])))
             if split is None:
                 carving.append((stratum, at))
             else:
@@ -245,17 +260,21 @@ def _merge_join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes
     handle, path = tempfile.mkstemp(prefix="unchanged-rows-", suffix=".marshal", dir=folder)
     os.close(handle)
     unchanged = UnchangedRows(path)
+    gone = path + ".gone" if settings.val_fraction > 0 else ""  # deleted records, for the carve to recognise moves
     try:
-        return _join(refs, previous, classes, settings, unchanged)
+        return _join(refs, previous, classes, settings, unchanged, gone)
     except BaseException:
         unchanged.close()
         os.remove(path)
         raise
+    finally:
+        if gone and os.path.exists(gone):
+            os.remove(gone)
 
 
 def _join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tuple[str, ...], settings: _Settings,
-          unchanged: UnchangedRows) -> Changes:
-    found = _Found(unchanged)
+          unchanged: UnchangedRows, gone: str = "") -> Changes:
+    found = _Found(unchanged, gone_path=gone)
     rows = iter(previous)
     row = next(rows, None)
     for ref in refs:
