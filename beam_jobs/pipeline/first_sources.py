@@ -34,6 +34,7 @@ from beam_jobs.files import external_sort, filesystems
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.planning import stable_ids
 from beam_jobs.planning.discover import InputPlan, display_path
+from beam_jobs.sources.source_stamps import SourceStamps
 from record_files import versions
 from record_files.records_table import RecordsTable
 from record_files.versions import NO_ANNOTATION, UNKNOWN, SourceRow
@@ -68,22 +69,22 @@ def _entry(path: str, kind: bytes, value: tuple) -> bytes:
 
 
 def _add_planned(order: external_sort.ExternalSort, src: str, plan: InputPlan, classes, started_ns: int) -> None:
-    """Each listed image's stamp (local files only) and annotation digest, under its path."""
+    """Each listed image's stamp (local items only: a file's, a member's, a Parquet row's file's) and annotation
+    digest, under its path."""
     ids = stable_ids.remap(classes, plan.classes)  # identity by name: the version's classes are the plan's
     local = filesystems.is_local(src)
-    root = filesystems.local_path(src) if local else ""
+    # An image's semantic mask (only --masks and class masks give one) is part of its stamp, as in an update's.
+    masks = plan.task in (record_schema.TASK_OBJECTS, record_schema.TASK_SEGMENTATION)
+    items = SourceStamps(filesystems.local_path(src), plan.inflated, masks, plan.archives) if local else None
     for ref in plan.refs:
         digest = stable_ids.stable_ref(ref, ids)[3] if ref.annotation else NO_ANNOTATION
         size = mtime = UNKNOWN
-        if local and not ref.source:
-            try:
-                stat = os.stat(os.path.join(root, ref.relpath))
-            except OSError:  # gone, or never there (a label file's missing-file): unstamped
-                stat = None
-            # Unchanged since before the run: the bytes its record holds (ctime moves on every change, no call
-            # sets it back). One changed since is compared by its bytes on the next update.
-            if stat is not None and 0 < stat.st_ctime_ns < started_ns:
-                size, mtime = stat.st_size, stat.st_mtime_ns
+        # Unchanged since before the run (its file's, archive's, mask's ctime older than the run's start): the bytes
+        # its record holds (ctime moves on every change, no call sets it back). One changed since, gone, or never
+        # there (a label file's missing-file) is unstamped: the next update compares its bytes.
+        stamp = items.stamp(ref, ctime_before=started_ns) if items is not None else None
+        if stamp is not None:
+            size, mtime = stamp
         if digest != NO_ANNOTATION or size != UNKNOWN:
             order.add(_entry(display_path(ref.relpath), _PLANNED, (size, mtime, digest)))
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import array
 import collections
 import dataclasses
-import hashlib
 import marshal
 import os
 import tempfile
@@ -46,6 +45,7 @@ import numpy as np
 from beam_jobs.files import external_sort
 from beam_jobs.planning import stable_ids
 from beam_jobs.planning.carve import carve_new
+from beam_jobs.planning.item_stamps import FileStamps, same_item
 from beam_jobs.planning.discover import display_path
 from beam_jobs.stage_records import ImageRef
 from beam_jobs.planning.unchanged_rows import UnchangedRows
@@ -62,8 +62,9 @@ class Changes:
     that lost a record; ``survivors``: per compacted shard, its unchanged records' indices, ascending (a record's
     place in the compacted shard is its rank there); ``kept_labels``: records of each (split, label id) among
     the unchanged; ``rejected_kept``: the paths of the unchanged rejected images; ``stamps`` and ``files``: each
-    image to convert's (size, mtime_ns) and file (under SRC) by path. Nothing here grows with the images that
-    did not change but ``survivors``, an integer a record of a shard that lost one.
+    image to convert's stamp (:mod:`beam_jobs.planning.item_stamps`) and ref by path; ``items``: how its bytes are
+    read. Nothing here grows with the images that did not change but ``survivors``, an integer a record of a
+    shard that lost one.
     """
 
     refs: tuple[ImageRef, ...]
@@ -80,10 +81,12 @@ class Changes:
     recompacted: int
     relabelled: int = 0  # of ``changed``: the same bytes under another label (a label file's)
     rejected_kept: frozenset[str] = frozenset()
-    files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    files: Mapping[str, ImageRef] = dataclasses.field(default_factory=dict)
     unlabelled: int = 0  # records compared whose row has no label (tables before the column): relabels unseen
     unannotated: int = 0  # object images compared whose row has no annotation digest (an older version 1)
     digests: Mapping[str, int] = dataclasses.field(default_factory=dict)  # each object image to convert's
+    items: Optional[FileStamps] = None
+    hashes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # read at the comparison (inflated members)
 
     @property
     def nothing(self) -> bool:
@@ -97,12 +100,14 @@ class Changes:
         The conversion's workers hashed it too, but keep the digest in their work files only; a second read
         of the new images alone is the small price of a sources table that ``--rehash`` can compare with.
         """
+        if path in self.hashes:
+            return self.hashes[path]
         try:
-            digest = file_sha256(self.files[path])
-            stat = os.stat(self.files[path])
-        except FileNotFoundError:
+            digest = self.items.sha256(self.files[path])
+            stamp = self.items.stamp(self.files[path])
+        except (OSError, ValueError):  # gone; a member or row that no longer reads (validation said why)
             return ""
-        return digest if (stat.st_size, stat.st_mtime_ns) == self.stamps[path] else ""
+        return digest if stamp == self.stamps[path] else ""
 
     def counts(self) -> dict:
         """The manifest's ``changes``."""
@@ -119,18 +124,20 @@ class Changes:
 
 def compare(refs: Iterable[ImageRef], src: str, listed_classes: Sequence[str], previous: Iterable[SourceRow],
             classes_before: Sequence[str], val_fraction: float, seed: int, scratch: str,
-            rehash: bool = False, missing_before: Container[str] = frozenset(), by_class: bool = True) -> Changes:
+            rehash: bool = False, missing_before: Container[str] = frozenset(), by_class: bool = True,
+            items: Optional[FileStamps] = None) -> Changes:
     """Compare SRC's ``refs`` (labels index ``listed_classes``) with the ``previous`` version's rows, given in
     path order (a sources table's): a merge-join of the two, in memory flat in the images. ``missing_before``:
     the paths the version rejected as ``missing-file`` (its ``rejected.jsonl`` says why, its rows do not). The listing is put in
     path order by an external sort (runs of :data:`SORT_RUN_BYTES` sorted in memory, spilled, merged) and the
     unchanged rows are spilled as found, both to ``scratch`` (a folder of the caller's, which must outlive the
     returned :class:`Changes`: its unchanged rows are read from there). ``by_class``: the carve is stratified
-    per class (one label an image), else over all images (objects, tags), as a conversion's.
+    per class (one label an image), else over all images (objects, tags), as a conversion's. ``items``: how an
+    item's stamp and bytes are had (archive members, Parquet rows, masks); plain files under ``src`` by default.
     """
     classes = stable_ids.stable_classes(classes_before, listed_classes)
     remap = stable_ids.remap(classes, listed_classes)
-    settings = _Settings(src, remap, val_fraction, seed, rehash, missing_before, by_class)
+    settings = _Settings(src, remap, val_fraction, seed, rehash, missing_before, by_class, items or FileStamps(src))
     return _merge_join(_in_path_order(refs, scratch), previous, classes, settings, scratch)
 
 
@@ -161,6 +168,7 @@ class _Settings:
     rehash: bool
     missing_before: Container[str]
     by_class: bool = True
+    items: Optional[FileStamps] = None
 
 
 @dataclasses.dataclass
@@ -168,9 +176,11 @@ class _Found:
     """What the merge-join has found so far: :class:`Changes` in the making."""
 
     unchanged: UnchangedRows
+    items: FileStamps
     convert: list[ImageRef] = dataclasses.field(default_factory=list)
     stamps: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
-    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    files: dict[str, ImageRef] = dataclasses.field(default_factory=dict)
+    hashes: dict[str, str] = dataclasses.field(default_factory=dict)
     touched: set[str] = dataclasses.field(default_factory=set)  # shard files that lost a record
     rejected_kept: set[str] = dataclasses.field(default_factory=set)
     kept_labels: collections.Counter = dataclasses.field(default_factory=collections.Counter)
@@ -198,11 +208,13 @@ class _Found:
                 self._gone = open(self.gone_path, "wb")
             self._gone.write(f"{row.size}\t{row.source_sha256 or row.sha256}\t{row.split}\n".encode("ascii"))
 
-    def to_convert(self, path: str, ref: ImageRef, stamp: tuple[int, int], file: str, stratum: int = 0,
+    def to_convert(self, path: str, ref: ImageRef, stamp: tuple[int, int], stratum: int = 0,
                    split: str = "", carve: bool = False, digest: int = NO_ANNOTATION) -> None:
         """``ref`` to convert, in ``split`` (one it keeps: counted in its stratum) or, with ``carve``, one the
         carve of the new images gives it (:meth:`carve`); else in the split SRC states."""
-        self.stamps[path], self.files[path] = stamp, file
+        self.stamps[path], self.files[path] = stamp, ref
+        if ref.source.startswith("w:"):  # an inflated archive's copy (archive_members.IN_WORK) moves into the
+            self.hashes[path] = self._sha256(path)  # work folder before the new rows are made: hashed now
         if digest != NO_ANNOTATION:  # an object image's, for its new row (held for the images converted only)
             self.digests[path] = digest
         if split:
@@ -245,13 +257,21 @@ class _Found:
             path = self.convert[at].relpath
             split = None
             if self.stamps[path][0] in sizes and gone:
-                split = gone.get((self.stamps[path][0], file_sha256(self.files[path])))
+                split = gone.get((self.stamps[path][0], self._sha256(path)))
             if split is None:
                 carving.append((stratum, at))
             else:
                 self.strata[stratum, split] += 1
                 self.convert[at] = self.convert[at]._replace(split=split)
         self.carving = carving
+
+    def _sha256(self, path: str) -> str:
+        if path in self.hashes:
+            return self.hashes[path]
+        try:
+            return self.items.sha256(self.files[path])
+        except (OSError, ValueError):
+            return ""
 
 
 def _merge_join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tuple[str, ...],
@@ -274,7 +294,7 @@ def _merge_join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes
 
 def _join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tuple[str, ...], settings: _Settings,
           unchanged: UnchangedRows, gone: str = "") -> Changes:
-    found = _Found(unchanged, gone_path=gone)
+    found = _Found(unchanged, settings.items, gone_path=gone)
     rows = iter(previous)
     row = next(rows, None)
     for ref in refs:
@@ -299,7 +319,7 @@ def _join(refs: Iterator[ImageRef], previous: Iterable[SourceRow], classes: tupl
         kept_labels=dict(found.kept_labels), stamps=found.stamps, added=found.added, changed=found.changed,
         deleted=found.deleted, relabelled=found.relabelled, recompacted=sum(map(len, survivors.values())),
         rejected_kept=frozenset(found.rejected_kept), files=found.files, unlabelled=found.unlabelled,
-        unannotated=found.unannotated, digests=found.digests,
+        unannotated=found.unannotated, digests=found.digests, items=settings.items, hashes=found.hashes,
     )
 
 
@@ -308,22 +328,18 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
     to convert (new, changed, relabelled, moved to another split), deleted or still rejected, into ``found``."""
     ref, ids, key, digest = stable_ids.stable_ref(ref, settings.remap)
     stratum = key if settings.by_class else 0  # the carve's: a class, or all images (tags, objects)
-    file = os.path.join(settings.src, ref.relpath)
-    try:
-        stat = os.stat(file)
-    except FileNotFoundError:
+    stamp = settings.items.stamp(ref)
+    if stamp is None:
         if match is not None and not match.file and path in settings.missing_before:  # still missing: kept
             found.unchanged.add(match, ())
             found.rejected_kept.add(path)
         elif match is not None and not match.file:  # rejected as corrupt..., gone now: rejected anew, missing
-            found.to_convert(path, ref, (UNKNOWN, UNKNOWN), file, stratum, carve=settings.val_fraction > 0,
-                             digest=digest)
+            found.to_convert(path, ref, (UNKNOWN, UNKNOWN), stratum, carve=settings.val_fraction > 0, digest=digest)
             found.changed += 1
         elif match is not None:  # gone since SRC was listed: deleted, as if it had been gone then
             found.delete(match)
         return
-    stamp = (stat.st_size, stat.st_mtime_ns)
-    same = None if match is None else _unchanged(match, stamp, file, settings.rehash)
+    same = None if match is None else same_item(match, stamp, ref, settings.items, settings.rehash)
     found.unlabelled += bool(match is not None and match.file and match.label == UNKNOWN)
     # Recorded (a record's, not a rejection's) and other now: what the label file says it is, where it says. An
     # object image with digests on both sides is judged by them: its row's label is its record's classes, which
@@ -350,7 +366,7 @@ def _compare_one(ref: ImageRef, path: str, match: Optional[SourceRow], settings:
         return
     # Without a carve SRC states the split; with one, a changed image keeps its split, a new one is carved.
     kept_split = match.split if match is not None and settings.val_fraction > 0 else ""
-    found.to_convert(path, ref, stamp, file, stratum, kept_split, carve=settings.val_fraction > 0, digest=digest)
+    found.to_convert(path, ref, stamp, stratum, kept_split, carve=settings.val_fraction > 0, digest=digest)
     if match is None:
         found.added += 1
     else:
@@ -369,32 +385,3 @@ def _survivors(unchanged: UnchangedRows, touched: set[str]) -> tuple[dict[str, n
         elif row.file:
             reused.add(row.file)
     return {file: np.sort(np.frombuffer(found, dtype=np.int64)) for file, found in indices.items()}, reused
-
-
-def _unchanged(row: SourceRow, stamp: tuple[int, int], path: str, rehash: bool) -> Optional[str]:
-    """The source SHA-256 to record when the image at ``path`` is the one ``row`` records, else None.
-
-    The same stamp (no byte read), or, with ``rehash`` or no stamp recorded, the same bytes: the source
-    file's SHA-256 the row recorded (``source_sha256``), or, in a row without one (version 1, older tables),
-    the stored image's, which only a pass-through image matches: a re-encoded image of version 1 is
-    converted again. A rejected image without a source hash is unchanged by its stamp only.
-    """
-    if row.stamped and not rehash:
-        return row.source_sha256 if (row.size, row.mtime_ns) == stamp else None
-    expected = row.source_sha256 or row.sha256
-    if not expected:
-        return None
-    try:
-        digest = file_sha256(path)
-    except FileNotFoundError:
-        return None  # gone since its stat: converted as changed, where its read names it
-    return digest if digest == expected else None
-
-
-def file_sha256(path: str) -> str:
-    """The hex SHA-256 of the file at ``path``, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

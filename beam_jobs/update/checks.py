@@ -3,7 +3,8 @@
 In:  the conversion's options (as given with ``--update``), the latest version of OUT (its manifest).
 Out: SRC's plan (:class:`beam_jobs.planning.discover.InputPlan`, listed once) when SRC is a source updates
      support (class folders; a label file: ``--annotations`` CSV, TSV or JSON Lines, one label an image or
-     several, ``--label-separator``; COCO, with Label Studio's; YOLO; Pascal VOC; CVAT), else :class:`UpdateRefusedError` naming the source, the flag or
+     several, ``--label-separator``; COCO, with Label Studio's; YOLO; Pascal VOC; CVAT; class masks, ``--masks``;
+     WebDataset; each in folders or archives), else :class:`UpdateRefusedError` naming the source, the flag or
      the version at fault.
 
 (docs/converter.md, "Updating a dataset": the rule, and what is not updated yet.)
@@ -22,7 +23,6 @@ from beam_jobs import sources
 from beam_jobs.files import version_store
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning import discover
-from beam_jobs.sources.archives import archive_members
 
 logger = logging.getLogger(__name__)
 
@@ -60,18 +60,20 @@ def check_options(options: ConvertOptions, manifest: dict) -> None:
                 "convert again with --overwrite)")
 
 
-# The sources an update reads (beam_jobs.sources.SOURCES's names): each image's identity is its path under SRC,
-# its stamp its file's, and what labels it (a label, tags, objects) comes with its ref, compared by id or digest.
-UPDATABLE = ("class-folders", "label-file", "coco", "yolo", "pascal-voc", "cvat")
-_WHAT_WORKS = "class folders, label files (--annotations CSV, TSV, JSON Lines), COCO, YOLO, Pascal VOC and CVAT"
+# The sources an update reads (beam_jobs.sources.SOURCES's names): each image's identity is its path under SRC (a
+# member's: in the extraction), its stamp its file's, member's or mask's (beam_jobs.sources.source_stamps), and what
+# labels it (a label, tags, objects) comes with its ref, compared by id or digest. Archives read as folders.
+UPDATABLE = ("class-folders", "label-file", "coco", "yolo", "pascal-voc", "cvat", "voc-segmentation", "mask-folders",
+             "webdataset")
+_WHAT_WORKS = ("class folders, label files (--annotations CSV, TSV, JSON Lines), COCO, YOLO, Pascal VOC, CVAT, class "
+               "masks and WebDataset (--label-member), in folders or archives")
 
 
 def source_plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
     """SRC's plan (listed once, its skips and warnings logged as a conversion logs them), refused unless its
     source is one updates support (:data:`UPDATABLE`: refused before that source reads its annotations), naming
     the source it is read as and what works."""
-    given = [flag for flag, value in (("--label-member", options.label_member),
-                                      ("--val-labels", options.val_labels), ("--config", options.config),
+    given = [flag for flag, value in (("--val-labels", options.val_labels), ("--config", options.config),
                                       ("--image-column", options.image_column),
                                       ("--label-column", options.label_column)) if value]
     if given:
@@ -79,8 +81,6 @@ def source_plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
     source, request = sources.claiming(options, scratch)
     if source.name not in UPDATABLE:
         _refuse(options, f"{source.what} ({source.name})")
-    if options.masks:  # VOC's and mask folders' PNGs are files of their own, whose bytes no digest holds yet
-        _refuse(options, "objects with their masks (--masks)")
     plan = sources.planned(source, request)
     if plan.skipped:
         logger.info("skipped without reading: %s", plan.skipped)
@@ -88,8 +88,6 @@ def source_plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
         logger.warning("%s", warning)
     if plan.provenance:
         _refuse(options, "a Parquet dataset (the Hub's)")
-    if plan.archives or any(ref.source and not ref.source.startswith(archive_members.REFUSED) for ref in plan.refs):
-        _refuse(options, "images inside archives")
     return plan
 
 

@@ -33,6 +33,7 @@ from beam_jobs.pipeline import beam_run, launch, run_plan
 from beam_jobs.planning import changes as change_plan
 from beam_jobs.planning import discover, resume, stable_ids
 from beam_jobs.runtime import interrupt, runners, worker_start
+from beam_jobs.sources import source_stamps
 from beam_jobs.stages.manifest import ConvertSummary
 from beam_jobs.update import checks, compose
 from beam_jobs.update.checks import UpdateRefusedError
@@ -160,7 +161,8 @@ def _compare(options: ConvertOptions, plan: discover.InputPlan, latest: version_
     found = change_plan.compare(plan.refs, options.src, plan.classes, version_store.iter_sources(options.out, latest),
                                 latest.manifest["classes"], options.val_fraction, options.seed, scratch, rehash,
                                 compose.missing_before(options.out, latest),
-                                by_class=plan.task == record_schema.TASK_CLASSIFICATION)
+                                by_class=plan.task == record_schema.TASK_CLASSIFICATION,
+                                items=source_stamps.for_plan(options, plan))
     for warning in (checks.unlabelled_warning(options, latest.number, found.unlabelled),
                     checks.unannotated_warning(options, latest.number, found.unannotated)):
         if warning:

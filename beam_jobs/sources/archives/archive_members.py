@@ -80,6 +80,9 @@ class Member:
     size: int
     length: int  # bytes once inflated (== size when stored)
     method: int = STORED
+    # What an update compares (docs/update.md, "Archives"), from the header only: a tar member's modification
+    # time in ns, a zip member's CRC-32 of its bytes; 0 when the header says nothing.
+    stamp: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +162,7 @@ class Located:
 def locator(file: str, member: Member, in_work: bool = False) -> str:
     """The text that locates ``member``'s bytes in ``file`` (see :class:`Located`)."""
     kind = IN_WORK if in_work else IN_SRC
-    return f"{kind}:{member.method}:{member.offset}:{member.size}:{member.length}:{file}"
+    return f"{kind}:{member.method}:{member.offset}:{member.size}:{member.length}:{member.stamp}:{file}"
 
 
 def refusal(reason: str, detail: str) -> str:
@@ -172,10 +175,10 @@ def parse_locator(text: str) -> Union[Located, Refused]:
     if text.startswith(REFUSED):
         reason, _, detail = text[1:].partition("\t")
         return Refused("", reason, detail)
-    kind, method, offset, size, length, file = text.split(":", 5)
+    kind, method, offset, size, length, stamp, file = text.split(":", 6)
     if kind not in (IN_SRC, IN_WORK):
         raise ValueError(f"not a member locator: {text!r}")
-    return Located(file, kind == IN_WORK, Member("", int(offset), int(size), int(length), int(method)))
+    return Located(file, kind == IN_WORK, Member("", int(offset), int(size), int(length), int(method), int(stamp)))
 
 
 def copy_member(handle: BinaryIO, member: Member, out: BinaryIO, chunk: int = 1 << 20) -> None:
@@ -363,7 +366,7 @@ def replayable(entries: Iterator[Entry], scratch: Optional[str] = None) -> Calla
 def entry_record(entry: Entry) -> tuple:
     """``entry`` as a tuple of plain values, for ``marshal`` (:func:`entry_from_record` reads it back)."""
     if isinstance(entry, Member):  # dataclasses.astuple would cost 25 us a member
-        return entry.path, entry.offset, entry.size, entry.length, entry.method, True
+        return entry.path, entry.offset, entry.size, entry.length, entry.method, entry.stamp, True
     return entry.path, entry.reason, entry.detail, False
 
 

@@ -45,6 +45,7 @@ class _Header(NamedTuple):
     data_at: int  # where its bytes start, in the tar
     size: int
     next_at: int  # where the next header starts
+    mtime_ns: int = 0  # its modification time: an update's stamp of the member (with its size)
 
 
 def scan_tar(handle: BinaryIO, size: int, base: int = 0) -> Iterator[Entry]:
@@ -115,11 +116,12 @@ def _read_header(window: _Window, offset: int, size: int) -> Optional[_Header]:
         name = f"{_text(prefix)}/{name}"
     if folder:
         return _Header(name.rstrip("/"), "folder", "", offset + _BLOCK, length, offset + _BLOCK)
+    mtime_ns = _octal(block[136:148]) * 1_000_000_000
     regular = block[156] in _REGULAR
     data_at = offset + _BLOCK
     next_at = data_at + (-(-length // _BLOCK) * _BLOCK if regular else 0)
     what = "file" if regular else {0x31: "hardlink", 0x32: "symlink"}.get(block[156], "special")
-    return _Header(name, what, _text(link), data_at, length, next_at)
+    return _Header(name, what, _text(link), data_at, length, next_at, mtime_ns)
 
 
 def _octal(field: bytes) -> int:
@@ -145,7 +147,8 @@ def _tarfile_header(archive: tarfile.TarFile, offset: int) -> Optional[_Header]:
         kind = "symlink" if info.issym() else "hardlink"
     else:
         kind = "file" if info.isreg() and not info.issparse() else "special"
-    return _Header(info.name, kind, info.linkname, info.offset_data, info.size, archive.offset)
+    return _Header(info.name, kind, info.linkname, info.offset_data, info.size, archive.offset,
+                   round(float(info.mtime) * 1e9))
 
 
 def _unless_ended(handle: BinaryIO, offset: int, size: int) -> Iterator[Refused]:
@@ -173,4 +176,4 @@ def _entry(header: _Header, size: int, base: int) -> Union[Entry, None]:
     if header.data_at + header.size > size:
         return Refused(path, "truncated-archive", f"the tar ends at byte {size}, inside this member "
                        f"({header.size} bytes from byte {header.data_at})")
-    return Member(path, base + header.data_at, header.size, header.size)
+    return Member(path, base + header.data_at, header.size, header.size, stamp=header.mtime_ns)

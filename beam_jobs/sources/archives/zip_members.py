@@ -74,7 +74,7 @@ def _zip_entry(handle: BinaryIO, info: zipfile.ZipInfo, base: int, limit: int) -
         return Refused(path, "truncated-archive", f"no local header at byte {info.header_offset}")
     name_length, extra_length = _ZIP_LOCAL_HEADER.unpack(header)[1:]
     offset = base + info.header_offset + _ZIP_LOCAL_HEADER.size + name_length + extra_length
-    return Member(path, offset, info.compress_size, info.file_size, info.compress_type)
+    return Member(path, offset, info.compress_size, info.file_size, info.compress_type, info.CRC)
 
 
 class _Spans:

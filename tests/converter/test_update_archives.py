@@ -1,0 +1,177 @@
+"""``--update`` of images inside archives (issue #59): a member's identity is its path in the extraction, its stamp
+its header's (a tar member's size and modification time, a zip member's size and CRC-32), so no byte of an
+unchanged member is read (beam_jobs/planning/item_stamps.py).
+
+The rule of tests/converter/test_update.py: after members are added, changed and deleted, the latest version holds
+exactly SRC's members; every unchanged one keeps its split, id and shard file; nothing changed writes no version;
+and the updated version holds what a fresh conversion of the new SRC holds, record by record. SRC is a tar, a zip
+and a compressed tar, one class each (``cat.tar`` reads as the folder ``cat/``), converted once for the module.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import shutil
+import tarfile
+import zipfile
+import zlib
+
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import record_schema
+from beam_jobs import pipeline as conversion
+from beam_jobs import update
+from beam_jobs.options import ConvertOptions
+from reader.frames import extent_records
+from reader.info import dataset_info
+from record_files import versions
+from tests.converter.test_update import FAST
+
+
+def _jpeg(seed: int) -> bytes:
+    rng = random.Random(seed)
+    data = io.BytesIO()
+    Image.new("RGB", (24, 20), tuple(rng.randrange(256) for _ in range(3))).save(data, "JPEG", quality=90)
+    return data.getvalue()
+
+
+def _write(src: str, members: dict[str, dict[str, tuple[bytes, int]]]) -> None:
+    """Each archive (``cat.tar``, ``dog.zip``, ``bird.tar.gz``) of ``members`` (name -> (bytes, mtime)), written anew
+    only when its members differ from what is there (an archive left alone keeps its own stamp)."""
+    for archive, files in members.items():
+        path = os.path.join(src, archive)
+        if archive.endswith(".zip"):
+            data = io.BytesIO()
+            with zipfile.ZipFile(data, "w", zipfile.ZIP_DEFLATED) as out:
+                for name, (content, mtime) in sorted(files.items()):
+                    out.writestr(zipfile.ZipInfo(name, (2024, 1, 1, 0, 0, mtime % 60)), content)
+        else:
+            data = io.BytesIO()
+            with tarfile.open(fileobj=data, mode="w:gz" if archive.endswith(".gz") else "w",
+                              format=tarfile.GNU_FORMAT) as out:
+                for name, (content, mtime) in sorted(files.items()):
+                    info = tarfile.TarInfo(name)
+                    info.size, info.mtime = len(content), mtime
+                    out.addfile(info, io.BytesIO(content))
+        if os.path.exists(path) and _members_of(path) == files:
+            continue
+        with open(path, "wb") as handle:
+            handle.write(data.getvalue())
+
+
+def _members_of(path: str) -> dict:
+    if path.endswith(".zip"):
+        with zipfile.ZipFile(path) as archive:
+            return {info.filename: (archive.read(info), info.date_time[5]) for info in archive.infolist()}
+    with tarfile.open(path) as archive:
+        return {info.name: (archive.extractfile(info).read(), int(info.mtime)) for info in archive.getmembers()}
+
+
+def _options(src: str, out: str) -> ConvertOptions:
+    return ConvertOptions(src=src, out=out, val_fraction=0.25, near_distance=3, shards=2)
+
+
+def _records(out: str) -> dict[str, tuple[str, str, str, bytes]]:
+    """path -> (split, class name, shard file relative to OUT, image bytes) of the latest version's records."""
+    info, found = dataset_info(out), {}
+    for split in info.splits.values():
+        for shard in split.shards:
+            for raw in extent_records(shard.path, shard.index_path, shard.first, shard.num_examples):
+                feature = tf.train.Example.FromString(raw).features.feature
+                path = feature[record_schema.FILENAME].bytes_list.value[0].decode()
+                assert path not in found, path
+                found[path] = (split.name, info.classes[feature[record_schema.LABEL].int64_list.value[0]],
+                               os.path.relpath(shard.path, out), feature[record_schema.IMAGE_ENCODED].bytes_list.value[0])
+    return found
+
+
+def _expected(members: dict) -> dict[str, tuple[str, bytes]]:
+    """path -> (class, bytes) of every member: ``cat.tar``'s ``3.jpg`` is ``cat/3.jpg``, of class cat."""
+    return {f"{archive.split('.')[0]}/{name}": (archive.split(".")[0], content)
+            for archive, files in members.items() for name, (content, _) in files.items()}
+
+
+def _check(out: str, members: dict, before: dict, changed: set[str]) -> dict:
+    """The latest version holds exactly SRC's members; each unchanged one keeps split, class and shard file (a
+    masked shard is reused whole; only a compacted one moves its survivors)."""
+    now = _records(out)
+    assert {path: (cls, data) for path, (_, cls, _, data) in now.items()} == _expected(members)
+    info = dataset_info(out)
+    files = {os.path.relpath(shard.path, out) for split in info.splits.values() for shard in split.shards}
+    for path, (split, cls, shard, _) in before.items():
+        if path in now and path not in changed:
+            assert now[path][:2] == (split, cls), path
+            assert now[path][2] == shard or shard not in files, path
+    return now
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> tuple[str, dict, dict]:
+    """``(root holding src and out, members, records)``: the archives, converted once for the module."""
+    root = str(tmp_path_factory.mktemp("archives"))
+    members = {archive: {f"{i}.jpg": (_jpeg(seed * 100 + i), 1_700_000_000 + i) for i in range(5)}
+               for seed, archive in enumerate(("cat.tar", "dog.zip", "bird.tar.gz"))}
+    os.makedirs(os.path.join(root, "src"))
+    _write(os.path.join(root, "src"), members)
+    conversion.run(_options(os.path.join(root, "src"), os.path.join(root, "out")), FAST, show_progress=False)
+    return root, members, _check(os.path.join(root, "out"), members, {}, set())
+
+
+def _copy(converted, tmp_path) -> tuple[str, str, dict, dict]:
+    root, members, records = converted
+    shutil.copytree(os.path.join(root, "src"), tmp_path / "src", copy_function=shutil.copy2)  # stamps kept
+    shutil.copytree(os.path.join(root, "out"), tmp_path / "out")
+    return str(tmp_path / "src"), str(tmp_path / "out"), {a: dict(f) for a, f in members.items()}, records
+
+
+@pytest.mark.slow
+def test_members_added_changed_and_deleted_update_as_files_do_and_match_a_fresh_conversion(converted, tmp_path):
+    src, out, members, first = _copy(converted, tmp_path)
+    # The conversion stamped each member by its header (no byte to read on an update): a tar member's length and
+    # mtime, a zip member's length and CRC-32.
+    stamps = {row.path: (row.size, row.mtime_ns) for row in versions.iter_sources(os.path.join(out, "sources.parquet"))}
+    assert stamps == {f"{archive.split('.')[0]}/{name}": (len(data), zlib.crc32(data) if archive.endswith(".zip")
+                                                           else mtime * 10**9)
+                      for archive, files in members.items() for name, (data, mtime) in files.items()}
+    assert update.run(_options(src, out), FAST).version is None  # the same archives: nothing changed
+
+    # cat.tar: a member added, one changed (other bytes, a new mtime), one deleted; dog.zip: a member's bytes
+    # changed at the same size and time (its CRC-32 tells), one added; bird.tar.gz left alone.
+    members["cat.tar"]["9.jpg"] = (_jpeg(909), 1_700_000_100)
+    members["cat.tar"]["1.jpg"] = (_jpeg(901), 1_700_000_101)
+    del members["cat.tar"]["2.jpg"]
+    old = members["dog.zip"]["3.jpg"][0]
+    members["dog.zip"]["3.jpg"] = (old[:-3] + bytes([old[-3] ^ 1]) + old[-2:], members["dog.zip"]["3.jpg"][1])
+    members["dog.zip"]["7.jpg"] = (_jpeg(907), 1_700_000_107)
+    _write(src, members)
+    done = update.run(_options(src, out), FAST)
+    assert (done.version, done.changes["added"], done.changes["changed"], done.changes["deleted"]) == (2, 2, 2, 1)
+    _check(out, members, first, {"cat/1.jpg", "dog/3.jpg"})
+
+    # Nothing changed since: no version; --rehash reads every member's bytes and finds them the same.
+    assert update.run(_options(src, out), FAST).version is None
+    assert update.run(_options(src, out), FAST, rehash=True).version is None
+
+    # What a fresh conversion of the new SRC holds, record by record (bytes and class; splits are the update's).
+    fresh = str(tmp_path / "fresh")
+    conversion.run(_options(src, fresh), FAST, show_progress=False)
+    assert {p: r[1:2] + r[3:] for p, r in _records(out).items()} == {p: r[1:2] + r[3:] for p, r in _records(fresh).items()}
+
+
+@pytest.mark.slow
+def test_an_archive_rewritten_with_the_same_members_is_unchanged_and_a_deleted_archive_deletes_its_members(
+        converted, tmp_path):
+    src, out, members, first = _copy(converted, tmp_path)
+    # The same members written into a new file (a new archive stamp, the same headers): nothing to convert.
+    os.remove(os.path.join(src, "cat.tar"))
+    _write(src, members)
+    assert update.run(_options(src, out), FAST).version is None
+    os.remove(os.path.join(src, "bird.tar.gz"))
+    del members["bird.tar.gz"]
+    done = update.run(_options(src, out), FAST)
+    assert (done.version, done.changes["deleted"], done.changes["added"]) == (2, 5, 0)
+    _check(out, members, first, set())
