@@ -27,6 +27,7 @@ The stamps (docs/update.md, "Archives, the Hub's Parquet, masks"):
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
@@ -41,6 +42,7 @@ from beam_jobs.sources.hub import hub_cells
 from beam_jobs.stage_records import ImageRef
 from record_files.versions import UNKNOWN
 
+_GROUPS_HELD = 16  # row groups whose cells' digests are held (a group's: 64 bytes a row)
 _MISSING = archive_members.refusal("missing-file", "").rstrip("\t")
 
 
@@ -58,6 +60,9 @@ class SourceStamps(FileStamps):
         self._originals = {Inflated.named(name, "").name: self._top(name) for name in archives}
         self._files: dict[str, Stamp] = {}  # Parquet file -> its stamp (a few files, many rows each)
         self._cells: Optional[hub_cells.CellReader] = None
+        # Each cell's SHA-256 of the last row groups read (a changed Parquet file's rows come in path order, which
+        # need not be its rows' order: a group is read once while it is among these, not once a row).
+        self._group_digests: collections.OrderedDict[tuple[str, int, str], list[str]] = collections.OrderedDict()
 
     def stamp(self, ref: ImageRef, ctime_before: int = 0) -> Optional[Stamp]:
         """``ref``'s stamp (see the module), None when it is gone or, with ``ctime_before``, changed since then."""
@@ -77,7 +82,10 @@ class SourceStamps(FileStamps):
         return hub_cells.is_cell(ref.source)
 
     def sha256(self, ref: ImageRef) -> str:
-        """The hex SHA-256 of ``ref``'s bytes (with its semantic mask's after them). Raises OSError when gone."""
+        """The hex SHA-256 of ``ref``'s bytes (with its semantic mask's after them). Raises OSError when gone, and
+        ValueError (:class:`beam_jobs.sources.archives.archive_members.UnreadableItem`) when it does not read."""
+        if hub_cells.is_cell(ref.source):
+            return self._cell_sha256(ref.source)
         digest = hashlib.sha256(self._bytes(ref))
         mask = self._class_mask(ref) if self._masks else None
         if mask is not None:
@@ -86,6 +94,28 @@ class SourceStamps(FileStamps):
             except (OSError, ValueError):
                 digest.update(b"no mask")
         return digest.hexdigest()
+
+    def _cell_sha256(self, source: str) -> str:
+        file, group, row, column = hub_cells.parse_cell(source)
+        key = (file, group, column)
+        digests = self._group_digests.get(key)
+        if digests is None:
+            if self._cells is None:
+                self._cells = hub_cells.CellReader(self._src)
+            digests = []
+            for at in range(self._cells.group_rows(file, group, column)):
+                try:
+                    digests.append(hashlib.sha256(self._cells.read(hub_cells.cell_locator(file, group, at, column)))
+                                   .hexdigest())
+                except hub_cells.CellError:
+                    digests.append("")  # a row without its image: validation rejects it, named
+            self._group_digests[key] = digests
+            if len(self._group_digests) > _GROUPS_HELD:
+                self._group_digests.popitem(last=False)
+        self._group_digests.move_to_end(key)
+        if row >= len(digests) or not digests[row]:
+            raise hub_cells.CellError("missing-image", f"{file} row group {group} row {row}")
+        return digests[row]
 
     def close(self) -> None:
         if self._cells is not None:
@@ -136,10 +166,6 @@ class SourceStamps(FileStamps):
 
     def _bytes(self, ref: ImageRef) -> bytes:
         source = ref.source
-        if source and hub_cells.is_cell(source):
-            if self._cells is None:
-                self._cells = hub_cells.CellReader(self._src, local_paths=True)
-            return self._cells.read(source)
         if source and not source.startswith(archive_members.REFUSED):
             located = archive_members.parse_locator(source)
             with open(self._archive_path(located), "rb") as handle:

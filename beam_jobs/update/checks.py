@@ -4,7 +4,7 @@ In:  the conversion's options (as given with ``--update``), the latest version o
 Out: SRC's plan (:class:`beam_jobs.planning.discover.InputPlan`, listed once) when SRC is a source updates
      support (class folders; a label file: ``--annotations`` CSV, TSV or JSON Lines, one label an image or
      several, ``--label-separator``; COCO, with Label Studio's; YOLO; Pascal VOC; CVAT; class masks, ``--masks``;
-     WebDataset; each in folders or archives), else :class:`UpdateRefusedError` naming the source, the flag or
+     WebDataset; the Hub's Parquet; each in folders or archives), else :class:`UpdateRefusedError` naming the source, the flag or
      the version at fault.
 
 (docs/converter.md, "Updating a dataset": the rule, and what is not updated yet.)
@@ -62,22 +62,20 @@ def check_options(options: ConvertOptions, manifest: dict) -> None:
 
 # The sources an update reads (beam_jobs.sources.SOURCES's names): each image's identity is its path under SRC (a
 # member's: in the extraction), its stamp its file's, member's or mask's (beam_jobs.sources.source_stamps), and what
-# labels it (a label, tags, objects) comes with its ref, compared by id or digest. Archives read as folders.
+# labels it (a label, tags, objects) comes with its ref, compared by id or digest. Archives read as folders; a
+# Parquet row's identity is its record's name (its image path, else its number in the split), its stamp its file's.
 UPDATABLE = ("class-folders", "label-file", "coco", "yolo", "pascal-voc", "cvat", "voc-segmentation", "mask-folders",
-             "webdataset")
+             "webdataset", "hugging-face", "hugging-face-file")
 _WHAT_WORKS = ("class folders, label files (--annotations CSV, TSV, JSON Lines), COCO, YOLO, Pascal VOC, CVAT, class "
-               "masks and WebDataset (--label-member), in folders or archives")
+               "masks, WebDataset (--label-member) and the Hub's Parquet, in folders or archives")
 
 
 def source_plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
     """SRC's plan (listed once, its skips and warnings logged as a conversion logs them), refused unless its
     source is one updates support (:data:`UPDATABLE`: refused before that source reads its annotations), naming
     the source it is read as and what works."""
-    given = [flag for flag, value in (("--val-labels", options.val_labels), ("--config", options.config),
-                                      ("--image-column", options.image_column),
-                                      ("--label-column", options.label_column)) if value]
-    if given:
-        _refuse(options, f"the source {given[0]} names")
+    if options.val_labels:
+        _refuse(options, "the source --val-labels names (ImageNet)")
     source, request = sources.claiming(options, scratch)
     if source.name not in UPDATABLE:
         _refuse(options, f"{source.what} ({source.name})")
@@ -86,8 +84,6 @@ def source_plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
         logger.info("skipped without reading: %s", plan.skipped)
     for warning in plan.warnings:
         logger.warning("%s", warning)
-    if plan.provenance:
-        _refuse(options, "a Parquet dataset (the Hub's)")
     return plan
 
 

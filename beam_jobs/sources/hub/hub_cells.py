@@ -82,6 +82,13 @@ class CellReader:
             return images[row]
         return self._beside(file, paths[row], group, row)
 
+    def group_rows(self, file: str, group: int, column: str) -> int:
+        """The rows of ``file``'s row ``group`` (read as :meth:`read` reads it; raises as it raises), so an update
+        can digest a whole group's cells once (:mod:`beam_jobs.sources.source_stamps`)."""
+        if self._group[0] != (file, group, column):
+            self._group = ((file, group, column), *self._load(file, group, column))
+        return len(self._group[1])
+
     def _load(self, file: str, group: int, column: str) -> tuple[list, list]:
         try:
             table = self._tables.get(file)

@@ -1,0 +1,111 @@
+"""``--update`` of the Hub's Parquet (issue #59): a row's identity is its record's name (its image path where the
+dataset writes one), its stamp its Parquet file's (size, modification time): an unchanged file's rows are not
+read; a changed file's rows are compared by their cells' bytes (beam_jobs/sources/source_stamps.py), and their
+labels by class name, as a label file's.
+
+The rule of tests/converter/test_update.py: after rows are added, changed (bytes, label) and deleted, the latest
+version holds exactly SRC's rows; every unchanged row keeps its split, id and shard file; nothing changed writes
+no version; the updated version holds what a fresh conversion of the new SRC holds, record by record. SRC is a
+snapshot of ``data/{split}-*.parquet`` written by ``datasets``, converted once for the module.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import tensorflow as tf
+
+import record_schema
+from beam_jobs import pipeline as conversion
+from beam_jobs import update
+from beam_jobs.options import ConvertOptions
+from reader.frames import extent_records
+from reader.info import dataset_info
+from tests.converter.test_update import FAST
+from tests.hub_data import NAMES, photo, rows, write_split
+
+
+def _options(src: str, out: str) -> ConvertOptions:
+    return ConvertOptions(src=src, out=out, near_distance=3, shards=2)
+
+
+def _records(out: str) -> dict[str, tuple[str, str, str, bytes]]:
+    """path -> (split, class name, shard file relative to OUT, image bytes) of the latest version's records."""
+    info, found = dataset_info(out), {}
+    for split in info.splits.values():
+        for shard in split.shards:
+            for raw in extent_records(shard.path, shard.index_path, shard.first, shard.num_examples):
+                feature = tf.train.Example.FromString(raw).features.feature
+                path = feature[record_schema.FILENAME].bytes_list.value[0].decode()
+                assert path not in found, path
+                found[path] = (split.name, info.classes[feature[record_schema.LABEL].int64_list.value[0]],
+                               os.path.relpath(shard.path, out),
+                               feature[record_schema.IMAGE_ENCODED].bytes_list.value[0])
+    return found
+
+
+def _expected(splits: dict) -> dict[str, tuple[str, str, bytes]]:
+    return {f"{split}/{cell['path']}": (split, NAMES[label], cell["bytes"])
+            for split, columns in splits.items() for cell, label in zip(columns["image"], columns["labels"])}
+
+
+def _check(out: str, splits: dict, before: dict, changed: set[str]) -> dict:
+    """The latest version holds exactly SRC's rows (split, class, bytes); each unchanged one keeps its shard file
+    (unless that shard was compacted)."""
+    now = _records(out)
+    assert {path: (split, cls, data) for path, (split, cls, _, data) in now.items()} == _expected(splits)
+    info = dataset_info(out)
+    files = {os.path.relpath(shard.path, out) for split in info.splits.values() for shard in split.shards}
+    for path, (split, cls, shard, _) in before.items():
+        if path in now and path not in changed:
+            assert now[path][:2] == (split, cls), path
+            assert now[path][2] == shard or shard not in files, path
+    return now
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> tuple[str, dict, dict]:
+    """``(root holding src and out, the splits' columns, records)``: train in two Parquet files, validation in one."""
+    root = str(tmp_path_factory.mktemp("hub"))
+    splits = {"train": rows(12, 0), "validation": rows(4, 100)}
+    for split, columns in splits.items():
+        write_split(os.path.join(root, "src", "data"), split, columns, shards=2 if split == "train" else 1)
+    conversion.run(_options(os.path.join(root, "src"), os.path.join(root, "out")), FAST, show_progress=False)
+    return root, splits, _check(os.path.join(root, "out"), splits, {}, set())
+
+
+@pytest.mark.slow
+def test_rows_added_changed_relabelled_and_deleted_update_and_match_a_fresh_conversion(converted, tmp_path):
+    root, splits, first = converted
+    shutil.copytree(os.path.join(root, "src"), tmp_path / "src", copy_function=shutil.copy2)  # stamps kept
+    shutil.copytree(os.path.join(root, "out"), tmp_path / "out")
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    assert update.run(_options(src, out), FAST).version is None  # nothing changed
+
+    # The second train file written anew (the first left as it was: its rows are not read): img_0007's bytes
+    # changed, img_0008 relabelled, img_0011 deleted, img_0050 added; rows 6, 9, 10 the same bytes and labels.
+    train = {"image": list(splits["train"]["image"]), "labels": list(splits["train"]["labels"])}
+    train["image"][7] = {"bytes": photo(907), "path": "img_0007.jpg"}
+    train["labels"][8] = (train["labels"][8] + 1) % len(NAMES)
+    train["image"][11], train["labels"][11] = {"bytes": photo(50), "path": "img_0050.jpg"}, 2
+    fresh_files = str(tmp_path / "written")
+    write_split(fresh_files, "train", train, shards=2)
+    first_file = os.path.join(src, "data", "train-00000-of-00002.parquet")
+    with open(first_file, "rb") as kept, open(os.path.join(fresh_files, "train-00000-of-00002.parquet"), "rb") as new:
+        assert kept.read() == new.read()  # the same rows write the same file: left alone, its stamp kept
+    shutil.copy(os.path.join(fresh_files, "train-00001-of-00002.parquet"), os.path.join(src, "data"))
+    splits = dict(splits, train=train)
+    done = update.run(_options(src, out), FAST)
+    assert (done.version, done.changes["added"], done.changes["changed"], done.changes["relabelled"],
+            done.changes["deleted"]) == (2, 1, 2, 1, 1)
+    _check(out, splits, first, {"train/img_0007.jpg", "train/img_0008.jpg"})
+
+    assert update.run(_options(src, out), FAST).version is None
+    os.utime(first_file)  # a file touched, not changed: its rows' cells are read, and are the same
+    assert update.run(_options(src, out), FAST).version is None
+
+    fresh = str(tmp_path / "fresh")
+    conversion.run(_options(src, fresh), FAST, show_progress=False)
+    assert {p: r[:2] + r[3:] for p, r in _records(out).items()} == {p: r[:2] + r[3:] for p, r in _records(fresh).items()}
