@@ -302,12 +302,20 @@ def _placed(box: Box, taken: _Frame, orientation: int) -> Union[Box, tuple[str, 
     if taken.turn and orientation != 1:
         (ax, ay), (bx, by) = _turn(x0, y0, orientation), _turn(x1, y1, orientation)
         x0, x1, y0, y1 = min(ax, bx), max(ax, bx), min(ay, by), max(ay, by)
-    if np.float32(x1) <= np.float32(x0) or np.float32(y1) <= np.float32(y0):  # what the records store
+    # What the records store (float32): corners in [0, 1] more than _F32_APART apart stay apart once rounded (each
+    # moves by at most half an ulp, 2**-25), so only a box that narrow pays for the float32 rounding.
+    if (x1 - x0 <= _F32_APART or y1 - y0 <= _F32_APART) and \
+            (np.float32(x1) <= np.float32(x0) or np.float32(y1) <= np.float32(y0)):
         return BOX_EMPTY, (f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} has no area once stored "
                            "(float32)")
     area = box.area / (frame[0] * frame[1]) if box.area >= 0 else (x1 - x0) * (y1 - y0)
-    return box._replace(xmin=x0, ymin=y0, xmax=x1, ymax=y1, area=area,
-                        keypoints=_placed_points(box.keypoints, frame, orientation if taken.turn else 1))
+    points = _placed_points(box.keypoints, frame, orientation if taken.turn else 1) if box.keypoints else ()
+    # A Box from its fields in order (Box._replace costs as much as the rest of placing it: #57 §6).
+    return _new_tuple(Box, (box.name, box.label, x0, y0, x1, y1, area, box.crowd, box.difficult, box.truncated,
+                            box.mask, points))
+
+
+_F32_APART = 1e-6
 
 
 def _placed_points(points: tuple, frame: tuple[float, float], orientation: int) -> tuple:
@@ -330,7 +338,11 @@ def _problem(box: Box, frame: tuple[float, float], pixel: tuple[float, float],
     """Why ``box`` cannot be placed in a ``frame`` (width, height), or None; ``pixel``: one pixel in its units,
     ``pixels``: the ``(width, height)`` in pixels of the image the frame measures."""
     corners = (box.xmin, box.ymin, box.xmax, box.ymax)
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in corners):
+    # Four floats whose sum is finite are each finite (the common case, one test); anything else is looked at
+    # one by one (a sum can overflow, an int or bool be given).
+    if not (type(box.xmin) is type(box.ymin) is type(box.xmax) is type(box.ymax) is float
+            and math.isfinite(box.xmin + box.ymin + box.xmax + box.ymax)) and \
+            not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in corners):
         return BOX_NOT_A_NUMBER, f"box {list(corners)} has a coordinate that is not a finite number"
     if box.xmax <= box.xmin or box.ymax <= box.ymin:
         return BOX_EMPTY, f"box x {box.xmin:g}..{box.xmax:g}, y {box.ymin:g}..{box.ymax:g} has no area"
