@@ -5,12 +5,15 @@ unchanged member is read (beam_jobs/planning/item_stamps.py).
 The rule of tests/converter/test_update.py: after members are added, changed and deleted, the latest version holds
 exactly SRC's members; every unchanged one keeps its split, id and shard file; nothing changed writes no version;
 and the updated version holds what a fresh conversion of the new SRC holds, record by record. SRC is a tar, a zip
-and a compressed tar, one class each (``cat.tar`` reads as the folder ``cat/``), converted once for the module.
+and a compressed tar, one class each (``cat.tar`` reads as the folder ``cat/``), converted once for the module;
+and WebDataset shards, whose sibling label member relabels an image.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
 import os
 import random
 import shutil
@@ -29,6 +32,7 @@ from beam_jobs.options import ConvertOptions
 from reader.frames import extent_records
 from reader.info import dataset_info
 from record_files import versions
+from tests.archive_data import webdataset_shards
 from tests.converter.test_update import FAST
 
 
@@ -175,3 +179,36 @@ def test_an_archive_rewritten_with_the_same_members_is_unchanged_and_a_deleted_a
     done = update.run(_options(src, out), FAST)
     assert (done.version, done.changes["deleted"], done.changes["added"]) == (2, 5, 0)
     _check(out, members, first, set())
+
+
+@pytest.mark.slow
+def test_a_webdataset_sample_relabelled_by_its_label_member_is_a_changed_image(tmp_path):
+    """WebDataset (``--label-member``): the image member's header is unchanged, its sibling ``.json`` says another
+    class: a relabelled image, the rest unchanged (their shard reused or masked, not rewritten)."""
+    tree = tmp_path / "tree"
+    for cls in ("cat", "dog"):
+        (tree / cls).mkdir(parents=True)
+        for i in range(4):
+            (tree / cls / f"{i}.jpg").write_bytes(_jpeg(sum(map(ord, cls)) + i))
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    webdataset_shards(tree, src, shards=2)
+    options = dataclasses.replace(_options(src, out), val_fraction=0.0, label_member="json:label")
+    conversion.run(options, FAST, show_progress=False)
+    before = _records(out)
+    path = os.path.join(src, "00000.tar")
+    members = {name: data for name, (data, _) in _members_of(path).items()}
+    label = next(name for name in sorted(members) if name.endswith(".json"))
+    flipped = {"cat": "dog", "dog": "cat"}[json.loads(members[label])["label"]]
+    members[label] = json.dumps({"label": flipped}).encode()
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as archive:  # the same headers, but the label's size
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    done = update.run(options, FAST)
+    assert (done.changes["changed"], done.changes["relabelled"], done.changes["added"]) == (1, 1, 0)
+    now = _records(out)
+    image = "00000/" + label[:-len(".json")] + ".jpg"
+    assert now[image][1] == flipped and set(now) == set(before)
+    assert all(now[p][:3] == before[p][:3] for p in before if p != image)
+    assert update.run(options, FAST).version is None
