@@ -33,6 +33,8 @@ class WorkLayout:
       near_bands: bands of the perceptual hash the near search compares by (``--near-distance`` + 1); 0 when
         the run takes no perceptual hashes.
       near_ranges: band ranges the near search is cut into (0 without one).
+      kept_parts: files of the records an update keeps (``content/kept-K``, ``near/kept-K``: the searches read
+        them beside the parts' own, :mod:`beam_jobs.update.kept_hashes`); 0 for a conversion.
     """
 
     work: str
@@ -41,6 +43,7 @@ class WorkLayout:
     hash_ranges: int
     near_bands: int = 0
     near_ranges: int = 0
+    kept_parts: int = 0
 
     def __post_init__(self) -> None:
         if self.near_bands and self.near_ranges % self.near_bands:  # a range would straddle two bands
@@ -66,6 +69,14 @@ class WorkLayout:
     def content(self, part: int) -> str:
         return FileSystems.join(self.work, "content", f"part-{part:06d}")
 
+    def content_kept(self, kept: int) -> str:
+        """CONTENT records of an update's kept records, one file a chunk of them (as a part's)."""
+        return FileSystems.join(self.work, "content", f"kept-{kept:06d}")
+
+    def content_inputs(self) -> list[str]:
+        """Every file of CONTENT records the exact search reads: the parts', then the kept records'."""
+        return [*map(self.content, range(self.num_parts)), *map(self.content_kept, range(self.kept_parts))]
+
     def rejected(self, part: int) -> str:
         return FileSystems.join(self.work, "rejected", f"part-{part:06d}.jsonl")
 
@@ -82,6 +93,14 @@ class WorkLayout:
     def near(self, part: int) -> str:
         """A part's NEAR records: one per band of each image's perceptual hash."""
         return FileSystems.join(self.work, "near", f"part-{part:06d}")
+
+    def near_kept(self, kept: int) -> str:
+        """NEAR records of an update's kept records, one file a chunk of them (as a part's)."""
+        return FileSystems.join(self.work, "near", f"kept-{kept:06d}")
+
+    def near_inputs(self) -> list[str]:
+        """Every file of NEAR records the near search reads: the parts', then the kept records'."""
+        return [*map(self.near, range(self.num_parts)), *map(self.near_kept, range(self.kept_parts))]
 
     def near_pairs(self, near_range: int) -> str:
         return FileSystems.join(self.work, "near", f"pairs-{near_range:06d}.jsonl")
@@ -131,16 +150,21 @@ class WorkLayout:
                  "tables")]
 
 
-def plan_layout(work: str, split_sizes: Mapping[str, int], part_size: int, near_bands: int = 0) -> WorkLayout:
-    """The layout of a run's work folder: a function of the split sizes, the part size and the near bands only."""
+def plan_layout(work: str, split_sizes: Mapping[str, int], part_size: int, near_bands: int = 0,
+                kept: int = 0, kept_chunk: int = 1) -> WorkLayout:
+    """The layout of a run's work folder: a function of the split sizes, the part size and the near bands only
+    (and, for an update, its ``kept`` records, searched in files of ``kept_chunk``: the searches' ranges are
+    sized by every image they compare)."""
     total = sum(split_sizes.values())
+    searched = total + kept
     return WorkLayout(
         work=work,
         num_parts=max(1, math.ceil(total / part_size)),
         buckets={split: max(1, math.ceil(n / part_size)) for split, n in split_sizes.items() if n},
-        hash_ranges=max(1, math.ceil(total / part_size)),
+        hash_ranges=max(1, math.ceil(searched / part_size)),
         near_bands=near_bands,
-        near_ranges=near_ranges(total, part_size, near_bands),
+        near_ranges=near_ranges(searched, part_size, near_bands),
+        kept_parts=math.ceil(kept / kept_chunk) if kept else 0,
     )
 
 

@@ -29,9 +29,10 @@ Kinds of record (all big-endian):
   (:mod:`beam_jobs.placed_codec`: packed binary for objects, which may hold NULs: it is the record's last field).
   Sorting the raw bytes sorts by (key, path): the records' final order.
 * ``CONTENT``: one accepted image for the duplicate searches: the first 16 bytes
-  of its SHA-256, split code, label, whether it has a perceptual hash (u8) and the hash (u64), stored
-  bytes (u64), objects (u32), the 8x8 gray thumbnail that verifies near pairs (64 B, zeros for none), path.
-  Sorted by SHA-256 (the exact search's hash ranges).
+  of its SHA-256, split code, label, flags (u8: :data:`HASHED`, it has a perceptual hash; :data:`KEPT`, a
+  record an update keeps, fed from the latest version's records table: no thumbnail, never dropped) and the
+  hash (u64), stored bytes (u64), objects (u32), the 8x8 gray thumbnail that verifies near pairs (64 B, zeros
+  for none), path. Sorted by SHA-256 (the exact search's hash ranges).
 * ``NEAR``: one band of one image's perceptual hash, for the near search: the band's position (u64:
   the band, then its value, spread over the key space so buckets are ranges of band values), then the
   image's CONTENT record. Each image has one per band (:mod:`beam_jobs.stages.near_duplicates`).
@@ -80,6 +81,7 @@ _NO_THUMBNAIL = bytes(64)
 _NEAR = struct.Struct(">Q")
 _MEMBER = struct.Struct(">BH")
 _NO_SPILL = 0xFFFFFFFF
+HASHED, KEPT = 1, 2  # a CONTENT record's flags: it has a perceptual hash; an update's kept record (no thumbnail)
 KEY_BYTES = 16
 _WRITE_CHUNK = 1 << 20
 T = TypeVar("T")
@@ -175,6 +177,16 @@ class Content(NamedTuple):
     stored_bytes: int = 0  # what leaving it out (--drop-leaks) takes off its split's counts
     objects: int = 0
     thumbnail: bytes = _NO_THUMBNAIL  # 8x8 gray, which verifies a near pair (zeros: none taken)
+    kept: bool = False  # a record an update keeps (the latest version's), searched against, never dropped
+
+
+def encode_kept_content(sha: bytes, split: str, label: int, perceptual_hash: Optional[int], stored_bytes: int,
+                        objects: int, relpath: str) -> bytes:
+    """A CONTENT record of a record an update keeps, from its row of the latest version's records table (no
+    thumbnail: none was kept; the near search judges its pairs by the hash alone)."""
+    hashed = perceptual_hash is not None
+    return _CONTENT.pack(sha[:KEY_BYTES], split_code(split), label, KEPT | (HASHED if hashed else 0),
+                         perceptual_hash if hashed else 0, stored_bytes, objects, _NO_THUMBNAIL) + _path_bytes(relpath)
 
 
 def encode_content(item: Accepted, objects: int = 0) -> bytes:
@@ -189,7 +201,7 @@ def encode_content(item: Accepted, objects: int = 0) -> bytes:
 def decode_content(record: bytes) -> Content:
     sha, code, label, hashed, phash, stored, objects, thumbnail = _CONTENT.unpack_from(record)
     return Content(sha, record_schema.SPLITS[code], label, _path_text(record[_CONTENT.size:]),
-                   phash if hashed else None, stored, objects, thumbnail)
+                   phash if hashed & HASHED else None, stored, objects, thumbnail, bool(hashed & KEPT))
 
 
 def encode_near(position: int, content: bytes) -> bytes:

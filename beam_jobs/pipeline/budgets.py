@@ -7,9 +7,10 @@ Out: nothing, or :class:`TooManyRejectedError` with the rejection report moved b
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-from typing import Mapping
+from typing import Mapping, Optional
 
 import record_schema
 from beam_jobs import annotations
@@ -22,6 +23,24 @@ logger = logging.getLogger(__name__)
 
 class TooManyRejectedError(RuntimeError):
     """More inputs were rejected than --max-bad-fraction allows; nothing was published."""
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionBudget:
+    """What an update's version holds beside the images its conversion reads, which ``--max-bad-fraction``
+    judges the conversion's rejections with: the fraction is of the version, not of the update's few images
+    (docs/update.md, "The error budget of an update").
+
+    ``images_listed``: SRC's images (kept, converted, rejected); ``images_rejected``: those the version keeps
+    rejected (unchanged since the version that rejected them; not the images ``--drop-leaks`` left out, which
+    a conversion does not count either); ``objects_kept``: the objects of the records it keeps;
+    ``objects_rejected``: the objects rejected from those records' images (their lines kept in its report).
+    """
+
+    images_listed: int
+    images_rejected: int = 0
+    objects_kept: int = 0
+    objects_rejected: int = 0
 
 
 def check_error_budget(
@@ -68,12 +87,18 @@ _REASON_HINTS = {
 }
 
 
-def check_object_budget(options: ConvertOptions, counts: PartCounts, staging: str) -> None:
-    """Fail, keeping the report, when more objects were rejected than --max-bad-fraction allows of all objects."""
+def check_object_budget(options: ConvertOptions, counts: PartCounts, staging: str,
+                        version: Optional[VersionBudget] = None) -> None:
+    """Fail, keeping the report, when more objects were rejected than --max-bad-fraction allows of all objects
+    (an update's: of the version's, ``version`` holding what it keeps)."""
     rejected = counts.rejected_objects_by_reason()
     bad = sum(rejected.values())
-    total = bad + sum(counts.objects.values())
-    if not bad or bad / total <= options.max_bad_fraction:
+    kept_bad = version.objects_rejected if version else 0
+    if kept_bad:
+        rejected["rejected before (kept)"] = kept_bad
+    total = bad + kept_bad + sum(counts.objects.values()) + (version.objects_kept if version else 0)
+    bad += kept_bad
+    if not bad - kept_bad or bad / total <= options.max_bad_fraction:
         return
     report = rejected_report_path(options.out)
     FileSystems.rename([FileSystems.join(staging, record_schema.REJECTED_FILE)], [report])

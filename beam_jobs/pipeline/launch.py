@@ -117,29 +117,31 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
 
 
 def convert_into(options: ConvertOptions, plan: discover.InputPlan, staging: str, choice: runners.RunnerChoice,
-                 show_progress: Union[None, bool, str], budget: Optional[tuple[int, int]] = None) -> tuple[dict, str]:
+                 show_progress: Union[None, bool, str], budget: Optional[budgets.VersionBudget] = None,
+                 kept=None) -> tuple[dict, str]:
     """Run the conversion of ``plan`` into ``staging`` under OUT's lock, as :func:`run` does, without
     publishing: for :mod:`beam_jobs.update`, which converts the changed images and composes a version.
 
     Returns the manifest built and the staging folder that holds the work: a killed run's with the same
-    work (resumed, ``staging`` removed), else ``staging``. ``budget``: (images listed, rejected already) of the
-    whole dataset, which ``--max-bad-fraction`` weighs the run's rejections against (default: the plan alone).
+    work (resumed, ``staging`` removed), else ``staging``. ``budget``: what the version holds beside the images
+    converted, which ``--max-bad-fraction`` weighs the run's rejections against (default: the plan alone).
+    ``kept``: the records the update keeps (:class:`beam_jobs.update.kept_hashes.KeptRecords`), written into
+    the work folder before the pipeline runs, for its duplicate searches to compare the new images with.
     """
     leftovers = [path for path in publish.leftover_stagings(options.out) if path != staging]
     choice = runners.sized_for(choice, run_plan.work_of(options, plan))
-    record, staging, resumed = _resume_or_start(options, plan, staging, leftovers)
-    manifest, _ = _convert(options, plan, record, staging, resumed, choice, show_progress, budget)
+    record, staging, resumed = _resume_or_start(options, plan, staging, leftovers, kept)
+    manifest, _ = _convert(options, plan, record, staging, resumed, choice, show_progress, budget, kept)
     return manifest, staging
 
 
 def _resume_or_start(options: ConvertOptions, plan: discover.InputPlan, staging: str,
-                     leftovers: Sequence[str]) -> tuple[resume.RunRecord, str, bool]:
+                     leftovers: Sequence[str], kept=None) -> tuple[resume.RunRecord, str, bool]:
     """The run's parts written, and the staging folder to convert into: a killed run's among ``leftovers`` that
     holds the same parts (``staging`` then removed; True), else ``staging``, whose run record is saved so that
     from here on a killed run can be resumed (False)."""
     part_size = list_parts.choose_part_size(len(plan.refs), options.part_size, plan.read_unit)
-    layout = work_layout.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size,
-                                     run_plan.near_bands(options))
+    layout = _layout(options, plan, staging, part_size, kept)
     record = resume.record_for(options, plan, part_size, list_parts.write_parts(layout, plan.refs, part_size))
     resumed = resume.choose(leftovers, record)
     if resumed:  # continue there: this run's parts are the same as the ones it holds
@@ -157,7 +159,8 @@ def _convert(
     resumed: bool,
     choice: runners.RunnerChoice,
     show_progress: Union[None, bool, str],
-    budget: Optional[tuple[int, int]] = None,
+    budget: Optional[budgets.VersionBudget] = None,
+    kept=None,
 ) -> tuple[dict, Optional[tuple[int, int]]]:
     """Run the pipeline into ``staging`` (a killed run's, when ``resumed``) and check what it wrote.
 
@@ -166,16 +169,23 @@ def _convert(
     validated; None when it processed them all.
     """
     planned = None if options.shards == AUTO else plan_shard_counts(plan.split_sizes(), options.shards)
-    layout = work_layout.plan_layout(publish.work_dir(staging), plan.split_sizes(), record.part_size,
-                                     run_plan.near_bands(options))
+    layout = _layout(options, plan, staging, record.part_size, kept)
     if resumed:
         run_notes.log_resume(layout)
         _drop_progress_counts(layout)
     label_files.write_label_files(staging, plan)
     faults.point("listed")
+    if kept is not None:  # an update's kept records, for the searches (a resumed run's are found whole)
+        kept.write(layout)
     beam_run.run_pipeline(options, plan, layout, staging, planned, choice, show_progress)
     faults.point("pipeline-done")
     return outcome.checked_manifest(options, plan, layout, staging, choice.description, resumed, budget)
+
+
+def _layout(options: ConvertOptions, plan: discover.InputPlan, staging: str, part_size: int,
+            kept=None) -> work_layout.WorkLayout:
+    return work_layout.plan_layout(publish.work_dir(staging), plan.split_sizes(), part_size,
+                                   run_plan.near_bands(options), *((kept.count, kept.chunk) if kept else ()))
 
 
 def _drop_progress_counts(layout: work_layout.WorkLayout) -> None:

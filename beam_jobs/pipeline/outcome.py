@@ -28,23 +28,23 @@ from record_files import staging as staging_names
 
 def checked_manifest(options: ConvertOptions, plan: discover.InputPlan, layout: work_layout.WorkLayout,
                      staging: str, runner: str, resumed: bool,
-                     budget: Optional[tuple[int, int]] = None) -> tuple[dict, Optional[tuple[int, int]]]:
+                     budget: Optional[budgets.VersionBudget] = None) -> tuple[dict, Optional[tuple[int, int]]]:
     """The manifest of what the pipeline wrote into ``staging``, once it passed the error budget and the shards
     add up to the plan; the run's findings logged on the way.
 
-    ``budget``: (images listed, rejected already) of the whole dataset, for an update's conversion (default:
-    the plan alone). Returns the manifest and, for a ``resumed`` run, (images this run processed, images the
-    stopped run had validated); None when it processed them all.
+    ``budget``: what the version of an update's conversion holds beside its images, which the error budgets
+    judge the run's rejections with (default: the plan alone). Returns the manifest and, for a ``resumed`` run,
+    (images this run processed, images the stopped run had validated); None when it processed them all.
     """
     work = layout.work
     counts = PartCounts.from_json(filesystems.read_text(FileSystems.join(work, COUNTS_FILE)))
     run_notes.log_rejections(FileSystems.join(staging, record_schema.REJECTED_FILE))
-    listed, already = budget or (len(plan.refs), 0)
+    listed, already = (budget.images_listed, budget.images_rejected) if budget else (len(plan.refs), 0)
     # (Rejected already: counted as the lost inputs are, as rejected and as listed.)
     budgets.check_error_budget(options, listed - already, counts.rejected_by_reason(), staging,
                                plan.lost_inputs + already)
     if plan.task == record_schema.TASK_OBJECTS:
-        budgets.check_object_budget(options, counts, staging)
+        budgets.check_object_budget(options, counts, staging, budget)
         run_notes.warn_about_assumed_frames(counts)
     results = read_results(work)
     check_results(results, counts.accepted_per_split())

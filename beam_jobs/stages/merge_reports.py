@@ -147,21 +147,24 @@ def find_duplicates(layout: WorkLayout, hash_range: int, classes: Sequence[str])
     if FileSystems.exists(done):
         return DuplicateSummary.from_json(filesystems.read_text(done))
     records: list[bytes] = []
-    for part in range(layout.num_parts):
-        records += work_records.read_bucket(layout.content(part), work_records.CONTENT, hash_range)
+    for path in layout.content_inputs():  # an update's kept records' files too
+        records += work_records.read_bucket(path, work_records.CONTENT, hash_range)
     records.sort()
-    groups, members, previous, dropped = [], [], None, []
+    groups, members, previous, dropped, kept = [], [], None, [], set()
     for record in records + [None]:
         item = work_records.decode_content(record) if record is not None else None
-        if (item is None or item.sha != previous) and len(members) > 1:
+        if (item is None or item.sha != previous) and len(members) > 1 and len(kept) < len(members):
+            # (a group of kept records alone is the version's that converted them)
             groups.append(tuple(sorted((split, label, display_path(relpath)) for split, label, relpath, *_ in members)))
             if len({member.split for member in members}) > 1:
-                dropped += leaked(members)
+                dropped += [leak for leak in leaked(members) if leak.member.path not in kept]  # kept: never dropped
         if item is None:
             break
         if item.sha != previous:
-            members, previous = [], item.sha
+            members, previous, kept = [], item.sha, set()
         members.append(Member.of(item))
+        if item.kept:
+            kept.add(item.relpath)
     groups.sort()
     cross_label = [g for g in groups if len({label for _, label, _ in g}) > 1]
     cross_split = [g for g in groups if len({split for split, _, _ in g}) > 1]

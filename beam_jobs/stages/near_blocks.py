@@ -132,6 +132,7 @@ class _Block(NamedTuple):
     thumbnails: np.ndarray
     ranks: np.ndarray
     byte_order: np.ndarray  # each record's place among the block's records in byte order (a leak's tie-break)
+    kept: np.ndarray  # an update's kept records (no thumbnail; never leaked)
 
     @classmethod
     def read(cls, path: str, index: dict, block: int) -> "_Block":
@@ -142,12 +143,12 @@ class _Block(NamedTuple):
         byte_order = np.empty(len(records), dtype=np.int64)
         byte_order[sorted(range(len(records)), key=records.__getitem__)] = np.arange(len(records))
         return cls(block * index["block"], records, heads["phash"].astype(np.uint64), thumbnails,
-                   heads["split"].astype(np.int64), byte_order)
+                   heads["split"].astype(np.int64), byte_order, (heads["hashed"] & work_records.KEPT).astype(bool))
 
     def subset(self, chosen: np.ndarray) -> "_Block":
         """The block's records ``chosen`` (indices), as a block of their own."""
         return _Block(self.first, [self.records[i] for i in chosen.tolist()], self.hashes[chosen],
-                      self.thumbnails[chosen], self.ranks[chosen], self.byte_order[chosen])
+                      self.thumbnails[chosen], self.ranks[chosen], self.byte_order[chosen], self.kept[chosen])
 
 
 def _pairs_between(rows: _Block, columns: _Block, band: int, distance: int, diagonal: bool) -> Iterator[np.ndarray]:
@@ -166,7 +167,8 @@ def _pairs_between(rows: _Block, columns: _Block, band: int, distance: int, diag
                 keep = ((differ[:, None] & earlier[None, :]) != 0).all(axis=1)
                 found, across = found[keep], across[keep]
             if found.size:
-                yield from perceptual_hash.verified_pairs([np.stack([found, across])], rows.thumbnails, columns.thumbnails)
+                yield from perceptual_hash.verified_pairs([np.stack([found, across])], rows.thumbnails,
+                                                          columns.thumbnails, rows.kept, columns.kept)
 
 
 class _Leaks:
@@ -186,7 +188,7 @@ class _Leaks:
         self._see(pairs, columns)
 
     def _see(self, pairs: np.ndarray, columns: _Block) -> None:
-        leaked = (self.rows.ranks[pairs[0]] > 0) & (columns.ranks[pairs[1]] == 0)
+        leaked = (self.rows.ranks[pairs[0]] > 0) & (columns.ranks[pairs[1]] == 0) & ~self.rows.kept[pairs[0]]
         if not leaked.any():
             return
         rows, partners = pairs[0, leaked], pairs[1, leaked]
@@ -293,13 +295,17 @@ def _copies(layout: WorkLayout, value: BigValue, index: dict, block: int, leaks:
     for framed in _read_frames(path, index["member_starts"][block], index["member_starts"][block + 1]):
         row = _REP.unpack_from(framed)[0] - rows.first
         record, rank = framed[_REP.size:], framed[split]
-        if band == 0:
+        kept = bool(framed[split + _HASHED_AFTER_SPLIT] & work_records.KEPT)  # never leaked
+        if band == 0 and not (kept and rows.kept[row]):  # two kept records: the version that converted them linked them
             links.add([f"[{member_text(rows.records[row])}, {member_text(record)}]"])
-            if rank > 0 and rows.ranks[row] == 0:
+            if rank > 0 and rows.ranks[row] == 0 and not kept:
                 leak_lines.add([f"[{member_text(record)}, {member_text(rows.records[row])}, 0]"])
-        if rank > 0 and row in leaks.closest:
+        if rank > 0 and row in leaks.closest and not kept:
             bits, partner = leaks.closest[row]
             leak_lines.add([f"[{member_text(record)}, {member_text(partner)}, {bits}]"])
+
+
+_HASHED_AFTER_SPLIT = work_records.NEAR_HEAD.fields["hashed"][1] - work_records.NEAR_HEAD.fields["split"][1]
 
 
 def _read_frames(path: str, start: int, stop: int, read_bytes: int = 1 << 16) -> Iterator[bytes]:

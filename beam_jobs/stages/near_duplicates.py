@@ -83,7 +83,7 @@ def near_records(content: Sequence[bytes], distance: int) -> list[bytes]:
         return []
     head = work_records.CONTENT_HEAD
     heads = np.frombuffer(b"".join(record[:head.itemsize] for record in content), dtype=head)
-    hashed = np.flatnonzero(heads["hashed"]).tolist()
+    hashed = np.flatnonzero(heads["hashed"] & work_records.HASHED).tolist()
     if not hashed:
         return []
     positions = band_positions(heads["phash"][hashed].astype(np.uint64), distance)

@@ -37,6 +37,7 @@ class Leaks:
         self._hashes = heads["phash"].astype(np.uint64)
         self._positions = heads["position"].astype(np.uint64)
         self._thumbnails = thumbnails
+        self.kept = (heads["hashed"] & work_records.KEPT).astype(bool)  # an update's kept records: never leaked
         self._found: list[np.ndarray] = []
 
     def see(self, pairs: np.ndarray) -> np.ndarray:
@@ -48,6 +49,8 @@ class Leaks:
             later_first = ranks[0, across] > ranks[1, across]
             later = np.where(later_first, crossing[0], crossing[1])
             earlier = np.where(later_first, crossing[1], crossing[0])
+            new = ~self.kept[later]  # an update never drops a kept record (it is in a reused shard)
+            later, earlier = later[new], earlier[new]
             bits = np.bitwise_count(self._hashes[later] ^ self._hashes[earlier]).astype(np.int64)
             self._found.append(np.stack([later, earlier, bits]))
         return pairs
@@ -69,7 +72,8 @@ class Leaks:
         closest[1:] = leaked[1:] != leaked[:-1]
         partners = dict(zip(leaked[closest].tolist(), zip(bits[order][closest].tolist(),
                                                            earlier[order][closest].tolist())))
-        members = np.flatnonzero(np.isin(classes, leaked[closest]) & (self._ranks > 0))  # partners are training
+        members = np.flatnonzero(np.isin(classes, leaked[closest]) & (self._ranks > 0)  # partners are training
+                                 & ~self.kept)
         return {member: partners[group] for member, group in zip(members.tolist(), classes[members].tolist())}
 
     def _classes(self) -> np.ndarray:

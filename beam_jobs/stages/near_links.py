@@ -63,7 +63,7 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
     lines: list[str] = []
     leak_lines: list[str] = []
     spilled: list[near_blocks.BigValue] = []
-    parts = [layout.near(part) for part in range(layout.num_parts)]
+    parts = layout.near_inputs()  # an update's kept records' files too
     for chunk in bucket_merge.key_chunks(parts, work_records.NEAR, near_range, chunk_records, read_bytes,
                                          oversized=oversized):
         if isinstance(chunk, bucket_merge.OversizedKey):  # its block grid is searched over tasks
@@ -74,7 +74,7 @@ def find_pairs(layout: WorkLayout, near_range: int, distance: int, check_thumbna
         pairs = pair_indices(chunk, layout.near_bands, distance, thumbnails=thumbnails if check_thumbnails else None,
                              collapse_over=collapse_over)
         if check_thumbnails:
-            pairs = perceptual_hash.verified_pairs(pairs, thumbnails)
+            pairs = perceptual_hash.verified_pairs(pairs, thumbnails, kept=leaks.kept if layout.kept_parts else None)
         images = np.arange(len(chunk))  # one record an image: the range holds one band
         halves: dict[int, str] = {}
         lines += [f"[{_half(chunk, a, halves)}, {_half(chunk, b, halves)}]"  # as json.dumps writes the pair

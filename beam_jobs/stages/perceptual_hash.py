@@ -226,10 +226,16 @@ def thumbnail_distances(left: np.ndarray, right: np.ndarray) -> np.ndarray:
 
 
 def verified_pairs(pairs: Iterable[np.ndarray], thumbnails: np.ndarray,
-             column_thumbnails: Optional[np.ndarray] = None) -> Iterator[np.ndarray]:
+             column_thumbnails: Optional[np.ndarray] = None, kept: Optional[np.ndarray] = None,
+             column_kept: Optional[np.ndarray] = None) -> Iterator[np.ndarray]:
     """The pairs (``(2, k)`` record indices) whose thumbnails (``(n, 64)`` uint8, by record; the second of each
     pair's from ``column_thumbnails`` when given) agree: within :data:`MAX_THUMBNAIL_DISTANCE`,
     as copies are and other photos of one scene are not.
+
+    ``kept`` (bool by record; the second's from ``column_kept``): an update's kept records, which have no
+    thumbnail (none was kept). A pair of a kept record and another is kept on its hash distance alone (the
+    leak an update must see: a new validation image near an old training one); a pair of two kept records is
+    left out (the version that converted them searched them with their thumbnails).
 
     Each block's rows are standardized as it comes (each row alone: the same values as all at once), not the
     range's records all at once up front: that was 256 bytes of float32 a record, a fifth of a range task's
@@ -241,6 +247,9 @@ def verified_pairs(pairs: Iterable[np.ndarray], thumbnails: np.ndarray,
                                                 columns[block[1, start:start + _VERIFY_BATCH]])
             <= MAX_THUMBNAIL_DISTANCE
             for start in range(0, block.shape[1], _VERIFY_BATCH)]) if block.shape[1] else np.zeros(0, dtype=bool)
+        if kept is not None:
+            rows, cols = kept[block[0]], (kept if column_kept is None else column_kept)[block[1]]
+            keep = np.where(rows | cols, rows ^ cols, keep)
         if keep.any():
             yield block[:, keep]
 

@@ -37,11 +37,12 @@ class UpdateRefusedError(discover.InputError):
 
 
 def refuse_dropped(out: str, latest: version_store.Version) -> None:
-    """Refuse a latest version that left images out (``--drop-leaks``): they are in no sources table, so the
-    update would take them for new images and convert them, undoing the drop (issue #59's review)."""
+    """Refuse a latest version a conversion wrote that left images out (``--drop-leaks``): they are in no sources
+    table, so the update would take them for new images and convert them, undoing the drop (issue #59's review).
+    An update's version lists its left-out images in its sources table (no record, as a rejected image's)."""
     manifest = latest.manifest
     dropped = manifest.get("duplicates", {}).get("num_dropped", 0)
-    if manifest.get("options", {}).get("drop_leaks") or dropped:
+    if dropped and "previous_version" not in manifest:
         raise UpdateRefusedError(
             f"--update: version {latest.number} of {out} was converted with --drop-leaks ({dropped} image(s) "
             "dropped); an update cannot keep them dropped yet and would convert them back; convert SRC again "

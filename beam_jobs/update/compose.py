@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import hashlib
 import heapq
 import json
 import logging
@@ -29,8 +30,8 @@ from beam_jobs.options import ConvertOptions
 from beam_jobs.planning import changes as change_plan
 from beam_jobs.planning import discover
 from beam_jobs.stages.manifest import publish_skipped
-from beam_jobs.pipeline import label_files
-from beam_jobs.update import tables
+from beam_jobs.pipeline import budgets, label_files
+from beam_jobs.update import kept_hashes, tables
 from record_files import croissant, versions
 from record_files.records_table import RecordsTable
 from record_files.versions import SourceRow
@@ -169,6 +170,7 @@ def version_manifest(options: ConvertOptions, plan: discover.InputPlan, found: c
         "changes": _changes(found, splits, masked),
         "sources_table": {"file": f"{folder}/{versions.SOURCES_TABLE}"},
     })
+    manifest["duplicates"] = dict(manifest.get("duplicates", {}), **_merge_drops(options.out, found, latest, staging))
     manifest.pop("requires", None)  # the latest version's, when no shard entry it kept was new
     if any("live" in shard for entry in splits.values() for shard in entry["shards"]):
         manifest["requires"] = [versions.LIVE]  # a reader that does not know masks refuses, not reads them back
@@ -222,20 +224,87 @@ def missing_before(out: str, latest: version_store.Version) -> frozenset[str]:
     return frozenset(item["path"] for item in items if item.get("reason") == "missing-file" and "annotation" not in item)
 
 
+def _merge_drops(out: str, found: change_plan.Changes, latest: version_store.Version, staging: str) -> dict:
+    """The version's ``dropped.jsonl`` (written into staging) and the manifest's fields for it: the latest
+    version's lines of images still left out (unchanged in SRC: their sources rows say no record, as a
+    rejected image's) and the update's own (``--drop-leaks``: the new images near a kept or new training
+    image), sorted as a conversion sorts them."""
+    lines: list[str] = []
+    before = os.path.join(filesystems.local_path(out), versions.in_version(latest.number, record_schema.DROPPED_FILE))
+    if latest.manifest.get("duplicates", {}).get("dropped_file") and found.rejected_kept and os.path.exists(before):
+        with open(before, encoding="utf-8") as handle:
+            lines += [line.rstrip("\n") for line in handle if line.strip() and json.loads(line)["path"] in found.rejected_kept]
+    mine = os.path.join(staging, record_schema.DROPPED_FILE)
+    own = os.path.join(publish.work_dir(staging), "update-" + record_schema.DROPPED_FILE)  # kept aside: a resumed update
+    if not os.path.exists(own):
+        os.makedirs(os.path.dirname(own), exist_ok=True)
+        if os.path.exists(mine):
+            shutil.copyfile(mine, own + ".tmp")
+        else:
+            open(own + ".tmp", "w").close()
+        os.replace(own + ".tmp", own)
+    with open(own, encoding="utf-8") as handle:
+        lines += [line.rstrip("\n") for line in handle if line.strip()]
+    if not lines:
+        if os.path.exists(mine):
+            os.remove(mine)
+        return {"num_dropped": 0, "dropped_file": None, "dropped_sha256": None}
+    lines.sort(key=lambda line: (json.loads(line)["split"], json.loads(line)["path"]))
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    with open(mine, "wb") as handle:
+        handle.write(data)
+    return {"num_dropped": len(lines), "dropped_file": record_schema.DROPPED_FILE,
+            "dropped_sha256": hashlib.sha256(data).hexdigest()}
+
+
+def dropped_paths(staging: str) -> set[str]:
+    """The paths of the update's own ``dropped.jsonl`` (few: the images ``--drop-leaks`` left out)."""
+    own = os.path.join(publish.work_dir(staging), "update-" + record_schema.DROPPED_FILE)
+    if not os.path.exists(own):
+        return set()
+    with open(own, encoding="utf-8") as handle:
+        return {json.loads(line)["path"] for line in handle if line.strip()}
+
+
 def _rejected_file(out: str, latest: version_store.Version) -> str:
     return os.path.join(filesystems.local_path(out), versions.in_version(latest.number, record_schema.REJECTED_FILE))
 
 
+def _kept_rejections(out: str, found: change_plan.Changes, latest: version_store.Version) -> list[str]:
+    """The latest version's ``rejected.jsonl`` lines the version keeps: those of rejected images still in SRC
+    unchanged, and the rejected objects of the images whose records it keeps (an object's line names its image
+    and ``annotation``: its record is kept without it). Memory: the lines (few); the kept rows are streamed,
+    only when an object was rejected."""
+    before = _rejected_file(out, latest)
+    if not os.path.exists(before):
+        return []
+    with open(before, encoding="utf-8") as handle:
+        lines = [(json.loads(line), line.rstrip("\n")) for line in handle if line.strip()]
+    objects = {item["path"] for item, _ in lines if "annotation" in item}
+    kept = {row.path for row, _ in found.unchanged if row.file and row.path in objects} if objects else set()
+    return [line for item, line in lines
+            if (item["path"] in kept if "annotation" in item else item["path"] in found.rejected_kept)]
+
+
+def version_budget(out: str, found: change_plan.Changes, latest: version_store.Version, listed: int,
+                   kept: kept_hashes.KeptRecords) -> budgets.VersionBudget:
+    """What the version keeps, for ``--max-bad-fraction`` to judge the update's conversion over the version:
+    SRC's images, the rejected images it keeps (not those ``--drop-leaks`` left out), the kept records'
+    objects (from their table rows) and their rejected objects (:class:`beam_jobs.pipeline.budgets.VersionBudget`)."""
+    kept_lines = [json.loads(line) for line in _kept_rejections(out, found, latest)]
+    objects = latest.manifest.get("task") == record_schema.TASK_OBJECTS
+    return budgets.VersionBudget(
+        images_listed=listed,
+        images_rejected=sum("annotation" not in item for item in kept_lines),
+        objects_kept=kept.objects() if objects else 0,
+        objects_rejected=sum("annotation" in item for item in kept_lines))
+
+
 def _merge_rejections(out: str, found: change_plan.Changes, latest: version_store.Version,
                       staging: str) -> list[str]:
-    """The version's ``rejected.jsonl`` (written into staging): the latest version's lines of rejected images
-    still in SRC unchanged, and the update's own, sorted as a conversion sorts them."""
-    still = found.rejected_kept
-    lines: list[str] = []
-    before = _rejected_file(out, latest)
-    if still and os.path.exists(before):
-        with open(before, encoding="utf-8") as handle:
-            lines += [line.rstrip("\n") for line in handle if line.strip() and json.loads(line)["path"] in still]
+    """The version's ``rejected.jsonl`` (written into staging): the latest version's lines it keeps
+    (:func:`_kept_rejections`), and the update's own, sorted as a conversion sorts them."""
+    lines = _kept_rejections(out, found, latest)
     mine = os.path.join(staging, record_schema.REJECTED_FILE)
     # The conversion's own lines, kept aside the first time: a resumed update composes the version again.
     own = os.path.join(publish.work_dir(staging), "update-" + record_schema.REJECTED_FILE)
@@ -286,10 +355,13 @@ def _new_rows(found: change_plan.Changes, converted: Optional[dict], staging: st
                                       found.source_sha256(name), version_store.record_label(classes),
                                       found.digests.get(name, versions.NO_ANNOTATION)))
     with open(os.path.join(staging, record_schema.REJECTED_FILE), encoding="utf-8") as handle:
-        for line in handle:
-            item = json.loads(line)
-            if item["path"] not in found.rejected_kept and item["path"] in found.stamps:
-                size, mtime = found.stamps[item["path"]]
-                rows.append(SourceRow(item["path"], "", "", -1, size, mtime, "", found.source_sha256(item["path"]),
-                                      annotation=found.digests.get(item["path"], versions.NO_ANNOTATION)))
+        # (an object's rejection names an image whose record holds the rest of its objects: not left out)
+        left_out = [item["path"] for item in map(json.loads, handle) if "annotation" not in item]
+    # The images --drop-leaks left out: no record, as a rejected image (the next update keeps them out while
+    # they are unchanged; their lines carried to its dropped.jsonl).
+    for path in sorted(set(left_out) | dropped_paths(staging)):
+        if path not in found.rejected_kept and path in found.stamps:
+            size, mtime = found.stamps[path]
+            rows.append(SourceRow(path, "", "", -1, size, mtime, "", found.source_sha256(path),
+                                  annotation=found.digests.get(path, versions.NO_ANNOTATION)))
     return rows

@@ -35,7 +35,7 @@ from beam_jobs.planning import discover, resume, stable_ids
 from beam_jobs.runtime import interrupt, runners, worker_start
 from beam_jobs.sources import source_stamps
 from beam_jobs.stages.manifest import ConvertSummary
-from beam_jobs.update import checks, compose
+from beam_jobs.update import checks, compose, kept_hashes
 from beam_jobs.update.checks import UpdateRefusedError
 
 logger = logging.getLogger(__name__)
@@ -131,7 +131,8 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
                                          time.monotonic() - started)
                 staging = publish.new_staging(out)
                 number = latest.number + 1
-                converted, staging = _convert(options, plan, found, staging, choice, show_progress)
+                converted, staging = _convert(options, plan, found, latest, staging, choice, show_progress,
+                                              kept_hashes.KeptRecords.of(out, latest.manifest, found))
                 compacted, renamed = compose.compact(out, staging, found, latest, number)
                 manifest = compose.version_manifest(options, plan, found, latest, number, converted, compacted, staging)
                 compose.write_tables(options.out, staging, found, latest, number, converted, renamed, manifest)
@@ -170,10 +171,14 @@ def _compare(options: ConvertOptions, plan: discover.InputPlan, latest: version_
     return found
 
 
-def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes, staging: str,
-             choice: runners.RunnerChoice, show_progress) -> tuple[Optional[dict], str]:
+def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes,
+             latest: version_store.Version, staging: str,
+             choice: runners.RunnerChoice, show_progress,
+             kept_records: kept_hashes.KeptRecords) -> tuple[Optional[dict], str]:
     """Convert ``found.refs`` into ``staging`` as a conversion would; (its manifest, the staging folder used:
-    a killed update's, when it resumes one). No refs (only deletions): labels and reports written, no pipeline."""
+    a killed update's, when it resumes one). No refs (only deletions): labels and reports written, no pipeline.
+    ``kept_records``: the records the version keeps, which the conversion's duplicate searches compare the new
+    images with (a new validation image near a kept training one is a leak)."""
     counts = collections.Counter(ref.split for ref in found.refs)
     # The run's notes speak of the version: a class is "empty" when it has no record in the whole version, so one
     # without an image to convert, or with records kept (in the shards reused), is not (run_notes skips "unlisted").
@@ -194,7 +199,9 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
     # The carve was the update's (stratified by the running totals): the conversion of the new images carves nothing.
     # Their shards are sized by their bytes (--shards auto), not by the count the whole dataset was cut into:
     # 120 new photos make one shard, not 64 of two images.
-    rejected_before = len(found.rejected_kept)
+    # --max-bad-fraction judges the rejections over the version (kept, converted, rejected), not over the update's
+    # few images: one bad object of three new images is not a third of the dataset's.
+    budget = compose.version_budget(options.out, found, latest, len(plan.refs), kept_records)
     return launch.convert_into(dataclasses.replace(options, val_fraction=0.0, shards=AUTO), narrowed, staging,
-                                 choice, show_progress, budget=(len(plan.refs), rejected_before))
+                                 choice, show_progress, budget=budget, kept=kept_records)
 
