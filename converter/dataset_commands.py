@@ -252,8 +252,10 @@ def _print_versions(manifests: list[tuple[int, dict]]) -> None:
     for number, manifest in manifests:
         counts = ", ".join(f"{name} {split.get('num_examples')}" for name, split in manifest["splits"].items())
         changes = manifest.get("changes")
+        # masked shards are reused files too, with records hidden: counted apart, as the update's summary does
+        masked = f", {changes['masked_shards']} masked" if changes and changes.get("masked_shards") else ""
         changed = (f"  +{changes['added']} ~{changes['changed']} -{changes['deleted']}, "
-                   f"{changes['reused_shards']} shards reused, {changes['new_shards']} new" if changes
+                   f"{changes['reused_shards']} shards reused{masked}, {changes['new_shards']} new" if changes
                    else "  (converted)")
         print(f"{'*' if number == manifests[-1][0] else ' '} {number:>4}  {manifest.get('created', '?')}  "
               f"{version_layout.digest(version_layout.manifest_content(manifest))}  {counts}{changed}")

@@ -31,6 +31,9 @@ _FIXED = {"encode": "the image options (--max-side, --quality, --min-side, ...)"
           "val_fraction": "--val-fraction", "labels_file": "--labels", "drop_leaks": "--drop-leaks",
           "synsets": "--synsets"}
 
+# The image options' fields whose flag is not the field's name with dashes.
+_FLAGS = {"perceptual_hash": "the perceptual hash (--near-distance off when False)"}
+
 
 class UpdateRefusedError(discover.InputError):
     """The update cannot be made as asked (another source than class folders, other options...)."""
@@ -55,10 +58,22 @@ def check_options(options: ConvertOptions, manifest: dict) -> None:
     before = manifest.get("options", {})
     for key, flag in _FIXED.items():
         if key in before and before[key] != now.get(key):
+            differ = _differing(before[key], now.get(key))
+            said = ("; ".join(f"{_FLAGS.get(name, '--' + name.replace('_', '-'))} is {new!r} here but {old!r}"
+                              for name, old, new in differ)
+                    if differ else f"{flag} is {now.get(key)!r} here but {before[key]!r}")
             raise UpdateRefusedError(
-                f"--update: {flag} is {now.get(key)!r} here but {before[key]!r} in the latest version of "
-                f"{options.out}; an update keeps the options the records were written with (give the same, or "
-                "convert again with --overwrite)")
+                f"--update: {said} in the latest version of {options.out}; an update keeps the options the records "
+                "were written with (give the same, or convert again with --overwrite)")
+
+
+def _differing(before: object, now: object) -> list[tuple[str, object, object]]:
+    """The fields two option groups (dicts: the image options) differ in, by name, or [] when not both dicts:
+    the refusal names the flag changed, not the group's two whole dicts (the trial's finding)."""
+    if not (isinstance(before, dict) and isinstance(now, dict)):
+        return []
+    return [(name, before.get(name), now.get(name)) for name in sorted(set(before) | set(now))
+            if before.get(name) != now.get(name)]
 
 
 # The sources an update reads (beam_jobs.sources.SOURCES's names): each image's identity is its path under SRC (a

@@ -61,8 +61,12 @@ def summarize(data_dir: str, version: Optional[int] = None) -> str:
                               + (" ..." if len(empty) > 10 else "") + ")"] if empty else []) + [""]
     rows = [["split", "shards", "min bytes", "median bytes", "max bytes", "min records", "max records"]]
     for split in splits:
-        sizes = [shard.num_bytes for shard in split.shards]
-        counts = [shard.num_examples for shard in split.shards]
+        # a masked shard is listed once per live run (an extent): the table is of files, records are live ones
+        sizes, live = {}, collections.Counter()
+        for shard in split.shards:
+            sizes[shard.path] = shard.num_bytes
+            live[shard.path] += shard.num_examples
+        sizes, counts = list(sizes.values()), list(live.values())
         rows.append([split.name, str(len(sizes)), f"{min(sizes):,}", f"{int(statistics.median(sizes)):,}",
                      f"{max(sizes):,}", str(min(counts)), str(max(counts))])
     lines += _table(rows) + [""]

@@ -60,10 +60,13 @@ class Report:
         return sorted({problem.file for problem in self.problems})
 
     def format(self) -> str:
-        masked = f" ({self.records_masked} masked: deleted by a version, still in its files)" \
+        # the version's records, as its manifest counts them; a masked file's other records are checked all the
+        # same (its CRCs, size and SHA-256 are the file's) and said apart (the trial read them as the version's)
+        masked = f" (and {self.records_masked} masked ones in its files: deleted by a version, checked too)" \
             if self.records_masked else ""
-        head = (f"{self.named or self.data_dir}: {self.shards_checked} shards, {self.records_checked} records"
-                f"{masked}, {self.images_decoded} images decoded: ")
+        head = (f"{self.named or self.data_dir}: {self.shards_checked} shards, "
+                f"{self.records_checked - self.records_masked} records{masked}, {self.images_decoded} images "
+                "decoded: ")
         if self.ok:
             return head + "OK"
         lines = [head + f"{len(self.problems)} problems in {len(self.damaged_files())} files"]

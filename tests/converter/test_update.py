@@ -339,6 +339,17 @@ def test_update_refuses_another_source_naming_it_options_that_shape_the_records_
     src.mkdir()
     with pytest.raises(update.UpdateRefusedError, match="--seed"):
         update.run(ConvertOptions(src=str(src), out=str(out), seed=2), FAST)
+    # An image option changed: the refusal names that flag, not the two whole option groups (the trial's finding).
+    shaped = ConvertOptions(src=str(src), out=str(out), seed=1,
+                            encode=dataclasses.replace(ConvertOptions(src=str(src), out=str(out)).encode, max_side=64))
+    (out / record_schema.MANIFEST_FILE).write_text(json.dumps(
+        {"format_version": 1, "classes": ["a"], "splits": {}, "options": json.loads(json.dumps(
+            shaped.to_json(), default=str))}))
+    with pytest.raises(update.UpdateRefusedError, match=r"--max-side is 32 here but 64 in the latest") as refused:
+        update.run(dataclasses.replace(shaped, encode=dataclasses.replace(shaped.encode, max_side=32)), FAST)
+    assert "quality" not in str(refused.value)
+    (out / record_schema.MANIFEST_FILE).write_text(json.dumps(
+        {"format_version": 1, "classes": ["a"], "splits": {}, "options": {"seed": 1}}))
     with pytest.raises(update.UpdateRefusedError, match=r"only for now; .* the source --val-labels names"):
         update.run(ConvertOptions(src=str(src), out=str(out), seed=1, val_labels=str(src / "val.txt")), FAST)
     # A version that dropped leaks: its dropped images are in no sources table, an update would convert them back.

@@ -112,6 +112,9 @@ def masked(tmp_path_factory):
     manifest = json.loads(open(os.path.join(out, versions.manifest_path(2))).read())
     report = verify.verify(out)
     assert report.ok and report.records_masked == 3, report.format()
+    # its count is the version's records (the manifest's), the masked ones in its files said apart
+    assert f" {sum(split['num_examples'] for split in manifest['splits'].values())} records (and 3 masked ones" \
+        in report.format()
     entry = next(shard for shard in manifest["splits"]["train"]["shards"] if shard["file"] == kept)
     assert _garble_masked(out, entry) == 3
     return src, out, before, manifest, kept, thinned
@@ -245,7 +248,7 @@ def test_prune_and_reindex_keep_a_masked_file_while_a_kept_version_reads_it(mask
     assert not rebuilt.written and not rebuilt.failed, rebuilt.format()
 
 
-def test_inspect_counts_only_the_versions_records_and_the_tfds_export_refuses_a_masked_version(masked):
+def test_inspect_counts_only_the_versions_records_and_the_tfds_export_refuses_a_masked_version(masked, capsys):
     """inspect's keypoint and caption counts read each extent (it read a masked file whole once per run: the
     deleted records too, counted twice); TFDS reads whole files by its template, so its metadata for a version
     that masks records (or keeps earlier versions' files) is refused, naming the split."""
@@ -255,6 +258,15 @@ def test_inspect_counts_only_the_versions_records_and_the_tfds_export_refuses_a_
     train = reader.dataset_info(out).split("train")
     counted = inspect_tool._count_extras(train, points=False, captions=True)
     assert counted.images == train.num_examples and counted.of == ""
+    # The shard table is of files (a masked file is listed once per live run) and of each one's live records.
+    row = next(line.split() for line in inspect_tool.summarize(out).splitlines() if line.startswith("train "))
+    live = {path: sum(s.num_examples for s in train.shards if s.path == path) for path in set(train.files)}
+    assert len(live) < len(train.shards)  # the masked file is listed more than once
+    assert (int(row[1]), int(row[-2]), int(row[-1])) == (len(live), min(live.values()), max(live.values())), row
+    from converter import dataset_commands
+
+    assert dataset_commands.versions([out]) == 0
+    assert "1 masked" in capsys.readouterr().out.splitlines()[-1]  # versions counts the masked shard
     pytest.importorskip("tensorflow_datasets", reason="the tfds extra is not installed: pip install '.[tfds]'")
     from reader.tools.tfds_metadata import write_tfds_metadata
 
