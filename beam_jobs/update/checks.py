@@ -4,8 +4,8 @@ In:  the conversion's options (as given with ``--update``), the latest version o
 Out: SRC's plan (:class:`beam_jobs.planning.discover.InputPlan`, listed once) when SRC is a source updates
      support (class folders; a label file: ``--annotations`` CSV, TSV or JSON Lines, one label an image or
      several, ``--label-separator``; COCO, with Label Studio's; YOLO; Pascal VOC; CVAT; class masks, ``--masks``;
-     WebDataset; the Hub's Parquet; each in folders or archives), else :class:`UpdateRefusedError` naming the source, the flag or
-     the version at fault.
+     WebDataset; ImageNet; the Hub's Parquet; each in folders or archives: every source), else
+     :class:`UpdateRefusedError` naming the source, the flag or the version at fault.
 
 (docs/converter.md, "Updating a dataset": the rule, and what is not updated yet.)
 """
@@ -81,17 +81,16 @@ def _differing(before: object, now: object) -> list[tuple[str, object, object]]:
 # labels it (a label, tags, objects) comes with its ref, compared by id or digest. Archives read as folders; a
 # Parquet row's identity is its record's name (its image path, else its number in the split), its stamp its file's.
 UPDATABLE = ("class-folders", "label-file", "coco", "yolo", "pascal-voc", "cvat", "voc-segmentation", "mask-folders",
-             "webdataset", "hugging-face", "hugging-face-file")
+             "webdataset", "hugging-face", "hugging-face-file", "imagenet")
 _WHAT_WORKS = ("class folders, label files (--annotations CSV, TSV, JSON Lines), COCO, YOLO, Pascal VOC, CVAT, class "
-               "masks, WebDataset (--label-member) and the Hub's Parquet, in folders or archives")
+               "masks, WebDataset (--label-member), ImageNet (--val-labels) and the Hub's Parquet, in folders or "
+               "archives")
 
 
 def source_plan(options: ConvertOptions, scratch: str) -> discover.InputPlan:
     """SRC's plan (listed once, its skips and warnings logged as a conversion logs them), refused unless its
     source is one updates support (:data:`UPDATABLE`: refused before that source reads its annotations), naming
     the source it is read as and what works."""
-    if options.val_labels:
-        _refuse(options, "the source --val-labels names (ImageNet)")
     source, request = sources.claiming(options, scratch)
     if source.name not in UPDATABLE:
         _refuse(options, f"{source.what} ({source.name})")

@@ -6,7 +6,7 @@ The rule of tests/converter/test_update.py: after members are added, changed and
 exactly SRC's members; every unchanged one keeps its split, id and shard file; nothing changed writes no version;
 and the updated version holds what a fresh conversion of the new SRC holds, record by record. SRC is a tar, a zip
 and a compressed tar, one class each (``cat.tar`` reads as the folder ``cat/``), converted once for the module;
-and WebDataset shards, whose sibling label member relabels an image.
+WebDataset shards, whose sibling label member relabels an image; and ImageNet as it ships (a tar of class tars).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from beam_jobs.options import ConvertOptions
 from reader.frames import extent_records
 from reader.info import dataset_info
 from record_files import versions
-from tests.archive_data import webdataset_shards
+from tests.archive_data import imagenet_archives, webdataset_shards
+from tests.conftest import write_imagenet_tree
 from tests.converter.test_update import FAST
 
 
@@ -212,3 +213,37 @@ def test_a_webdataset_sample_relabelled_by_its_label_member_is_a_changed_image(t
     assert now[image][1] == flipped and set(now) == set(before)
     assert all(now[p][:3] == before[p][:3] for p in before if p != image)
     assert update.run(options, FAST).version is None
+
+
+@pytest.mark.slow
+def test_imagenet_as_it_ships_updates_a_class_tar_inside_the_train_tar_and_a_relabelled_val_image(tmp_path):
+    """ImageNet (``--val-labels``, ``--synsets``) in its archives: the train tar of class tars rewritten with an
+    image added to one class tar (members inside a member: each stamped by its own header), and the val labels
+    file relabelling one image; the rest unchanged; then what a fresh conversion holds."""
+    images = {kind: _jpeg(seed) for seed, kind in enumerate(
+        ("jpeg_rgb", "png_rgb", "jpeg_cmyk", "jpeg_gray", "jpeg_progressive", "jpeg_exif_rotated"))}
+    tree, labels = tmp_path / "tree", tmp_path / "labels"
+    labels.mkdir()
+    write_imagenet_tree(tree, labels, images)
+    src = imagenet_archives(tree, tmp_path / "src")
+    options = ConvertOptions(src=src, out=str(tmp_path / "out"), near_distance=3, shards=2,
+                             val_labels=str(labels / "LOC_val_solution.csv"),
+                             synsets=str(labels / "LOC_synset_mapping.txt"))
+    conversion.run(options, FAST, show_progress=False)
+    before = _records(options.out)
+    assert update.run(options, FAST).version is None
+    solution = labels / "LOC_val_solution.csv"
+    solution.write_text(solution.read_text().replace("ILSVRC2012_val_00000002,n01440764",
+                                                     "ILSVRC2012_val_00000002,n01443537"))
+    (tree / "train" / "n01440764" / "n01440764_9.JPEG").write_bytes(_jpeg(99))
+    imagenet_archives(tree, tmp_path / "src")  # every archive written anew: the same headers but one
+    done = update.run(options, FAST)
+    assert (done.changes["added"], done.changes["changed"], done.changes["relabelled"], done.changes["deleted"]) == (
+        1, 1, 1, 0)
+    now = _records(options.out)
+    relabelled = "val/ILSVRC2012_val_00000002.JPEG"
+    assert all(now[p][:3] == before[p][:3] for p in before if p != relabelled)
+    assert update.run(options, FAST).version is None
+    fresh = dataclasses.replace(options, out=str(tmp_path / "fresh"))
+    conversion.run(fresh, FAST, show_progress=False)
+    assert {p: r[1:2] + r[3:] for p, r in now.items()} == {p: r[1:2] + r[3:] for p, r in _records(fresh.out).items()}
