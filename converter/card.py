@@ -79,13 +79,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="validate the card with mlcroissant (pip install mlcroissant) and print what it finds")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
+        card = card_from_flags(args.card, args.license, args.citation)
+    except (CardError, ValueError, FileNotFoundError) as err:  # the flags at fault: a usage error (2)
+        parser.error(str(err))
+    try:  # the dataset or its version at fault: 1, as verify, inspect and report say it
         folder = _version_folder(args.out, args.version)
-        card = _with_stated(folder, card_from_flags(args.card, args.license, args.citation))
+        card = _with_stated(folder, card)
         path = croissant.write_croissant(folder, card, folder_name=os.path.basename(os.path.abspath(args.out)))
-    except (CardError, ValueError) as err:
-        parser.error(str(err))
-    except FileNotFoundError as err:
-        parser.error(str(err))
+    except (CardError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(f"wrote {path}")
     if not args.check:
         return 0

@@ -246,9 +246,11 @@ def test_the_card_command(datasets, tmp_path, capsys):
         card_command.main([folder, "--card", str(path)])
     assert stop.value.code == 2
     assert f"--card {path}: unknown field 'lisence' (did you mean 'license'?)" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        card_command.main([str(tmp_path / "nothing-here")])
+    # the dataset at fault (not the command line): exit 1 with "error: ...", as verify, inspect and report
+    assert card_command.main([str(tmp_path / "nothing-here")]) == 1
     assert "holds no manifest.json: not a converted dataset" in capsys.readouterr().err
+    assert card_command.main([folder, "--version", "7"]) == 1
+    assert "version 7 of" in capsys.readouterr().err
 
 
 def test_the_card_modules_import_neither_tensorflow_nor_beam():
