@@ -126,3 +126,46 @@ def test_feeding_a_kept_record_reads_its_table_row_only(tmp_path):
     per_record = (time.process_time() - started) / n
     assert layout.kept_parts == 2 and per_record < 200e-6, per_record
     print(f"kept record fed to the searches: {per_record * 1e6:.1f} us of CPU")
+
+
+def test_a_kept_record_pairs_by_its_hash_alone_is_never_the_leaked_side_and_two_kept_are_not_paired_again(tmp_path):
+    """The searches' rule for kept records, on work files alone (no conversion): a new validation image near a
+    kept training one is a leak though its thumbnail (a kept record has none) would not match; a kept
+    validation image near a new training one is grouped, not leaked; two kept records near each other are not
+    paired again (their version searched them with thumbnails)."""
+    import hashlib
+    import random
+
+    from beam_jobs.files import work_records
+    from beam_jobs.files.work_layout import WorkLayout
+    from beam_jobs.stage_records import Accepted, ImageRef
+    from beam_jobs.stages import near_duplicates, near_groups, near_links
+    from tests.beam_jobs.stages.near_data import flip
+
+    rng = random.Random(3)
+    h, g = rng.getrandbits(64), rng.getrandbits(64)
+
+    def new(path: str, phash: int) -> bytes:
+        return work_records.encode_content(Accepted(
+            ImageRef(path.split("/")[0], path, 0), hashlib.sha256(path.encode()).digest(), "", 1, 1, stored_bytes=9,
+            perceptual_hash=phash, thumbnail=bytes(rng.randrange(256) for _ in range(64))))
+
+    def kept(path: str, phash: int) -> bytes:
+        return work_records.encode_kept_content(hashlib.sha256(path.encode()).digest(), path.split("/")[0], 0, phash,
+                                                9, 0, path)
+
+    parts = [new("validation/v.jpg", flip(h, (30, 40))), new("train/n.jpg", flip(g, (5,)))]
+    kept_records = [kept("train/k.jpg", h), kept("validation/k2.jpg", g), kept("validation/k3.jpg", flip(h, (10, 20)))]
+    layout = WorkLayout(str(tmp_path / "work"), num_parts=1, buckets={"train": 1, "validation": 1}, hash_ranges=1,
+                        near_bands=4, near_ranges=4, kept_parts=1)
+    for folder in layout.folders():
+        os.makedirs(folder)
+    for path, records in ((layout.near(0), parts), (layout.near_kept(0), kept_records)):
+        work_records.write_file(path, work_records.NEAR, near_duplicates.near_records(sorted(records), 3), 4)
+    for near_range in range(4):
+        near_links.find_pairs(layout, near_range, 3)
+    groups = [[member.path for member in group] for group in near_groups.components(near_groups._pairs(layout))]
+    assert sorted(groups) == [["train/k.jpg", "validation/v.jpg"], ["train/n.jpg", "validation/k2.jpg"]]
+    near_groups.group_near(layout, 3, ["c"])
+    leaks = json.loads(open(layout.near_dropped()).read())
+    assert [(member[2], partner[2]) for member, partner, _ in leaks] == [("validation/v.jpg", "train/k.jpg")]
