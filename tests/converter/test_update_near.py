@@ -128,18 +128,21 @@ def test_feeding_a_kept_record_reads_its_table_row_only(tmp_path):
     print(f"kept record fed to the searches: {per_record * 1e6:.1f} us of CPU")
 
 
-def test_a_kept_record_pairs_by_its_hash_alone_is_never_the_leaked_side_and_two_kept_are_not_paired_again(tmp_path):
+@pytest.mark.parametrize("chunk", [1 << 14, 1], ids=["ranges", "blocks"])
+def test_a_kept_record_pairs_by_its_hash_alone_is_never_the_leaked_side_and_two_kept_are_not_paired_again(
+        tmp_path, chunk):
     """The searches' rule for kept records, on work files alone (no conversion): a new validation image near a
     kept training one is a leak though its thumbnail (a kept record has none) would not match; a kept
     validation image near a new training one is grouped, not leaked; two kept records near each other are not
-    paired again (their version searched them with thumbnails)."""
+    paired again (their version searched them with thumbnails). The same in a band range's task and in the
+    block tasks of band values spilled (``chunk`` 1: every value of more than one record)."""
     import hashlib
     import random
 
     from beam_jobs.files import work_records
     from beam_jobs.files.work_layout import WorkLayout
     from beam_jobs.stage_records import Accepted, ImageRef
-    from beam_jobs.stages import near_duplicates, near_groups, near_links
+    from beam_jobs.stages import near_blocks, near_duplicates, near_groups, near_links
     from tests.beam_jobs.stages.near_data import flip
 
     rng = random.Random(3)
@@ -163,9 +166,15 @@ def test_a_kept_record_pairs_by_its_hash_alone_is_never_the_leaked_side_and_two_
     for path, records in ((layout.near(0), parts), (layout.near_kept(0), kept_records)):
         work_records.write_file(path, work_records.NEAR, near_duplicates.near_records(sorted(records), 3), 4)
     for near_range in range(4):
-        near_links.find_pairs(layout, near_range, 3)
-    groups = [[member.path for member in group] for group in near_groups.components(near_groups._pairs(layout))]
+        near_links.find_pairs(layout, near_range, 3, chunk_records=chunk)
+    values = [value for near_range in range(4) for value in near_blocks.values(near_range, layout)]
+    assert bool(values) == (chunk == 1)
+    for value in values:
+        for block in range(value.blocks):
+            near_blocks.search_block((value, block), layout, 3)
+    groups = [[member.path for member in group]
+              for group in near_groups.components(near_groups._pairs(layout, sorted(values)))]
     assert sorted(groups) == [["train/k.jpg", "validation/v.jpg"], ["train/n.jpg", "validation/k2.jpg"]]
-    near_groups.group_near(layout, 3, ["c"])
+    near_groups.group_near(layout, 3, ["c"], values=sorted(values))
     leaks = json.loads(open(layout.near_dropped()).read())
     assert [(member[2], partner[2]) for member, partner, _ in leaks] == [("validation/v.jpg", "train/k.jpg")]
