@@ -5,17 +5,26 @@ signal handlers, configures the root logger, points the reader's S3 client.
 :func:`cli_in_process` saves each of those, runs ``main`` with stdout and
 stderr captured (a ``SystemExit`` from argparse becomes the exit status), and
 restores them, so the next test meets the same process.
+
+A run that must end a process of its own (killed or stopped at a fault point) runs by
+:func:`cli_in_forked_process`: forked from a process that imported Beam once, not a new interpreter each time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from typing import Optional
 
 # Loggers whose levels the CLI sets (converter/cli_logging.py's configure_logging).
 _LOGGERS = ("converter", "beam_jobs", "reader", "apache_beam")
@@ -90,3 +99,129 @@ def cli_in_process(argv: list[str], cwd: str, env: dict) -> subprocess.Completed
             if isinstance(code, str):
                 print(code, file=sys.stderr)
     return subprocess.CompletedProcess(["python", "-m", "converter", *argv], status, out.getvalue(), err.getvalue())
+
+
+
+# What ``python -m converter`` imports to convert (Beam's runners and the pipeline's modules: 4-5 s of CPU), imported
+# once by the process that forks the runs of :func:`cli_in_forked_process`.
+_PRELOAD = ["converter.cli", "beam_jobs.pipeline", "beam_jobs.transforms", "beam_jobs.update",
+            "apache_beam.runners.direct.direct_runner", "apache_beam.runners.portability.fn_api_runner.fn_runner"]
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The forking process: it imports _PRELOAD, then for each request (a JSON line: argv, cwd, env, stdout and stderr
+# files) forks a child that runs ``python -m converter ARGV`` as the interpreter would (converter/__main__.py ends
+# it), and answers with the child's pid, then its exit status (minus the signal that ended it). Its own
+# multiprocessing state is untouched, so a run's workers start from the run's own forkserver, as in a new process.
+_FORKER = r"""
+import json, os, sys
+for name in json.loads(sys.argv[1]):
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+replies = os.fdopen(os.dup(1), "w")
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.environ.clear()
+            os.environ.update(job["env"])
+            import tempfile
+            tempfile.tempdir = None  # from TMPDIR, as in a new process
+            os.chdir(job["cwd"])
+            for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["stdout"], os.O_WRONLY),
+                                    (2, job["stderr"], os.O_WRONLY)):
+                target = os.open(path, flags)
+                os.dup2(target, fd)
+                os.close(target)
+            sys.stdin = open(0, closefd=False)
+            sys.argv = ["converter", *job["argv"]]
+            import atexit, runpy
+            try:
+                runpy.run_module("converter", run_name="__main__", alter_sys=True)
+                code = 0
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+                if isinstance(exit_.code, str):
+                    print(exit_.code, file=sys.stderr)
+            atexit._run_exitfuncs()  # as the interpreter's exit runs them
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+    replies.write(f"{pid}\n")
+    replies.flush()
+    _, status = os.waitpid(pid, 0)
+    replies.write(f"{os.waitstatus_to_exitcode(status)}\n")
+    replies.flush()
+"""
+_forker: Optional[subprocess.Popen] = None
+
+
+def _forking_process() -> subprocess.Popen:
+    """This test process's forking process, started at its first use; it ends when this process closes its input."""
+    global _forker
+    if _forker is None or _forker.poll() is not None:
+        _forker = subprocess.Popen([sys.executable, "-c", _FORKER, json.dumps(_PRELOAD)], cwd=_REPO,
+                                   env={**os.environ, "PYTHONPATH": _REPO}, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, bufsize=0)
+    return _forker
+
+
+def _reply(forker: subprocess.Popen, timeout: float) -> str:
+    """The forking process's next line, read a byte at a time (nothing buffered past it); "" after ``timeout``."""
+    deadline, line = time.monotonic() + timeout, b""
+    while not line.endswith(b"\n"):
+        ready, _, _ = select.select([forker.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        byte = os.read(forker.stdout.fileno(), 1) if ready else b""
+        if not byte:
+            return ""
+        line += byte
+    return line.decode().strip()
+
+
+def cli_in_forked_process(argv: list[str], cwd: str = _REPO, env: Optional[dict] = None,
+                          timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m converter ARGV`` in a process of its own, as :func:`subprocess.run` gives it back: its exit
+    status (minus the signal that ended it), stdout and stderr. ``env``: variables added to this process's.
+
+    Why: a run told to kill or stop itself at a fault point (``IMGSHARDS_FAULT=kill@...``) must end a process of
+    its own, and a new interpreter spends 4-5 s of CPU importing Beam before it converts anything: the kill tests
+    pin what a run leaves on disk at each point, not how its interpreter starts. The process is forked from one
+    that imported Beam and the converter once (``_PRELOAD``, single-threaded) for every such run of this test
+    process; the run then goes through ``python -m converter``'s own code (its argument parsing, signal handlers,
+    workers, exit) in the environment it is given (``TMPDIR`` included), in this process's group. Tests of the
+    process itself (its start-up, what it prints before Beam loads, signals from outside) start a real
+    ``python -m converter`` instead (tests/conftest.py's run_converter_process).
+    """
+    command = ["python", "-m", "converter", *argv]
+    with _FORKING, tempfile.TemporaryDirectory(prefix="forked-cli-") as folder:
+        out_path, err_path = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+        for path in (out_path, err_path):
+            open(path, "wb").close()
+        forker = _forking_process()
+        forker.stdin.write(json.dumps({"argv": list(argv), "cwd": cwd, "stdout": out_path, "stderr": err_path,
+                                       "env": {**os.environ, "PYTHONPATH": _REPO, **(env or {})}}).encode() + b"\n")
+        pid = int(_reply(forker, 600) or 0)
+        assert pid, "the forking process did not start the run (tests/in_process.py)"
+        status = _reply(forker, timeout)
+        if not status:
+            os.kill(pid, signal.SIGKILL)
+            _reply(forker, 60)
+            raise subprocess.TimeoutExpired(command, timeout)
+        with open(out_path, encoding="utf-8", errors="replace") as out, \
+                open(err_path, encoding="utf-8", errors="replace") as err:
+            return subprocess.CompletedProcess(command, int(status), out.read(), err.read())
+
+
+_FORKING = threading.Lock()  # one run at a time through the forking process

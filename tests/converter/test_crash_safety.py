@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import record_schema
 from beam_jobs import faults
 from beam_jobs.files.publish import ConcurrentRunError, output_lock
 from tests.conftest import REPO, run_converter
+from tests.in_process import cli_in_forked_process
 
 pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
 
@@ -49,9 +51,10 @@ def _command(src, out, shards):
 
 
 def _killed_run(args, fault, tmpdir):
-    proc = subprocess.run([sys.executable, "-m", "converter", *args], capture_output=True, text=True, timeout=300,
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, faults.ENV: fault, "TMPDIR": str(tmpdir)})
-    return proc
+    """``python -m converter ARGS`` in a process of its own that kills itself at ``fault``, forked from a server
+    that imported Beam once (tests/in_process.py): the point is what the kill leaves, not the interpreter's start,
+    which the arbitrary moments below cover."""
+    return cli_in_forked_process(args, env={faults.ENV: fault, "TMPDIR": str(tmpdir)})
 
 
 @pytest.fixture(scope="module")
@@ -62,18 +65,26 @@ def reference(demo_src, tmp_path_factory):
     return {k: v for k, v in _snapshot(out).items() if k.endswith(".tfrecord")}
 
 
+@pytest.fixture(scope="module")
+def previous(demo_src, tmp_path_factory):
+    """A different, complete dataset (2 shards) for a killed run to replace: made once, copied by each test."""
+    out = tmp_path_factory.mktemp("previous") / "out"
+    run_converter(*_command(demo_src, out, 2), check=True)
+    return out
+
+
 # "displaced" exists only when a dataset is being replaced (by the two-rename fallback).
 KILL_CASES = [(p, prev) for p in faults.POINTS for prev in (False, True) if prev or p != "displaced"]
 
 
-@pytest.mark.parametrize("point,previous", KILL_CASES,
+@pytest.mark.parametrize("point,over_a_dataset", KILL_CASES,
                          ids=[f"{p}-{'over-a-dataset' if prev else 'into-nothing'}" for p, prev in KILL_CASES])
 def test_sigkill_at_each_point_leaves_out_old_or_complete_and_a_rerun_recovers(
-    tmp_path, tmp_path_factory, demo_src, reference, point, previous
+    tmp_path, tmp_path_factory, demo_src, reference, point, over_a_dataset, request
 ):
     out = tmp_path / "out"
-    if previous:
-        run_converter(*_command(demo_src, out, 2), check=True)  # a different, complete dataset
+    if over_a_dataset:
+        shutil.copytree(request.getfixturevalue("previous"), out)  # a different, complete dataset
     before = _snapshot(out)
     system_tmp = tmp_path_factory.mktemp("system-tmp")
     proc = _killed_run(_command(demo_src, out, 3), f"kill@{point}", system_tmp)
@@ -121,8 +132,6 @@ def test_a_second_conversion_into_the_same_out_fails_while_one_runs(tmp_path, de
 
 
 def test_an_input_that_vanishes_after_listing_is_rejected_and_the_run_goes_on(tmp_path, demo_src):
-    import shutil
-
     src = tmp_path / "src"
     shutil.copytree(demo_src, src)
     out = tmp_path / "out"
@@ -163,8 +172,6 @@ def small_disk(tmp_path):
 
 
 def test_a_full_disk_fails_clearly_leaves_the_previous_dataset_and_keeps_the_finished_work(tmp_path, demo_src, small_disk):
-    import shutil
-
     tiny = tmp_path / "tiny"
     for shape in ("circle", "square"):
         (tiny / shape).mkdir(parents=True)

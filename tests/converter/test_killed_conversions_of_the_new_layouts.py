@@ -2,7 +2,7 @@
 layouts #57 added leaves that dataset as it was, byte for byte, and publishes nothing.
 
 OUT holds a dataset converted from Roboflow's flat Pascal VOC export (in this process); a real ``python -m
-converter --overwrite`` then converts CVAT for images with its images under ``dataset/`` into OUT and is killed
+converter --overwrite`` (a process of its own) then converts CVAT for images with its images under ``dataset/`` into OUT and is killed
 once a shard is written (``IMGSHARDS_FAULT=kill@shard-written``, tests/converter/test_crash_safety.py's points).
 One small subprocess: the hostile inputs themselves are planned in-process
 (tests/beam_jobs/sources/objects/test_damaged_exports_of_the_new_layouts.py).
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -21,7 +19,7 @@ from beam_jobs import faults
 from beam_jobs.options import ConvertOptions
 from beam_jobs.pipeline import run
 from tests.beam_jobs.sources.objects.test_damaged_exports_of_the_new_layouts import cvat_anywhere, roboflow_voc
-from tests.conftest import REPO
+from tests.in_process import cli_in_forked_process
 
 pytestmark = pytest.mark.e2e  # runs the command line in a subprocess
 
@@ -38,10 +36,9 @@ def test_a_kill_mid_run_over_a_roboflow_voc_dataset_leaves_it_byte_for_byte(tmp_
     cvat_anywhere(cvat)
     run(ConvertOptions(src=str(voc), out=str(out), shards=1), FAST, show_progress=False)
     before = _files(out)
-    proc = subprocess.run([sys.executable, "-m", "converter", "--src", str(cvat), "--out", str(out), "--shards", "1",
-                           "--overwrite", "--no-progress", *FAST], capture_output=True, text=True, timeout=300,
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, faults.ENV: "kill@shard-written",
-                                         "TMPDIR": str(tmp_path)})
+    # In a process of its own forked from a server that imported Beam once (tests/in_process.py).
+    proc = cli_in_forked_process(["--src", str(cvat), "--out", str(out), "--shards", "1", "--overwrite", "--no-progress",
+                                  *FAST], env={faults.ENV: "kill@shard-written", "TMPDIR": str(tmp_path)})
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert _files(out) == before
     leftovers = sorted(name for name in os.listdir(tmp_path) if name not in ("animals.voc", "task", "ds"))

@@ -17,11 +17,19 @@ import pytest
 
 from beam_jobs import faults
 from tests.conftest import run_converter
+from tests.in_process import cli_in_forked_process
 
 pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
 ARGS = ["--shards", "5", "--val-fraction", "0.2", "--part-size", "8", *FAST]
+
+
+def _stopped_run(*args: str, fault: str):
+    """The command in a process of its own that kills or stops itself at ``fault`` (``kill@POINT``,
+    ``term@POINT``), forked from a server that imported Beam once (tests/in_process.py): what a resume continues
+    from is what the stopped run left, not how its interpreter started."""
+    return cli_in_forked_process(list(args), env={faults.ENV: fault})
 
 
 def _digests(folder) -> dict[str, str]:
@@ -43,7 +51,7 @@ PHASES = ["listed", "part-validated", "bucket-ordered", "shard-written", "duplic
 def test_a_run_killed_in_any_phase_resumes_from_its_finished_work_to_the_same_bytes(tmp_path, demo_src, reference,
                                                                                       phase):
     out = tmp_path / "out"
-    killed = run_converter("--src", demo_src, "--out", str(out), *ARGS, env={faults.ENV: f"kill@{phase}"})
+    killed = _stopped_run("--src", demo_src, "--out", str(out), *ARGS, fault=f"kill@{phase}")
     assert killed.returncode == -9 and not out.exists()
     rerun = run_converter("--src", demo_src, "--out", str(out), *ARGS, check=True)
     match = re.search(r"resuming the interrupted run with the same inputs and options: (\d+) of (\d+) parts "
@@ -89,14 +97,14 @@ def test_a_rerun_with_other_options_or_inputs_starts_afresh_and_says_why(tmp_pat
     src = tmp_path / "src"
     shutil.copytree(demo_src, src)
     out = tmp_path / "out"
-    run_converter("--src", str(src), "--out", str(out), *ARGS, env={faults.ENV: "kill@shard-written"})
+    _stopped_run("--src", str(src), "--out", str(out), *ARGS, fault="kill@shard-written")
     other = [arg if arg != "5" else "4" for arg in ARGS]
     rerun = run_converter("--src", str(src), "--out", str(out), *other, check=True)
     assert "not resuming the interrupted run" in rerun.stderr and "--shards 5 -> 4" in rerun.stderr
     assert "resuming the interrupted run with" not in rerun.stderr
     assert len([name for name in os.listdir(out) if name.startswith("train-") and name.endswith(".tfrecord")]) == 4
 
-    run_converter("--src", str(src), "--out", str(out), "--overwrite", *ARGS, env={faults.ENV: "kill@shard-written"})
+    _stopped_run("--src", str(src), "--out", str(out), "--overwrite", *ARGS, fault="kill@shard-written")
     victim = sorted((src / "circle").iterdir())[0]
     victim.unlink()
     rerun = run_converter("--src", str(src), "--out", str(out), "--overwrite", *ARGS, check=True)
@@ -110,8 +118,7 @@ def test_a_preempted_overwrite_keeps_its_work_beside_the_old_dataset_and_every_c
     --overwrite and inspect both name the kept folder, and the same command resumes from it."""
     out = tmp_path / "out"
     shutil.copytree(demo_dataset, out)
-    stopped = run_converter("--src", demo_src, "--out", str(out), "--overwrite", *ARGS,
-                            env={faults.ENV: "term@shard-written"})
+    stopped = _stopped_run("--src", demo_src, "--out", str(out), "--overwrite", *ARGS, fault="term@shard-written")
     assert stopped.returncode == 143, stopped.stderr
     kept = [name for name in os.listdir(tmp_path) if name != "out"]
     assert len(kept) == 1 and kept[0].startswith(".out.staging-"), kept
