@@ -16,8 +16,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,7 +31,8 @@ from beam_jobs.options import ConvertOptions
 from reader.frames import extent_records
 from reader.info import dataset_info, latest_version
 from record_files import versions
-from tests.conftest import REPO, run_converter
+from tests.conftest import run_converter
+from tests.in_process import cli_in_forked_process
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
@@ -309,11 +308,10 @@ def test_a_killed_update_leaves_the_latest_version_whole_and_the_same_command_fi
     _image(os.path.join(src, "cat", "new.jpg"), 5)
     os.remove(os.path.join(src, "dog", "1.jpg"))
     before = _files(out)
-    command = [sys.executable, "-m", "converter", "--src", src, "--out", out, "--val-fraction", "0.25",
-               "--near-distance", "3", "--update", "--no-progress", *FAST]
-    env = {**os.environ, "PYTHONPATH": REPO, "TMPDIR": str(tmp_path)}
-    killed = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO,
-                            env={**env, faults.ENV: f"kill@{point}"})
+    command = ["--src", src, "--out", out, "--val-fraction", "0.25", "--near-distance", "3", "--update",
+               "--no-progress", *FAST]
+    # In a process of its own, forked from one that imported Beam once (tests/in_process.py).
+    killed = cli_in_forked_process(command, env={"TMPDIR": str(tmp_path), faults.ENV: f"kill@{point}"})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     # Version 1 whole and still the latest: no pointer; at most an unpublished versions/00002, read by nobody.
     assert {name: data for name, data in _files(out).items() if not name.startswith("versions/")} == before
@@ -321,7 +319,7 @@ def test_a_killed_update_leaves_the_latest_version_whole_and_the_same_command_fi
     # The same command finishes it, in this process (run_converter: one Beam and TensorFlow start-up less; its
     # TMPDIR is tempfile's for the call, as a process's own would be).
     left_by_the_kill = set(os.listdir(tmp_path))
-    finished = run_converter(*command[3:], env={"TMPDIR": str(tmp_path)})
+    finished = run_converter(*command, env={"TMPDIR": str(tmp_path)})
     assert finished.returncode == 0, finished.stderr
     assert "published version 2" in finished.stdout
     assert set(_records(out)) == set(_src_images(src))
