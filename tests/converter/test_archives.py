@@ -29,6 +29,7 @@ from record_files import versions
 from record_files.croissant import CROISSANT_FILE
 from tests.archive_data import imagenet_archives, tar_folder, tar_of_tars, zip_folder
 from tests.conftest import run_converter, write_imagenet_tree
+from tests.in_process import cli_in_forked_process
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 FAST = [*IN_MEMORY, "--no-progress"]
@@ -199,7 +200,7 @@ def test_a_killed_archive_conversion_resumes_to_the_same_bytes(tmp_path, pets, e
     out = tmp_path / "out"
     args = ["--src", archive, "--out", str(out), "--shards", "2", "--seed", "3", "--max-bad-fraction", "0.5",
             "--part-size", "4", *FAST]
-    killed = run_converter(*args, env={faults.ENV: "kill@shard-written"})
+    killed = cli_in_forked_process(args, env={faults.ENV: "kill@shard-written"})  # Beam imported once: in_process.py
     assert killed.returncode == -9
     rerun = run_converter(*args, check=True)
     assert re.search(r"resuming the interrupted run .* (\d+) of \1 parts validated", rerun.stderr), rerun.stderr
@@ -208,7 +209,7 @@ def test_a_killed_archive_conversion_resumes_to_the_same_bytes(tmp_path, pets, e
     assert sorted(os.listdir(tmp_path)) == ["out", "pets.tar.gz"]
 
     # A changed archive is a changed input: the kept work is not resumed, and the run says which archive.
-    run_converter(*args, "--overwrite", env={faults.ENV: "kill@shard-written"})
+    cli_in_forked_process([*args, "--overwrite"], env={faults.ENV: "kill@shard-written"})
     os.utime(archive, (1_800_000_000, 1_800_000_000))
     rerun = run_converter(*args, "--overwrite", check=True)
     assert "not resuming the interrupted run" in rerun.stderr
