@@ -157,11 +157,14 @@ def plan_layout(work: str, split_sizes: Mapping[str, int], part_size: int, near_
     sized by every image they compare)."""
     total = sum(split_sizes.values())
     searched = total + kept
+    # A hash range is held in memory: a part's records, or a kept file's when more (an update of a few images
+    # over 1M kept records has small parts: ranges of a part each would be thousands of tiny tasks).
+    per_range = max(part_size, kept_chunk) if kept else part_size
     return WorkLayout(
         work=work,
         num_parts=max(1, math.ceil(total / part_size)),
         buckets={split: max(1, math.ceil(n / part_size)) for split, n in split_sizes.items() if n},
-        hash_ranges=max(1, math.ceil(searched / part_size)),
+        hash_ranges=max(1, math.ceil(searched / per_range)),
         near_bands=near_bands,
         near_ranges=near_ranges(searched, part_size, near_bands),
         kept_parts=math.ceil(kept / kept_chunk) if kept else 0,
