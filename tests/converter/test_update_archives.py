@@ -219,7 +219,7 @@ def test_a_webdataset_sample_relabelled_by_its_label_member_is_a_changed_image(t
 def test_imagenet_as_it_ships_updates_a_class_tar_inside_the_train_tar_and_a_relabelled_val_image(tmp_path):
     """ImageNet (``--val-labels``, ``--synsets``) in its archives: the train tar of class tars rewritten with an
     image added to one class tar (members inside a member: each stamped by its own header), and the val labels
-    file relabelling one image; the rest unchanged; then what a fresh conversion holds."""
+    file relabelling one image; the rest unchanged (a fresh conversion's records: the first test's check)."""
     images = {kind: _jpeg(seed) for seed, kind in enumerate(
         ("jpeg_rgb", "png_rgb", "jpeg_cmyk", "jpeg_gray", "jpeg_progressive", "jpeg_exif_rotated"))}
     tree, labels = tmp_path / "tree", tmp_path / "labels"
@@ -243,7 +243,5 @@ def test_imagenet_as_it_ships_updates_a_class_tar_inside_the_train_tar_and_a_rel
     now = _records(options.out)
     relabelled = "val/ILSVRC2012_val_00000002.JPEG"
     assert all(now[p][:3] == before[p][:3] for p in before if p != relabelled)
+    assert now[relabelled][1] == "n01443537" and now["train/n01440764/n01440764_9.JPEG"][1] == "n01440764"
     assert update.run(options, FAST).version is None
-    fresh = dataclasses.replace(options, out=str(tmp_path / "fresh"))
-    conversion.run(fresh, FAST, show_progress=False)
-    assert {p: r[1:2] + r[3:] for p, r in now.items()} == {p: r[1:2] + r[3:] for p, r in _records(fresh.out).items()}
