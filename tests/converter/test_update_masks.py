@@ -127,3 +127,35 @@ def test_a_changed_mask_png_changes_its_image_and_masks_update_as_files_do(conve
     fresh = str(tmp_path / "fresh")
     conversion.run(_options(src, fresh), FAST, show_progress=False)
     assert {p: r[2:] for p, r in _records(out).items()} == {p: r[2:] for p, r in _records(fresh).items()}
+
+
+def test_a_voc_class_png_is_part_of_its_images_stamp_and_a_mask_that_appears_changes_it(tmp_path):
+    """VOC with ``--masks``: SegmentationClass/<id>.png is a file of its own beside the image (its instance masks are
+    read at planning, into the annotation digest): its stamp is folded into the image's, so a redrawn class PNG,
+    or one that appears for an image rejected without it, changes the image's stamp. Planning only: no conversion."""
+    from beam_jobs.sources import plan_inputs
+    from beam_jobs.sources.source_stamps import for_plan
+    from tests.object_data import jpeg, picture, voc_palette_png, voc_xml, write_file
+
+    root = tmp_path / "VOC2012"
+    for image_id in ("a", "b"):
+        write_file(str(root / f"JPEGImages/{image_id}.jpg"), jpeg(picture(40, 24, [], seed=len(image_id))))
+        write_file(str(root / f"Annotations/{image_id}.xml"), voc_xml(40, 24, [("dog", (5, 5, 20, 20), 0)]))
+    write_file(str(root / "SegmentationClass/a.png"), voc_palette_png(40, 24, [((5, 5, 20, 20), 12)]))
+    write_file(str(root / "ImageSets/Segmentation/train.txt"), "a\nb\n")
+    options = ConvertOptions(src=str(root), masks=True)
+
+    def stamps() -> dict[str, tuple[int, int]]:
+        plan = plan_inputs(options)
+        items = for_plan(options, plan)
+        return {ref.relpath: items.stamp(ref) for ref in plan.refs}
+
+    first = stamps()
+    assert first == stamps()  # the same files: the same stamps
+    image = os.stat(root / "JPEGImages/a.jpg")
+    assert first["JPEGImages/a.jpg"][0] == image.st_size and first["JPEGImages/a.jpg"][1] != image.st_mtime_ns
+    os.utime(root / "SegmentationClass/a.png", ns=(1_600_000_000 * 10**9,) * 2)  # the class PNG touched
+    write_file(str(root / "SegmentationClass/b.png"), voc_palette_png(40, 24, [((5, 5, 20, 20), 12)]))
+    second = stamps()
+    assert second["JPEGImages/a.jpg"] != first["JPEGImages/a.jpg"]
+    assert second["JPEGImages/b.jpg"] != first["JPEGImages/b.jpg"]  # rejected without its mask before
