@@ -23,6 +23,7 @@ import record_schema
 from beam_jobs import faults
 from record_files import croissant, versions
 from tests.conftest import REPO, run_converter
+from tests.in_process import cli_in_forked_process
 
 pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
 
@@ -158,9 +159,8 @@ def test_runs_killed_during_the_s3_publish_are_finished_by_the_next_run(images, 
                *s3_server.flags, *FAST]
     run_converter("--src", images, "--out", out, "--shards", "2", *s3_server.flags, *FAST, check=True)
     for point, finishes_an_earlier_publish in zip(faults.REMOTE_POINTS, (False, True)):
-        killed = subprocess.run([sys.executable, "-m", "converter", *command], cwd=REPO, capture_output=True,
-                                text=True, env={**os.environ, "PYTHONPATH": REPO, faults.ENV: f"kill@{point}"},
-                                timeout=300)
+        # A process of its own, forked from one that imported Beam once (tests/in_process.py).
+        killed = cli_in_forked_process(command, env={faults.ENV: f"kill@{point}"})
         assert killed.returncode == -9
         assert ("finishing the publish" in killed.stderr) == finishes_an_earlier_publish
         assert record_schema.MANIFEST_FILE not in s3_server.snapshot(bucket, "data")  # "no dataset", never a mix
