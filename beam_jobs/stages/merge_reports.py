@@ -157,7 +157,7 @@ def find_duplicates(layout: WorkLayout, hash_range: int, classes: Sequence[str])
             # (a group of kept records alone is the version's that converted them)
             groups.append(tuple(sorted((split, label, display_path(relpath)) for split, label, relpath, *_ in members)))
             if len({member.split for member in members}) > 1:
-                dropped += [leak for leak in leaked(members) if leak.member.path not in kept]  # kept: never dropped
+                dropped += leaked(members, kept)  # a kept record is never dropped: a new copy of another split is
         if item is None:
             break
         if item.sha != previous:

@@ -172,7 +172,8 @@ def _pairs_between(rows: _Block, columns: _Block, band: int, distance: int, diag
 
 
 class _Leaks:
-    """Block ``i``'s evaluation reps with a direct pair in the training split: each one's closest partner (by
+    """Block ``i``'s evaluation reps with a direct pair in the training split (and, under ``--update``, its new
+    training reps with a direct pair among the kept evaluation ones): each one's closest partner (by
     distance, then the partner's record as bytes: the choice :class:`near_leaks.Leaks` makes over a chunk sorted
     as bytes, so a value searched in blocks names the partners it would name searched whole)."""
 
@@ -188,7 +189,9 @@ class _Leaks:
         self._see(pairs, columns)
 
     def _see(self, pairs: np.ndarray, columns: _Block) -> None:
-        leaked = (self.rows.ranks[pairs[0]] > 0) & (columns.ranks[pairs[1]] == 0) & ~self.rows.kept[pairs[0]]
+        mine, theirs = self.rows.ranks[pairs[0]], columns.ranks[pairs[1]]
+        leaked = ~self.rows.kept[pairs[0]] & (  # a kept record never goes: a new training rep near a kept
+            ((mine > 0) & (theirs == 0)) | ((mine == 0) & (theirs > 0) & columns.kept[pairs[1]]))  # evaluation one does
         if not leaked.any():
             return
         rows, partners = pairs[0, leaked], pairs[1, leaked]
@@ -249,11 +252,13 @@ def _leaks_before(rows: _Block, columns: _Block, band: int, distance: int, leaks
     """The leaks of block b's evaluation reps to the training reps of an earlier block: those rows against
     those columns only (a fifth of the rows against four fifths of the columns at 80/10/10 splits, not the
     whole block pair: comparing it all made a spilled value cost twice its search whole)."""
-    evaluation, training = np.flatnonzero(rows.ranks > 0), np.flatnonzero(columns.ranks == 0)
-    if not (evaluation.size and training.size):
-        return
-    for pairs in _pairs_between(rows.subset(evaluation), columns.subset(training), band, distance, diagonal=False):
-        leaks.see(np.stack([evaluation[pairs[0]], training[pairs[1]]]), columns)
+    for leaking, partners in ((rows.ranks > 0, columns.ranks == 0),  # and an update's new training reps near
+                              ((rows.ranks == 0) & ~rows.kept, (columns.ranks > 0) & columns.kept)):  # kept ones
+        evaluation, training = np.flatnonzero(leaking), np.flatnonzero(partners)
+        if not (evaluation.size and training.size):
+            continue
+        for pairs in _pairs_between(rows.subset(evaluation), columns.subset(training), band, distance, diagonal=False):
+            leaks.see(np.stack([evaluation[pairs[0]], training[pairs[1]]]), columns)
 
 
 def _seen(pairs: Iterable[np.ndarray], leaks: _Leaks, columns: _Block) -> Iterator[np.ndarray]:
@@ -300,7 +305,7 @@ def _copies(layout: WorkLayout, value: BigValue, index: dict, block: int, leaks:
             links.add([f"[{member_text(rows.records[row])}, {member_text(record)}]"])
             if rank > 0 and rows.ranks[row] == 0 and not kept:
                 leak_lines.add([f"[{member_text(record)}, {member_text(rows.records[row])}, 0]"])
-        if rank > 0 and row in leaks.closest and not kept:
+        if row in leaks.closest and not kept:  # (a class's copies are of its rep's split or later)
             bits, partner = leaks.closest[row]
             leak_lines.add([f"[{member_text(record)}, {member_text(partner)}, {bits}]"])
 

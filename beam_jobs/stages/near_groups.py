@@ -25,7 +25,7 @@ import json
 import os
 import struct
 import tempfile
-from typing import Iterable, Iterator, Sequence
+from typing import Collection, Iterable, Iterator, Sequence
 
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
@@ -180,13 +180,19 @@ def near_line(group: Sequence[Member], classes: Sequence[str]) -> dict:
          "distance": perceptual_hash.distance(first, m.phash)} for m in group]}
 
 
-def leaked(group: Sequence[Member]) -> list[Leak]:
+def leaked(group: Sequence[Member], kept: Collection[str] = ()) -> list[Leak]:
     """The members ``--drop-leaks`` leaves out of a group of byte-identical images (each a direct copy of every
     other): those of an evaluation split after its earliest split, each with its partner, the group's first
-    image of its earliest split, at distance 0."""
-    earliest = min(_rank(m.split) for m in group)
-    partner = min((m for m in group if _rank(m.split) == earliest), key=lambda m: m.path)
-    return [Leak(m, partner, 0) for m in group if _rank(m.split) > earliest and m.split in EVALUATION_SPLITS]
+    image of its earliest split, at distance 0.
+
+    ``kept``: the paths of an update's kept records among them, which are never left out (they are in reused
+    shards): the split that stays is then the kept records' earliest, and a new image of an earlier split (a
+    new training copy of a kept validation image) is left out too, its partner the kept split's first image."""
+    staying = [m for m in group if m.path in kept] or group
+    anchor = min(_rank(m.split) for m in staying)
+    partner = min((m for m in group if _rank(m.split) == anchor), key=lambda m: m.path)
+    return [Leak(m, partner, 0) for m in group if m.path not in kept
+            and (_rank(m.split) < anchor or (_rank(m.split) > anchor and m.split in EVALUATION_SPLITS))]
 
 
 def _leaks(layout: WorkLayout, values: Sequence[near_blocks.BigValue], scratch: str, run_bytes: int) -> Iterator[bytes]:

@@ -1,5 +1,6 @@
 """Stage 6, near (its leaks): per band range, each evaluation image with a direct pair in the training split and
-its closest partner there (``--drop-leaks`` leaves those out).
+its closest partner there (``--drop-leaks`` leaves those out); under ``--update``, a new training image with a
+direct pair among the kept evaluation images is the leaked side (a kept record never moves or goes).
 
 In:  a band range's sorted NEAR records (their heads: split, hash, position), their thumbnails, and the pairs the
      range's search finds (:func:`beam_jobs.stages.near_duplicates.find_pairs` passes each block through
@@ -38,7 +39,8 @@ class Leaks:
         self._positions = heads["position"].astype(np.uint64)
         self._thumbnails = thumbnails
         self.kept = (heads["hashed"] & work_records.KEPT).astype(bool)  # an update's kept records: never leaked
-        self._found: list[np.ndarray] = []
+        self._found: list[np.ndarray] = []  # (leaked evaluation image, training partner, bits)
+        self._turned: list[np.ndarray] = []  # (new training image, kept evaluation partner, bits): --update's
 
     def see(self, pairs: np.ndarray) -> np.ndarray:
         """Note the pairs that cross splits; return them as they came (so the links see them too)."""
@@ -49,11 +51,18 @@ class Leaks:
             later_first = ranks[0, across] > ranks[1, across]
             later = np.where(later_first, crossing[0], crossing[1])
             earlier = np.where(later_first, crossing[1], crossing[0])
-            new = ~self.kept[later]  # an update never drops a kept record (it is in a reused shard)
-            later, earlier = later[new], earlier[new]
-            bits = np.bitwise_count(self._hashes[later] ^ self._hashes[earlier]).astype(np.int64)
-            self._found.append(np.stack([later, earlier, bits]))
+            # An update never drops a kept record (it is in a reused shard): a new training image near a kept
+            # evaluation one is the leaked side instead, its partner the kept image.
+            new, turned = ~self.kept[later], self.kept[later] & ~self.kept[earlier]
+            if new.any():
+                self._found.append(self._found_pairs(later[new], earlier[new]))
+            if turned.any():
+                self._turned.append(self._found_pairs(earlier[turned], later[turned]))
         return pairs
+
+    def _found_pairs(self, leaked: np.ndarray, partners: np.ndarray) -> np.ndarray:
+        bits = np.bitwise_count(self._hashes[leaked] ^ self._hashes[partners]).astype(np.int64)
+        return np.stack([leaked, partners, bits])
 
     def closest(self) -> dict[int, tuple[int, int]]:
         """Each leaked record (and its copies of an evaluation split) -> ``(distance, partner record)``, the
@@ -62,18 +71,24 @@ class Leaks:
         A copy (the same band value, hash and thumbnail) pairs with whatever its first pairs with, in the same
         band, so the closest partner of any of them is theirs: found once a class of copies, in numpy (a bucket
         of a million blank frames across splits is a million leaks of one class)."""
-        if not self._found:
+        classes = self._classes() if self._found or self._turned else None
+        # A turned leak's copies are the new training images of its class (a normal one's: the evaluation
+        # images; its partners are training); the two sets of members are apart.
+        return {**self._closest(self._found, classes, self._ranks > 0),
+                **self._closest(self._turned, classes, self._ranks == 0)}
+
+    def _closest(self, found: list[np.ndarray], classes: np.ndarray, side: np.ndarray) -> dict[int, tuple[int, int]]:
+        """:meth:`closest` of one kind of leak, its members those of ``side`` (bool by record), never kept."""
+        if not found:
             return {}
-        later, earlier, bits = np.concatenate(self._found, axis=1)
-        classes = self._classes()
+        later, earlier, bits = np.concatenate(found, axis=1)
         order = np.lexsort((earlier, bits, classes[later]))
         leaked = classes[later][order]
         closest = np.ones(len(order), dtype=bool)
         closest[1:] = leaked[1:] != leaked[:-1]
         partners = dict(zip(leaked[closest].tolist(), zip(bits[order][closest].tolist(),
                                                            earlier[order][closest].tolist())))
-        members = np.flatnonzero(np.isin(classes, leaked[closest]) & (self._ranks > 0)  # partners are training
-                                 & ~self.kept)
+        members = np.flatnonzero(np.isin(classes, leaked[closest]) & side & ~self.kept)
         return {member: partners[group] for member, group in zip(members.tolist(), classes[members].tolist())}
 
     def _classes(self) -> np.ndarray:

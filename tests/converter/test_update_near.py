@@ -2,9 +2,11 @@
 
 A new validation image that copies a kept training image (re-encoded and resized: a near copy; or byte for
 byte) is a leak: reported with its kept partner, and left out with ``--drop-leaks``, as a conversion leaves it
-out, and kept out by the next update. A new training image that copies a kept validation image is grouped with
-it, and the kept image stays (an update never drops or moves a kept record). One conversion and its updates,
-in this process, on the in-memory runner; the photos are scikit-image's and scikit-learn's (tests/photo_data.py).
+out, and kept out by the next update. A new training image that copies a kept validation image is a leak too:
+the kept image stays (an update never drops or moves a kept record), so ``--drop-leaks`` leaves the new training
+image out; without it, the pair is reported as a conversion reports a leak (a group across splits). Two
+conversions and their updates, in this process, on the in-memory runner; the photos are scikit-image's and
+scikit-learn's (tests/photo_data.py).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from tests.converter.test_update import FAST, _records
 from tests.photo_data import source_photos
 
 
-def _options(src: str, out: str) -> ConvertOptions:
-    return ConvertOptions(src=src, out=out, near_distance=3, drop_leaks=True, shards=1)
+def _options(src: str, out: str, drop_leaks: bool = True) -> ConvertOptions:
+    return ConvertOptions(src=src, out=out, near_distance=3, drop_leaks=drop_leaks, shards=1)
 
 
 def _save(image, path: str, side: int, quality: int = 92) -> None:
@@ -37,8 +39,8 @@ def _save(image, path: str, side: int, quality: int = 92) -> None:
 @pytest.fixture(scope="module")
 def updated(tmp_path_factory):
     """Version 1 (train: 6 photos in two classes; validation: 2), then version 2 adding a near copy and a byte
-    copy of kept training photos in validation, a near copy of a kept validation photo in training, and a photo
-    unlike any; then an update that finds nothing changed."""
+    copy of kept training photos in validation, a near copy and a byte copy of kept validation photos in
+    training, and a photo unlike any; then an update that finds nothing changed."""
     root = tmp_path_factory.mktemp("update-near")
     src, out = str(root / "src"), str(root / "out")
     photos = source_photos()
@@ -53,6 +55,7 @@ def updated(tmp_path_factory):
     os.makedirs(os.path.join(src, "validation", "b"))
     shutil.copyfile(os.path.join(src, "train", "b", "p1.jpg"), os.path.join(src, "validation", "b", "same_p1.jpg"))
     _save(photos[6], os.path.join(src, "train", "a", "near_q6.jpg"), 96, quality=70)  # a near copy of q6
+    shutil.copyfile(os.path.join(src, "validation", "a", "q7.jpg"), os.path.join(src, "train", "b", "same_q7.jpg"))
     _save(photos[8], os.path.join(src, "validation", "b", "new8.jpg"), 128)
     second = update.run(_options(src, out), FAST)
     third = update.run(_options(src, out), FAST)
@@ -68,25 +71,58 @@ def test_a_new_validation_copy_of_a_kept_training_image_is_a_leak_dropped(update
     assert records["validation/b/new8.jpg"][0] == "validation"
     dropped = [json.loads(line) for line in open(os.path.join(out, versions.in_version(2, "dropped.jsonl")))]
     assert [(d["path"], d["partner"]["path"], d["partner"]["split"]) for d in dropped] == [
+        ("train/a/near_q6.jpg", "validation/a/q6.jpg", "validation"),  # the new training side: see below
+        ("train/b/same_q7.jpg", "validation/a/q7.jpg", "validation"),
         ("validation/a/near_p0.jpg", "train/a/p0.jpg", "train"),
         ("validation/b/same_p1.jpg", "train/b/p1.jpg", "train")]
-    assert dropped[1]["distance"] == 0
+    assert [d["distance"] for d in dropped][1::2] == [0, 0]
     manifest = json.load(open(os.path.join(out, versions.manifest_path(2))))
-    assert manifest["duplicates"]["num_dropped"] == 2
+    assert manifest["duplicates"]["num_dropped"] == 4
 
 
 @pytest.mark.slow
-def test_a_new_training_copy_of_a_kept_validation_image_is_grouped_and_the_kept_image_stays(updated):
+def test_a_new_training_copy_of_a_kept_validation_image_is_dropped_and_the_kept_image_stays(updated):
+    """The kept validation image is in a reused shard (it cannot move or go): the new training copy goes."""
     out, first, _, _ = updated
     records = _records(out)
-    assert records["train/a/near_q6.jpg"][0] == "train"
+    assert "train/a/near_q6.jpg" not in records and "train/b/same_q7.jpg" not in records
     assert all(records[path] == place for path, place in first.items())  # every kept record where it was
     groups = [json.loads(line) for line in open(os.path.join(out, versions.in_version(2, "duplicates.jsonl")))]
     near = [sorted(image["path"] for image in group["images"]) for group in groups if group["kind"] == "near"]
-    assert ["train/a/near_q6.jpg", "validation/a/q6.jpg"] in near
-    assert ["train/a/p0.jpg", "validation/a/near_p0.jpg"] in near  # the dropped leak's group is reported
+    assert ["train/a/near_q6.jpg", "validation/a/q6.jpg"] in near  # the dropped leaks' groups are reported
+    assert ["train/a/p0.jpg", "validation/a/near_p0.jpg"] in near
     # No group of kept images alone: version 1 searched them with their thumbnails.
     assert all(any(path not in first for path in group) for group in near)
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory):
+    """Without --drop-leaks: version 1 (a training photo and two validation ones), then a near copy of one
+    validation photo and a byte copy of the other added in training."""
+    root = tmp_path_factory.mktemp("update-near-reported")
+    src, out = str(root / "src"), str(root / "out")
+    photos = source_photos()
+    _save(photos[0], os.path.join(src, "train", "a", "p0.jpg"), 128)
+    for i in (6, 7):
+        _save(photos[i], os.path.join(src, "validation", "a", f"q{i}.jpg"), 128)
+    conversion.run(_options(src, out, drop_leaks=False), FAST, show_progress=False)
+    _save(photos[6], os.path.join(src, "train", "a", "near_q6.jpg"), 96, quality=70)
+    shutil.copyfile(os.path.join(src, "validation", "a", "q7.jpg"), os.path.join(src, "train", "a", "same_q7.jpg"))
+    update.run(_options(src, out, drop_leaks=False), FAST)
+    return out
+
+
+@pytest.mark.slow
+def test_without_drop_leaks_a_new_training_copy_of_a_kept_validation_image_is_reported_as_a_leak(reported):
+    records = _records(reported)
+    assert {"train/a/near_q6.jpg", "train/a/same_q7.jpg", "validation/a/q6.jpg", "validation/a/q7.jpg"} <= set(records)
+    duplicates = json.load(open(os.path.join(reported, versions.manifest_path(2))))["duplicates"]
+    assert duplicates["num_cross_split"] == 1 and duplicates["num_dropped"] == 0
+    assert [[image["path"] for image in group] for group in duplicates["cross_split"]] == [
+        ["train/a/same_q7.jpg", "validation/a/q7.jpg"]]
+    assert duplicates["num_near_cross_split"] == 1
+    assert sorted(image["path"] for image in duplicates["near_cross_split"][0]["images"]) == [
+        "train/a/near_q6.jpg", "validation/a/q6.jpg"]
 
 
 @pytest.mark.slow
@@ -133,7 +169,8 @@ def test_a_kept_record_pairs_by_its_hash_alone_is_never_the_leaked_side_and_two_
         tmp_path, chunk):
     """The searches' rule for kept records, on work files alone (no conversion): a new validation image near a
     kept training one is a leak though its thumbnail (a kept record has none) would not match; a kept
-    validation image near a new training one is grouped, not leaked; two kept records near each other are not
+    validation image near a new training one is grouped and never the leaked side: the new training image is
+    (a kept record cannot move or go); two kept records near each other are not
     paired again (their version searched them with thumbnails). The same in a band range's task and in the
     block tasks of band values spilled (``chunk`` 1: every value of more than one record)."""
     import hashlib
@@ -177,4 +214,42 @@ def test_a_kept_record_pairs_by_its_hash_alone_is_never_the_leaked_side_and_two_
     assert sorted(groups) == [["train/k.jpg", "validation/v.jpg"], ["train/n.jpg", "validation/k2.jpg"]]
     near_groups.group_near(layout, 3, ["c"], values=sorted(values))
     leaks = json.loads(open(layout.near_dropped()).read())
-    assert [(member[2], partner[2]) for member, partner, _ in leaks] == [("validation/v.jpg", "train/k.jpg")]
+    assert [(member[2], partner[2]) for member, partner, _ in leaks] == [
+        ("train/n.jpg", "validation/k2.jpg"), ("validation/v.jpg", "train/k.jpg")]
+
+
+def test_the_exact_search_drops_the_new_copy_of_a_kept_image_whichever_split_each_is_in(tmp_path):
+    """The exact search's rule for kept records, on work files alone: a new validation copy of a kept training
+    image and a new training copy of a kept validation image are both the dropped side (the kept images stay:
+    they are in reused shards); two kept copies across splits are neither reported again nor dropped."""
+    import hashlib
+
+    from beam_jobs.files import work_records
+    from beam_jobs.files.work_layout import WorkLayout
+    from beam_jobs.stage_records import Accepted, ImageRef
+    from beam_jobs.stages import merge_reports
+
+    def sha(name: str) -> bytes:
+        return hashlib.sha256(name.encode()).digest()
+
+    def new(path: str, content: str) -> bytes:
+        return work_records.encode_content(Accepted(ImageRef(path.split("/")[0], path, 0), sha(content), "", 1, 1,
+                                                    stored_bytes=9))
+
+    def kept(path: str, content: str) -> bytes:
+        return work_records.encode_kept_content(sha(content), path.split("/")[0], 0, None, 9, 0, path)
+
+    layout = WorkLayout(str(tmp_path / "work"), num_parts=1, buckets={"train": 1, "validation": 1}, hash_ranges=1,
+                        kept_parts=1)
+    for folder in layout.folders():
+        os.makedirs(folder, exist_ok=True)
+    work_records.write_file(layout.content(0), work_records.CONTENT,
+                            sorted([new("validation/v.jpg", "x"), new("train/n.jpg", "y")]), 1)
+    work_records.write_file(layout.content_kept(0), work_records.CONTENT, sorted(
+        [kept("train/k.jpg", "x"), kept("validation/k2.jpg", "y"), kept("train/k3.jpg", "z"),
+         kept("validation/k4.jpg", "z")]), 1)
+    summary = merge_reports.find_duplicates(layout, 0, ["c"])
+    assert summary.num_groups == summary.num_cross_split == 2  # not the kept pair k3, k4
+    leaks = json.loads(open(layout.duplicates_dropped(0)).read())
+    assert sorted((member[2], partner[2]) for member, partner, _ in leaks) == [
+        ("train/n.jpg", "validation/k2.jpg"), ("validation/v.jpg", "train/k.jpg")]
