@@ -120,7 +120,8 @@ def log_duplicates(duplicates: dict, drop_leaks: bool) -> None:
     if duplicates["num_near_cross_split"]:
         logger.info("%d groups of near-duplicates (perceptual hashes within %d bits) span splits (see %s)%s",
                     duplicates["num_near_cross_split"], duplicates["near_threshold"], record_schema.DUPLICATES_FILE,
-                    "" if drop_leaks else "; --drop-leaks leaves their evaluation copies out")
+                    ("" if drop_leaks else "; --drop-leaks leaves their evaluation copies out (under --update, a new "
+                                            "image's copy of a kept one, whichever its split)"))
 
 
 def log_resume(layout: work_layout.WorkLayout) -> None:
