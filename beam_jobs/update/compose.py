@@ -235,16 +235,7 @@ def _merge_drops(out: str, found: change_plan.Changes, latest: version_store.Ver
         with open(before, encoding="utf-8") as handle:
             lines += [line.rstrip("\n") for line in handle if line.strip() and json.loads(line)["path"] in found.rejected_kept]
     mine = os.path.join(staging, record_schema.DROPPED_FILE)
-    own = os.path.join(publish.work_dir(staging), "update-" + record_schema.DROPPED_FILE)  # kept aside: a resumed update
-    if not os.path.exists(own):
-        os.makedirs(os.path.dirname(own), exist_ok=True)
-        if os.path.exists(mine):
-            shutil.copyfile(mine, own + ".tmp")
-        else:
-            open(own + ".tmp", "w").close()
-        os.replace(own + ".tmp", own)
-    with open(own, encoding="utf-8") as handle:
-        lines += [line.rstrip("\n") for line in handle if line.strip()]
+    lines += _own_lines(staging, record_schema.DROPPED_FILE)
     if not lines:
         if os.path.exists(mine):
             os.remove(mine)
@@ -306,17 +297,7 @@ def _merge_rejections(out: str, found: change_plan.Changes, latest: version_stor
     (:func:`_kept_rejections`), and the update's own, sorted as a conversion sorts them."""
     lines = _kept_rejections(out, found, latest)
     mine = os.path.join(staging, record_schema.REJECTED_FILE)
-    # The conversion's own lines, kept aside the first time: a resumed update composes the version again.
-    own = os.path.join(publish.work_dir(staging), "update-" + record_schema.REJECTED_FILE)
-    if not os.path.exists(own):
-        os.makedirs(os.path.dirname(own), exist_ok=True)
-        if os.path.exists(mine):
-            shutil.copyfile(mine, own + ".tmp")
-        else:
-            open(own + ".tmp", "w").close()
-        os.replace(own + ".tmp", own)
-    with open(own, encoding="utf-8") as handle:
-        lines += [line.rstrip("\n") for line in handle if line.strip()]
+    lines += _own_lines(staging, record_schema.REJECTED_FILE)
     lines.sort()
     with open(mine, "w", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in lines))
@@ -365,3 +346,20 @@ def _new_rows(found: change_plan.Changes, converted: Optional[dict], staging: st
             rows.append(SourceRow(path, "", "", -1, size, mtime, "", found.source_sha256(path),
                                   annotation=found.digests.get(path, versions.NO_ANNOTATION)))
     return rows
+
+
+def _own_lines(staging: str, name: str) -> list[str]:
+    """The lines of the update's own conversion's ``name`` in staging (rejected.jsonl, dropped.jsonl), kept aside
+    in the work folder the first time: staging's file is rewritten with the version's lines, and a resumed update
+    composes the version again from the conversion's own."""
+    mine = os.path.join(staging, name)
+    own = os.path.join(publish.work_dir(staging), "update-" + name)
+    if not os.path.exists(own):
+        os.makedirs(os.path.dirname(own), exist_ok=True)
+        if os.path.exists(mine):
+            shutil.copyfile(mine, own + ".tmp")
+        else:
+            open(own + ".tmp", "w").close()
+        os.replace(own + ".tmp", own)
+    with open(own, encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle if line.strip()]

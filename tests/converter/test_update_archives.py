@@ -22,19 +22,17 @@ import zipfile
 import zlib
 
 import pytest
-import tensorflow as tf
 from PIL import Image
 
-import record_schema
 from beam_jobs import pipeline as conversion
 from beam_jobs import update
 from beam_jobs.options import ConvertOptions
-from reader.frames import extent_records
-from reader.info import dataset_info
 from record_files import versions
 from tests.archive_data import imagenet_archives, webdataset_shards
 from tests.conftest import write_imagenet_tree
 from tests.converter.test_update import FAST
+from tests.update_data import assert_unchanged_kept
+from tests.update_data import version_records as _records
 
 
 def _jpeg(seed: int) -> bytes:
@@ -80,20 +78,6 @@ def _options(src: str, out: str) -> ConvertOptions:
     return ConvertOptions(src=src, out=out, val_fraction=0.25, near_distance=3, shards=2)
 
 
-def _records(out: str) -> dict[str, tuple[str, str, str, bytes]]:
-    """path -> (split, class name, shard file relative to OUT, image bytes) of the latest version's records."""
-    info, found = dataset_info(out), {}
-    for split in info.splits.values():
-        for shard in split.shards:
-            for raw in extent_records(shard.path, shard.index_path, shard.first, shard.num_examples):
-                feature = tf.train.Example.FromString(raw).features.feature
-                path = feature[record_schema.FILENAME].bytes_list.value[0].decode()
-                assert path not in found, path
-                found[path] = (split.name, info.classes[feature[record_schema.LABEL].int64_list.value[0]],
-                               os.path.relpath(shard.path, out), feature[record_schema.IMAGE_ENCODED].bytes_list.value[0])
-    return found
-
-
 def _expected(members: dict) -> dict[str, tuple[str, bytes]]:
     """path -> (class, bytes) of every member: ``cat.tar``'s ``3.jpg`` is ``cat/3.jpg``, of class cat."""
     return {f"{archive.split('.')[0]}/{name}": (archive.split(".")[0], content)
@@ -105,12 +89,7 @@ def _check(out: str, members: dict, before: dict, changed: set[str]) -> dict:
     masked shard is reused whole; only a compacted one moves its survivors)."""
     now = _records(out)
     assert {path: (cls, data) for path, (_, cls, _, data) in now.items()} == _expected(members)
-    info = dataset_info(out)
-    files = {os.path.relpath(shard.path, out) for split in info.splits.values() for shard in split.shards}
-    for path, (split, cls, shard, _) in before.items():
-        if path in now and path not in changed:
-            assert now[path][:2] == (split, cls), path
-            assert now[path][2] == shard or shard not in files, path
+    assert_unchanged_kept(out, now, before, changed)
     return now
 
 

@@ -15,35 +15,18 @@ import os
 import shutil
 
 import pytest
-import tensorflow as tf
 
-import record_schema
 from beam_jobs import pipeline as conversion
 from beam_jobs import update
 from beam_jobs.options import ConvertOptions
-from reader.frames import extent_records
-from reader.info import dataset_info
 from tests.converter.test_update import FAST
 from tests.hub_data import NAMES, photo, rows, write_split
+from tests.update_data import assert_unchanged_kept
+from tests.update_data import version_records as _records
 
 
 def _options(src: str, out: str) -> ConvertOptions:
     return ConvertOptions(src=src, out=out, near_distance=3, shards=2)
-
-
-def _records(out: str) -> dict[str, tuple[str, str, str, bytes]]:
-    """path -> (split, class name, shard file relative to OUT, image bytes) of the latest version's records."""
-    info, found = dataset_info(out), {}
-    for split in info.splits.values():
-        for shard in split.shards:
-            for raw in extent_records(shard.path, shard.index_path, shard.first, shard.num_examples):
-                feature = tf.train.Example.FromString(raw).features.feature
-                path = feature[record_schema.FILENAME].bytes_list.value[0].decode()
-                assert path not in found, path
-                found[path] = (split.name, info.classes[feature[record_schema.LABEL].int64_list.value[0]],
-                               os.path.relpath(shard.path, out),
-                               feature[record_schema.IMAGE_ENCODED].bytes_list.value[0])
-    return found
 
 
 def _expected(splits: dict) -> dict[str, tuple[str, str, bytes]]:
@@ -56,12 +39,7 @@ def _check(out: str, splits: dict, before: dict, changed: set[str]) -> dict:
     (unless that shard was compacted)."""
     now = _records(out)
     assert {path: (split, cls, data) for path, (split, cls, _, data) in now.items()} == _expected(splits)
-    info = dataset_info(out)
-    files = {os.path.relpath(shard.path, out) for split in info.splits.values() for shard in split.shards}
-    for path, (split, cls, shard, _) in before.items():
-        if path in now and path not in changed:
-            assert now[path][:2] == (split, cls), path
-            assert now[path][2] == shard or shard not in files, path
+    assert_unchanged_kept(out, now, before, changed)
     return now
 
 

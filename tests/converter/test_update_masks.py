@@ -17,17 +17,16 @@ import shutil
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from PIL import Image
 
 import record_schema
 from beam_jobs import pipeline as conversion
 from beam_jobs import update
 from beam_jobs.options import ConvertOptions
-from reader.frames import extent_records
 from reader.info import dataset_info
 from tests.converter.test_update import FAST
 from tests.object_data import class_mask_png
+from tests.update_data import version_features
 
 W, H = 24, 20
 
@@ -55,17 +54,10 @@ def _options(src: str, out: str) -> ConvertOptions:
 
 def _records(out: str) -> dict[str, tuple[str, str, bytes, bytes]]:
     """path -> (split, shard file relative to OUT, image bytes, the mask's pixels) of the latest version."""
-    info, found = dataset_info(out), {}
-    for split in info.splits.values():
-        for shard in split.shards:
-            for raw in extent_records(shard.path, shard.index_path, shard.first, shard.num_examples):
-                feature = tf.train.Example.FromString(raw).features.feature
-                path = feature[record_schema.FILENAME].bytes_list.value[0].decode()
-                mask = feature[record_schema.SEGMENTATION_ENCODED].bytes_list.value[0]
-                found[path] = (split.name, os.path.relpath(shard.path, out),
-                               feature[record_schema.IMAGE_ENCODED].bytes_list.value[0],
-                               np.asarray(Image.open(io.BytesIO(mask))).tobytes())
-    return found
+    return {path: (split, shard, feature[record_schema.IMAGE_ENCODED].bytes_list.value[0],
+                   np.asarray(Image.open(io.BytesIO(
+                       feature[record_schema.SEGMENTATION_ENCODED].bytes_list.value[0]))).tobytes())
+            for path, split, shard, feature in version_features(out)}
 
 
 def _check(src: str, out: str, before: dict, changed: set[str]) -> dict:
