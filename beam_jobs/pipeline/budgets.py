@@ -87,6 +87,17 @@ _REASON_HINTS = {
 }
 
 
+def warn_about_update_rejections(options: ConvertOptions, converted: int, rejected: int, listed: int) -> None:
+    """Warn when an update's own images were rejected beyond --max-bad-fraction though the version passed: its
+    budget is judged over the version's ``listed`` images (a fresh conversion of SRC would pass too), so an update
+    of a few bad images publishes; the warning says so (the review's finding: exit 0 and not a word)."""
+    if converted and rejected / converted > options.max_bad_fraction:
+        logger.warning("%d of the %d images this update converted were rejected (%.1f%%, more than --max-bad-fraction "
+                       "%g): the version was published because the budget is judged over its %d images; each "
+                       "rejection and its reason is in the version's %s", rejected, converted,
+                       100 * rejected / converted, options.max_bad_fraction, listed, record_schema.REJECTED_FILE)
+
+
 def check_object_budget(options: ConvertOptions, counts: PartCounts, staging: str,
                         version: Optional[VersionBudget] = None) -> None:
     """Fail, keeping the report, when more objects were rejected than --max-bad-fraction allows of all objects

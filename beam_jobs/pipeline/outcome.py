@@ -43,6 +43,9 @@ def checked_manifest(options: ConvertOptions, plan: discover.InputPlan, layout: 
     # (Rejected already: counted as the lost inputs are, as rejected and as listed.)
     budgets.check_error_budget(options, listed - already, counts.rejected_by_reason(), staging,
                                plan.lost_inputs + already)
+    if budget:
+        budgets.warn_about_update_rejections(options, len(plan.refs), sum(counts.rejected_by_reason().values()),
+                                             listed)
     if plan.task == record_schema.TASK_OBJECTS:
         budgets.check_object_budget(options, counts, staging, budget)
         run_notes.warn_about_assumed_frames(counts)

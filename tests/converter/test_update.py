@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import logging
 import os
 import random
 import shutil
@@ -105,7 +106,7 @@ def _content(out: str) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_updates_hold_exactly_src_keep_splits_ids_and_shards_and_old_versions_read_as_they_were(tmp_path):
+def test_updates_hold_exactly_src_keep_splits_ids_and_shards_and_old_versions_read_as_they_were(tmp_path, caplog):
     src = _source(str(tmp_path))
     outs = [str(tmp_path / "out"), str(tmp_path / "twin")]  # the same SRC through the same updates, twice
     conversion.run(_options(src, outs[0]), FAST, show_progress=False)
@@ -125,8 +126,11 @@ def test_updates_hold_exactly_src_keep_splits_ids_and_shards_and_old_versions_re
     Image.new("RGB", (20, 24), (9, 99, 199)).save(os.path.join(src, "dog", "new.png"))
     with open(os.path.join(src, "dog", "broken.jpg"), "wb") as handle:
         handle.write(b"not an image")
-    done = [update.run(_options(src, out), FAST) for out in outs]
+    with caplog.at_level(logging.WARNING, logger="beam_jobs.pipeline.budgets"):
+        done = [update.run(_options(src, out), FAST) for out in outs]
     assert [d.version for d in done] == [2, 2] and done[0].changes["added"] == 8
+    # 1 of the 8 (12.5%) is past the budget, which the version's images pass: published, and said
+    assert "1 of the 8 images this update converted were rejected (12.5%" in caplog.text
     second = _check_rule(src, outs[0], first, set())
     assert dataset_info(outs[0]).classes == ("cat", "dog", "bird")
     assert {shard for _, _, shard in first.values()} <= {shard for _, _, shard in second.values()}
