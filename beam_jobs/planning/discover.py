@@ -41,6 +41,7 @@ from beam_jobs.planning.listing import (  # noqa: F401 - the listing's names, as
     list_tree,
     listing_of,
     not_an_image,
+    plain_container,
     scratch_file,
     skip_reason,
     walk,

@@ -29,7 +29,7 @@ from PIL import Image
 
 from beam_jobs import formats, image_headers
 
-from beam_jobs.files import work_records
+from beam_jobs.files import external_sort, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.runtime import interrupt
 
@@ -313,10 +313,16 @@ def walk(src: str, dirs: list[str], skipped: collections.Counter) -> Iterator[st
 def listing_of(src: str, files: Iterable[str], dirs: Iterable[str], skipped: Mapping[str, int],
                scratch: Optional[str] = None, located: Optional[Iterable[tuple[str, str]]] = None,
                refused: Callable[[], Sequence[tuple[str, str]]] = tuple,
-               archive_folders: Optional[Mapping[str, str]] = None) -> Listing:
+               archive_folders: Optional[Mapping[str, str]] = None,
+               container: Optional[Callable[[str, str], str]] = None) -> Listing:
     """The :class:`Listing` of streamed ``files`` (or ``located`` ``(path, source)`` entries): spilled to
     ``scratch`` as they come, or held sorted. ``dirs``, ``skipped`` and ``refused()`` are read once the
-    stream has been consumed (a walk fills them as it goes)."""
+    stream has been consumed (a walk fills them as it goes). ``located`` entries (archives read as folders)
+    must give each path once (:func:`refuse_clashes`; ``container`` names what gives an entry).
+
+    Raises:
+      InputError: two entries give one path (``cat/`` beside ``cat.tar``), naming both.
+    """
     if located is None:
         entries: Iterable[tuple[str, str]] = ((path, "") for path in files)
     else:
@@ -331,10 +337,51 @@ def listing_of(src: str, files: Iterable[str], dirs: Iterable[str], skipped: Map
         listed = spilled
         pairs = work_records.Spilled(spilled.path, work_records.PATH, work_records.decode_entry, len(spilled)) \
             if located is not None else None
+    if pairs is not None:
+        refuse_clashes(src, pairs, scratch, container or plain_container)
     if not FileSystems.get_scheme(src) in (None, "file") and not len(listed):
         raise InputError(f"--src {src!r} holds no files (or does not exist)")
     return Listing(listed, tuple(sorted(set(dirs))), dict(skipped), pairs, tuple(refused()),
                    dict(archive_folders or {}))
+
+
+def plain_container(path: str, source: str) -> str:
+    """What gives listed ``path`` when it is a plain file of SRC (``source`` ""): its folder."""
+    folder = path.rpartition("/")[0]
+    return f"the folder {display_path(folder)}/" if folder else f"the file {display_path(path)}"
+
+
+def refuse_clashes(src: str, entries: Iterable[tuple[str, str]], scratch: Optional[str],
+                   container: Callable[[str, str], str]) -> None:
+    """Raise :class:`InputError` when two ``(path, source)`` entries give one path, naming what gives each.
+
+    Two containers of SRC can place a file at one path: a folder beside the archive it was extracted from
+    (``cat/`` and ``cat.tar``), two archives of one name (``cat.tar`` and ``cat.zip``). Both would become one
+    record name, which names a record once (the sources table, the shards' order): caught here, before any
+    conversion work, instead of as a crash after it (issue #59's review, finding 4). Hidden and system files
+    are never read, so theirs do not count. The entries are sorted by path (on disk in ``scratch``, a run of
+    :data:`beam_jobs.files.external_sort.RUN_BYTES` at a time: memory flat) and equal neighbours compared.
+    """
+    records = (path.encode("utf-8", "surrogateescape") + b"\0" + source.encode("utf-8", "surrogateescape")
+               for path, source in entries)
+    if scratch is None:
+        ordered: Iterable[bytes] = sorted(records)
+    else:
+        order = external_sort.ExternalSort(scratch, "names")
+        for record in records:
+            order.add(record)
+        ordered = order.sorted()
+    last, last_source = b"", b""
+    for record in ordered:
+        path, _, source = record.partition(b"\0")
+        if path == last:
+            name = path.decode("utf-8", "surrogateescape")
+            if not skip_reason(name, None):
+                first, second = sorted(container(name, text.decode("utf-8", "surrogateescape"))
+                                       for text in (last_source, source))
+                raise InputError(f"{display_path(name)} is given by {first} and by {second} of {src}: two "
+                                 "images would have one record name; rename one or move it out of SRC")
+        last, last_source = path, source
 
 
 def _walk_local(src: str, dirs: list[str], skipped: collections.Counter) -> Iterator[str]:

@@ -202,7 +202,8 @@ def list_tree(src: str, scratch: Optional[str] = None, limit: int = 1 << 62,
                                          for path in tars]) if tars else None
             entries = lister.expand(paths)
         listing = discover.listing_of(src, (), dirs, skipped, scratch, located=_counted(entries, lister),
-                                      refused=lambda: lister.refused, archive_folders=lister.archive_folders)
+                                      refused=lambda: lister.refused, archive_folders=lister.archive_folders,
+                                      container=lister.container)
     finally:
         if lister.tables is not None:
             lister.tables.remove()
@@ -254,6 +255,7 @@ class _ArchiveLister:
         self._scratch = scratch
         self.refused: list[tuple[str, str]] = []
         self.inflated: list[Inflated] = []
+        self._inflated_names: dict[str, str] = {}  # an inflated copy's name in the work folder -> its archive
         self.archives, self.members, self.stripped = 0, 0, []
         self.member_bytes = 0  # of the image members listed: the mean estimates what a lost archive held
         self.damaged: dict[str, Damage] = {}  # archive -> how it lost images (the first cause told)
@@ -279,6 +281,16 @@ class _ArchiveLister:
         kind = archive_kind(name)
         assert kind is not None
         yield from self._top_archive(src, "", kind[0], "", display=name)
+
+    def container(self, path: str, source: str) -> str:
+        """What gives listed ``path`` (``source``: its locator), as the user names it: a folder of SRC, or the
+        archive holding it (the top one, for an archive in an archive): for a clash's message."""
+        if not source:
+            return discover.plain_container(path, source)
+        located = archive_members.parse_locator(source)
+        file = getattr(located, "file", "")
+        name = self._inflated_names.get(file, file) if getattr(located, "in_work", False) else file
+        return name or posixpath.basename(self._src.rstrip("/"))
 
     def full(self, relpath: str) -> str:
         """The path of the file at ``relpath`` under SRC."""
@@ -394,6 +406,7 @@ class _ArchiveLister:
             self._scratch = tempfile.mkdtemp(prefix="imgshards-inflated-")
         copy = Inflated.named(display, self._scratch)
         self.inflated.append(copy)
+        self._inflated_names[copy.name] = display
         return copy
 
     def _inflate(self, where: "_Where", kind: str, display: str) -> tuple[Inflated, int]:
