@@ -131,6 +131,7 @@ def convert_into(options: ConvertOptions, plan: discover.InputPlan, staging: str
     leftovers = [path for path in publish.leftover_stagings(options.out) if path != staging]
     choice = runners.sized_for(choice, run_plan.work_of(options, plan))
     record, staging, resumed = _resume_or_start(options, plan, staging, leftovers, kept)
+    compressed.place_inflated(plan.inflated, publish.work_dir(staging))  # where new members' locators point
     manifest, _ = _convert(options, plan, record, staging, resumed, choice, show_progress, budget, kept)
     return manifest, staging
 

@@ -47,6 +47,11 @@ class FileStamps:
         """Whether an item whose stamp differs is compared by its bytes rather than taken as changed (a file: no)."""
         return False
 
+    def stamp_decides(self, ref: ImageRef) -> bool:
+        """Whether an equal stamp tells the item is unchanged (a file: yes; a member of a changed tar: no, its
+        bytes do, :class:`beam_jobs.sources.source_stamps.SourceStamps`)."""
+        return True
+
     def sha256(self, ref: ImageRef) -> str:
         """The hex SHA-256 of ``ref``'s bytes, read in 1 MiB blocks. Raises OSError when it is gone."""
         digest = hashlib.sha256()
@@ -59,14 +64,15 @@ class FileStamps:
 def same_item(row: SourceRow, stamp: Stamp, ref: ImageRef, items: FileStamps, rehash: bool) -> Optional[str]:
     """The source SHA-256 to record when the item ``ref`` is the one ``row`` records, else None.
 
-    The same stamp (no byte read), or, with ``rehash``, no stamp recorded, or another stamp of an item compared by
-    its bytes (a row of a changed Parquet file), the same bytes: the source's SHA-256 the row recorded
+    The same stamp (no byte read) where a stamp decides, or, with ``rehash``, no stamp recorded, an item whose
+    stamp does not decide (a member of a changed tar), or another stamp of an item compared by its bytes (a row of
+    a changed Parquet file), the same bytes: the source's SHA-256 the row recorded
     (``source_sha256``), or, in a row without one (version 1, older tables), the stored image's, which only a
     pass-through image matches: a re-encoded image of version 1 is converted again. A rejected image without a
     source hash is unchanged by its stamp only.
     """
     if row.stamped and not rehash:
-        if (row.size, row.mtime_ns) == stamp:
+        if (row.size, row.mtime_ns) == stamp and items.stamp_decides(ref):
             return row.source_sha256
         if not items.reads_bytes(ref):
             return None

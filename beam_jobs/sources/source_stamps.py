@@ -14,7 +14,12 @@ The stamps (docs/update.md, "Archives, the Hub's Parquet, masks"):
 * a file: its size and modification time (``os.stat``), as the writer's stamp;
 * an archive member: its inflated size and its header's stamp (a tar member's modification time, a zip member's
   CRC-32), as its locator carries them from the listing: an unchanged archive lists the same headers, so all its
-  members are unchanged, and no member byte is read; a changed one's members are compared one by one;
+  members are unchanged, and no member byte is read; a changed one's members are compared one by one. A tar
+  member's header time says nothing where writers fix it (tarfile's default 0, ``tar --mtime``, reproducible
+  builds) and a fixed-size format never changes size: so the members of a tar whose own (size, mtime) differs
+  from what the latest version recorded (the manifest's ``source_archives``) are compared by their bytes
+  (:meth:`SourceStamps.stamp_decides`), whatever their headers say; where no identity was recorded, those whose
+  header time is 0;
 * a Parquet row: its file's size and modification time: a file unchanged leaves all its rows unchanged; a row of
   a changed file is compared by its cell's bytes (:meth:`SourceStamps.reads_bytes`: reading the cell is
   unavoidable there, a row has no stamp of its own);
@@ -31,12 +36,15 @@ import collections
 import hashlib
 import json
 import os
-from typing import Iterable, Optional
+import posixpath
+from types import MappingProxyType
+from typing import Iterable, Mapping, Optional
 
 import record_schema
 from beam_jobs.planning.item_stamps import FileStamps, Stamp
 from beam_jobs.sources.archives import archive_members
 from beam_jobs.sources.archives.archive_members import Located
+from beam_jobs.sources.archives.archives import archive_kind
 from beam_jobs.sources.archives.compressed import Inflated
 from beam_jobs.sources.hub import hub_cells
 from beam_jobs.stage_records import ImageRef
@@ -51,13 +59,21 @@ class SourceStamps(FileStamps):
     (their members' locators name the copy); ``masks``: read each object image's semantic mask too."""
 
     def __init__(self, src: str, inflated: Iterable[Inflated] = (), masks: bool = False,
-                 archives: Iterable[str] = ()) -> None:
+                 archives: Mapping[str, str] = MappingProxyType({}),
+                 recorded: Optional[Mapping[str, str]] = None) -> None:
+        """``archives``: each top-level archive of SRC -> its identity now (the plan's); ``recorded``: the
+        identities the latest version's manifest holds (``source_archives``), None where it holds none."""
         super().__init__(src)
         self._masks = masks
         self._inflated = {item.name: item.local for item in inflated}
         # An inflated copy's archive under SRC (``archives``: the plan's top-level ones, as it names them), whose
         # ctime says whether its members' stamps may be recorded; an archive inflated from inside another has none.
         self._originals = {Inflated.named(name, "").name: self._top(name) for name in archives}
+        self._names = {Inflated.named(name, "").name: name for name in archives}  # inflated copy -> its archive
+        # Top-level archives whose own identity is not the recorded one (None: nothing recorded): their tar
+        # members are compared by their bytes (see the module).
+        self._changed = None if recorded is None else frozenset(
+            name for name, identity in archives.items() if recorded.get(name) != identity)
         self._files: dict[str, Stamp] = {}  # Parquet file -> its stamp (a few files, many rows each)
         self._cells: Optional[hub_cells.CellReader] = None
         # Each cell's SHA-256 of the last row groups read (a changed Parquet file's rows come in path order, which
@@ -78,8 +94,24 @@ class SourceStamps(FileStamps):
 
     def reads_bytes(self, ref: ImageRef) -> bool:
         """Whether an item whose stamp differs is compared by its bytes (a Parquet row: its file's stamp is all
-        it has), rather than taken as changed."""
-        return hub_cells.is_cell(ref.source)
+        it has; a member of a changed tar), rather than taken as changed."""
+        return hub_cells.is_cell(ref.source) or not self.stamp_decides(ref)
+
+    def stamp_decides(self, ref: ImageRef) -> bool:
+        """Whether an equal stamp tells ``ref`` is unchanged: not for a tar member whose archive's own stamp
+        changed (or, where the latest version recorded no archive, whose header time is 0: see the module)."""
+        source = ref.source
+        if not source or source.startswith(archive_members.REFUSED) or hub_cells.is_cell(source):
+            return True
+        located = archive_members.parse_locator(source)
+        # None: an inner archive inflated into the work folder (which top-level archive holds it is not known).
+        name = self._names.get(located.file) if located.in_work else \
+            located.file or posixpath.basename(self._src.rstrip("/"))
+        if not located.in_work and (archive_kind(posixpath.basename(name)) or ("",))[0] == "zip":
+            return True  # a zip member's stamp is its CRC-32 (a tar stored inside a zip is read as the zip's)
+        if self._changed is None:
+            return located.member.stamp != 0
+        return name is not None and name not in self._changed
 
     def sha256(self, ref: ImageRef) -> str:
         """The hex SHA-256 of ``ref``'s bytes (with its semantic mask's after them). Raises OSError when gone, and
@@ -187,8 +219,9 @@ def _fold(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big") >> 1
 
 
-def for_plan(options, plan) -> SourceStamps:
+def for_plan(options, plan, recorded: Optional[Mapping[str, str]] = None) -> SourceStamps:
     """The stamps of ``plan``'s items (a :class:`beam_jobs.planning.discover.InputPlan` of ``options.src``): its
-    inflated archives' copies, and semantic masks read when ``--masks`` is given or the plan is of class masks."""
+    inflated archives' copies, and semantic masks read when ``--masks`` is given or the plan is of class masks;
+    ``recorded``: the latest version's archive identities (its manifest's ``source_archives``, None: none)."""
     masks = bool(options.masks) or plan.task == record_schema.TASK_SEGMENTATION
-    return SourceStamps(options.src, plan.inflated, masks, plan.archives)
+    return SourceStamps(options.src, plan.inflated, masks, plan.archives, recorded)

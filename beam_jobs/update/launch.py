@@ -163,7 +163,7 @@ def _compare(options: ConvertOptions, plan: discover.InputPlan, latest: version_
                                 latest.manifest["classes"], options.val_fraction, options.seed, scratch, rehash,
                                 compose.missing_before(options.out, latest),
                                 by_class=plan.task == record_schema.TASK_CLASSIFICATION,
-                                items=source_stamps.for_plan(options, plan))
+                                items=source_stamps.for_plan(options, plan, latest.manifest.get("source_archives")))
     for warning in (checks.unlabelled_warning(options, latest.number, found.unlabelled),
                     checks.unannotated_warning(options, latest.number, found.unannotated)):
         if warning:

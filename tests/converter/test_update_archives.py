@@ -27,6 +27,9 @@ from PIL import Image
 from beam_jobs import pipeline as conversion
 from beam_jobs import update
 from beam_jobs.options import ConvertOptions
+from beam_jobs.sources.archives import archive_members
+from beam_jobs.sources.source_stamps import SourceStamps
+from beam_jobs.stage_records import ImageRef
 from record_files import versions
 from tests.archive_data import imagenet_archives, webdataset_shards
 from tests.conftest import write_imagenet_tree
@@ -124,16 +127,18 @@ def test_members_added_changed_and_deleted_update_as_files_do_and_match_a_fresh_
     assert update.run(_options(src, out), FAST).version is None  # the same archives: nothing changed
 
     # cat.tar: a member added, one changed (other bytes, a new mtime), one deleted; dog.zip: a member's bytes
-    # changed at the same size and time (its CRC-32 tells), one added; bird.tar.gz left alone.
+    # changed at the same size and time (its CRC-32 tells), one added; bird.tar.gz: a member added (read from the
+    # inflated copy, which the update puts in its work folder as a conversion does).
     members["cat.tar"]["9.jpg"] = (_jpeg(909), 1_700_000_100)
     members["cat.tar"]["1.jpg"] = (_jpeg(901), 1_700_000_101)
     del members["cat.tar"]["2.jpg"]
     old = members["dog.zip"]["3.jpg"][0]
     members["dog.zip"]["3.jpg"] = (old[:-3] + bytes([old[-3] ^ 1]) + old[-2:], members["dog.zip"]["3.jpg"][1])
     members["dog.zip"]["7.jpg"] = (_jpeg(907), 1_700_000_107)
+    members["bird.tar.gz"]["8.jpg"] = (_jpeg(908), 1_700_000_108)
     _write(src, members)
     done = update.run(_options(src, out), FAST)
-    assert (done.version, done.changes["added"], done.changes["changed"], done.changes["deleted"]) == (2, 2, 2, 1)
+    assert (done.version, done.changes["added"], done.changes["changed"], done.changes["deleted"]) == (2, 3, 2, 1)
     _check(out, members, first, {"cat/1.jpg", "dog/3.jpg"})
 
     # Nothing changed since: no version; --rehash reads every member's bytes and finds them the same.
@@ -154,11 +159,34 @@ def test_an_archive_rewritten_with_the_same_members_is_unchanged_and_a_deleted_a
     os.remove(os.path.join(src, "cat.tar"))
     _write(src, members)
     assert update.run(_options(src, out), FAST).version is None
+    # A tar member rewritten at the same size and header time (tarfile's default 0, ``tar --mtime``): its header
+    # cannot tell, the tar's own stamp does, so its members are compared by their bytes (the review's U1).
+    old, mtime = members["cat.tar"]["3.jpg"]
+    members["cat.tar"]["3.jpg"] = (old[:-3] + bytes([old[-3] ^ 1]) + old[-2:], mtime)
     os.remove(os.path.join(src, "bird.tar.gz"))
     del members["bird.tar.gz"]
+    _write(src, members)
     done = update.run(_options(src, out), FAST)
-    assert (done.version, done.changes["deleted"], done.changes["added"]) == (2, 5, 0)
-    _check(out, members, first, set())
+    assert (done.version, done.changes["deleted"], done.changes["added"], done.changes["changed"]) == (2, 5, 0, 1)
+    _check(out, members, first, {"cat/3.jpg"})
+
+
+def test_a_tar_members_header_decides_only_while_its_tar_is_the_recorded_one(tmp_path):
+    """A tar member's equal stamp says unchanged only while its tar's own identity is the one the latest version
+    recorded; where none was recorded (a manifest without ``source_archives``), not for a header time of 0. A zip
+    member's CRC-32 always decides."""
+    member = lambda stamp: archive_members.Member("x.jpg", 512, 10, 10, stamp=stamp)
+    tar, zipped = (ImageRef("train", "a/x.jpg", 0, archive_members.locator(name, member(0)))
+                   for name in ("a.tar", "b.zip"))
+    stamped = ImageRef("train", "a/y.jpg", 0, archive_members.locator("a.tar", member(10**18)))
+    now = {"a.tar": "2048 bytes, modified 2.0", "b.zip": "99 bytes, modified 1.0"}
+    same = SourceStamps(str(tmp_path), archives=now, recorded=dict(now))
+    changed = SourceStamps(str(tmp_path), archives=now, recorded={"a.tar": "2048 bytes, modified 1.0"})
+    unknown = SourceStamps(str(tmp_path), archives=now)
+    assert [same.stamp_decides(ref) for ref in (tar, stamped, zipped)] == [True, True, True]
+    assert [changed.stamp_decides(ref) for ref in (tar, stamped, zipped)] == [False, False, True]
+    assert changed.reads_bytes(tar) and not same.reads_bytes(tar)
+    assert [unknown.stamp_decides(ref) for ref in (tar, stamped, zipped)] == [False, True, True]
 
 
 @pytest.mark.slow
