@@ -16,13 +16,14 @@ import collections
 
 import json
 import logging
-from typing import Optional
+from typing import Iterable, Optional
 
 import record_schema
 from beam_jobs import sources
 from beam_jobs.files import version_store
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning import discover
+from beam_jobs.sources.hub import hub
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +123,51 @@ def check_objects(options: ConvertOptions, plan: discover.InputPlan, manifest: d
             f"--update: {options.src}'s class ids are written {plan.class_id_offset} higher than the source's, but "
             f"those of the latest version of {options.out} {offset} higher (class_id_offset): the ids would mean "
             "other classes; convert it again with --overwrite")
+
+
+def check_row_names(options: ConvertOptions, plan: discover.InputPlan, out: str,
+                    latest: version_store.Version) -> None:
+    """Refuse a Hub dataset whose rows an update would match by their number (issue #59's review, finding 2).
+
+    A split whose rows have no distinct image path names its records by row number (:mod:`beam_jobs.sources.hub.
+    hub`): one row deleted or inserted renames every later row. With ``--val-fraction`` a "changed" row keeps the
+    split of the name it now has, so training photos would become validation images; and a split named otherwise
+    now than in the latest version (a new row repeating a path, or without one) would see every row deleted and
+    added again. Both are refused, naming the split; the way that works is a conversion again. Reads the latest
+    version's sources table once when its manifest does not say how its splits were named (versions before it
+    did, and updates that converted no row)."""
+    now = plan.provenance.get("source_parquet", {}).get("names") if plan.provenance else None
+    if now is None:  # not the Hub's Parquet
+        return
+    before = latest.manifest.get("source_parquet", {}).get("names") or _names_in_table(out, latest, now)
+    how = {hub.PATH_NAMES: "by their image paths", hub.ROW_NAMES: "by their row numbers (no distinct image path)"}
+    for split in sorted(set(now) | set(before)):
+        if split in now and split in before and now[split] != before[split]:
+            raise UpdateRefusedError(
+                f"--update: the {split} split of {options.src} names its rows {how[now[split]]}, but version "
+                f"{latest.number} of {out} named them {how[before[split]]} (a row without an image path, or two "
+                "rows of one path, name a split's rows by number): every row would be deleted and added again; "
+                "convert SRC again with --overwrite")
+        if options.val_fraction > 0 and hub.ROW_NAMES in (now.get(split), before.get(split)):
+            raise UpdateRefusedError(
+                f"--update: the {split} split of {options.src} names its rows by their row numbers (they have no "
+                "distinct image path), so a row deleted or inserted renames every later row, and with "
+                "--val-fraction a renamed row would keep the split of the row it is named after (a training "
+                "photo could become a validation image); convert SRC again with --overwrite")
+
+
+def _names_in_table(out: str, latest: version_store.Version, splits: Iterable[str]) -> dict[str, str]:
+    """How the latest version named each of ``splits``: by row numbers when its first row's number-name is in
+    the version's sources table (a rejected row is there too), else by paths; one pass, a row group at a time."""
+    first = {hub.row_name(split, 0): split for split in splits}
+    seen, numbered = set(), set()
+    for row in version_store.iter_sources(out, latest):
+        split = row.path.partition("/")[0]
+        if split in splits:
+            seen.add(split)
+        if row.path in first:
+            numbered.add(first[row.path])
+    return {split: hub.ROW_NAMES if split in numbered else hub.PATH_NAMES for split in seen}
 
 
 def unlabelled_warning(options: ConvertOptions, version: int, unlabelled: int) -> Optional[str]:

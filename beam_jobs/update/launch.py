@@ -123,6 +123,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
             with interrupt.live_run(last_resort=lambda: resume.last_resort(staging, out, scratch)):
                 plan = checks.source_plan(options, scratch)
                 checks.check_objects(options, plan, latest.manifest)
+                checks.check_row_names(options, plan, out, latest)
                 options = run_plan.near_distance_for(options, len(plan.refs))  # as converting all of SRC would
                 found = _compare(options, plan, latest, scratch, rehash)
                 if found.nothing:

@@ -18,7 +18,10 @@ import pytest
 
 from beam_jobs import pipeline as conversion
 from beam_jobs import update
+from beam_jobs.files import version_store
 from beam_jobs.options import ConvertOptions
+from beam_jobs.update import checks
+from beam_jobs.update.checks import UpdateRefusedError
 from tests.converter.test_update import FAST
 from tests.hub_data import NAMES, photo, rows, write_split
 from tests.update_data import assert_unchanged_kept
@@ -87,3 +90,40 @@ def test_rows_added_changed_relabelled_and_deleted_update_and_match_a_fresh_conv
     fresh = str(tmp_path / "fresh")
     conversion.run(_options(src, fresh), FAST, show_progress=False)
     assert {p: r[:2] + r[3:] for p, r in _records(out).items()} == {p: r[:2] + r[3:] for p, r in _records(fresh).items()}
+
+
+@pytest.mark.slow
+def test_a_split_named_by_paths_then_by_row_numbers_is_refused_and_the_version_kept(converted, tmp_path):
+    """A new row repeating an existing path names the whole split by row numbers (the review's H1): every row would
+    be deleted and added again, so the update refuses, naming the split and the way that works."""
+    root, _, _ = converted
+    shutil.copytree(os.path.join(root, "src"), tmp_path / "src", copy_function=shutil.copy2)
+    shutil.copytree(os.path.join(root, "out"), tmp_path / "out")
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    extra = {"image": [{"bytes": photo(555), "path": "img_0001.jpg"}], "labels": [1]}
+    written = write_split(str(tmp_path / "extra"), "train", extra)
+    shutil.copy(written[0], os.path.join(src, "data", "train-extra.parquet"))
+    with pytest.raises(UpdateRefusedError, match=r"the train split of .* by their row numbers .* version 1 .* by "
+                                                 r"their image paths .*--overwrite"):
+        update.run(_options(src, out), FAST)
+    assert version_store.latest_number(out) == 1
+    latest = version_store.read(out, 1)  # a version whose manifest does not say: read from its sources table
+    assert checks._names_in_table(out, latest, {"train": "", "test": ""}) == {"train": "paths"}
+
+
+@pytest.mark.slow
+def test_rows_named_by_number_under_val_fraction_are_refused_after_a_row_is_deleted(tmp_path):
+    """Rows without paths are named by number: with --val-fraction one row deleted would rename every later row and
+    move training photos to validation (the review's H2). Refused before any comparison, the version kept."""
+    columns = rows(6, 0)
+    columns["image"] = [{"bytes": cell["bytes"], "path": None} for cell in columns["image"]]
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    write_split(os.path.join(src, "data"), "train", columns)
+    options = ConvertOptions(src=src, out=out, shards=1, val_fraction=0.25)
+    conversion.run(options, FAST, show_progress=False)
+    shutil.rmtree(os.path.join(src, "data"))
+    write_split(os.path.join(src, "data"), "train", {key: values[:2] + values[3:] for key, values in columns.items()})
+    with pytest.raises(UpdateRefusedError, match=r"the train split .* row numbers .*--val-fraction.*--overwrite"):
+        update.run(options, FAST)
+    assert version_store.latest_number(out) == 1
+    assert checks._names_in_table(out, version_store.read(out, 1), {"train": ""}) == {"train": "rows"}

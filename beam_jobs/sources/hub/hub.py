@@ -23,7 +23,9 @@ its chunk. The source in parts, each readable alone:
 A record's identity (its ``image/filename``, the key that orders it) is
 ``{split}/{path}`` when every row of the split has a distinct ``path``, else
 ``{split}/{row}``, the row's number in the split (files in name order): the
-same data downloaded again, or cut into other files, gives the same bytes.
+same data downloaded again, or cut into other files, gives the same bytes. The manifest's
+``source_parquet.names`` says which, per split (:data:`PATH_NAMES` or :data:`ROW_NAMES`): an update refuses a
+split named by row numbers where renumbered rows would be mistaken for changed ones (beam_jobs/update/checks.py).
 """
 
 from __future__ import annotations
@@ -46,6 +48,15 @@ from beam_jobs.sources.archives import archive_members
 from beam_jobs.sources.hub import hub_annotations, hub_cells, hub_columns, hub_files, hub_tables
 from beam_jobs.sources.objects import annotated_plan
 from beam_jobs.stage_records import ImageRef
+
+
+# How a split's records are named (see the module): by the rows' image paths, or by the rows' numbers.
+PATH_NAMES, ROW_NAMES = "paths", "rows"
+
+
+def row_name(split: str, number: int) -> str:
+    """The record name of row ``number`` of ``split`` (files in name order) when the split is named by rows."""
+    return f"{split}/{number:09d}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,23 +136,27 @@ def _plan_rows(src: str, files: Sequence[hub_files.ParquetFile], opened: list[_R
         images = _annotated(src, opened, unique, refused, hub_annotations.check_bbox_format(bbox_format))
         plan = annotated_plan.plan(src, images, annotation.names, val_fraction, seed, skipped, refused=refused,
                                    scratch=scratch, task=task)
-        return _with_files(plan, src, opened, lost, warnings)
+        return _with_files(plan, src, opened, lost, warnings, unique)
     label_names = _label_names(opened, labels, src)
     members = discover.collect_members(_members(src, opened, label_names, unique, refused), scratch)
     if not members.counts:
         raise InputError(f"{src}: its Parquet files hold no rows with an image")
     plan = discover.plan_from_members(members, label_names, val_fraction, seed, src, skipped, what="labels",
                                       refused=refused)
-    return _with_files(plan, src, opened, lost, warnings)
+    return _with_files(plan, src, opened, lost, warnings, unique)
 
 
-def _with_files(plan: InputPlan, src: str, opened: Sequence["_Rows"], lost: int, warnings: Sequence[str]) -> InputPlan:
+def _with_files(plan: InputPlan, src: str, opened: Sequence["_Rows"], lost: int, warnings: Sequence[str],
+                unique: dict[str, bool]) -> InputPlan:
     """``plan`` with its Parquet files' identities (a changed file is a changed input), what the manifest says of
-    them (``source_parquet``: the files and the Hub revision they are), and the rows read at once."""
+    them (``source_parquet``: the files and the Hub revision they are, how each split's records are named), and
+    the rows read at once."""
     files = hub_files.identities(src, [r.file.path for r in opened])
+    names = {split: PATH_NAMES if every else ROW_NAMES for split, every in sorted(unique.items())}
     return dataclasses.replace(plan, archives=files,
                                provenance={"source_parquet": {"files": dict(files),
-                                                              "revision": hub_files.revision(src) or None}},
+                                                              "revision": hub_files.revision(src) or None,
+                                                              "names": names}},
                                read_unit=max(r.largest_group for r in opened), lost_inputs=lost,
                                warnings=tuple(warnings) + plan.warnings)
 
@@ -242,7 +257,7 @@ def _members(src: str, opened: Sequence[_Rows], names: Optional[Sequence[str]], 
             for row, (path, value) in enumerate(zip(paths, values)):
                 number = numbers.get(split, 0)
                 numbers[split] = number + 1
-                relpath = f"{split}/{path.lstrip('/')}" if unique[split] else f"{split}/{number:09d}"
+                relpath = f"{split}/{path.lstrip('/')}" if unique[split] else row_name(split, number)
                 locator = hub_cells.cell_locator(rows.file.path, group, row, image)
                 name, problem = _class_name(value, names)
                 if problem:
@@ -266,7 +281,7 @@ def _annotated(src: str, opened: Sequence[_Rows], unique: dict[str, bool], refus
             for row, (path, value, more) in enumerate(zip(paths, values, extras)):
                 number = numbers.get(split, 0)
                 numbers[split] = number + 1
-                relpath = f"{split}/{path.lstrip('/')}" if unique[split] else f"{split}/{number:09d}"
+                relpath = f"{split}/{path.lstrip('/')}" if unique[split] else row_name(split, number)
                 locator = hub_cells.cell_locator(rows.file.path, group, row, image)
                 where = f"{rows.file.path or posixpath.basename(src)} row group {group} row {row}"
                 if column.kind == hub_annotations.LABELS:
