@@ -226,7 +226,8 @@ def test_a_webdataset_sample_relabelled_by_its_label_member_is_a_changed_image(t
 def test_imagenet_as_it_ships_updates_a_class_tar_inside_the_train_tar_and_a_relabelled_val_image(tmp_path):
     """ImageNet (``--val-labels``, ``--synsets``) in its archives: the train tar of class tars rewritten with an
     image added to one class tar (members inside a member: each stamped by its own header), and the val labels
-    file relabelling one image; the rest unchanged (a fresh conversion's records: the first test's check)."""
+    file relabelling one image; the rest unchanged; the version holds exactly SRC (checked record by record
+    against the version before, not by a second conversion: the first test compares one)."""
     images = {kind: _jpeg(seed) for seed, kind in enumerate(
         ("jpeg_rgb", "png_rgb", "jpeg_cmyk", "jpeg_gray", "jpeg_progressive", "jpeg_exif_rotated"))}
     tree, labels = tmp_path / "tree", tmp_path / "labels"
@@ -247,8 +248,12 @@ def test_imagenet_as_it_ships_updates_a_class_tar_inside_the_train_tar_and_a_rel
     done = update.run(options, FAST)
     assert (done.changes["added"], done.changes["changed"], done.changes["relabelled"], done.changes["deleted"]) == (
         1, 1, 1, 0)
+    # Exactly SRC (without a second conversion): the records before and the added image, its bytes; every kept
+    # record as it was (split, class, shard, bytes); the relabelled image in its new class, its bytes the same.
     now = _records(options.out)
-    relabelled = "val/ILSVRC2012_val_00000002.JPEG"
-    assert all(now[p][:3] == before[p][:3] for p in before if p != relabelled)
-    assert now[relabelled][1] == "n01443537" and now["train/n01440764/n01440764_9.JPEG"][1] == "n01440764"
+    relabelled, added = "val/ILSVRC2012_val_00000002.JPEG", "train/n01440764/n01440764_9.JPEG"
+    assert set(now) == set(before) | {added}
+    assert now[added][1:2] + now[added][3:] == ("n01440764", _jpeg(99))
+    assert all(now[p] == before[p] for p in before if p != relabelled)
+    assert (now[relabelled][1], now[relabelled][3]) == ("n01443537", before[relabelled][3])
     assert update.run(options, FAST).version is None
