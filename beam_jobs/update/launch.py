@@ -82,7 +82,12 @@ class UpdateSummary:
         if converted is None:
             return []
         return [f"  version:    {sum(converted.written.values())} records, {converted.rejected} rejected"
-                + (f" (each with its reason in versions/{self.version:05d}/rejected.jsonl)" if converted.rejected else "")]
+                + (f" (each with its reason in versions/{self.version:05d}/rejected.jsonl)" if converted.rejected else ""),
+                # As a conversion's summary says it (review of #59, finding 7); an update drops either side of a
+                # leak (a kept record never moves), so not only evaluation images.
+                *([f"  dropped:    {converted.dropped} image{'s' if converted.dropped != 1 else ''} copying "
+                   f"another split's (--drop-leaks; each with its partner in "
+                   f"versions/{self.version:05d}/{record_schema.DROPPED_FILE})"] if converted.dropped else [])]
 
 
 def run(options: ConvertOptions, pipeline_args: Sequence[str] = (), rehash: bool = False,

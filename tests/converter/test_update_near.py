@@ -78,6 +78,8 @@ def test_a_new_validation_copy_of_a_kept_training_image_is_a_leak_dropped(update
     assert [d["distance"] for d in dropped][1::2] == [0, 0]
     manifest = json.load(open(os.path.join(out, versions.manifest_path(2))))
     assert manifest["duplicates"]["num_dropped"] == 4
+    assert "\n  dropped:    4 images copying another split's (--drop-leaks; each with its partner " \
+           "in versions/00002/dropped.jsonl)\n" in second.format()  # as a conversion's summary says it
 
 
 @pytest.mark.slow
