@@ -190,9 +190,13 @@ def _changes(found: change_plan.Changes, splits: dict, masked: dict[str, dict]) 
 
 def _empty_manifest(plan: discover.InputPlan, latest: version_store.Version, staging: str) -> dict:
     """The fields a version without new shards takes from the latest version's manifest, made true of it: its
-    own ``created``, SRC's skipped files now, and no duplicate groups (the update converted no image)."""
+    own ``created``, SRC's skipped files now, its archives' identities now (a deleted member changed its tar: the
+    next update reads that tar's members by their bytes while the recorded identity is another), and no
+    duplicate groups (the update converted no image)."""
     manifest = {key: value for key, value in latest.manifest.items()
-                if key not in ("version", "previous_version", "changes", "sources_table")}
+                if key not in ("version", "previous_version", "changes", "sources_table", "source_archives")}
+    if plan.archives and not plan.provenance:  # as a conversion's manifest records them (stages/manifest.py)
+        manifest["source_archives"] = dict(plan.archives)
     manifest.update(publish_skipped(plan, staging))
     manifest.update({
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
