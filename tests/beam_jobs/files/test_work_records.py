@@ -27,11 +27,11 @@ def test_every_kind_of_record_round_trips_including_names_that_are_not_utf8():
         record = work_records.encode_accepted(keyed_hash(1, relpath), item)
         assert work_records.decode_accepted(record, "test") == item
         content = work_records.decode_content(work_records.encode_content(item))
-        assert content == (item.source_sha256[:16], "test", 5, relpath, None, 0, 0, bytes(64))  # no thumbnail
+        assert content == (item.source_sha256[:16], "test", 5, relpath, None, 0, 0, bytes(64), False)  # no thumbnail, not kept
         thumbnail = bytes(range(1, 65))
         hashed = item._replace(perceptual_hash=(1 << 64) - 1, stored_bytes=1 << 33, thumbnail=thumbnail)
         content = work_records.decode_content(work_records.encode_content(hashed, objects=7))
-        assert content == (item.source_sha256[:16], "test", 5, relpath, (1 << 64) - 1, 1 << 33, 7, thumbnail)
+        assert content == (item.source_sha256[:16], "test", 5, relpath, (1 << 64) - 1, 1 << 33, 7, thumbnail, False)
         near = work_records.encode_near(1 << 63, work_records.encode_content(hashed._replace(perceptual_hash=0), 7))
         assert work_records.decode_near(near) == (1 << 63, content._replace(perceptual_hash=0))
         assert work_records.near_thumbnails([near, near]) == thumbnail * 2  # read in place, for numpy
