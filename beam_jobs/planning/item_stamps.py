@@ -37,7 +37,7 @@ class FileStamps:
         (ctime moves on every change and no call sets it back: an older file holds the bytes its record has)."""
         try:
             stat = os.stat(self.file(ref))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # gone; or a path through a file (an archive's member)
             return None
         if ctime_before and not 0 < stat.st_ctime_ns < ctime_before:
             return None
