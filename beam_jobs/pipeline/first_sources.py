@@ -77,12 +77,13 @@ def _add_planned(order: external_sort.ExternalSort, src: str, plan: InputPlan, c
     masks = plan.task in (record_schema.TASK_OBJECTS, record_schema.TASK_SEGMENTATION)
     items = SourceStamps(filesystems.local_path(src), plan.inflated, masks, plan.archives) if local else None
     for ref in plan.refs:
-        digest = stable_ids.stable_ref(ref, ids)[3] if ref.annotation else NO_ANNOTATION
+        # The annotation decoded once for its digest and its semantic mask (the stamp folds the mask's in).
+        digest, mask = stable_ids.objects_digest(ref.annotation, ids) if ref.annotation else (NO_ANNOTATION, None)
         size = mtime = UNKNOWN
         # Unchanged since before the run (its file's, archive's, mask's ctime older than the run's start): the bytes
         # its record holds (ctime moves on every change, no call sets it back). One changed since, gone, or never
         # there (a label file's missing-file) is unstamped: the next update compares its bytes.
-        stamp = items.stamp(ref, ctime_before=started_ns) if items is not None else None
+        stamp = items.stamp(ref, ctime_before=started_ns, class_mask=mask) if items is not None else None
         if stamp is not None:
             size, mtime = stamp
         if digest != NO_ANNOTATION or size != UNKNOWN:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Sequence
+from typing import Optional, Sequence
 
 from beam_jobs import annotations
 from beam_jobs.planning.discover import class_order
@@ -72,7 +72,7 @@ def _stable_objects(ref: ImageRef, ids: Sequence[int]) -> tuple[ImageRef, tuple[
     costs 112 us an image of two boxes so, 205 decoding them into boxes, and gives the same bytes (floats
     round-trip through JSON exactly; pinned by tests/converter/test_update_objects.py against
     :func:`annotation_digest`)."""
-    value = json.loads(ref.annotation)
+    value = _JSON.decode(ref.annotation.decode("utf-8", "surrogatepass"))
     boxes = value[2]
     moved = False
     for box in boxes:
@@ -80,12 +80,36 @@ def _stable_objects(ref: ImageRef, ids: Sequence[int]) -> tuple[ImageRef, tuple[
         moved |= label != box[1]
         box[1] = label
     if moved:
-        ref = ref._replace(annotation=json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        ref = ref._replace(annotation=_COMPACT.encode(value).encode("utf-8"))
     # The objects a record holds: each with an extent (placing drops a box without one, annotations.NO_EXTENT).
     held = tuple(box[1] for box in boxes if box[4] > box[2] and box[5] > box[3])
-    for box in boxes:
+    return ref, held, label_key(held), _unnamed_digest(value)
+
+
+def objects_digest(annotation: bytes, ids: Sequence[int]) -> tuple[int, Optional[list]]:
+    """An annotation's digest, as :func:`stable_ref` gives it (its fourth value), and an object image's semantic
+    mask entry (``[path in SRC, locator, ...]``, None without one), from one decode of its JSON: what version 1's
+    sources table needs of each image (#57 §6: it decoded each annotation twice and encoded it twice)."""
+    if not annotation.startswith(b'["objects"'):
+        return NO_ANNOTATION, None  # several labels: no digest
+    value = _JSON.decode(annotation.decode("utf-8", "surrogatepass"))
+    mask = value[9] if len(value) > 9 and value[9] else None
+    for box in value[2]:
+        box[1] = ids[box[1]]
+    return _unnamed_digest(value), mask
+
+
+def _unnamed_digest(value: list) -> int:
+    """The digest of an object annotation's decoded JSON, ids the version's, without its objects' names (which
+    it blanks: ``value`` is the caller's to drop)."""
+    for box in value[2]:
         box[0] = ""
-    return ref, held, label_key(held), _digest(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    return _digest(_COMPACT.encode(value))
+
+
+# json.loads / json.dumps(separators=(",", ":"), ensure_ascii=False) with their objects built once, not per call.
+_JSON = json.JSONDecoder()
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def annotation_digest(objects: annotations.Objects) -> int:

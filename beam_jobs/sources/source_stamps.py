@@ -52,6 +52,7 @@ from record_files.versions import UNKNOWN
 
 _GROUPS_HELD = 16  # row groups whose cells' digests are held (a group's: 64 bytes a row)
 _MISSING = archive_members.refusal("missing-file", "").rstrip("\t")
+_UNREAD = object()  # stamp()'s class_mask when the caller has not decoded the annotation
 
 
 class SourceStamps(FileStamps):
@@ -80,12 +81,13 @@ class SourceStamps(FileStamps):
         # need not be its rows' order: a group is read once while it is among these, not once a row).
         self._group_digests: collections.OrderedDict[tuple[str, int, str], list[str]] = collections.OrderedDict()
 
-    def stamp(self, ref: ImageRef, ctime_before: int = 0) -> Optional[Stamp]:
-        """``ref``'s stamp (see the module), None when it is gone or, with ``ctime_before``, changed since then."""
+    def stamp(self, ref: ImageRef, ctime_before: int = 0, class_mask=_UNREAD) -> Optional[Stamp]:
+        """``ref``'s stamp (see the module), None when it is gone or, with ``ctime_before``, changed since then.
+        ``class_mask``: its annotation's semantic mask entry where the caller decoded it already (None: none)."""
         stamp = self._own(ref, ctime_before)
         if stamp is None or not self._masks:
             return stamp
-        mask = self._class_mask(ref)
+        mask = self._class_mask(ref) if class_mask is _UNREAD else class_mask
         if mask is None:
             return stamp
         path, locator = mask[0], mask[1]

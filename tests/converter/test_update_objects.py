@@ -9,6 +9,7 @@ export numbers its categories anew. Small generated exports, converted and updat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -229,7 +230,7 @@ def test_an_object_images_stable_ids_and_digest_on_its_json_are_those_of_its_box
     from beam_jobs import annotations
     from beam_jobs.planning import stable_ids
     from beam_jobs.stage_records import ImageRef
-    from record_files.versions import label_key
+    from record_files.versions import NO_ANNOTATION, label_key
 
     boxes = (annotations.Box("annotation 7", 1, 1.5, 2.25, 30.1, 20.0, 580.0, crowd=True),
              annotations.Box("annotation 8", 2, 5.0, 6.0, 5.0, 33.0),  # no extent: not in the record
@@ -247,6 +248,12 @@ def test_an_object_images_stable_ids_and_digest_on_its_json_are_those_of_its_box
     moved = annotations.Objects("17", (boxes[0]._replace(xmax=31.0),) + boxes[1:], (48, 40), captions=("a cat",),
                                 keypoints=1)
     assert stable_ids.stable_ref(ImageRef("train", "a.jpg", 0, "", annotations.encode(moved)), ids)[3] != digest
+    # Version 1's sources table takes the digest and the semantic mask from one decode: the same digest.
+    assert stable_ids.objects_digest(annotations.encode(renamed), ids) == (digest, None)
+    masked = dataclasses.replace(objects, class_mask=("masks/a.png", ""))
+    assert stable_ids.objects_digest(annotations.encode(masked), ids) == (
+        stable_ids.stable_ref(ImageRef("train", "a.jpg", 0, "", annotations.encode(masked)), ids)[3], ["masks/a.png", ""])
+    assert stable_ids.objects_digest(annotations.encode(annotations.Labels((1, 2))), ids) == (NO_ANNOTATION, None)
 
 
 @pytest.mark.slow
