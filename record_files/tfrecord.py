@@ -100,12 +100,10 @@ def _entry_parts(key: str, value: FeatureValue) -> list[bytes]:
     """
     if isinstance(value, bytes):
         return [bytes_entry_head(key, len(value)), value]
+    if isinstance(value, (Floats, Ints)):
+        return [list_entry(key, value)]
     if isinstance(value, int) and not isinstance(value, bool):
-        kind, inner = 3, _packed(_varint(value))  # Feature.int64_list { packed value }
-    elif isinstance(value, Floats):
-        kind, inner = 2, _packed(struct.pack(f"<{len(value)}f", *value))  # Feature.float_list { packed value }
-    elif isinstance(value, Ints):
-        kind, inner = 3, _packed(b"".join(_varint(int(v)) for v in value))
+        kind, inner = 3, _packed(_varint(value))
     elif isinstance(value, ByteStrings):
         kind, inner = 1, [part for item in value for part in (_header(1, len(item)), item)]
     else:
@@ -117,6 +115,27 @@ def _entry_parts(key: str, value: FeatureValue) -> list[bytes]:
     key = _key_field(key)
     entry_header = _header(1, len(key) + len(value_header) + value_length)
     return [entry_header, key, value_header, feature_header, *inner]
+
+
+def list_entry(key: str, value: Union[Floats, Ints, ByteStrings]) -> bytes:
+    """One map entry of a list feature as one bytes: what ``b"".join(_entry_parts(key, value))`` gives, in a few
+    concatenations (a record's per-object lists are small: built whole, not as parts; #57 §6)."""
+    if isinstance(value, Floats):  # Feature.float_list { packed value }
+        kind, inner = 2, _packed_field(struct.pack(f"<{len(value)}f", *value))
+    elif isinstance(value, Ints):  # Feature.int64_list { packed value }; varints of 0..127 are their byte
+        small = value and 0 <= min(value) and max(value) < 0x80
+        kind, inner = 3, _packed_field(bytes(value) if small else b"".join(_varint(int(v)) for v in value))
+    else:  # Feature.bytes_list { value... }
+        kind, inner = 1, b"".join(_TAGS[1] + _varint(len(item)) + item for item in value)
+    feature = _TAGS[kind] + _varint(len(inner)) + inner
+    entry_value = _TAGS[2] + _varint(len(feature)) + feature  # MapEntry.value
+    key_field = _key_field(key)
+    return _TAGS[1] + _varint(len(key_field) + len(entry_value)) + key_field + entry_value
+
+
+def _packed_field(payload: bytes) -> bytes:
+    """:func:`_packed` as one bytes."""
+    return _TAGS[1] + _varint(len(payload)) + payload if payload else b""
 
 
 def bytes_entry_head(key: str, length: int) -> bytes:

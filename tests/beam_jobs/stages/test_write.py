@@ -19,7 +19,7 @@ from beam_jobs.stages.encode import Encoded
 from beam_jobs.stages.validate import validate_chunk
 from beam_jobs.stages.write import (CLASSIFICATION_KEYS, SourceChangedError, build_example, encode_accepted,
                                     write_shard)
-from record_files.tfrecord import serialize_example
+from record_files.tfrecord import ByteStrings, Floats, Ints, serialize_example
 from tests.conftest import read_records
 
 
@@ -62,6 +62,43 @@ def test_a_classification_example_composed_directly_is_serialize_examples_bytes(
                     record_schema.SHA256: (sha or hashlib.sha256(encoded.data).hexdigest()).encode("ascii"),
                     record_schema.LABEL: label, record_schema.LABEL_TEXT: name.encode("utf-8")})
                 assert build_example(encoded, relpath, label, name, sha) == expected, (size, label, relpath)
+
+
+def test_a_record_of_boxes_composed_directly_is_serialize_examples_bytes():
+    """build_object_example composes a record of boxes alone (no masks, keypoints or captions) directly: the bytes
+    serialize_example gives for its features (pinned against TensorFlow), with 0, 1 and 200 boxes, class ids and
+    flags past one varint byte, names and sizes whose varints grow, in serialize_example's (sorted) key order."""
+    from beam_jobs import annotations
+    from beam_jobs.stages.write import OBJECT_KEYS, build_object_example
+
+    assert list(OBJECT_KEYS) == sorted(OBJECT_KEYS)
+    rng = random.Random(5)
+    classes = [f"c{i}" if i != 200 else "dög" * 50 for i in range(300)]
+    for count in (0, 1, 5, 200):
+        for size in (0, 127, 128, 20_000):
+            boxes = tuple(annotations.Box(f"annotation {i}", rng.choice((0, 1, 127, 128, 200, 299)),
+                                          rng.random() / 2, rng.random() / 2, 0.5 + rng.random() / 2,
+                                          0.5 + rng.random() / 2, rng.random(), crowd=rng.random() < 0.3,
+                                          difficult=rng.random() < 0.3, truncated=rng.random() < 0.3)
+                          for i in range(count))
+            objects = annotations.Objects(rng.choice(("17", "", "ünï" * 60)), boxes, (640, 480))
+            encoded = Encoded(rng.randbytes(size), 480, 640, "jpeg", channels=rng.choice((1, 3)))
+            expected = serialize_example({
+                record_schema.IMAGE_ENCODED: encoded.data, record_schema.IMAGE_FORMAT: b"jpeg",
+                record_schema.HEIGHT: 480, record_schema.WIDTH: 640, record_schema.CHANNELS: encoded.channels,
+                record_schema.FILENAME: b"a/1.jpg", record_schema.SHA256: ("ab" * 32).encode("ascii"),
+                record_schema.SOURCE_ID: objects.source_id.encode("utf-8"),
+                record_schema.BBOX_XMIN: Floats(box.xmin for box in boxes),
+                record_schema.BBOX_YMIN: Floats(box.ymin for box in boxes),
+                record_schema.BBOX_XMAX: Floats(box.xmax for box in boxes),
+                record_schema.BBOX_YMAX: Floats(box.ymax for box in boxes),
+                record_schema.OBJECT_LABEL: Ints(box.label for box in boxes),
+                record_schema.OBJECT_TEXT: ByteStrings(classes[box.label].encode("utf-8") for box in boxes),
+                record_schema.OBJECT_AREA: Floats(box.area * 640 * 480 for box in boxes),
+                record_schema.OBJECT_IS_CROWD: Ints(int(box.crowd) for box in boxes),
+                record_schema.OBJECT_DIFFICULT: Ints(int(box.difficult) for box in boxes),
+                record_schema.OBJECT_TRUNCATED: Ints(int(box.truncated) for box in boxes)})
+            assert build_object_example(encoded, "a/1.jpg", objects, classes, "ab" * 32) == expected, (count, size)
 
 
 def _validated(tmp_path, data: bytes) -> tuple[str, Accepted]:
