@@ -12,9 +12,9 @@ in the work folder, never through a shuffle, see :mod:`beam_jobs.files.work_reco
       |-> ListSearches, SpreadSearches, FindDuplicates   per content-hash range a DuplicateSummary (stage 6,
       |     |                        merge_reports), per band range the near links (stage 6, near_links) and
       |     |                        the band values too large for one task, spilled (BigValue list)
-      |     |-> ListValues, GatherValues   one list of BigValue; part ids again, with it as a side input:
+      |     |-> ListValues           the BigValues, read as one list; part ids again, with it as a side input:
       |     |     ListBlocks, SpreadBlocks, SearchBlocks   (BigValue, block) tasks: their links and leaks
-      |     |     (stage 6, near_blocks); CountBlocks: one int, which GroupNear waits for
+      |     |     (stage 6, near_blocks): a list of ints (links), which GroupNear waits for
       |     | SumDuplicates, GroupNear   (DuplicateSummary, NearSummary): the exact and the near groups (near_groups)
       |     | WriteDuplicates        duplicates.jsonl in staging, the summary in the work folder
       |   (--drop-leaks) CollectDrops, DropLeaks   the counts less the dropped images (drop_leaks): the
@@ -26,6 +26,12 @@ in the work folder, never through a shuffle, see :mod:`beam_jobs.files.work_reco
             | GroupSlices            ((split, shard, n), [(bucket, records)])  a few per shard
             | WriteShards            ShardResult JSON             (stage 5, write: the shard file in staging, its rows)
             | KeyBySplit, GroupShards, JoinTables   per split its records table in staging (join_tables)
+
+Spread*: a Reshuffle, only when the run has worker processes to spread the tasks over (a run in the
+launcher's one process has none: there it would only cost pipeline set-up, about 0.1 s of CPU each).
+A global sum (CountBuckets, SumDuplicates) has no default: its input is never empty (a part and a hash
+range at least), and a list a branch waits for is read as a side input list, not counted or gathered by a
+combine of its own (each costs about 0.2 s of CPU to build and run, whatever the run's size).
 
 Every PCollection holds at most N / part_size + buckets + shards small
 elements, so no runner holds per-image data in one process (Beam's local
@@ -122,9 +128,9 @@ def deal_blocks(part: int, values: Sequence[near_blocks.BigValue],
 
 def group_near(exact: merge_reports.DuplicateSummary, layout: WorkLayout, classes: Sequence[str],
                distance: int, values: Sequence[near_blocks.BigValue] = (),
-               blocks_done: int = 0) -> tuple[merge_reports.DuplicateSummary, near_groups.NearSummary]:
-    """After every search task and block task (``blocks_done`` only orders this after them): the near groups
-    (an empty summary when the run took no perceptual hashes)."""
+               blocks_done: Sequence[int] = ()) -> tuple[merge_reports.DuplicateSummary, near_groups.NearSummary]:
+    """After every search task and block task (``blocks_done``, the block tasks' results, only orders this after
+    them): the near groups (an empty summary when the run took no perceptual hashes)."""
     del blocks_done
     near = near_groups.group_near(layout, distance, classes, values=sorted(values)) if layout.near_bands \
         else near_groups.NearSummary()
@@ -208,6 +214,13 @@ class WriteShardFn(beam.DoFn):
         self._progress.flush()
 
 
+def spread_tasks(tasks: beam.PCollection, label: str, spread: bool) -> beam.PCollection:
+    """``tasks`` through a Reshuffle labelled ``label``, which spreads them over the workers; ``tasks`` as they are
+    where there are no workers to spread them over (``spread`` False: a run in the launcher's one process), as a
+    Reshuffle costs about 0.1 s of CPU a run to build and run, and changes no element."""
+    return tasks | label >> beam.Reshuffle() if spread else tasks
+
+
 def _first(pair: tuple):
     return pair[0]
 
@@ -236,33 +249,28 @@ class SearchDuplicates(beam.PTransform):
     (:func:`near_links.find_pairs`; the groups are the same whatever it is)."""
 
     def __init__(self, layout: WorkLayout, classes: Sequence[str], distance: int, after: beam.PCollection,
-                 chunk_records: int = near_links.CHUNK_RECORDS) -> None:
+                 chunk_records: int = near_links.CHUNK_RECORDS, spread: bool = True) -> None:
         super().__init__()
         self._layout, self._classes, self._distance, self._after = layout, list(classes), distance, after
-        self._chunk = chunk_records
+        self._chunk, self._spread = chunk_records, spread
 
     def expand(self, parts: beam.PCollection) -> beam.PCollection:
         layout, distance = self._layout, self._distance
-        found = (
-            parts
-            | "ListSearches" >> beam.FlatMap(deal_searches, beam.pvalue.AsSingleton(self._after), layout)
-            | "SpreadSearches" >> beam.Reshuffle()
-            | "FindDuplicates" >> beam.Map(search, layout, self._classes, distance, self._chunk)
-        )
-        values = found | "ListValues" >> beam.FlatMap(_second) | "GatherValues" >> beam.combiners.ToList()
-        blocks_done = (  # dealt from the part ids, as the buckets are: Dask's Reshuffle does not spread
-            parts
-            | "ListBlocks" >> beam.FlatMap(deal_blocks, beam.pvalue.AsSingleton(values), layout.num_parts)
-            | "SpreadBlocks" >> beam.Reshuffle()
-            | "SearchBlocks" >> beam.Map(near_blocks.search_block, layout, distance)
-            | "CountBlocks" >> beam.combiners.Count.Globally()
-        )
+        searches = parts | "ListSearches" >> beam.FlatMap(deal_searches, beam.pvalue.AsSingleton(self._after), layout)
+        found = (spread_tasks(searches, "SpreadSearches", self._spread)
+                 | "FindDuplicates" >> beam.Map(search, layout, self._classes, distance, self._chunk))
+        # Side inputs as lists: an empty one is [] (no combine with a default to build and run for it).
+        values = beam.pvalue.AsList(found | "ListValues" >> beam.FlatMap(_second))
+        # Dealt from the part ids, as the buckets are: Dask's Reshuffle does not spread.
+        blocks = parts | "ListBlocks" >> beam.FlatMap(deal_blocks, values, layout.num_parts)
+        blocks_done = beam.pvalue.AsList(spread_tasks(blocks, "SpreadBlocks", self._spread)
+                                         | "SearchBlocks" >> beam.Map(near_blocks.search_block, layout, distance))
         return (
             found
             | "Summaries" >> beam.Map(_first)
-            | "SumDuplicates" >> beam.CombineGlobally(merge_reports.SumDuplicates())
-            | "GroupNear" >> beam.Map(group_near, layout, self._classes, distance,
-                                      beam.pvalue.AsSingleton(values), beam.pvalue.AsSingleton(blocks_done))
+            # One summary a hash range, and never none (layout.hash_ranges >= 1): no default to inject.
+            | "SumDuplicates" >> beam.CombineGlobally(merge_reports.SumDuplicates()).without_defaults()
+            | "GroupNear" >> beam.Map(group_near, layout, self._classes, distance, values, blocks_done)
         )
 
 
@@ -271,9 +279,9 @@ class ConvertImages(beam.PTransform):
 
     def __init__(self, options: ConvertOptions, staging: str, classes: Sequence[str], class_text: Sequence[str],
                  planned: Optional[Mapping[str, int]], layout: WorkLayout,
-                 task: str = record_schema.TASK_CLASSIFICATION):
+                 task: str = record_schema.TASK_CLASSIFICATION, spread: bool = True):
         super().__init__()
-        self._options, self._staging, self._task = options, staging, task
+        self._options, self._staging, self._task, self._spread = options, staging, task, spread
         self._planned = None if planned is None else dict(planned)  # None: --shards auto, sized from the bytes
         self._classes, self._class_text, self._layout = tuple(classes), tuple(class_text), layout
 
@@ -282,9 +290,11 @@ class ConvertImages(beam.PTransform):
         validated = (
             parts
             | "ValidateParts" >> beam.ParDo(ValidatePartFn(opts.src, layout, opts.seed, opts.encode))
-            | "CountBuckets" >> beam.CombineGlobally(SumCounts())
+            # One count a part, and never none (layout.num_parts >= 1): no default to inject.
+            | "CountBuckets" >> beam.CombineGlobally(SumCounts()).without_defaults()
         )
-        searched = parts | "SearchDuplicates" >> SearchDuplicates(layout, self._classes, opts.near_distance, validated)
+        searched = parts | "SearchDuplicates" >> SearchDuplicates(layout, self._classes, opts.near_distance, validated,
+                                                                  spread=self._spread)
         totals, dropped = validated, None
         if opts.drop_leaks:
             dropped = searched | "CollectDrops" >> beam.Map(
@@ -299,11 +309,10 @@ class ConvertImages(beam.PTransform):
         # Tasks are dealt from the part ids, not made from the one summed element: a runner keeps
         # a collection's partitioning, and Beam's DaskRunner (whose Reshuffle does nothing) would
         # otherwise order every bucket and write every shard in one partition, on one worker.
+        buckets = parts | "ListBuckets" >> beam.FlatMap(deal_buckets, beam.pvalue.AsSingleton(totals), self._planned,
+                                                        layout.num_parts)
         shards_written = (
-            parts
-            | "ListBuckets" >> beam.FlatMap(deal_buckets, beam.pvalue.AsSingleton(totals), self._planned,
-                                            layout.num_parts)
-            | "SpreadBuckets" >> beam.Reshuffle()
+            spread_tasks(buckets, "SpreadBuckets", self._spread)
             | "OrderBuckets" >> beam.FlatMap(order, layout)
             | "GroupSlices" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(WriteShardFn(opts.src, staging, layout, self._class_text, opts.encode,

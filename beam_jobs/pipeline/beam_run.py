@@ -50,6 +50,7 @@ def run_pipeline(options: ConvertOptions, plan: discover.InputPlan, layout: work
       interrupt.Interrupted: a worker died of the user's stop signal.
     """
     progress = choose_mode(show_progress, choice.local, sys.stderr)
+    spread = runners.spreads_tasks(choice)
     with ProgressBars(layout.work, len(plan.refs), enabled=progress, parts=layout.num_parts), \
             _private_tempdir(layout.work):
         try:
@@ -57,10 +58,10 @@ def run_pipeline(options: ConvertOptions, plan: discover.InputPlan, layout: work
                 _ = (
                     pipeline
                     # Create spreads its elements over the workers itself (a Reshuffle inside,
-                    # or partitions on Dask), so no further reshuffle is needed.
-                    | "ListParts" >> beam.Create(range(layout.num_parts), reshuffle=True)
+                    # or partitions on Dask), so no further reshuffle is needed; on one worker nothing spreads.
+                    | "ListParts" >> beam.Create(range(layout.num_parts), reshuffle=spread)
                     | "ConvertImages" >> ConvertImages(options, staging, plan.classes, plan.class_text or plan.classes,
-                                                       planned, layout, plan.task)
+                                                       planned, layout, plan.task, spread=spread)
                 )
         except Exception as err:  # runners re-raise worker errors as assorted types; name the outcome
             # A worker that died of the user's Ctrl-C or SIGTERM (sent to the whole group) is the stop.

@@ -27,6 +27,12 @@ from beam_jobs.runtime import log_filters, worker_handler, worker_start
 from beam_jobs.runtime.work_size import (  # noqa: F401 - the rule's figures, named here as before
     CHECK_BYTES_PER_S, DOWNSIZE_BYTES_PER_S, PER_IMAGE_S, WORKERS_FROM_S, Work, wants_workers)
 
+# Every run's defaults: Beam's type inference and checking while it builds the pipeline off (a documented
+# TypeOptions flag). They parse Beam's options again for each transform applied and each type compared (about 350
+# of the 500 option parsers a run built, 0.3-0.4 s of CPU whatever its size). Without them Beam codes every element
+# with its default coder: ours are a few small Python objects a part, never an image, and the output's bytes do
+# not depend on the coder (tests/converter/test_pinned_output.py).
+_BUILD_DEFAULTS = ["--no_pipeline_type_check"]
 # The runner names that mean "the local runner we test".
 _LOCAL_NAMES = ("directrunner", "fnapirunner")
 # Running mode the FnApiRunner does not know, so it keeps the worker environment we give it.
@@ -104,7 +110,7 @@ def choose_runner(pipeline_args: Sequence[str]) -> RunnerChoice:
     _check_runner_name(runner)
     if runner is None or name in _LOCAL_NAMES:
         args = [arg for arg in args if not arg.startswith("--runner")]
-        defaults = ["--direct_num_workers=0", "--direct_running_mode=multi_processing"]
+        defaults = ["--direct_num_workers=0", "--direct_running_mode=multi_processing", *_BUILD_DEFAULTS]
         options = PipelineOptions(_with_defaults(args, defaults))
         check_known_flags(args)
         runner_object, description = _local_runner(options)
@@ -115,7 +121,7 @@ def choose_runner(pipeline_args: Sequence[str]) -> RunnerChoice:
         options = _dask_options(args)
         check_known_flags(args)
         return RunnerChoice(options, None, "DaskRunner", local=False)
-    options = PipelineOptions(args)
+    options = PipelineOptions(_with_defaults(args, _BUILD_DEFAULTS))
     check_known_flags(args)
     return RunnerChoice(options, None, str(runner).rsplit(".", 1)[-1], local=name == "prismrunner")
 
@@ -126,9 +132,16 @@ def sized_for(choice: RunnerChoice, work: Work) -> RunnerChoice:
     bytes)."""
     if choice.sizable_args is None or wants_workers(work):
         return choice
-    options = PipelineOptions([*choice.sizable_args, "--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    options = PipelineOptions(_with_defaults([*choice.sizable_args, "--direct_num_workers=1",
+                                              "--direct_running_mode=in_memory"], _BUILD_DEFAULTS))
     runner, description = _local_runner(options)
     return dataclasses.replace(choice, options=options, runner=runner, description=description)
+
+
+def spreads_tasks(choice: RunnerChoice) -> bool:
+    """Whether the run's tasks may run on more than one worker, so that a Reshuffle spreading them pays: every
+    runner but our local one on a single worker (the launcher's own process, or one worker process)."""
+    return choice.runner is None or choice.options.view_as(DirectOptions).direct_num_workers != 1
 
 
 def starts_workers(choice: RunnerChoice) -> bool:
@@ -206,7 +219,7 @@ def _dask_options(args: list[str]) -> PipelineOptions:
     # partition, leaving workers idle; one per partition costs ~0.1 s of task overhead each.
     # Two partitions per worker thread balances the two.
     threads = _dask_threads(PipelineOptions(args).view_as(dask_runner.DaskOptions))
-    defaults = [f"--runner={dask_runner.__name__}.DaskRunner", f"--dask_npartitions={2 * threads}"]
+    defaults = [f"--runner={dask_runner.__name__}.DaskRunner", f"--dask_npartitions={2 * threads}", *_BUILD_DEFAULTS]
     return PipelineOptions(_with_defaults(args, defaults, exclusive={"--dask_npartitions": "--dask_partition_size"}))
 
 
