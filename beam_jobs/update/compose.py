@@ -3,8 +3,7 @@
 In:  the comparison's :class:`beam_jobs.planning.changes.Changes`, the latest version (its manifest, shards,
      ``rejected.jsonl``), and the manifest and records tables the conversion of the changed images wrote into
      staging (None when only deletions: no pipeline ran).
-Out: in staging, ``compacted/`` (the survivors of each shard that lost most of its records, or whose survivors
-     are scattered, copied frame by frame; the others are masked: reused, their survivors listed as runs),
+Out: in staging, ``compacted/`` (:mod:`beam_jobs.update.shard_moves`: the shards masked, compacted or merged),
      ``rejected.jsonl`` and ``sources.parquet``; the version's manifest (a dict; written by
      :func:`beam_jobs.files.version_store.publish`).
 
@@ -15,6 +14,7 @@ manifest names files of earlier versions' folders. (docs/format.md, "Versions".)
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime
 import hashlib
 import heapq
@@ -32,6 +32,7 @@ from beam_jobs.planning import discover
 from beam_jobs.stages.manifest import publish_skipped
 from beam_jobs.pipeline import budgets, label_files
 from beam_jobs.update import kept_hashes, tables
+from beam_jobs.update.shard_moves import Move, compact  # noqa: F401  (the launcher calls compose.compact)
 from record_files import croissant, versions
 from record_files.records_table import RecordsTable
 from record_files.versions import SourceRow
@@ -39,59 +40,8 @@ from record_files.versions import SourceRow
 logger = logging.getLogger(__name__)
 
 
-# Where a version's compacted shards are, in its folder: their names are the split's shard names anew.
-COMPACTED = "compacted"
-# A shard that lost records is masked (kept as it is, its survivors listed as runs: "live") when they are at
-# least half its file's records and form at most this many runs; else compacted. Each run is an extent the
-# training order plans like a shard (about 5 ms a stream an epoch at C streams): 64 keeps a masked file's cost
-# within a few shards', and half keeps a version's bytes mostly its own records.
-MAX_RUNS = 64
-
-
-def mask(shard: dict, survivors) -> Optional[dict]:
-    """``shard``'s entry masked to ``survivors`` (its records the version keeps, ascending, as indices in its
-    file), or None when it should be compacted: fewer than half the file's records survive, or they form more
-    than :data:`MAX_RUNS` runs. A shard an earlier version masked is judged against its file's records."""
-    file_records = shard.get("file_records", shard["num_examples"])
-    runs = versions.live_runs(survivors)
-    if 2 * len(survivors) < file_records or len(runs) > MAX_RUNS:
-        return None
-    return dict(shard, num_examples=len(survivors), file_records=file_records, live=runs)
-
-
-def compact(out: str, staging: str, found: change_plan.Changes, latest: version_store.Version,
-             number: int) -> tuple[dict[str, list[dict]], dict[str, str]]:
-    """Mask each shard that lost a record where :func:`mask` says so, and copy the survivors of the others,
-    record by record (the same bytes: no image read, none converted), into a shard of their own in
-    ``staging/compacted/``, in the latest version's shard order.
-
-    Returns each split's new shard entries (the masked ones carry ``live``: :func:`version_manifest` lists them
-    where their files were) and each compacted shard's new file (both relative to OUT).
-    """
-    folder, entries, renamed = versions.version_dir(number), {}, {}
-    for split, entry in latest.manifest["splits"].items():
-        shards = []
-        for shard in entry["shards"]:
-            survivors = found.survivors.get(shard["file"], ())
-            masked = mask(shard, survivors) if len(survivors) else None
-            if masked is not None:
-                entries.setdefault(split, []).append(masked)
-            elif len(survivors):
-                shards.append(shard)
-        for position, shard in enumerate(shards):
-            name = f"{COMPACTED}/{record_schema.shard_filename(split, position, len(shards))}"
-            os.makedirs(os.path.join(staging, COMPACTED), exist_ok=True)
-            copied = version_store.copy_records(out, shard, found.survivors[shard["file"]].tolist(),
-                                                os.path.join(staging, name))
-            entries.setdefault(split, []).append({
-                "file": f"{folder}/{name}", "num_examples": copied.num_examples, "num_bytes": copied.num_bytes,
-                "sha256": copied.sha256, "dali_index": f"{folder}/{name}.idx", "index_bytes": copied.index_bytes})
-            renamed[shard["file"]] = f"{folder}/{name}"
-    return entries, renamed
-
-
 def write_tables(out: str, staging: str, found: change_plan.Changes, latest: version_store.Version, number: int,
-                 converted: Optional[dict], renamed: dict[str, str], manifest: dict) -> None:
+                 converted: Optional[dict], renamed: dict[str, Move], manifest: dict) -> None:
     """Each split's records table of the version, into staging, listed in ``manifest``'s split entries
     (:func:`beam_jobs.update.tables.write_tables`). After :func:`version_manifest`, before the card."""
     tables.write_tables(out, staging, found, latest.manifest, number, converted, renamed, manifest["splits"],
@@ -120,14 +70,17 @@ def version_manifest(options: ConvertOptions, plan: discover.InputPlan, found: c
     rejected = _merge_rejections(options.out, found, latest, staging)
     by_reason = collections.Counter(json.loads(line)["reason"] for line in rejected)
     splits = {}
-    masked = {shard["file"]: shard for entries in compacted.values() for shard in entries if "live" in shard}
+    # The shards this update masked (an earlier version's masked shard reused as it is is not one).
+    masked = {shard["file"]: shard for entries in compacted.values() for shard in entries
+              if "live" in shard and shard["file"] not in found.reused}
     for split in record_schema.SPLITS:
         before = latest.manifest["splits"].get(split, {})
-        # Masked shards stay where their files were: the latest version's order, as the shards reused whole.
-        reused = [masked.get(shard["file"], shard) for shard in before.get("shards", ())
-                  if shard["file"] in found.reused or shard["file"] in masked]
+        # Reused and masked shards stay where their files were (the latest version's order, as :func:`compact`
+        # lists them), then the compacted and merged ones.
+        files_before = {shard["file"] for shard in before.get("shards", ())}
+        reused = [shard for shard in compacted.get(split, []) if shard["file"] in files_before]
         new = base.get("splits", {}).get(split, {})
-        fresh = [shard for shard in compacted.get(split, []) if "live" not in shard] + [
+        fresh = [shard for shard in compacted.get(split, []) if shard["file"] not in files_before] + [
             dict(shard, file=f"{folder}/{shard['file']}",
                  **({"dali_index": f"{folder}/{shard['dali_index']}"} if shard.get("dali_index") else {}))
             for shard in new.get("shards", ())]
@@ -167,7 +120,7 @@ def version_manifest(options: ConvertOptions, plan: discover.InputPlan, found: c
         "options": options.to_json(),
         "version": number,
         "previous_version": latest.number,
-        "changes": _changes(found, splits, masked),
+        "changes": _changes(found, latest, splits, masked),
         "sources_table": {"file": f"{folder}/{versions.SOURCES_TABLE}"},
     })
     manifest["duplicates"] = dict(manifest.get("duplicates", {}), **_merge_drops(options.out, found, latest, staging))
@@ -177,15 +130,21 @@ def version_manifest(options: ConvertOptions, plan: discover.InputPlan, found: c
     return manifest
 
 
-def _changes(found: change_plan.Changes, splits: dict, masked: dict[str, dict]) -> dict:
+def _changes(found: change_plan.Changes, latest: version_store.Version, splits: dict, masked: dict[str, dict]) -> dict:
     """The manifest's ``changes``: the comparison's counts, with the shards that lost records told apart into
-    masked (reused, their survivors listed) and compacted (their survivors copied)."""
+    masked (reused, their survivors listed) and compacted (their survivors copied), and the small shards that
+    lost none but were merged (``merged_shards``); ``recompacted`` counts every record copied."""
     counts = found.counts()
-    copied = sum(len(found.survivors[name]) for name in found.survivors if name not in masked)
-    return dict(counts, reused_shards=len(found.reused), masked_shards=len(masked),
+    listed = {shard["file"] for entry in splits.values() for shard in entry["shards"]}
+    before = {shard["file"]: shard for entry in latest.manifest["splits"].values() for shard in entry["shards"]}
+    gone = [name for name in found.survivors if name not in listed]  # lost records; their survivors copied
+    merged = [name for name in before if name in found.reused and name not in listed]  # lost none; copied
+    return dict(counts, reused_shards=sum(name in found.reused for name in listed), masked_shards=len(masked),
                 masked_records=sum(shard["file_records"] - shard["num_examples"] for shard in masked.values()),
-                compacted_shards=counts["compacted_shards"] - len(masked), recompacted=copied,
-                new_shards=sum(len(s["shards"]) for s in splits.values()) - len(found.reused) - len(masked))
+                compacted_shards=len(gone), merged_shards=len(merged),
+                recompacted=sum(len(found.survivors[name]) for name in gone)
+                + sum(before[name]["num_examples"] for name in merged),
+                new_shards=sum(name not in before for name in listed))
 
 
 def _empty_manifest(plan: discover.InputPlan, latest: version_store.Version, staging: str) -> dict:
@@ -309,16 +268,21 @@ def _merge_rejections(out: str, found: change_plan.Changes, latest: version_stor
 
 
 def write_sources(found: change_plan.Changes, converted: Optional[dict], staging: str, number: int,
-                   renamed: dict[str, str]) -> None:
-    """The version's sources table, into staging: the unchanged rows (a compacted shard's survivors at their new
-    places), merged in path order with each new record's row (from the update's records tables, which are then
+                   renamed: dict[str, Move]) -> None:
+    """The version's sources table, into staging: the unchanged rows (a compacted or merged shard's survivors at
+    their new places), merged in path order with each new record's row (from the update's records tables, which are then
     removed: a version's splits list no table yet) and each image the update rejected. Streamed: the unchanged
     rows are read back from the comparison's spill file, never held."""
     new = _new_rows(found, converted, staging, number)
     new.sort(key=lambda row: row.path)
-    kept = (found.new_place(row, renamed[row.file]) if row.file in renamed else row for row, _ in found.unchanged)
+    kept = (_moved(row, renamed[row.file]) if row.file in renamed else row for row, _ in found.unchanged)
     versions.write_sources(os.path.join(staging, versions.SOURCES_TABLE),
                            heapq.merge(kept, new, key=lambda row: row.path))
+
+
+def _moved(row: SourceRow, move: Move) -> SourceRow:
+    """``row``, a survivor of a compacted or merged shard, at its place in the shard it was copied into."""
+    return dataclasses.replace(row, file=move.file, index=int(move.index_of(row.index)))
 
 
 def _new_rows(found: change_plan.Changes, converted: Optional[dict], staging: str, number: int) -> list[SourceRow]:

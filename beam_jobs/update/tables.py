@@ -68,7 +68,7 @@ def conversion_table(staging: str, split: str, listed: dict) -> str:
 
 
 def write_tables(out: str, staging: str, found: change_plan.Changes, latest_manifest: dict, number: int,
-                 converted: Optional[dict], renamed: dict[str, str], splits: dict[str, dict], task: str) -> None:
+                 converted: Optional[dict], renamed: dict, splits: dict[str, dict], task: str) -> None:
     """Write each split's table into staging and list it in its entry of ``splits`` (the version's manifest)."""
     root, folder = filesystems.local_path(out), versions.version_dir(number)
     for split, entry in splits.items():
@@ -107,7 +107,8 @@ class _Split:
         # Where each of the latest version's shards went: its place in this version, or its compacted file's.
         self.place = {shard["file"]: place[shard["file"]] for shard in before.get("shards", ())
                       if shard["file"] in place}
-        self.compacted = {old: (place[new], new) for old, new in renamed.items() if new in place}
+        # Where each compacted or merged shard's records went (its shard_moves.Move: file, base, survivors).
+        self.compacted = {old: (place[move.file], move) for old, move in renamed.items() if move.file in place}
         self.new_places = [place[name] for name in new_files]
         self.removed = SplitStats(split)
         self.kept_stats = SplitStats(split)
@@ -153,11 +154,10 @@ class _Split:
             return group.slice(0, 0)
         keep = self._kept(name, group)
         self._count_removed(name, group.filter(pa.array(~keep)))
-        position, new_file = self.compacted[name]
-        survivors = self.found.survivors[name]
+        position, move = self.compacted[name]
         kept = group.filter(pa.array(keep))
-        places = np.searchsorted(survivors, kept.column("index").to_numpy())
-        offsets = np.asarray(self._offsets(new_file), np.uint64)[places]
+        places = move.index_of(kept.column("index").to_numpy())
+        offsets = np.asarray(self._offsets(move.file), np.uint64)[places]
         return _with(kept, shard=np.full(kept.num_rows, position), index=places, offset=offsets)
 
     def _kept(self, name: str, group: pa.Table) -> np.ndarray:
