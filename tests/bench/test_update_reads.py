@@ -9,7 +9,7 @@ import pytest
 from bench import update
 
 
-@pytest.mark.slow  # two conversions and two updates in this process (in memory), then four pipelines read
+@pytest.mark.e2e  # two conversions and two updates in this process (in memory; the CLI runs ldconfig), then 4 reads
 def test_reading_after_updates_measures_both_datasets_and_describes_their_shards(tmp_path):
     out = tmp_path / "update_reads.json"
     # A smoke run: the harness, not the figures (40 photos, 2 updates of 4, one batch of 8 a measurement).
