@@ -10,7 +10,8 @@ each from its own tree, on the same generated photos (``bench/data.py``: 300-500
 px JPEGs, passed through), alternating which goes first round by round. For
 each size it reports the medians and the current checkout's time over REV's
 (end to end), and per image the median over rounds of the slope between the
-smallest and the largest size, with each ratio's spread over the rounds.
+smallest and the largest size, with each ratio's spread over the rounds, and
+a run's fixed cost (that line at no image: start-up and the pipeline's build).
 A ratio above 1 means this checkout is slower. The wall time ends when the
 launcher exits; the CPU is the whole process tree's: this process adopts the
 orphans a run leaves (a forkserver, workers forked from it or from a zygote)
@@ -161,6 +162,10 @@ def summarize(times: dict) -> dict:
             "ratio": _ratio(ms["current"], ms["rev"]),  # nan where a slope is noise at or below 0 (sizes too close)
             "rounds": _spread([_ratio(c, r) for c, r in zip(slopes["current"]["wall"], slopes["rev"]["wall"])]),
         }
+        # A run's fixed cost: each round's line through its two sizes, at no image (start-up, the pipeline's build).
+        summary["fixed_s"] = {tool: {kind: statistics.median(
+            a - slope / 1000 * small for a, slope in zip(times[tool][small][kind], slopes[tool][kind]))
+            for kind in ("wall", "cpu")} for tool in TOOLS}
     return summary
 
 
@@ -176,6 +181,9 @@ def report(rev: str, summary: dict) -> str:
         lines.append(f"  per image: {per['ms']['current']:.3f} ms against {per['ms']['rev']:.3f} ms = {per['ratio']:.2f}x"
                      f" (rounds {per['rounds']['min']:.2f}-{per['rounds']['max']:.2f}); CPU "
                      f"{per['cpu_ms']['current']:.3f} against {per['cpu_ms']['rev']:.3f} ms")
+        fixed = summary["fixed_s"]
+        lines.append(f"  fixed cost a run (at no image): {fixed['current']['wall']:.2f} s against {fixed['rev']['wall']:.2f} s"
+                     f"; CPU {fixed['current']['cpu']:.2f} against {fixed['rev']['cpu']:.2f} s")
     return "\n".join(lines)
 
 

@@ -26,6 +26,8 @@ def test_ratios_are_the_current_checkout_over_the_revision_end_to_end_and_per_im
     assert summary["per_image"]["ratio"] == pytest.approx(1.0)
     assert summary["per_image"]["cpu_ms"]["rev"] == pytest.approx(2.0)
     assert "1100 photos end to end: 3.10 s against 2.10 s = 1.48x" in compare.report("abc", summary)
+    assert summary["fixed_s"]["current"] == {"wall": pytest.approx(2.0), "cpu": pytest.approx(4.0)}
+    assert "fixed cost a run (at no image): 2.00 s against 1.00 s; CPU 4.00 against 2.00 s" in compare.report("abc", summary)
 
 
 def test_one_size_reports_end_to_end_only():
