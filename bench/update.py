@@ -1,8 +1,10 @@
 """``python -m bench.update``: an ``--update`` of a 1% change against the full conversion (issue #59's goal: <= 0.3x of its wall time).
 
-    python -m bench.update                     # 12,000 photos (the issue's size): about half an hour on 2 cores
+    python -m bench.update                     # 12,000 photos (the issue's size): ~15 min on 2 loaded cores
     python -m bench.update --photos 2000       # a first figure
-    python -m bench.update --reads             # reading after 10 updates of 1% against a fresh conversion
+    python -m bench.update --reads             # reading after 10 updates of 1% against a fresh conversion:
+                                               # ~20 min on 2 loaded cores (making 12,000 photos: ~6)
+    python -m bench.update --reads --photos 3000 --rounds 3 --batches 20   # a first figure, a few minutes
 
 One run, every command a process of its own as a user runs it (start-up included), on the same photos
 (:mod:`bench.data`): the full conversion of SRC, then three updates of 1% each, one after the other:
