@@ -18,7 +18,7 @@ import functools
 import hashlib
 import io
 import json
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Iterable, Iterator, Optional, Sequence
 
 import record_schema
 
@@ -293,14 +293,15 @@ def _table(rows: list[SourceRow]) -> "pa.Table":
     return pa.Table.from_pydict({name: [getattr(row, name) for row in rows] for name in _COLUMNS}, schema=_schema())
 
 
-def iter_sources(path: str) -> Iterator[SourceRow]:
-    """The rows of the sources table at ``path``, in its order (by path), a row group at a time; ValueError naming
-    ``path`` when it is not one."""
+def iter_sources(source: "str | BinaryIO", where: str = "") -> Iterator[SourceRow]:
+    """The rows of the sources table at ``source`` (a path, or a seekable file object such as a store's, named by
+    ``where``), in its order (by path), a row group at a time; ValueError naming it when it is not one."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    path = where or source
     try:
-        table = pq.ParquetFile(path)
+        table = pq.ParquetFile(source)
     except (pa.ArrowInvalid, OSError) as err:
         raise ValueError(f"{path} is not a sources table ({err})") from err
     names = table.schema_arrow.names

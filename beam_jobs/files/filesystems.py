@@ -3,8 +3,8 @@
 Data in: paths (local, ``s3://``, ``gs://``...) and the pipeline's ``--s3_*`` options.
 Data out: Beam's ``FileSystems``, unchanged in behaviour, which every module of the job imports from
 here; handles that read exact ranges (:func:`open_for_ranges`, :class:`ReadAhead`); and the helpers
-every stage writes and reads its files with: :func:`write_text` and :func:`whole_file` (a file appears
-whole or not at all), :func:`read_text`, :func:`remove_folder`, :func:`is_local`; and
+every stage writes and reads its files with: :func:`write_text`, :func:`write_bytes` and :func:`whole_file`
+(a file appears whole or not at all), :func:`read_text`, :func:`remove_folder`, :func:`is_local`; and
 :func:`gcs_anonymous_when_asked`, which connects to GCS without credentials at once when asked to.
 
 Beam's S3 file system builds a new boto3 session and client for every call
@@ -238,6 +238,11 @@ def list_names(folder: str) -> list[str]:
 
 
 def write_text(path: str, text: str) -> None:
+    """:func:`write_bytes` of ``text`` in UTF-8."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str, data: bytes) -> None:
     """Write a small file whole or not at all (every stage's completion marker is one of these).
 
     Locally a temporary name is renamed into place: a kill during the write
@@ -245,7 +250,6 @@ def write_text(path: str, text: str) -> None:
     (the signal matrix once kept a part's empty counts file). In an object
     store an object appears whole when its upload completes.
     """
-    data = text.encode("utf-8")
     if not is_local(path):
         _create(path, data)
         return
@@ -262,9 +266,10 @@ def _temporary(path: str) -> str:
 
 
 def _create(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` directly, as its file system needs (S3 refuses an empty multipart upload)."""
-    if not data and FileSystems.get_scheme(path) == "s3":
-        _put_empty_s3_object(path)
+    """Write ``data`` to ``path`` directly, as its file system needs: in S3 one PutObject (Beam's writer makes
+    every file a multipart upload, three requests, and S3 refuses one with no parts)."""
+    if FileSystems.get_scheme(path) == "s3" and len(data) <= S3_SINGLE_PUT:
+        _put_s3_object(path, data)
         return
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         handle.write(data)
@@ -297,7 +302,7 @@ def whole_file(path: str) -> Iterator[_LazyFile]:
     the temporary file. In an object store an object appears whole when its upload
     completes, so it is written in place (a rename there is a copy and a
     delete: three requests instead of one). Empty files work on S3 too (see
-    :func:`_put_empty_s3_object`).
+    :func:`_put_s3_object`).
     """
     local = is_local(path)
     temp = _temporary(path) if local else path
@@ -313,18 +318,20 @@ def whole_file(path: str) -> Iterator[_LazyFile]:
         FileSystems.rename([temp], [path])
 
 
-def _put_empty_s3_object(path: str) -> None:
-    """An empty object (a run with no rejections has an empty ``rejected.jsonl``).
+# Bytes written in S3 with one PutObject rather than Beam's multipart upload (its minimum part is 5 MiB anyway).
+S3_SINGLE_PUT = 16 << 20
 
-    Beam's S3 writer always completes a multipart upload, and S3 refuses one
-    with no parts (MalformedXML), so an empty file is written with one
-    PutObject through the process's client for the same --s3_* options.
-    """
+
+def _put_s3_object(path: str, data: bytes) -> None:
+    """An object written with one PutObject through the process's client for the same --s3_* options: one
+    request where Beam's writer makes three (start, part, complete), and the only way to write an empty one
+    (a run with no rejections has an empty ``rejected.jsonl``: S3 refuses a multipart upload of no parts,
+    MalformedXML). The object appears whole when the request completes, as a completed upload does."""
     from apache_beam.io.aws.s3io import parse_s3_path
 
     options = FileSystems.get_filesystem(path)._options  # the --s3_* flags the pipeline was given
     bucket, key = parse_s3_path(path)
-    s3_client(options).put_object(Bucket=bucket, Key=key, Body=b"")
+    s3_client(options).put_object(Bucket=bucket, Key=key, Body=data)
 
 
 def read_text(path: str) -> str:
@@ -339,3 +346,4 @@ def remove_folder(path: str) -> None:
         return
     if list_names(path):
         FileSystems.delete([path.rstrip("/") + "/"])
+

@@ -79,6 +79,16 @@ def new_staging(out: str) -> str:
     return staging_names.remote_staging(out, uuid.uuid4().hex[:12])
 
 
+def new_version_staging(out: str) -> str:
+    """Where ``--update`` composes a version: on the launcher's disk whatever OUT is (beside OUT when local, as a
+    conversion's staging; else a temporary folder, uploaded into ``OUT/versions/<N>/`` when it publishes)."""
+    if is_local(out):
+        return new_staging(out)
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="imgshards-version-")
+
+
 # In a staging folder's work folder: what the run converts and how (see beam_jobs.planning.resume).
 RESUME_RECORD = staging_names.RESUME_RECORD
 

@@ -1,14 +1,16 @@
-"""A dataset's versions on disk (``--update``, issue #59): read one, publish one, list them, prune them.
+"""A dataset's versions (``--update``, issue #59): read one, publish one, list them, prune them (on disk).
 
-In:  OUT (a local folder, held under the conversion's lock by the caller) and the layout of
-     :mod:`record_files.versions`.
+In:  OUT (a local folder, held under the conversion's lock by the caller; or a prefix in S3 or GCS, unlocked: one
+     run at a time is the caller's, as for a conversion) and the layout of :mod:`record_files.versions`.
 Out: the latest version's manifest and sources; a new version published by writing its pointer last;
-     the files no kept version lists, deleted.
+     the files no kept version lists, deleted (local OUT only).
 
 A version's files are written whole into ``versions/<N>/`` before ``versions/latest`` names it, so a run
 killed at any moment leaves the latest version whole; a version folder above the pointer is an interrupted
-update's and is removed by the next run (:func:`remove_unpublished`). Local folders only for now: an update
-of OUT in an object store is refused before anything is read (docs/converter.md, "Updating a dataset").
+update's and is removed by the next run (:func:`remove_unpublished`). In an object store every read goes
+through Beam's ``FileSystems`` (:mod:`beam_jobs.files.store_files`: a store's error names OUT), the version's
+files are uploaded beside the shards the pipeline wrote there, and the pointer is one object written last:
+the atomic step in S3 and GCS as a rename is on disk (docs/update.md).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import record_schema
 from beam_jobs import faults
-from beam_jobs.files.filesystems import is_local, local_path
+from beam_jobs.files import filesystems, store_files
+from beam_jobs.files.filesystems import FileSystems, is_local, local_path
 from record_files import idx, tfrecord, versions
 from record_files.records_table import RecordsTable, TableError
 from record_files.versions import SourceRow
@@ -60,36 +63,34 @@ class Version:
         return names
 
 
-def _root(out: str) -> str:
+def _local_root(out: str, what: str) -> str:
     if not is_local(out):
-        raise VersionError(f"--out {out!r}: updating and listing versions of a dataset in an object store is not "
-                           "supported yet (local folders only); convert again with --overwrite")
+        raise VersionError(f"--out {out!r}: {what} a dataset in an object store is not supported yet (local folders "
+                           "only)")
     return local_path(out)
 
 
 def latest_number(out: str) -> int:
     """The latest version's number (1 when OUT has no pointer)."""
-    pointer = os.path.join(_root(out), versions.POINTER_FILE)
-    try:
-        with open(pointer, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
+    text = store_files.read_in(out, versions.POINTER_FILE)
+    if text is None:
         return versions.FIRST_VERSION
     try:
-        return versions.parse_pointer(text, pointer)
+        return versions.parse_pointer(text.decode("utf-8", "replace"),
+                                      store_files.path_in(out, versions.POINTER_FILE))
     except ValueError as err:
         raise VersionError(str(err)) from None
 
 
 def read(out: str, number: int) -> Version:
     """Version ``number``'s manifest."""
-    path = os.path.join(_root(out), versions.manifest_path(number))
-    try:
-        with open(path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except FileNotFoundError:
+    path = store_files.path_in(out, versions.manifest_path(number))
+    data = store_files.read_in(out, versions.manifest_path(number))
+    if data is None:
         raise VersionError(f"{path} is missing: version {number} of {out} was pruned, or {out} is no "
-                           "converted dataset") from None
+                           "converted dataset")
+    try:
+        manifest = json.loads(data)
     except ValueError as err:
         raise VersionError(f"{path} is not valid JSON ({err})") from None
     unknown = versions.unknown_requirements(manifest, path)
@@ -100,14 +101,11 @@ def read(out: str, number: int) -> Version:
 
 def existing(out: str) -> list[int]:
     """The versions whose manifests OUT holds, oldest first (each up to the pointer's)."""
-    root, latest = _root(out), latest_number(out)
-    found = [versions.FIRST_VERSION] if os.path.exists(os.path.join(root, record_schema.MANIFEST_FILE)) else []
-    folder = os.path.join(root, versions.VERSIONS_DIR)
-    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    for name in names:
+    latest = latest_number(out)
+    found = [versions.FIRST_VERSION] if store_files.exists_in(out, record_schema.MANIFEST_FILE) else []
+    for name in store_files.names_in(out, versions.VERSIONS_DIR):
         number = versions.folder_version(name)
-        if number is not None and number <= latest and os.path.exists(
-                os.path.join(root, versions.manifest_path(number))):
+        if number is not None and number <= latest and store_files.exists_in(out, versions.manifest_path(number)):
             found.append(number)
     return found
 
@@ -120,9 +118,9 @@ def iter_sources(out: str, version: Version) -> Iterator[SourceRow]:
     if not table:
         yield from sorted(sources_of(out, version), key=lambda row: row.path)
         return
-    path = os.path.join(_root(out), table["file"])
     try:
-        yield from versions.iter_sources(path)
+        with store_files.open_in(out, table["file"]) as handle:
+            yield from versions.iter_sources(handle, store_files.path_in(out, table["file"]))
     except ValueError as err:
         raise VersionError(str(err)) from None
 
@@ -131,15 +129,15 @@ def sources_of(out: str, version: Version) -> list[SourceRow]:
     """Every image version ``version`` accounts for: its sources table, or for a version 1 that has none
     (converted before conversions wrote one) its records tables and ``rejected.jsonl``, unstamped (the update
     then compares by content)."""
-    root = _root(out)
     table = version.manifest.get("sources_table")
     if table:
-        path = os.path.join(root, table["file"])
-        with open(path, "rb") as handle:
-            try:
-                return versions.read_sources(handle.read(), path)
-            except ValueError as err:
-                raise VersionError(str(err)) from None
+        path, data = store_files.path_in(out, table["file"]), store_files.read_in(out, table["file"])
+        if data is None:
+            raise VersionError(f"{path} is missing: version {version.number} of {out} lists it")
+        try:
+            return versions.read_sources(data, path)
+        except ValueError as err:
+            raise VersionError(str(err)) from None
     rows = []
     for split, entry in version.manifest["splits"].items():
         if not entry.get("records_table"):
@@ -148,25 +146,24 @@ def sources_of(out: str, version: Version) -> list[SourceRow]:
                 "tell its images apart without reading every shard; convert it again once with --overwrite")
         files = [shard["file"] for shard in entry["shards"]]
         try:
-            records = RecordsTable(os.path.join(root, entry["records_table"]["file"]))
-            for group in records.row_groups(("shard", "index", "sha256", "path", "classes")):
-                columns = group.to_pydict()
-                rows.extend(SourceRow(path, split, files[shard], index, versions.UNKNOWN, versions.UNKNOWN, sha.hex(),
-                                      label=record_label(classes))
-                            for shard, index, sha, path, classes in zip(columns["shard"], columns["index"],
-                                                                        columns["sha256"], columns["path"],
-                                                                        columns["classes"]))
+            with store_files.open_in(out, entry["records_table"]["file"]) as handle:
+                records = RecordsTable(handle, store_files.path_in(out, entry["records_table"]["file"]))
+                for group in records.row_groups(("shard", "index", "sha256", "path", "classes")):
+                    columns = group.to_pydict()
+                    rows.extend(SourceRow(path, split, files[shard], index, versions.UNKNOWN, versions.UNKNOWN,
+                                          sha.hex(), label=record_label(classes))
+                                for shard, index, sha, path, classes in zip(columns["shard"], columns["index"],
+                                                                            columns["sha256"], columns["path"],
+                                                                            columns["classes"]))
         except (TableError, OSError) as err:
             raise VersionError(f"{out}: the records table of split {split!r} cannot be read ({err})") from None
-    rejected = os.path.join(root, version.manifest.get("rejected_file", record_schema.REJECTED_FILE)) \
-        if version.number == versions.FIRST_VERSION else ""
-    if rejected and os.path.exists(rejected):
-        with open(rejected, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    item = json.loads(line)
-                    if "annotation" not in item:  # an image's rejection, not an object's
-                        rows.append(SourceRow(item["path"], "", "", -1, versions.UNKNOWN, versions.UNKNOWN, ""))
+    rejected = store_files.read_in(out, version.manifest.get("rejected_file", record_schema.REJECTED_FILE)) \
+        if version.number == versions.FIRST_VERSION else None
+    for line in (rejected or b"").decode("utf-8").split("\n"):
+        if line.strip():
+            item = json.loads(line)
+            if "annotation" not in item:  # an image's rejection, not an object's
+                rows.append(SourceRow(item["path"], "", "", -1, versions.UNKNOWN, versions.UNKNOWN, ""))
     return rows
 
 
@@ -177,27 +174,31 @@ def record_label(classes: Sequence[int]) -> int:
 
 
 def remove_unpublished(out: str) -> None:
-    """Remove version folders above the pointer: an update killed before its pointer was written left them."""
-    root, latest = _root(out), latest_number(out)
-    folder = os.path.join(root, versions.VERSIONS_DIR)
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+    """Remove version folders above the pointer: an update killed before its pointer was written left them (in
+    a store: every object under such a folder, the shards its pipeline wrote and the files it uploaded)."""
+    latest = latest_number(out)
+    for name in store_files.names_in(out, versions.VERSIONS_DIR):
         number = versions.folder_version(name)
         if number is not None and number > latest:
             logger.warning("removing %s: an interrupted update's version %d, never published", name, number)
-            shutil.rmtree(os.path.join(folder, name))
+            with store_files.reading(out):
+                filesystems.remove_folder(store_files.path_in(out, versions.version_dir(number)))
 
 
 def publish(staging: str, out: str, number: int, manifest: dict, sources: Optional[bytes] = None) -> None:
     """Make ``staging`` version ``number`` of OUT: its files into ``versions/<N>/``, then the pointer, last.
-    ``sources``: the sources table's bytes, or None when staging holds it already (written as a stream)."""
-    root = _root(out)
+    ``sources``: the sources table's bytes, or None when staging holds it already (written as a stream).
+    ``staging`` is on the launcher's disk whatever OUT is; for OUT in a store see :func:`_publish_remote`."""
     if sources is not None:
         _write_whole(os.path.join(staging, versions.SOURCES_TABLE), sources)
     else:
         _fsync_file(os.path.join(staging, versions.SOURCES_TABLE))
     _write_whole(os.path.join(staging, record_schema.MANIFEST_FILE),
                  (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
-    target = os.path.join(root, versions.version_dir(number))
+    if not is_local(out):
+        _publish_remote(staging, out, number, manifest)
+        return
+    target = os.path.join(local_path(out), versions.version_dir(number))
     os.makedirs(os.path.dirname(target), exist_ok=True)
     if os.path.exists(target):  # an interrupted update's, never published (the caller holds the lock)
         shutil.rmtree(target)
@@ -207,9 +208,35 @@ def publish(staging: str, out: str, number: int, manifest: dict, sources: Option
     write_pointer(out, number)
 
 
+def _publish_remote(staging: str, out: str, number: int, manifest: dict) -> None:
+    """OUT in a store: staging's files uploaded into ``versions/<N>/``, beside the new shards the pipeline wrote
+    there; what else the pipeline left there deleted (its work folder, the conversion's own tables and lists, which
+    the version's replace), so the folder holds what a local publish renames; then the pointer, one object
+    written last. Killed before the pointer: version N-1 stays the latest, and the next run removes the folder
+    (:func:`remove_unpublished`)."""
+    folder = store_files.path_in(out, versions.version_dir(number))
+    names = store_files.list_files(staging)
+    prefix = versions.version_dir(number) + "/"
+    keep = set(names) | {name[len(prefix):] for name in Version(number, manifest).files() if name.startswith(prefix)}
+    with store_files.reading(out):
+        for name in names:
+            store_files.upload(os.path.join(staging, name), f"{folder}/{name}")
+        stale = [f"{folder}/{name}" for name in store_files.list_files(folder) if name not in keep]
+        if stale:
+            FileSystems.delete(stale)
+        shutil.rmtree(staging, ignore_errors=True)  # uploaded: a kill from here leaves nothing on the launcher's disk
+        faults.point("version-moved")  # whole in versions/<N>, unpublished: the next run removes it, and redoes it
+        write_pointer(out, number)
+
+
 def write_pointer(out: str, number: int) -> None:
-    """``versions/latest`` := ``number``, atomically: a temporary file renamed over it."""
-    pointer = os.path.join(_root(out), versions.POINTER_FILE)
+    """``versions/latest`` := ``number``, atomically: a temporary file renamed over it (in a store: one object
+    written whole, which readers see whole or not at all)."""
+    if not is_local(out):
+        with store_files.reading(out):
+            filesystems.write_text(store_files.path_in(out, versions.POINTER_FILE), versions.pointer_text(number))
+        return
+    pointer = os.path.join(local_path(out), versions.POINTER_FILE)
     _write_whole(pointer + ".tmp", versions.pointer_text(number).encode("ascii"))
     os.replace(pointer + ".tmp", pointer)
     _fsync_folder(os.path.dirname(pointer))
@@ -252,7 +279,7 @@ def prune(out: str, keep: int) -> Pruned:
     """
     if keep < 1:
         raise VersionError(f"--keep {keep}: keep at least the latest version (1)")
-    root = _root(out)
+    root = _local_root(out, "pruning the versions of")
     numbers = existing(out)
     if not numbers:
         raise VersionError(f"{out} holds no converted dataset (no {record_schema.MANIFEST_FILE}, no versions)")
@@ -346,10 +373,10 @@ def copy_records(out: str, shard: dict, records: list[int], target: str) -> Copi
     The frames are found through the shard's ``.idx`` when it is whole, else by reading the shard's frames;
     each frame copied must start with a sound header of the length the index gives.
     """
-    path = os.path.join(_root(out), shard["file"])
-    frames = _frames(path, shard)
+    path = store_files.path_in(out, shard["file"])
+    frames = _frames(out, shard)
     digest, offset, written = hashlib.sha256(), 0, []
-    with open(path, "rb") as source, open(target, "wb") as sink:
+    with store_files.open_in(out, shard["file"]) as source, open(target, "wb") as sink:
         for record in records:
             start, size = frames[record]
             source.seek(start)
@@ -370,15 +397,12 @@ def copy_records(out: str, shard: dict, records: list[int], target: str) -> Copi
     return CopiedShard(len(records), offset, digest.hexdigest(), len(text))
 
 
-def _frames(path: str, shard: dict) -> list[tuple[int, int]]:
-    """``(offset, size)`` of every frame of the shard at ``path``: from its index when it is whole."""
-    try:
-        with open(idx.index_filename(path), "rb") as handle:
-            index = handle.read()
-    except FileNotFoundError:
-        index = b""
+def _frames(out: str, shard: dict) -> list[tuple[int, int]]:
+    """``(offset, size)`` of every frame of OUT's shard ``shard``: from its index when it is whole."""
+    index = store_files.read_in(out, idx.index_filename(shard["file"])) or b""
     if idx.is_complete(index, shard.get("file_records", shard["num_examples"]), shard["num_bytes"]):
         return [tuple(map(int, line.split())) for line in index.split(b"\n") if line]
-    with open(path, "rb") as handle:
-        return [(frame.offset, frame.size) for frame in tfrecord.read_frames(handle, path)]
+    with store_files.open_in(out, shard["file"]) as handle:
+        frames = tfrecord.read_frames(handle, store_files.path_in(out, shard["file"]))
+        return [(frame.offset, frame.size) for frame in frames]
 

@@ -25,7 +25,7 @@ import shutil
 from typing import Optional
 
 import record_schema
-from beam_jobs.files import filesystems, publish, version_store
+from beam_jobs.files import publish, store_files, version_store
 from beam_jobs.options import ConvertOptions
 from beam_jobs.planning import changes as change_plan
 from beam_jobs.planning import discover
@@ -179,11 +179,7 @@ def _none_of(key: str, value):
 def missing_before(out: str, latest: version_store.Version) -> frozenset[str]:
     """The images the latest version rejected as ``missing-file`` (its ``rejected.jsonl``): the rejections an
     update keeps while the file is still missing (:func:`beam_jobs.planning.changes.compare`). Few: a set."""
-    path = _rejected_file(out, latest)
-    if not os.path.exists(path):
-        return frozenset()
-    with open(path, encoding="utf-8") as handle:
-        items = [json.loads(line) for line in handle if line.strip()]
+    items = [json.loads(line) for line in _rejected_lines(out, latest)]
     return frozenset(item["path"] for item in items if item.get("reason") == "missing-file" and "annotation" not in item)
 
 
@@ -193,10 +189,10 @@ def _merge_drops(out: str, found: change_plan.Changes, latest: version_store.Ver
     rejected image's) and the update's own (``--drop-leaks``: the new images near a kept or new training
     image), sorted as a conversion sorts them."""
     lines: list[str] = []
-    before = os.path.join(filesystems.local_path(out), versions.in_version(latest.number, record_schema.DROPPED_FILE))
-    if latest.manifest.get("duplicates", {}).get("dropped_file") and found.rejected_kept and os.path.exists(before):
-        with open(before, encoding="utf-8") as handle:
-            lines += [line.rstrip("\n") for line in handle if line.strip() and json.loads(line)["path"] in found.rejected_kept]
+    before = store_files.read_in(out, versions.in_version(latest.number, record_schema.DROPPED_FILE)) \
+        if latest.manifest.get("duplicates", {}).get("dropped_file") and found.rejected_kept else None
+    lines += [line for line in (before or b"").decode("utf-8").split("\n")
+              if line.strip() and json.loads(line)["path"] in found.rejected_kept]
     mine = os.path.join(staging, record_schema.DROPPED_FILE)
     lines += _own_lines(staging, record_schema.DROPPED_FILE)
     if not lines:
@@ -220,8 +216,10 @@ def dropped_paths(staging: str) -> set[str]:
         return {json.loads(line)["path"] for line in handle if line.strip()}
 
 
-def _rejected_file(out: str, latest: version_store.Version) -> str:
-    return os.path.join(filesystems.local_path(out), versions.in_version(latest.number, record_schema.REJECTED_FILE))
+def _rejected_lines(out: str, latest: version_store.Version) -> list[str]:
+    """The latest version's ``rejected.jsonl`` lines (OUT on disk or in a store; none when it has none)."""
+    data = store_files.read_in(out, versions.in_version(latest.number, record_schema.REJECTED_FILE))
+    return [line for line in (data or b"").decode("utf-8").split("\n") if line.strip()]
 
 
 def _kept_rejections(out: str, found: change_plan.Changes, latest: version_store.Version) -> list[str]:
@@ -229,11 +227,7 @@ def _kept_rejections(out: str, found: change_plan.Changes, latest: version_store
     unchanged, and the rejected objects of the images whose records it keeps (an object's line names its image
     and ``annotation``: its record is kept without it). Memory: the lines (few); the kept rows are streamed,
     only when an object was rejected."""
-    before = _rejected_file(out, latest)
-    if not os.path.exists(before):
-        return []
-    with open(before, encoding="utf-8") as handle:
-        lines = [(json.loads(line), line.rstrip("\n")) for line in handle if line.strip()]
+    lines = [(json.loads(line), line) for line in _rejected_lines(out, latest)]
     objects = {item["path"] for item, _ in lines if "annotation" in item}
     kept = {row.path for row, _ in found.unchanged if row.file and row.path in objects} if objects else set()
     return [line for item, line in lines

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from typing import Iterator, Mapping
 
 import numpy as np
 
 import record_schema
-from beam_jobs.files import filesystems, work_records
+from beam_jobs.files import store_files, work_records
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.files.work_layout import WorkLayout
 from beam_jobs.planning import changes as change_plan
@@ -60,7 +59,6 @@ class KeptRecords:
     def rows(self) -> Iterator[bytes]:
         """Each kept record's CONTENT record, split by split in the tables' order; nothing of a split without a
         table."""
-        root = filesystems.local_path(self.out)
         task = self.manifest.get("task", record_schema.TASK_CLASSIFICATION)
         for split, entry in self.manifest["splits"].items():
             listed = entry.get("records_table")
@@ -70,7 +68,7 @@ class KeptRecords:
                                 "searched for near-duplicates of the new images", split)
                 continue
             shards = [shard["file"] for shard in entry["shards"]]
-            for group in RecordsTable(os.path.join(root, listed["file"])).row_groups(_COLUMNS):
+            for group in _row_groups(self.out, listed["file"], _COLUMNS):
                 if not group.num_rows:
                     continue
                 name = shards[int(group.column("shard")[0].as_py())]
@@ -89,13 +87,12 @@ class KeptRecords:
     def objects(self) -> int:
         """The objects the kept records hold (their rows' class ids: what was written, not what SRC lists), for
         ``--max-bad-fraction`` over the version. Streams the tables' ``classes``; 0 without tables."""
-        root, found = filesystems.local_path(self.out), 0
+        found = 0
         for entry in self.manifest["splits"].values():
             if not entry.get("records_table"):
                 continue
             shards = [shard["file"] for shard in entry["shards"]]
-            for group in RecordsTable(os.path.join(root, entry["records_table"]["file"])).row_groups(
-                    ("shard", "index", "classes")):
+            for group in _row_groups(self.out, entry["records_table"]["file"], ("shard", "index", "classes")):
                 if group.num_rows:
                     keep = self._kept(shards[int(group.column("shard")[0].as_py())], group.column("index").to_numpy())
                     found += int(np.diff(group.column("classes").combine_chunks().offsets.to_numpy())[keep].sum())
@@ -126,3 +123,9 @@ class KeptRecords:
             logger.warning("the latest version's records tables hold more kept records than the %d its sources "
                            "table counts: those past them are not searched for near-duplicates", self.count)
         return written
+
+
+def _row_groups(out: str, name: str, columns) -> Iterator:
+    """The row groups of OUT's records table ``name`` (on disk or in a store), ``columns`` only."""
+    with store_files.open_in(out, name) as handle:
+        yield from RecordsTable(handle, store_files.path_in(out, name)).row_groups(columns)

@@ -9,9 +9,13 @@ The stages, in order, each a module: what is refused before anything is read, an
 stamps, no bytes read); the conversion's own pipeline (:func:`beam_jobs.pipeline.launch.convert_into`) over the
 images to convert only (new and changed), here; the version composed in staging: compacted shards, manifest,
 rejections, sources table (:mod:`beam_jobs.update.compose`); published (:mod:`beam_jobs.files.version_store`).
-This module wires them, under the lock, with a kill at any point leaving the latest version whole. Class folders
-and label files on a local OUT for now; other sources are refused naming them. (docs/converter.md, "Updating a
-dataset".)
+This module wires them, under the lock, with a kill at any point leaving the latest version whole.
+
+One path for OUT on disk and in a store (S3, GCS): the version's small files are composed in a staging folder on
+the launcher's disk. The pipeline writes its shards into that folder for a local OUT; for OUT in a store it
+writes them straight into ``OUT/versions/<N+1>/`` (the cluster's view: Dask or Dataflow workers cannot write
+the launcher's disk), and its small files (tables, lists) are fetched into staging to be composed. A store has
+no lock: one run at a time is the caller's, as for a conversion. (docs/update.md.)
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ import shutil
 import time
 from typing import Optional, Sequence, Union
 
+from apache_beam.options.pipeline_options import GoogleCloudOptions
+
 import record_schema
 from beam_jobs import faults
-from beam_jobs.files import filesystems, publish, version_store
+from beam_jobs.files import filesystems, publish, store_files, version_store
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import AUTO, ConvertOptions
 from beam_jobs.pipeline import beam_run, launch, run_plan
@@ -37,6 +43,8 @@ from beam_jobs.sources import source_stamps
 from beam_jobs.stages.manifest import ConvertSummary
 from beam_jobs.update import checks, compose, kept_hashes
 from beam_jobs.update.checks import UpdateRefusedError
+from record_files import staging as staging_names
+from record_files import versions
 
 logger = logging.getLogger(__name__)
 
@@ -108,22 +116,18 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
          show_progress: Union[None, bool, str]) -> UpdateSummary:
     started = time.monotonic()
     out = options.out
-    version_store.latest_number(out)  # refuses an OUT in an object store before anything else
     # Any runner a conversion runs on (Dask: tests/converter/test_update_runners.py): the pipeline is the
     # conversion's own; the comparison, the kept records' files and the composition are the launcher's.
     choice = runners.choose_runner(beam_run.worker_log_args(pipeline_args))
+    # OUT in a store is read from here on: its flags (--s3_endpoint_url, credentials) first, as a conversion's.
     FileSystems.set_options(choice.options)
-    with publish.output_lock(out):
+    filesystems.gcs_anonymous_when_asked(choice.options.view_as(GoogleCloudOptions).no_auth)
+    with publish.output_lock(out):  # none in a store (logged): one run at a time is the caller's
         faults.point("locked")
-        publish.recover_and_clean(out)
-        if not version_store.existing(out):
-            raise UpdateRefusedError(f"--update: {out} holds no converted dataset to update; convert SRC into it "
-                                     "first (the same command without --update)")
-        version_store.remove_unpublished(out)
-        latest = version_store.read(out, version_store.latest_number(out))
+        latest = _latest(out)
         checks.refuse_dropped(out, latest)
         checks.check_options(options, latest.manifest)
-        scratch, staging = publish.new_scratch(out), None
+        scratch, staging, publishing = publish.new_scratch(out), None, False
         try:
             with interrupt.live_run(last_resort=lambda: resume.last_resort(staging, out, scratch)):
                 plan = checks.source_plan(options, scratch)
@@ -135,9 +139,9 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
                     logger.info("nothing changed since version %d", latest.number)
                     return UpdateSummary(out, None, latest.number, found.counts(), None,
                                          time.monotonic() - started)
-                staging = publish.new_staging(out)
+                staging = publish.new_version_staging(out)
                 number = latest.number + 1
-                converted, staging = _convert(options, plan, found, latest, staging, choice, show_progress,
+                converted, staging = _convert(options, plan, found, latest, staging, number, choice, show_progress,
                                               kept_hashes.KeptRecords.of(out, latest.manifest, found))
                 compacted, renamed = compose.compact(out, staging, found, latest, number)
                 manifest = compose.version_manifest(options, plan, found, latest, number, converted, compacted, staging)
@@ -148,17 +152,44 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
             faults.point("before-commit")
             with interrupt.deferred():
                 filesystems.remove_folder(publish.work_dir(staging))
+                publishing = True  # from here the pointer may be written: the store's folder is the next run's
                 version_store.publish(staging, out, number, manifest)
             faults.point("committed")
         except BaseException as err:
             if staging is not None and os.path.exists(staging) and not getattr(err, "kept_staging", None) \
                     and not resume.kept_on_stop(err, staging):
                 publish.discard_staging(staging)
+            if staging is not None and not publishing and not filesystems.is_local(out):
+                _discard_remote(out, latest.number + 1)
             raise
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     summary = ConvertSummary.from_manifest(out, manifest, time.monotonic() - started)
     return UpdateSummary(out, number, latest.number, manifest["changes"], summary, time.monotonic() - started)
+
+
+def _latest(out: str) -> version_store.Version:
+    """OUT's latest version, once what killed runs left is cleaned (a conversion's staging, an update's version
+    above the pointer); refused, naming OUT, when OUT holds no dataset or its store cannot be read."""
+    with store_files.reading(out):  # a store's refusal (no credentials, no bucket) names OUT
+        store_files.probe_store(out)  # at once, not after Beam's retries
+        publish.recover_and_clean(out)
+        if not version_store.existing(out):
+            where = "" if filesystems.is_local(out) else " (nothing is there: check the bucket and the prefix)"
+            raise UpdateRefusedError(f"--update: {out} holds no converted dataset to update{where}; convert SRC "
+                                     "into it first (the same command without --update)")
+        version_store.remove_unpublished(out)
+        return version_store.read(out, version_store.latest_number(out))
+
+
+def _discard_remote(out: str, number: int) -> None:
+    """A failed update's shards in ``OUT/versions/<N>/`` (in a store), never published: removed now, as the next
+    run would remove them (a warning when the store refuses: the next run does it)."""
+    try:
+        with store_files.reading(out):
+            filesystems.remove_folder(store_files.path_in(out, versions.version_dir(number)))
+    except store_files.StoreError as err:
+        logger.warning("could not remove the unpublished version %d of %s: %s", number, out, err)
 
 
 def _compare(options: ConvertOptions, plan: discover.InputPlan, latest: version_store.Version, scratch: str,
@@ -178,13 +209,14 @@ def _compare(options: ConvertOptions, plan: discover.InputPlan, latest: version_
 
 
 def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_plan.Changes,
-             latest: version_store.Version, staging: str,
+             latest: version_store.Version, staging: str, number: int,
              choice: runners.RunnerChoice, show_progress,
              kept_records: kept_hashes.KeptRecords) -> tuple[Optional[dict], str]:
     """Convert ``found.refs`` into ``staging`` as a conversion would; (its manifest, the staging folder used:
     a killed update's, when it resumes one). No refs (only deletions): labels and reports written, no pipeline.
     ``kept_records``: the records the version keeps, which the conversion's duplicate searches compare the new
-    images with (a new validation image near a kept training one is a leak)."""
+    images with (a new validation image near a kept training one is a leak). OUT in a store: the pipeline writes
+    into ``OUT/versions/<number>/``, and its files but the shards are fetched into ``staging``."""
     counts = collections.Counter(ref.split for ref in found.refs)
     # The run's notes speak of the version: a class is "empty" when it has no record in the whole version, so one
     # without an image to convert, or with records kept (in the shards reused), is not (run_notes skips "unlisted").
@@ -208,6 +240,32 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
     # --max-bad-fraction judges the rejections over the version (kept, converted, rejected), not over the update's
     # few images: one bad object of three new images is not a third of the dataset's.
     budget = compose.version_budget(options.out, found, latest, len(plan.refs), kept_records)
-    return launch.convert_into(dataclasses.replace(options, val_fraction=0.0, shards=AUTO), narrowed, staging,
-                                 choice, show_progress, budget=budget, kept=kept_records)
+    remote = not filesystems.is_local(options.out)
+    target = store_files.path_in(options.out, versions.version_dir(number)) if remote else staging
+    try:
+        manifest, used = launch.convert_into(dataclasses.replace(options, val_fraction=0.0, shards=AUTO), narrowed,
+                                             target, choice, show_progress, budget=budget, kept=kept_records)
+    except beam_run.ConversionFailedError as err:
+        if not remote or not err.kept_staging:
+            raise
+        # Its work is in versions/<N+1>/, which the next run removes (above the pointer): nothing is kept to resume.
+        raise beam_run.ConversionFailedError(
+            f"the update's conversion failed and nothing was published ({options.out} is unchanged): "
+            f"{beam_run.first_line(err.__cause__ or err)}. An update of OUT in a store does not resume: the same "
+            "command converts the changed images again") from err.__cause__
+    if remote:
+        _fetch_small_files(used, manifest, staging)
+        return manifest, staging
+    return manifest, used
+
+
+def _fetch_small_files(folder: str, manifest: dict, staging: str) -> None:
+    """The files the pipeline wrote into ``folder`` (in a store) but its shards, their indexes and its work
+    folder, copied into the local ``staging``, where the version is composed: records tables and lists of the
+    images converted, labels (as many bytes as the change, not N)."""
+    shards = {name for split in manifest["splits"].values() for shard in split["shards"]
+              for name in (shard["file"], shard.get("dali_index"))}
+    for name in store_files.list_files(folder):
+        if name not in shards and name.split("/")[0] != staging_names.WORK:
+            store_files.download(f"{folder.rstrip('/')}/{name}", os.path.join(staging, name))
 

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 import record_schema
-from beam_jobs.files import filesystems, publish
+from beam_jobs.files import publish, store_files
 from beam_jobs.planning import changes as change_plan
 from record_files import idx, records_table, tfrecord, versions
 from record_files.record_stats import ObjectValues, SplitStats
@@ -70,7 +70,7 @@ def conversion_table(staging: str, split: str, listed: dict) -> str:
 def write_tables(out: str, staging: str, found: change_plan.Changes, latest_manifest: dict, number: int,
                  converted: Optional[dict], renamed: dict, splits: dict[str, dict], task: str) -> None:
     """Write each split's table into staging and list it in its entry of ``splits`` (the version's manifest)."""
-    root, folder = filesystems.local_path(out), versions.version_dir(number)
+    folder = versions.version_dir(number)
     for split, entry in splits.items():
         before = latest_manifest["splits"].get(split, {})
         new_entry = (converted or {}).get("splits", {}).get(split, {})
@@ -85,7 +85,7 @@ def write_tables(out: str, staging: str, found: change_plan.Changes, latest_mani
             logger.info("the conversion of split %s's changed images listed no records table: version %d lists "
                         "none for it (its readers scan it)", split, number)
             continue
-        composer = _Split(root, staging, found, before, entry, renamed, new_files, split, task)
+        composer = _Split(out, staging, found, before, entry, renamed, new_files, split, task)
         groups = composer.groups(conversion_table(staging, split, listed) if new_files else None)  # aside first
         with open(os.path.join(staging, name), "wb") as handle:
             written = records_table.write_groups(groups, handle, split, composer.stats)
@@ -98,9 +98,9 @@ def write_tables(out: str, staging: str, found: change_plan.Changes, latest_mani
 class _Split:
     """One split's rows, composed a row group at a time (:meth:`groups`), and its figures (:meth:`stats`)."""
 
-    def __init__(self, root: str, staging: str, found: change_plan.Changes, before: dict, entry: dict,
-                 renamed: dict[str, str], new_files: list[str], split: str, task: str) -> None:
-        self.root, self.staging, self.found, self.split, self.task = root, staging, found, split, task
+    def __init__(self, out: str, staging: str, found: change_plan.Changes, before: dict, entry: dict,
+                 renamed: dict, new_files: list[str], split: str, task: str) -> None:
+        self.out, self.staging, self.found, self.split, self.task = out, staging, found, split, task
         self.before = before
         place = {shard["file"]: position for position, shard in enumerate(entry["shards"])}
         self.live = {shard["file"] for shard in entry["shards"] if "live" in shard}
@@ -118,12 +118,14 @@ class _Split:
         """Reused and masked shards' rows, then compacted shards', then the new shards', as the manifest lists
         their shards."""
         if self.before.get("records_table"):
-            table = RecordsTable(os.path.join(self.root, self.before["records_table"]["file"]))
-            self.kept_stats = table.stats(self.split)
-            for group in table.row_groups():
-                yield self._noted(self._reused(group))
-            for group in table.row_groups():
-                yield self._noted(self._compacted(group))
+            name = self.before["records_table"]["file"]
+            with store_files.open_in(self.out, name) as handle:  # OUT's, on disk or in a store
+                table = RecordsTable(handle, store_files.path_in(self.out, name))
+                self.kept_stats = table.stats(self.split)
+                for group in table.row_groups():
+                    yield self._noted(self._reused(group))
+                for group in table.row_groups():
+                    yield self._noted(self._compacted(group))
         if new_table:
             table = RecordsTable(new_table)
             self.kept_stats.merge(table.stats(self.split))
@@ -182,7 +184,7 @@ class _Split:
         """Each row's record, read from its shard by its offset (features only), counted into ``removed``."""
         if not rows.num_rows:
             return
-        with open(os.path.join(self.root, name), "rb") as handle:
+        with store_files.open_in(self.out, name) as handle:
             for offset in rows.column("offset").to_numpy():
                 handle.seek(int(offset))
                 (length,) = struct.unpack("<Q", handle.read(tfrecord.HEADER_BYTES)[:8])
