@@ -30,6 +30,11 @@ def configure_logging(verbose: bool) -> None:
     handler.addFilter(not_beam_noise)
     logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, handlers=[handler])
     if verbose:
+        # Our loggers at INFO whatever ran before in this process: a quiet run (main() called twice, a notebook,
+        # the tests' in-process runs) left them at WARNING, and -v showed none of our messages. A record's level is
+        # checked at its own logger only, so the root's level (basicConfig keeps an existing one) does not matter.
+        for name in ("converter", "beam_jobs", "reader"):
+            logging.getLogger(name).setLevel(logging.INFO)
         # Beam's INFO lines (57 "Converting string literal type hint" for 12 images, each worker's start-up
         # and shutdown) say nothing about the conversion; its warnings do. Workers follow (pipeline.py).
         logging.getLogger("apache_beam").setLevel(logging.WARNING)
