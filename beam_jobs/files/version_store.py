@@ -177,12 +177,25 @@ def remove_unpublished(out: str) -> None:
     """Remove version folders above the pointer: an update killed before its pointer was written left them (in
     a store: every object under such a folder, the shards its pipeline wrote and the files it uploaded)."""
     latest = latest_number(out)
-    for name in store_files.names_in(out, versions.VERSIONS_DIR):
-        number = versions.folder_version(name)
-        if number is not None and number > latest:
-            logger.warning("removing %s: an interrupted update's version %d, never published", name, number)
-            with store_files.reading(out):
-                filesystems.remove_folder(store_files.path_in(out, versions.version_dir(number)))
+    above = sorted(number for number in map(versions.folder_version, store_files.names_in(out, versions.VERSIONS_DIR))
+                   if number is not None and number > latest)
+    # Only the one version after the pointer can be a killed update's. More means the pointer is not the one the
+    # last update wrote (lost, or a copy of OUT cut short: a store's `sync` copies versions/latest after the
+    # folders): deleting them would erase published versions, so refuse instead.
+    if above and above != [latest + 1]:
+        says = ("is missing (version 1)" if store_files.read_in(out, versions.POINTER_FILE) is None
+                else f"says version {latest}")
+        raise VersionError(
+            f"--out {out!r}: the pointer {versions.POINTER_FILE} {says}, but versions "
+            f"{', '.join(map(str, above))} are there, and only version {latest + 1} can be an interrupted update's: "
+            f"nothing was removed. If OUT was copied in part, copy it again; if the pointer was lost, write the "
+            f"number of the highest version whose folder holds a manifest.json into "
+            f"{store_files.path_in(out, versions.POINTER_FILE)}")
+    for number in above:
+        logger.warning("removing %s: an interrupted update's version %d, never published",
+                       versions.version_dir(number), number)
+        with store_files.reading(out):
+            filesystems.remove_folder(store_files.path_in(out, versions.version_dir(number)))
 
 
 def publish(staging: str, out: str, number: int, manifest: dict, sources: Optional[bytes] = None) -> None:

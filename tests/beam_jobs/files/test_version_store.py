@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 
+import pytest
+
 import record_schema
 from beam_jobs.files import version_store
 
@@ -54,3 +56,30 @@ def test_a_prune_stopped_after_the_manifests_is_finished_by_the_next(tmp_path):
     version_store.prune(str(out), keep=2)
     assert not (out / "versions" / "00003").exists()
     assert "versions/00005/compacted/g.tfrecord" in _left(out)
+
+
+def _version_folders(out, numbers) -> None:
+    for number in numbers:
+        folder = out / "versions" / f"{number:05d}"
+        folder.mkdir(parents=True)
+        (folder / record_schema.MANIFEST_FILE).write_text("{}")
+
+
+def test_the_one_version_after_the_pointer_is_an_interrupted_updates_and_removed(tmp_path):
+    _version_folders(tmp_path, (2, 3))
+    (tmp_path / "versions" / "latest").write_text("2\n")
+    version_store.remove_unpublished(str(tmp_path))
+    assert sorted(os.listdir(tmp_path / "versions")) == ["00002", "latest"]
+
+
+def test_versions_past_a_lost_pointer_are_refused_never_removed(tmp_path):
+    """A pointer lost or a copy of OUT cut short (a store's sync copies versions/latest after the folders): the
+    versions above it were published, and removing them as an interrupted update's would erase the history."""
+    _version_folders(tmp_path, (2, 3, 4, 5))
+    with pytest.raises(version_store.VersionError, match=r"versions/latest is missing \(version 1\), but versions "
+                                                          r"2, 3, 4, 5 are there.*nothing was removed"):
+        version_store.remove_unpublished(str(tmp_path))
+    (tmp_path / "versions" / "latest").write_text("3\n")
+    with pytest.raises(version_store.VersionError, match="says version 3, but versions 4, 5 are there"):
+        version_store.remove_unpublished(str(tmp_path))
+    assert sorted(os.listdir(tmp_path / "versions")) == ["00002", "00003", "00004", "00005", "latest"]
