@@ -60,10 +60,14 @@ class Move(NamedTuple):
 
 
 def target_bytes(shards: list[dict]) -> float:
-    """A split's shard size: the median file size of its shards in the latest version (files counted once). Its
-    shards are mostly the conversion's (small ones are merged), so this is the conversion's target size."""
-    sizes = sorted({shard["file"]: shard["num_bytes"] for shard in shards}.values())
-    return float(np.median(sizes)) if sizes else 0.0
+    """A split's shard size: the median file size of its shards that the conversion wrote (version 1's, at OUT's
+    top), or of all its files (counted once) once none of those is left. Not all files: a split the conversion
+    wrote as one shard, with two updates' small shards beside it, has a small median, so nothing was small and
+    nothing merged; nor the largest: a big update's new shards would make every conversion shard "small"."""
+    sizes = {shard["file"]: shard["num_bytes"] for shard in shards}
+    converted = [size for file, size in sizes.items() if not file.startswith(f"{versions.VERSIONS_DIR}/")]
+    chosen = converted or list(sizes.values())
+    return float(np.median(chosen)) if chosen else 0.0
 
 
 def live_bytes(shard: dict) -> float:
