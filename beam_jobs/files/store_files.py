@@ -15,6 +15,7 @@ pipeline's (``--s3_*``); a local OUT is read with ``open`` as before. (docs/upda
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 from typing import BinaryIO, Iterator, Optional
@@ -56,11 +57,27 @@ def reading(out: str) -> Iterator[None]:
     try:
         yield
     except store_errors() as err:
+        if _launchers_own(err):
+            raise  # its own message names the local file or the full disk; "check the bucket" would mislead
         detail = " ".join(str(err).split())
         raise StoreError(
             f"--out {out}: the store refused or failed a request ({detail[:400]}); check that the bucket exists "
             "and that the credentials reach it (--s3_* flags or the AWS variables for S3, Google's default "
             "credentials for GCS)") from None
+
+
+# A local file's failure on the launcher (a full disk while downloading a table, a staging folder it cannot write):
+# not the store's. Review of ac71f63, F5: every OSError read as "the store refused".
+_LOCAL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EMFILE, errno.ENFILE})
+
+
+def _launchers_own(err: BaseException) -> bool:
+    """Whether ``err`` is the launcher's local trouble: an OSError of a full or read-only disk or too many open
+    files, or one naming a local file (Python's file calls set ``filename``; a store's path has a scheme)."""
+    if not isinstance(err, OSError) or isinstance(err, BeamIOError):
+        return False
+    filename = err.filename if isinstance(err.filename, str) else None
+    return err.errno in _LOCAL_ERRNOS or (filename is not None and "://" not in filename)
 
 
 def exists_in(out: str, name: str) -> bool:
