@@ -115,27 +115,37 @@ def compact(out: str, staging: str, found: change_plan.Changes, latest: version_
             kept.append(current)
             if live_bytes(current) < target / 2:
                 pool.append((current, indices, False))
-        # A lone small shard stays where it is: merging needs a second.
-        small = [(shard, indices) for shard, indices, must in pool if must or len(pool) > 1]
-        merged = {shard["file"] for shard, _ in small}
+        groups = merge_groups(pool, target)
+        merged = {shard["file"] for group in groups for shard, _ in group}
         entries[split] = [shard for shard in kept if shard["file"] not in merged] \
-            + _merge(out, staging, split, number, small, target, moved)
+            + _merge(out, staging, split, number, groups, moved)
     return entries, moved
 
 
-def _merge(out: str, staging: str, split: str, number: int, small: list[tuple[dict, np.ndarray]], target: float,
-           moved: dict[str, Move]) -> list[dict]:
-    """The records ``small`` lists (shard entry, its record indices to keep) copied, in order, into new shards of
-    ``staging/compacted/`` closed at ``target`` bytes (each shard whole in one); their entries. Each shard's
-    :class:`Move` is put in ``moved``."""
-    groups: list[list[tuple[dict, np.ndarray]]] = []
+def merge_groups(pool: list[tuple[dict, np.ndarray, bool]], target: float) -> list[list[tuple[dict, np.ndarray]]]:
+    """The files the copies write: ``pool``'s shards (entry, its record indices to keep, whether it must be
+    copied: a compacted shard's survivors), in order, grouped until a group reaches ``target`` bytes.
+
+    A small shard that would be copied alone stays where it is (merging needs a second; a copy of one file into
+    one file buys nothing): the pool's only small shard, or one left alone at the end of the groups (review of
+    5b76a56, F4); it is merged once another small shard comes."""
+    groups: list[list[tuple[dict, np.ndarray, bool]]] = []
     size = target
-    for shard, indices in small:
+    for shard, indices, must in pool:
         if size >= target:
             groups.append([])
             size = 0.0
-        groups[-1].append((shard, indices))
+        groups[-1].append((shard, indices, must))
         size += shard["num_bytes"] * len(indices) / shard.get("file_records", shard["num_examples"])
+    groups = [group for group in groups if len(group) > 1 or group[0][2]]
+    return [[(shard, indices) for shard, indices, _ in group] for group in groups]
+
+
+def _merge(out: str, staging: str, split: str, number: int, groups: list[list[tuple[dict, np.ndarray]]],
+           moved: dict[str, Move]) -> list[dict]:
+    """The records of each group (:func:`merge_groups`: shard entries and their record indices to keep) copied,
+    in order, into a new shard of ``staging/compacted/``; their entries. Each shard's :class:`Move` is put in
+    ``moved``."""
     folder, made = versions.version_dir(number), []
     if groups:
         os.makedirs(os.path.join(staging, COMPACTED), exist_ok=True)

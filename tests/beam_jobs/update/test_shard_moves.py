@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from beam_jobs.update.shard_moves import target_bytes
+import numpy as np
+
+from beam_jobs.update.shard_moves import merge_groups, target_bytes
 
 
 def _shard(file: str, num_bytes: int) -> dict:
@@ -26,3 +28,21 @@ def test_the_updates_files_set_the_target_once_no_converted_shard_is_left():
     shards = [_shard("versions/00004/compacted/train-0.tfrecord", 300), _shard("versions/00005/train-0.tfrecord", 100),
               _shard("versions/00005/train-1.tfrecord", 200)]
     assert target_bytes(shards) == 200
+
+
+def _pooled(file: str, num_bytes: int, must: bool = False) -> tuple:
+    return _shard(file, num_bytes), np.arange(10), must
+
+
+def test_small_shards_group_until_the_target_and_one_left_alone_at_the_end_stays_where_it_is():
+    """Copying one file into one file buys nothing (review F4): the last small shard waits for a second."""
+    pool = [_pooled("a", 49), _pooled("b", 49), _pooled("c", 49), _pooled("d", 49)]
+    groups = merge_groups(pool, target=100)
+    assert [[shard["file"] for shard, _ in group] for group in groups] == [["a", "b", "c"]]
+
+
+def test_a_compacted_shards_survivors_are_copied_even_alone_and_a_lone_small_shard_is_not():
+    assert [[s["file"] for s, _ in g] for g in merge_groups([_pooled("big", 200, must=True)], 100)] == [["big"]]
+    assert merge_groups([_pooled("small", 10)], 100) == []
+    groups = merge_groups([_pooled("big", 200, must=True), _pooled("small", 10)], 100)
+    assert [[s["file"] for s, _ in g] for g in groups] == [["big"]]
