@@ -93,9 +93,9 @@ class ValidatePartFn(beam.DoFn):
 
 
 def deal_buckets(part: int, totals: PartCounts, planned: Optional[Mapping[str, int]],
-                 num_parts: int) -> Iterator[BucketTask]:
+                 num_parts: int, shard_bytes: Optional[Mapping[str, float]] = None) -> Iterator[BucketTask]:
     """Part ``part``'s share of the bucket tasks: every ``num_parts``-th, so each part id deals a few."""
-    for index, task in enumerate(bucket_tasks(totals, planned)):
+    for index, task in enumerate(bucket_tasks(totals, planned, shard_bytes)):
         if index % num_parts == part:
             yield task
 
@@ -279,10 +279,12 @@ class ConvertImages(beam.PTransform):
 
     def __init__(self, options: ConvertOptions, staging: str, classes: Sequence[str], class_text: Sequence[str],
                  planned: Optional[Mapping[str, int]], layout: WorkLayout,
-                 task: str = record_schema.TASK_CLASSIFICATION, spread: bool = True):
+                 task: str = record_schema.TASK_CLASSIFICATION, spread: bool = True,
+                 shard_bytes: Optional[Mapping[str, float]] = None):
         super().__init__()
         self._options, self._staging, self._task, self._spread = options, staging, task, spread
         self._planned = None if planned is None else dict(planned)  # None: --shards auto, sized from the bytes
+        self._shard_bytes = dict(shard_bytes or {})  # an update's: its splits' shard size (sized_count)
         self._classes, self._class_text, self._layout = tuple(classes), tuple(class_text), layout
 
     def expand(self, parts: beam.PCollection) -> beam.PCollection:
@@ -310,7 +312,7 @@ class ConvertImages(beam.PTransform):
         # a collection's partitioning, and Beam's DaskRunner (whose Reshuffle does nothing) would
         # otherwise order every bucket and write every shard in one partition, on one worker.
         buckets = parts | "ListBuckets" >> beam.FlatMap(deal_buckets, beam.pvalue.AsSingleton(totals), self._planned,
-                                                        layout.num_parts)
+                                                        layout.num_parts, self._shard_bytes)
         shards_written = (
             spread_tasks(buckets, "SpreadBuckets", self._spread)
             | "OrderBuckets" >> beam.FlatMap(order, layout)

@@ -41,9 +41,11 @@ class ConversionFailedError(RuntimeError):
 
 
 def run_pipeline(options: ConvertOptions, plan: discover.InputPlan, layout: work_layout.WorkLayout, staging: str,
-                 planned: Optional[dict], choice: runners.RunnerChoice, show_progress: Union[None, bool, str]) -> None:
+                 planned: Optional[dict], choice: runners.RunnerChoice, show_progress: Union[None, bool, str],
+                 shard_bytes: Optional[dict] = None) -> None:
     """Run :class:`ConvertImages` over ``layout``'s parts into ``staging``, with the progress bars or lines
-    ``show_progress`` asks for and the runner's temporary files in the work folder.
+    ``show_progress`` asks for and the runner's temporary files in the work folder. ``planned``: each split's
+    shard count (None: sized from the bytes, about ``shard_bytes[split]`` a shard where given).
 
     Raises:
       ConversionFailedError: the pipeline failed; ``kept_staging`` set unless the work is stale.
@@ -61,7 +63,8 @@ def run_pipeline(options: ConvertOptions, plan: discover.InputPlan, layout: work
                     # or partitions on Dask), so no further reshuffle is needed; on one worker nothing spreads.
                     | "ListParts" >> beam.Create(range(layout.num_parts), reshuffle=spread)
                     | "ConvertImages" >> ConvertImages(options, staging, plan.classes, plan.class_text or plan.classes,
-                                                       planned, layout, plan.task, spread=spread)
+                                                       planned, layout, plan.task, spread=spread,
+                                                       shard_bytes=shard_bytes)
                 )
         except Exception as err:  # runners re-raise worker errors as assorted types; name the outcome
             # A worker that died of the user's Ctrl-C or SIGTERM (sent to the whole group) is the stop.

@@ -118,7 +118,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
 
 def convert_into(options: ConvertOptions, plan: discover.InputPlan, staging: str, choice: runners.RunnerChoice,
                  show_progress: Union[None, bool, str], budget: Optional[budgets.VersionBudget] = None,
-                 kept=None) -> tuple[dict, str]:
+                 kept=None, shard_bytes: Optional[dict] = None) -> tuple[dict, str]:
     """Run the conversion of ``plan`` into ``staging`` under OUT's lock, as :func:`run` does, without
     publishing: for :mod:`beam_jobs.update`, which converts the changed images and composes a version.
 
@@ -127,12 +127,14 @@ def convert_into(options: ConvertOptions, plan: discover.InputPlan, staging: str
     converted, which ``--max-bad-fraction`` weighs the run's rejections against (default: the plan alone).
     ``kept``: the records the update keeps (:class:`beam_jobs.update.kept_hashes.KeptRecords`), written into
     the work folder before the pipeline runs, for its duplicate searches to compare the new images with.
+    ``shard_bytes``: with ``--shards auto``, each split's shards are cut to about this many bytes where given
+    (an update's: the version's shard size), else by TFDS's rule.
     """
     leftovers = [path for path in publish.leftover_stagings(options.out) if path != staging]
     choice = runners.sized_for(choice, run_plan.work_of(options, plan))
     record, staging, resumed = _resume_or_start(options, plan, staging, leftovers, kept)
     compressed.place_inflated(plan.inflated, publish.work_dir(staging))  # where new members' locators point
-    manifest, _ = _convert(options, plan, record, staging, resumed, choice, show_progress, budget, kept)
+    manifest, _ = _convert(options, plan, record, staging, resumed, choice, show_progress, budget, kept, shard_bytes)
     return manifest, staging
 
 
@@ -162,6 +164,7 @@ def _convert(
     show_progress: Union[None, bool, str],
     budget: Optional[budgets.VersionBudget] = None,
     kept=None,
+    shard_bytes: Optional[dict] = None,
 ) -> tuple[dict, Optional[tuple[int, int]]]:
     """Run the pipeline into ``staging`` (a killed run's, when ``resumed``) and check what it wrote.
 
@@ -178,7 +181,7 @@ def _convert(
     faults.point("listed")
     if kept is not None:  # an update's kept records, for the searches (a resumed run's are found whole)
         kept.write(layout)
-    beam_run.run_pipeline(options, plan, layout, staging, planned, choice, show_progress)
+    beam_run.run_pipeline(options, plan, layout, staging, planned, choice, show_progress, shard_bytes)
     faults.point("pipeline-done")
     return outcome.checked_manifest(options, plan, layout, staging, choice.description, resumed, budget)
 

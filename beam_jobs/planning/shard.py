@@ -63,6 +63,14 @@ def auto_shard_count(num_bytes: int, num_records: int) -> int:
     return 1
 
 
+def sized_count(num_bytes: int, shard_bytes: float) -> int:
+    """Shards of about ``shard_bytes`` each for a split of ``num_bytes``: an update's new records, cut as the
+    split's shards are (its conversion's size), so a large update does not add one file of up to 1 GiB beside
+    shards of a few MB (TFDS's rule would), nor a small one many tiny files. Rounded: at least one; a shard under
+    half the size is a small one that the next update merges (:mod:`beam_jobs.update.shard_moves`)."""
+    return max(1, round(num_bytes / shard_bytes))
+
+
 def shard_size_warning(split: str, num_bytes: int, num_shards: int) -> str:
     """A warning when explicit --shards makes a split's shards over ~1 GiB or under 10 MB, else ""."""
     average = num_bytes / num_shards

@@ -19,7 +19,7 @@ from typing import Iterable, Iterator, Mapping, Optional
 
 import apache_beam as beam
 
-from beam_jobs.planning.shard import RECORD_OVERHEAD, auto_shard_count, shard_starts
+from beam_jobs.planning.shard import RECORD_OVERHEAD, auto_shard_count, shard_starts, sized_count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,14 +83,22 @@ class PartCounts:
                    raw.get("objects", {}), raw.get("rejected_objects", {}), raw.get("assumed_frames", {}),
                    raw.get("objects_of_rejected", {}))
 
-    def shard_counts(self, planned: Optional[Mapping[str, int]]) -> dict[str, int]:
-        """Shards per split: ``planned`` (or, when None, sized from the bytes: :func:`auto_shard_count`),
-        lowered to the split's accepted records, so no shard is empty."""
+    def shard_counts(self, planned: Optional[Mapping[str, int]],
+                     shard_bytes: Optional[Mapping[str, float]] = None) -> dict[str, int]:
+        """Shards per split: ``planned`` (--shards N); or, when None, sized from the bytes: about
+        ``shard_bytes[split]`` bytes a shard where given (an update's new shards: the split's shard size in
+        the version, :func:`sized_count`), else TFDS's rule (:func:`auto_shard_count`); lowered to the split's
+        accepted records, so no shard is empty."""
         counts = {}
         for split, records in self.accepted_per_split().items():
             if records:
-                wanted = planned[split] if planned is not None else auto_shard_count(
-                    self.stored_bytes.get(split, 0) + RECORD_OVERHEAD * records, records)
+                num_bytes = self.stored_bytes.get(split, 0) + RECORD_OVERHEAD * records
+                if planned is not None:
+                    wanted = planned[split]
+                elif shard_bytes and shard_bytes.get(split):
+                    wanted = sized_count(num_bytes, shard_bytes[split])
+                else:
+                    wanted = auto_shard_count(num_bytes, records)
                 counts[split] = min(wanted, records)
         return counts
 
@@ -135,12 +143,13 @@ class BucketTask:
                 yield shard, lo - self.first, hi - self.first
 
 
-def bucket_tasks(totals: PartCounts, planned_shards: Optional[Mapping[str, int]]) -> Iterator[BucketTask]:
+def bucket_tasks(totals: PartCounts, planned_shards: Optional[Mapping[str, int]],
+                 shard_bytes: Optional[Mapping[str, float]] = None) -> Iterator[BucketTask]:
     """One task per non-empty bucket, with prefix sums as first indices.
 
     Shard counts per split: see :meth:`PartCounts.shard_counts` (``None``: ``--shards auto``).
     """
-    shard_counts = totals.shard_counts(planned_shards)
+    shard_counts = totals.shard_counts(planned_shards, shard_bytes)
     for split in sorted(totals.accepted):
         counts = totals.accepted[split]
         records = sum(counts)

@@ -41,7 +41,7 @@ from beam_jobs.planning import discover, resume, stable_ids
 from beam_jobs.runtime import interrupt, runners, worker_start
 from beam_jobs.sources import source_stamps
 from beam_jobs.stages.manifest import ConvertSummary
-from beam_jobs.update import checks, compose, kept_hashes
+from beam_jobs.update import checks, compose, kept_hashes, shard_moves
 from beam_jobs.update.checks import UpdateRefusedError
 from record_files import staging as staging_names
 from record_files import versions
@@ -235,8 +235,9 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
             filesystems.write_text(FileSystems.join(staging, name), "")
         return None, staging
     # The carve was the update's (stratified by the running totals): the conversion of the new images carves nothing.
-    # Their shards are sized by their bytes (--shards auto), not by the count the whole dataset was cut into:
-    # 120 new photos make one shard, not 64 of two images.
+    # Their shards are cut to the split's shard size in the latest version (shard_moves.target_bytes), not to the
+    # count the whole dataset was cut into (120 new photos make one shard, not 64 of two images), nor by TFDS's
+    # rule (a 10% update of a 64-shard dataset would add one file of up to 1 GiB beside shards of a few MB).
     # --max-bad-fraction judges the rejections over the version (kept, converted, rejected), not over the update's
     # few images: one bad object of three new images is not a third of the dataset's.
     budget = compose.version_budget(options.out, found, latest, len(plan.refs), kept_records)
@@ -244,7 +245,8 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
     target = store_files.path_in(options.out, versions.version_dir(number)) if remote else staging
     try:
         manifest, used = launch.convert_into(dataclasses.replace(options, val_fraction=0.0, shards=AUTO), narrowed,
-                                             target, choice, show_progress, budget=budget, kept=kept_records)
+                                             target, choice, show_progress, budget=budget, kept=kept_records,
+                                             shard_bytes=_shard_sizes(latest))
     except beam_run.ConversionFailedError as err:
         if not remote or not err.kept_staging:
             raise
@@ -257,6 +259,13 @@ def _convert(options: ConvertOptions, plan: discover.InputPlan, found: change_pl
         _fetch_small_files(used, manifest, staging)
         return manifest, staging
     return manifest, used
+
+
+def _shard_sizes(latest: version_store.Version) -> dict[str, float]:
+    """Each split's shard size in the latest version (:func:`shard_moves.target_bytes`), which the update's new
+    shards are cut to; a split new in this version is sized by TFDS's rule."""
+    return {split: shard_moves.target_bytes(entry["shards"])
+            for split, entry in latest.manifest["splits"].items() if entry["shards"]}
 
 
 def _fetch_small_files(folder: str, manifest: dict, staging: str) -> None:

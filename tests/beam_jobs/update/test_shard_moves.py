@@ -46,3 +46,18 @@ def test_a_compacted_shards_survivors_are_copied_even_alone_and_a_lone_small_sha
     assert merge_groups([_pooled("small", 10)], 100) == []
     groups = merge_groups([_pooled("big", 200, must=True), _pooled("small", 10)], 100)
     assert [[s["file"] for s, _ in g] for g in groups] == [["big"]]
+
+
+def test_an_updates_new_shards_are_cut_to_the_splits_shard_size_not_by_tfds_rule():
+    """10% of a 64-shard dataset of 5 MB shards: TFDS's rule gave one 32 MB file; the split's size gives about six.
+    A split new in the version (no size known) keeps TFDS's rule."""
+    from beam_jobs.planning.shard import RECORD_OVERHEAD
+    from beam_jobs.stages.count import PartCounts
+
+    records = 3_200
+    stored = 5_000_000 * 6.4 - RECORD_OVERHEAD * records
+    counts = PartCounts({"train": (records,), "test": (10,)}, {}, {"train": int(stored), "test": 9_000})
+    assert counts.shard_counts(None) == {"train": 1, "test": 1}
+    assert counts.shard_counts(None, {"train": 5_000_000}) == {"train": 6, "test": 1}
+    assert counts.shard_counts(None, {"train": 500_000_000}) == {"train": 1, "test": 1}  # never none
+    assert counts.shard_counts({"train": 4, "test": 1}, {"train": 5_000_000}) == {"train": 4, "test": 1}  # --shards N
