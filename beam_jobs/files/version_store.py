@@ -16,9 +16,7 @@ the atomic step in S3 and GCS as a rename is on disk (docs/update.md).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import struct
 import logging
 import os
 import shutil
@@ -28,7 +26,7 @@ import record_schema
 from beam_jobs import faults
 from beam_jobs.files import filesystems, store_files
 from beam_jobs.files.filesystems import FileSystems, is_local, local_path
-from record_files import idx, tfrecord, versions
+from record_files import versions
 from record_files.records_table import RecordsTable, TableError
 from record_files.versions import SourceRow
 
@@ -366,56 +364,3 @@ def live_files(out: str) -> Optional[set[str]]:
     """The files the latest version reads (None when OUT has no version)."""
     numbers = existing(out)
     return read(out, numbers[-1]).files() if numbers else None
-
-
-
-@dataclasses.dataclass(frozen=True)
-class CopiedShard:
-    """A shard written by :func:`copy_records`: its size, SHA-256, and its record index's size."""
-
-    num_examples: int
-    num_bytes: int
-    sha256: str
-    index_bytes: int
-
-
-def copy_records(out: str, shard: dict, records: list[int], target: str) -> CopiedShard:
-    """Copy records ``records`` (ascending) of the shard ``shard`` (a manifest entry, its file relative to OUT)
-    frame by frame into ``target``, and write its record index: a compacted shard of the same record bytes.
-
-    The frames are found through the shard's ``.idx`` when it is whole, else by reading the shard's frames;
-    each frame copied must start with a sound header of the length the index gives.
-    """
-    path = store_files.path_in(out, shard["file"])
-    frames = _frames(out, shard)
-    digest, offset, written = hashlib.sha256(), 0, []
-    with store_files.open_in(out, shard["file"]) as source, open(target, "wb") as sink:
-        for record in records:
-            start, size = frames[record]
-            source.seek(start)
-            data = source.read(size)
-            (length,) = struct.unpack("<Q", data[:8]) if len(data) >= 8 else (-1,)
-            if len(data) != size or not tfrecord.is_frame_header(data[:tfrecord.HEADER_BYTES]) \
-                    or length + tfrecord.FRAME_OVERHEAD != size:
-                raise VersionError(f"{path} record {record}: not the frame its record index says; run "
-                                   f"python -m converter verify on {out}")
-            sink.write(data)
-            digest.update(data)
-            written.append((offset, size))
-            offset += size
-        sink.flush()
-        os.fsync(sink.fileno())
-    text = idx.index_text(written).encode("ascii")
-    _write_whole(idx.index_filename(target), text)
-    return CopiedShard(len(records), offset, digest.hexdigest(), len(text))
-
-
-def _frames(out: str, shard: dict) -> list[tuple[int, int]]:
-    """``(offset, size)`` of every frame of OUT's shard ``shard``: from its index when it is whole."""
-    index = store_files.read_in(out, idx.index_filename(shard["file"])) or b""
-    if idx.is_complete(index, shard.get("file_records", shard["num_examples"]), shard["num_bytes"]):
-        return [tuple(map(int, line.split())) for line in index.split(b"\n") if line]
-    with store_files.open_in(out, shard["file"]) as handle:
-        frames = tfrecord.read_frames(handle, store_files.path_in(out, shard["file"]))
-        return [(frame.offset, frame.size) for frame in frames]
-

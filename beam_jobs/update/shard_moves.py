@@ -21,7 +21,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 import record_schema
-from beam_jobs.files import publish, version_store
+from beam_jobs.files import publish, shard_copies, version_store
 from beam_jobs.planning import changes as change_plan
 from record_files import idx, versions
 
@@ -161,19 +161,19 @@ def _merge(out: str, staging: str, split: str, number: int, groups: list[list[tu
     return made
 
 
-def _copy_group(out: str, staging: str, group: list[tuple[dict, np.ndarray]], target: str) -> version_store.CopiedShard:
-    """The records of each shard of ``group`` copied (:func:`beam_jobs.files.version_store.copy_records`) one after
+def _copy_group(out: str, staging: str, group: list[tuple[dict, np.ndarray]], target: str) -> shard_copies.CopiedShard:
+    """The records of each shard of ``group`` copied (:func:`beam_jobs.files.shard_copies.copy_records`) one after
     the other into ``target``, with its record index: one shard (no second copy), else each into a part file
     in staging's work folder, appended (the parts are small shards' records: a second copy of little)."""
     if len(group) == 1:
         shard, indices = group[0]
-        return version_store.copy_records(out, shard, indices.tolist(), target)
+        return shard_copies.copy_records(out, shard, indices.tolist(), target)
     digest, offset, frames = hashlib.sha256(), 0, []
     part = os.path.join(publish.work_dir(staging), "merging.part")
     os.makedirs(os.path.dirname(part), exist_ok=True)
     with open(target, "wb") as sink:
         for shard, indices in group:
-            version_store.copy_records(out, shard, indices.tolist(), part)
+            shard_copies.copy_records(out, shard, indices.tolist(), part)
             with open(part, "rb") as handle:
                 data = handle.read()
             with open(idx.index_filename(part), "rb") as handle:
@@ -186,9 +186,4 @@ def _copy_group(out: str, staging: str, group: list[tuple[dict, np.ndarray]], ta
         os.fsync(sink.fileno())
     for name in (part, idx.index_filename(part)):
         os.remove(name)
-    text = idx.index_text(frames).encode("ascii")
-    with open(idx.index_filename(target), "wb") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    return version_store.CopiedShard(len(frames), offset, digest.hexdigest(), len(text))
+    return shard_copies.CopiedShard(len(frames), offset, digest.hexdigest(), shard_copies.write_index(target, frames))
