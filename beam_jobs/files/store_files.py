@@ -48,9 +48,10 @@ def path_in(out: str, name: str) -> str:
 
 
 @contextlib.contextmanager
-def reading(out: str) -> Iterator[None]:
-    """Around reads and writes of a remote OUT: what the store raises (no credentials, no such bucket, a refused
-    connection) becomes a :class:`StoreError` naming OUT. Local OUT: nothing changes."""
+def reading(out: str, flag: str = "--out") -> Iterator[None]:
+    """Around reads and writes of a remote OUT (or of the path ``flag`` names): what the store raises (no
+    credentials, no such bucket, a refused connection) becomes a :class:`StoreError` naming it. Local: nothing
+    changes."""
     if is_local(out):
         yield
         return
@@ -61,7 +62,7 @@ def reading(out: str) -> Iterator[None]:
             raise  # its own message names the local file or the full disk; "check the bucket" would mislead
         detail = " ".join(str(err).split())
         raise StoreError(
-            f"--out {out}: the store refused or failed a request ({detail[:400]}); check that the bucket exists "
+            f"{flag} {out}: the store refused or failed a request ({detail[:400]}); check that the bucket exists "
             "and that the credentials reach it (--s3_* flags or the AWS variables for S3, Google's default "
             "credentials for GCS)") from None
 
@@ -169,6 +170,15 @@ def probe_store(path: str) -> None:
 
     bucket, key = parse_s3_path(path.rstrip("/") + "/", object_optional=True)
     s3_client(FileSystems.get_filesystem(path)._options).list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
+
+
+def check_reachable(path: str, flag: str) -> None:
+    """For a conversion's SRC or OUT in S3: one quick listing (:func:`probe_store`) before any work, so that missing
+    credentials or a missing bucket stop the run at once with a :class:`StoreError` naming ``flag`` and the path,
+    not after Beam's minutes of retries. Local paths and other stores: nothing."""
+    if not is_local(path):
+        with reading(path, flag):
+            probe_store(path)
 
 
 def store_errors() -> tuple[type[BaseException], ...]:

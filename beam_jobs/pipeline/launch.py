@@ -21,7 +21,7 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 
 from beam_jobs import faults
-from beam_jobs.files import filesystems, publish, work_layout
+from beam_jobs.files import filesystems, publish, store_files, work_layout
 from beam_jobs.files.filesystems import FileSystems
 from beam_jobs.options import AUTO, ConvertOptions
 from beam_jobs.pipeline import beam_run, budgets, first_sources, label_files, outcome, run_notes, run_plan
@@ -78,6 +78,8 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
     FileSystems.set_options(choice.options)
     filesystems.gcs_anonymous_when_asked(choice.options.view_as(GoogleCloudOptions).no_auth)
     out = options.out
+    store_files.check_reachable(options.src, "--src")  # no credentials: at once, not after ~9 minutes of retries
+    store_files.check_reachable(out, "--out")
     with publish.output_lock(out):
         faults.point("locked")
         publish.recover_and_clean(out)

@@ -122,6 +122,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
     # OUT in a store is read from here on: its flags (--s3_endpoint_url, credentials) first, as a conversion's.
     FileSystems.set_options(choice.options)
     filesystems.gcs_anonymous_when_asked(choice.options.view_as(GoogleCloudOptions).no_auth)
+    store_files.check_reachable(options.src, "--src")  # OUT's is _latest's, which names it too
     with publish.output_lock(out):  # none in a store (logged): one run at a time is the caller's
         faults.point("locked")
         latest = _latest(out)

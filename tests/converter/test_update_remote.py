@@ -146,7 +146,7 @@ def test_an_update_in_s3_killed_before_its_pointer_leaves_version_1_then_the_sam
     assert info.version == 2 and info.fingerprint == reader.dataset_info(twin).fingerprint and "bird" in info.classes
 
 
-def test_an_update_in_s3_names_out_when_it_holds_no_dataset_its_bucket_is_missing_or_no_credentials_reach_it(
+def test_runs_in_s3_name_src_or_out_at_once_when_out_holds_no_dataset_its_bucket_is_missing_or_no_credentials_reach_it(
         converted, s3_server, tmp_path, monkeypatch):
     src = converted[0]
 
@@ -166,5 +166,14 @@ def test_an_update_in_s3_names_out_when_it_holds_no_dataset_its_bucket_is_missin
         monkeypatch.setenv(name, str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     out = s3_server.upload(converted[1], s3_server.new_bucket(), "out")
-    stderr = refused(out, f"--s3_endpoint_url={s3_server.endpoint}", "--s3_region_name=us-east-1")
+    no_keys = [f"--s3_endpoint_url={s3_server.endpoint}", "--s3_region_name=us-east-1"]
+    stderr = refused(out, *no_keys)
     assert f"error: --out {out}: " in stderr and "Unable to locate credentials" in stderr, stderr
+    # A conversion, not an update, refuses at once too: into S3, and from SRC in S3 (Beam retried ~9 minutes).
+    conversion_flags = [flag for flag in FLAGS if flag != "--update"]
+    proc = run_converter("--src", src, "--out", out + "-new", *conversion_flags, *FAST, *no_keys)
+    assert proc.returncode == 1 and f"error: --out {out}-new: " in proc.stderr, proc.stderr
+    assert "Unable to locate credentials" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    remote_src = out.rsplit("/", 1)[0] + "/src"
+    proc = run_converter("--src", remote_src, "--out", str(tmp_path / "out"), *conversion_flags, *FAST, *no_keys)
+    assert proc.returncode == 1 and f"error: --src {remote_src}: " in proc.stderr, proc.stderr
