@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import errno
 import logging
 import signal
 import sys
@@ -126,6 +127,11 @@ def convert(argv: Sequence[str]) -> int:
     except (discover.InputError, publish.PublishError, pipeline.TooManyRejectedError, _VersionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except OSError as err:
+        if err.errno not in _DISK_ERRNOS:
+            raise
+        print(f"error: {disk_error_line(err)}", file=sys.stderr)
+        return 1
     except pipeline.ConversionFailedError as err:
         if args.verbose:
             traceback.print_exception(err.__cause__ or err, file=sys.stderr)
@@ -133,6 +139,19 @@ def convert(argv: Sequence[str]) -> int:
         return 1
     print(summary.format())
     return 0
+
+
+# The launcher's own files failing (a full, read-only or forbidden disk: its staging, scratch, an update's
+# downloads): the user's to fix, so a line naming the file, not a traceback.
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
+
+
+def disk_error_line(err: OSError) -> str:
+    """The line a run stopped by its own file's failure prints: the file, the system's reason, what to do."""
+    where = f"{err.filename}: " if err.filename else ""
+    return (f"{where}{err.strerror or err}; the run stopped (a dataset already in --out is unchanged unless it "
+            "said it published). Free space or fix the permissions (the scratch files go to TMPDIR), then run the "
+            "same command again")
 
 
 def _stop_line(verb: str, out: str, published: bool) -> str:

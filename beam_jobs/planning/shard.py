@@ -39,6 +39,9 @@ MIB = 1 << 20
 # TFDS's bounds on a shard's size (tensorflow_datasets/core/utils/shard_utils.py), which --shards auto
 # follows; TensorFlow's TFRecord guide asks for files of 100 MB or more, at least 10 per reading host.
 MIN_SHARD_BYTES, MAX_SHARD_BYTES = 64 * MIB, 1024 * MIB
+# Under this a shard is small enough that reading opens many files (the warning below; TensorFlow's guide asks
+# for 100 MB or more): the least an update's new shards are cut to (sized_count).
+SMALL_SHARD_BYTES = 10 * MIB
 # Bytes a record adds to its image: the Example's other features and the TFRecord framing (~120 measured).
 RECORD_OVERHEAD = 128
 
@@ -66,9 +69,13 @@ def auto_shard_count(num_bytes: int, num_records: int) -> int:
 def sized_count(num_bytes: int, shard_bytes: float) -> int:
     """Shards of about ``shard_bytes`` each for a split of ``num_bytes``: an update's new records, cut as the
     split's shards are (its conversion's size), so a large update does not add one file of up to 1 GiB beside
-    shards of a few MB (TFDS's rule would), nor a small one many tiny files. Rounded: at least one; a shard under
-    half the size is a small one that the next update merges (:mod:`beam_jobs.update.shard_moves`)."""
-    return max(1, round(num_bytes / shard_bytes))
+    shards of a few MB (TFDS's rule would). The size is kept within :data:`SMALL_SHARD_BYTES` (a conversion of
+    tiny shards, ``--shards 64`` of a small seed set, would have every later update write a file an image or
+    two) and :data:`MAX_SHARD_BYTES` (``--shards 1`` of 40 GiB: a 10 GiB update in one file). Rounded: at least
+    one; a shard under half the split's size is a small one that the next update merges
+    (:mod:`beam_jobs.update.shard_moves`)."""
+    size = min(max(shard_bytes, SMALL_SHARD_BYTES), MAX_SHARD_BYTES)
+    return max(1, round(num_bytes / size))
 
 
 def shard_size_warning(split: str, num_bytes: int, num_shards: int) -> str:
@@ -77,7 +84,7 @@ def shard_size_warning(split: str, num_bytes: int, num_shards: int) -> str:
     if average > MAX_SHARD_BYTES:
         return (f"split {split}'s shards average {average / MIB:,.0f} MB, over 1 GiB: shuffling reads fewer, "
                 f"larger files and Beam runners group at most 1-2 GB; raise --shards (or pass --shards auto)")
-    if average < 10 * MIB and num_bytes >= 2 * 10 * MIB:
+    if average < SMALL_SHARD_BYTES and num_bytes >= 2 * SMALL_SHARD_BYTES:
         return (f"split {split}'s shards average {average / MIB:.1f} MB, under 10 MB: reading opens many small "
                 f"files (TensorFlow's guide asks for 100 MB or more); lower --shards (or pass --shards auto)")
     return ""

@@ -49,15 +49,25 @@ def test_a_compacted_shards_survivors_are_copied_even_alone_and_a_lone_small_sha
 
 
 def test_an_updates_new_shards_are_cut_to_the_splits_shard_size_not_by_tfds_rule():
-    """10% of a 64-shard dataset of 5 MB shards: TFDS's rule gave one 32 MB file; the split's size gives about six.
-    A split new in the version (no size known) keeps TFDS's rule."""
+    """10% of a 64-shard dataset of 20 MB shards: TFDS's rule gave one 128 MB file; the split's size gives about
+    six. A split new in the version (no size known) keeps TFDS's rule."""
     from beam_jobs.planning.shard import RECORD_OVERHEAD
     from beam_jobs.stages.count import PartCounts
 
     records = 3_200
-    stored = 5_000_000 * 6.4 - RECORD_OVERHEAD * records
+    stored = 20_000_000 * 6.4 - RECORD_OVERHEAD * records
     counts = PartCounts({"train": (records,), "test": (10,)}, {}, {"train": int(stored), "test": 9_000})
     assert counts.shard_counts(None) == {"train": 1, "test": 1}
-    assert counts.shard_counts(None, {"train": 5_000_000}) == {"train": 6, "test": 1}
+    assert counts.shard_counts(None, {"train": 20_000_000}) == {"train": 6, "test": 1}
     assert counts.shard_counts(None, {"train": 500_000_000}) == {"train": 1, "test": 1}  # never none
-    assert counts.shard_counts({"train": 4, "test": 1}, {"train": 5_000_000}) == {"train": 4, "test": 1}  # --shards N
+    assert counts.shard_counts({"train": 4, "test": 1}, {"train": 20_000_000}) == {"train": 4, "test": 1}  # --shards N
+
+
+def test_an_updates_new_shards_stay_within_10_mib_and_1_gib_whatever_the_conversions_size():
+    """The review of 24706b0: a conversion of one-image shards (~1 KB) had a 200-image update write 160 files; a
+    conversion into one 40 GiB shard would have a 10 GiB update written as one file."""
+    from beam_jobs.planning.shard import MIB, sized_count
+
+    assert sized_count(240_000, 967) == 1
+    assert sized_count(25 * MIB, 5 * MIB) == 2  # 5 MB shards: new ones of 10 MB
+    assert sized_count(10 * 1024 * MIB, 40 * 1024 * MIB) == 10
