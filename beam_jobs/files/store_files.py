@@ -181,6 +181,16 @@ def check_reachable(path: str, flag: str) -> None:
             probe_store(path)
 
 
+def check_inputs_reachable(options) -> None:
+    """:func:`check_reachable` for each path a conversion reads or writes (SRC, OUT, the label files): a label
+    file in S3 beside a local SRC would otherwise meet Beam's retries too."""
+    for flag, path in (("--src", options.src), ("--out", options.out), ("--labels", options.labels_file),
+                       ("--annotations", options.annotations), ("--val-labels", options.val_labels),
+                       ("--synsets", options.synsets)):
+        if path:
+            check_reachable(path, flag)
+
+
 def store_errors() -> tuple[type[BaseException], ...]:
     """What reading or writing a store raises when the store, not the code, is at fault: no credentials, a
     bucket missing or forbidden, a connection refused (Beam wraps some in ``BeamIOError``, not all: an open

@@ -78,8 +78,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], show_progress: U
     FileSystems.set_options(choice.options)
     filesystems.gcs_anonymous_when_asked(choice.options.view_as(GoogleCloudOptions).no_auth)
     out = options.out
-    store_files.check_reachable(options.src, "--src")  # no credentials: at once, not after ~9 minutes of retries
-    store_files.check_reachable(out, "--out")
+    store_files.check_inputs_reachable(options)  # no credentials: at once, not after ~9 minutes of retries
     with publish.output_lock(out):
         faults.point("locked")
         publish.recover_and_clean(out)

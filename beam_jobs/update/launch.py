@@ -122,7 +122,7 @@ def _run(options: ConvertOptions, pipeline_args: Sequence[str], rehash: bool,
     # OUT in a store is read from here on: its flags (--s3_endpoint_url, credentials) first, as a conversion's.
     FileSystems.set_options(choice.options)
     filesystems.gcs_anonymous_when_asked(choice.options.view_as(GoogleCloudOptions).no_auth)
-    store_files.check_reachable(options.src, "--src")  # OUT's is _latest's, which names it too
+    store_files.check_inputs_reachable(options)  # no credentials: at once, not after ~9 minutes of retries
     with publish.output_lock(out):  # none in a store (logged): one run at a time is the caller's
         faults.point("locked")
         latest = _latest(out)
@@ -173,7 +173,6 @@ def _latest(out: str) -> version_store.Version:
     """OUT's latest version, once what killed runs left is cleaned (a conversion's staging, an update's version
     above the pointer); refused, naming OUT, when OUT holds no dataset or its store cannot be read."""
     with store_files.reading(out):  # a store's refusal (no credentials, no bucket) names OUT
-        store_files.probe_store(out)  # at once, not after Beam's retries
         publish.recover_and_clean(out)
         if not version_store.existing(out):
             where = "" if filesystems.is_local(out) else " (nothing is there: check the bucket and the prefix)"

@@ -177,3 +177,7 @@ def test_runs_in_s3_name_src_or_out_at_once_when_out_holds_no_dataset_its_bucket
     remote_src = out.rsplit("/", 1)[0] + "/src"
     proc = run_converter("--src", remote_src, "--out", str(tmp_path / "out"), *conversion_flags, *FAST, *no_keys)
     assert proc.returncode == 1 and f"error: --src {remote_src}: " in proc.stderr, proc.stderr
+    labels = out.rsplit("/", 1)[0] + "/labels.csv"  # a label file in S3 beside a local SRC
+    proc = run_converter("--src", src, "--out", str(tmp_path / "out"), "--annotations", labels, *conversion_flags,
+                         *FAST, *no_keys)
+    assert proc.returncode == 1 and f"error: --annotations {labels}: " in proc.stderr, proc.stderr
