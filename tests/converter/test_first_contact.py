@@ -20,6 +20,7 @@ import pytest
 
 import record_schema
 from tests.conftest import REPO, run_converter_process
+from tests.in_process import cli_in_process
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--no-progress"]
 
@@ -131,11 +132,12 @@ def test_the_python_api_is_as_quiet_as_the_cli_unless_the_callers_logging_asks(t
 
 
 @pytest.mark.e2e
-def test_verbose_logs_each_rejection_once_and_the_summary_counts_shards_in_words(tmp_path, demo_src):
+def test_verbose_logs_each_rejection_once_and_the_summary_counts_shards_in_words(tmp_path, demo_src, converter):
     src = tmp_path / "src"
     shutil.copytree(demo_src, src)
     (src / "circle" / "broken.jpg").write_bytes(b"not an image at all")
-    proc = run_converter_process("--src", str(src), "--shards", "1", "-v", *FAST, check=True)
+    # In this process (what -v logs, not how a process's stderr starts: the log-file test above runs a process).
+    proc = converter("--src", str(src), "--shards", "1", "-v", *FAST, check=True)
     assert proc.stderr.count("broken.jpg") == 1
     assert "INFO beam_jobs.pipeline.run_notes: rejected circle/broken.jpg (not-an-image): " in proc.stderr
     assert "Worker: " not in proc.stderr  # the runner's copies of worker log records
@@ -242,8 +244,7 @@ def test_out_inside_src_is_refused_and_the_default_out_sits_beside_a_dot_src(tmp
     proc = converter("--src", str(src / "circle"), "--out", str(src), *FAST)
     assert proc.returncode == 2 and "is inside --out" in proc.stderr
     # --src . from inside the image folder: the dataset lands beside it, not hidden inside it.
-    proc = subprocess.run([sys.executable, "-m", "converter", "--src", ".", *FAST], cwd=src, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": REPO}, timeout=300)
+    proc = cli_in_process(["--src", ".", *FAST], cwd=str(src), env={})  # run from the folder, in this process
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["imgs", "imgs-tfrecords"]
     assert sorted(os.listdir(src)) == ["circle", "square", "triangle"]
