@@ -156,16 +156,6 @@ def test_sources_built_at_one_site_each_read_the_order_they_read_built_alone(sou
         assert _pairs(together[k], count) == _pairs(alone, count), source.name
 
 
-@pytest.mark.slow  # a pipeline built per slice: 15-30 s on 2 busy cores
-@pytest.mark.parametrize("pipelines", [2, 4])
-def test_the_pipelines_slices_concatenated_are_the_global_batch(plan, order, pipelines):
-    keys, which = order[0][:40], order[1][:40]  # the first 40 steps of the global order
-    per = BATCH // pipelines
-    parts = [_keys_and_sources(plan, 40, (h * per, (h + 1) * per)) for h in range(pipelines)]
-    assert (np.concatenate([p[0] for p in parts], axis=1) == keys).all()
-    assert (np.concatenate([p[1] for p in parts], axis=1) == which).all()
-
-
 def _batches(plan, steps, pipelines=1, index=0, **kwargs):
     context = None if pipelines == 1 else tf.distribute.InputContext(pipelines, index, pipelines)
     dataset = reader.build_mixture(plan, "train", BATCH, 16, seed=5, dtype=tf.uint8, input_context=context,
@@ -198,7 +188,7 @@ def test_resuming_before_at_and_after_a_small_sources_wrap_gives_the_same_batche
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pipelines", [2, 4])
+@pytest.mark.parametrize("pipelines", [4])  # the slices' order at 2, 3 and 4 pipelines: test_mixture_hosts.py
 def test_decoded_batches_of_several_pipelines_concatenate_to_the_global_batch(plan, uninterrupted, pipelines):
     parts = [_batches(plan, 8, pipelines, h) for h in range(pipelines)]
     joined = [tuple(np.concatenate([p[t][i] for p in parts]) for i in range(3)) for t in range(8)]

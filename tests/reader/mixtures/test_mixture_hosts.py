@@ -51,6 +51,19 @@ def whole(plan) -> tuple:
     return _order(plan, STEPS)
 
 
+@pytest.fixture(scope="module")
+def sliced(plan):
+    """``sliced(H)``: the orders of the H input pipelines over the first STEPS global batches, each built once for
+    this module (a pipeline built per slice costs seconds; the tests below read the same slices)."""
+    made: dict = {}
+
+    def orders(pipelines: int) -> list:
+        if pipelines not in made:
+            made[pipelines] = [_order(plan, STEPS, pipelines, h) for h in range(pipelines)]
+        return made[pipelines]
+    return orders
+
+
 @pytest.mark.parametrize("weights,batch", [((0.5, 0.3, 0.2), 64), ((1, 1, 1), 64), ((0.7, 0.2, 0.07, 0.03), 32),
                                            ((5, 3, 2, 1, 1, 1, 0.5), 96), ((0.999, 0.001), 8), ((1 / 3, 2 / 3), 12)])
 def test_the_split_deals_every_batchs_exact_counts_over_the_canonical_pipelines(weights, batch):
@@ -92,12 +105,11 @@ def _canonical_records(plan, k: int, canonical: int, seed: int, epoch: int) -> s
 
 @pytest.mark.parametrize("pipelines", [2, 4])
 @pytest.mark.slow
-def test_each_pipeline_reads_only_its_canonical_pipelines_records(plan, whole, pipelines):
+def test_each_pipeline_reads_only_its_canonical_pipelines_records(plan, whole, sliced, pipelines):
     seeds = _source_seeds(3, len(plan.sources))
     mine = plan.canonical_pipelines // pipelines
     read = []
-    for index in range(pipelines):
-        records, keys, which = _order(plan, STEPS, pipelines, index)
+    for index, (records, keys, which) in enumerate(sliced(pipelines)):
         assert keys.shape == (STEPS, BATCH // pipelines)  # it yields its slots and nothing else
         read.append(sum(len(r) for r in records.ravel()))
         for k, source in enumerate(plan.sources):
@@ -112,12 +124,14 @@ def test_each_pipeline_reads_only_its_canonical_pipelines_records(plan, whole, p
     assert all(abs(one - total / pipelines) < 0.1 * total / pipelines for one in read), (read, total)
 
 
-@pytest.mark.slow  # a pipeline built per slice: about 30 s on 2 busy cores
-@pytest.mark.parametrize("pipelines", [3, 4])
-def test_the_pipelines_batches_together_are_one_pipelines_and_each_slice_holds_its_split(plan, whole, pipelines):
-    # 4 divides C = 4: each reads its canonical pipelines; 3 does not: each reads those its slots fall in and keeps
-    # its slots. Either way the union of the pipelines' batches is the one-pipeline global batch.
-    parts = [_order(plan, STEPS, pipelines, h) for h in range(pipelines)]
+@pytest.mark.slow  # a pipeline built per slice (2 and 4 shared with the test above): 3 s of CPU at 3
+@pytest.mark.parametrize("pipelines", [2, 3, 4])
+def test_the_pipelines_batches_together_are_one_pipelines_and_each_slice_holds_its_split(plan, whole, sliced,
+                                                                                        pipelines):
+    # 2 and 4 divide C = 4: each reads its canonical pipelines; 3 does not: each reads those its slots fall in and
+    # keeps its slots. Either way the union of the pipelines' batches is the one-pipeline global batch.
+    # (test_mixture.py's slices test, 40 steps of keys and sources at 2 and 4, was this one by the same route.)
+    parts = sliced(pipelines)
     for column in range(3):
         assert (np.concatenate([p[column] for p in parts], axis=1) == whole[column]).all()
     size = BATCH // plan.canonical_pipelines
