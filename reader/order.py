@@ -42,6 +42,8 @@ from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.framework import dtypes, tensor_spec
 from tensorflow.python.ops import gen_dataset_ops
 
+from reader import record_index
+
 MAX_STREAMS = 64  # default C: gcd(G, 64), so every power-of-two host count up to 64 divides it ...
 MIN_STREAM_RECORDS = 512  # ... halved (not below 8) while a stream would hold fewer records than this per epoch,
 MIN_DEFAULT_STREAMS = 8  # since each stream costs about 5 ms of CPU per epoch to plan and open (bench/resume.py)
@@ -164,12 +166,18 @@ def host_records(
     time, it was 0.25 s of CPU a source: issue #50's start-up).
     """
     firsts = list(firsts) if firsts is not None else [0] * len(files)
-    return host_records_graph(read_segment)(tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
+    arguments = [tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64),
                  tf.constant(list(index_files), tf.string), tf.constant(firsts, tf.int64),
                  tf.constant([layout.num_records, layout.batch_size, layout.streams, layout.window], tf.int64),
                  tf.constant(seed, tf.int64), tf.cast(start_step, tf.int64),
                  tf.constant(num_epochs if num_epochs is not None else 1 << 62, tf.int64),
-                 tf.constant(layout.streams // pipelines, tf.int64), tf.constant(pipeline_id, tf.int64))
+                 tf.constant(layout.streams // pipelines, tf.int64), tf.constant(pipeline_id, tf.int64)]
+    if not any(firsts):  # whole files: a segment from a shard's record 0 starts at byte 0 (record_offset)
+        return host_records_graph(read_segment)(*arguments)
+    # A masked version's runs (~10 a file after 10 updates; a window crosses several): each run's first byte
+    # read from the file's index once, here, rather than the index read again by every segment that starts one.
+    offsets = tf.constant(record_index.run_offsets(index_files, firsts), tf.int64)
+    return reading_graph(_RUN_GRAPHS, read_segment, _host_records_graph, _RUN_SIGNATURE)(*arguments, offsets)
 
 
 def host_records_graph(read_segment) -> Callable[..., tf.data.Dataset]:
@@ -199,13 +207,17 @@ def reading_graph(cache: dict, read_segment, body: Callable[..., tf.data.Dataset
 _HOST_SIGNATURE = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64),
                    tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64), tf.TensorSpec([4], tf.int64)] + [tf.TensorSpec([], tf.int64)] * 5
 _HOST_GRAPHS: dict = {}  # read_segment -> host_records' traced graph
+_RUN_SIGNATURE = _HOST_SIGNATURE + [tf.TensorSpec([None], tf.int64)]  # ... and each extent's first byte
+_RUN_GRAPHS: dict = {}  # read_segment -> host_records' traced graph for a masked version's extents
 
 
 def _host_records_graph(files: tf.Tensor, counts: tf.Tensor, index_files: tf.Tensor, firsts: tf.Tensor,
                         layout: tf.Tensor, seed: tf.Tensor, start_step: tf.Tensor, last_epoch: tf.Tensor, per_pipeline: tf.Tensor,
-                        pipeline_id: tf.Tensor, read_segment) -> tf.data.Dataset:
-    """:func:`host_records` with every number a tensor (``layout``: N, G, C, W)."""
-    shards = _Shards(files, counts, index_files, firsts, tf.cumsum(counts, exclusive=True), read_segment)
+                        pipeline_id: tf.Tensor, offsets: Optional[tf.Tensor] = None, *,
+                        read_segment) -> tf.data.Dataset:
+    """:func:`host_records` with every number a tensor (``layout``: N, G, C, W; ``offsets``: each extent's first
+    record's byte, -1 unknown, or None: every segment looks its start up)."""
+    shards = _Shards(files, counts, index_files, firsts, tf.cumsum(counts, exclusive=True), read_segment, offsets)
     grid = _LayoutTensors(*tf.unstack(layout, num=4))
     first_epoch = start_step // grid.steps_per_epoch
 
@@ -268,6 +280,7 @@ class _Shards:
     firsts: tf.Tensor  # each extent's first record in its file (0 for a whole shard)
     bases: tf.Tensor  # first record id of each extent in the split's sequence
     read_segment: Callable[..., tf.data.Dataset]
+    offsets: Optional[tf.Tensor] = None  # each extent's first record's byte (-1: unknown); None: looked up
 
 
 def _stream_windows(shards: _Shards, grid: _LayoutTensors, seed: tf.Tensor, start_step: tf.Tensor, index: tf.Tensor,
@@ -281,8 +294,12 @@ def _stream_windows(shards: _Shards, grid: _LayoutTensors, seed: tf.Tensor, star
     shard, first, count = stream_segments(shards.sizes, grid.stream_length, seed, epoch, index, first_window * window)
 
     def segment(shard: tf.Tensor, first: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
-        records = shards.read_segment(tf.gather(shards.paths, shard), tf.gather(shards.indexes, shard),
-                                      tf.gather(shards.firsts, shard) + first, count)
+        where = (tf.gather(shards.paths, shard), tf.gather(shards.indexes, shard),
+                 tf.gather(shards.firsts, shard) + first, count)
+        if shards.offsets is None:
+            records = shards.read_segment(*where)
+        else:  # a segment from its extent's first record starts at a byte known already
+            records = shards.read_segment(*where, tf.where(tf.equal(first, 0), tf.gather(shards.offsets, shard), -1))
         key = epoch * grid.num_records + tf.gather(shards.bases, shard) + first
         return tf.data.Dataset.zip((records, tf.data.Dataset.range(key, key + count)))
 

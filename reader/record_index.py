@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from reader import storage
 from reader.info import ShardInfo, SplitInfo, dataset_info, version_numbers
@@ -81,6 +81,44 @@ def usable(split: SplitInfo, listings: Optional[dict[str, dict[str, Optional[int
     shards = tuple(dataclasses.replace(shard, index_path="", index_bytes=0) if shard.path in bad else shard
                    for shard in split.shards)
     return dataclasses.replace(split, shards=shards)
+
+
+def extent_offsets(extents: Sequence[ShardInfo]) -> list[int]:
+    """The byte offset of each extent's first record, for reading a masked version's runs without a lookup each.
+
+    A masked file is read as ~10 runs after 10 updates: the graph's lookup (:func:`reader.records.record_offset`,
+    its ``.idx`` read and checked again for every run) cost more than reading the run's records did. Here each
+    local file's index is read once, when the pipeline is built, and checked as that lookup checks it
+    (:func:`record_files.idx.sound_offsets`). 0 for an extent from record 0; -1 where no sound local index gives
+    it (none, unreadable, cut short, or in an object store: fetched where the run is read, as before), which
+    the reader then looks up itself, or reads through. Memory: one file's offsets at a time.
+    """
+    return run_offsets([extent.index_path for extent in extents], [extent.first for extent in extents])
+
+
+def run_offsets(index_paths: Sequence[str], firsts: Sequence[int]) -> list[int]:
+    """:func:`extent_offsets` of extents given as their files' index paths and first records."""
+    offsets, file, known = [], None, []
+    for index_path, first in zip(index_paths, firsts):
+        if first == 0:
+            offsets.append(0)
+            continue
+        if not index_path or ("://" in index_path and not index_path.startswith("file://")):
+            offsets.append(-1)
+            continue
+        if index_path != file:  # a file's extents come one after another in a split
+            file, known = index_path, _local_offsets(index_path)
+        offsets.append(known[first] if first < len(known) else -1)
+    return offsets
+
+
+def _local_offsets(index_path: str) -> list[int]:
+    """The sound offsets of a local index (none when it cannot be read: the reader reads through, as ever)."""
+    try:
+        with open(index_path.removeprefix("file://"), "rb") as handle:
+            return idx.sound_offsets(handle.read())
+    except OSError:
+        return []
 
 
 def index_text(path: str) -> str:

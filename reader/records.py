@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from reader import storage
+from reader import record_index, storage
 from reader.info import DatasetInfo, ShardInfo, SplitInfo
 from reader.options import FeatureKeys
 from reader.order import OffsetTFRecordDataset
@@ -44,8 +44,9 @@ def file_order(
     """``(path, num_records)`` of the shard files one input pipeline reads in ``epoch``.
 
     ``extents``: a masked split's extents (``SplitInfo.shards`` when ``SplitInfo.masked``), one per entry of
-    ``files``: the elements are then ``(path, num_records, index_path, first)``, each a run of its file, which
-    :func:`interleave_records` reads with :func:`read_segment` (None: whole files, read with :func:`read_shard`).
+    ``files``: the elements are then ``(path, num_records, index_path, first, offset)``, each a run of its file
+    and its first byte (:func:`reader.record_index.extent_offsets`), which :func:`interleave_records` reads
+    with :func:`read_segment` (None: whole files, read with :func:`read_shard`).
 
     With a seed, files are shuffled by a stateless shuffle keyed on (seed,
     epoch) *before* being sharded across ``num_shards`` input pipelines, so
@@ -60,7 +61,8 @@ def file_order(
     columns = [tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64)]
     if extents is not None:
         columns += [tf.constant([e.index_path for e in extents], tf.string),
-                    tf.constant([e.first for e in extents], tf.int64)]
+                    tf.constant([e.first for e in extents], tf.int64),
+                    tf.constant(record_index.extent_offsets(extents), tf.int64)]
     if seed is not None:
         key = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
         order = tf.random.experimental.stateless_shuffle(tf.range(len(files)), seed=key)
@@ -107,18 +109,23 @@ def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = Fal
 
 def read_segment(path: tf.Tensor, index_path: tf.Tensor, first: tf.Tensor, count: tf.Tensor,
                  skip_corrupt: bool = False, labels: Optional[LabelRange] = None, s3: bool = False,
-                 read_buffer: Optional[int] = None) -> tf.data.Dataset:
+                 read_buffer: Optional[int] = None, offset: Optional[tf.Tensor] = None) -> tf.data.Dataset:
     """``count`` serialized records of one shard from its record ``first``, checked as :func:`read_shard` checks.
 
     ``index_path``: the shard's record index, which gives the byte where
     record ``first`` starts; "" when it has none: then the records before
-    it are read and dropped. Fewer than ``count`` records (a corrupt or
-    truncated shard, or an index that does not match it) fail naming the shard.
+    it are read and dropped. ``offset``: that byte, known (< 0 or None: looked
+    up here). Fewer than ``count`` records (a corrupt or truncated shard,
+    or an index that does not match it) fail naming the shard.
     """
     if s3:  # the offset is looked up by the stream itself: TensorFlow cannot open s3:// files
         records = storage.s3_records(path, skip_corrupt, index_path=index_path, first=first)
     else:
-        offset = record_offset(index_path, first)
+        if offset is None:
+            offset = record_offset(index_path, first)
+        else:  # a masked file's runs (~10 a file after 10 updates): no read of the index for each
+            known = tf.cast(offset, tf.int64)
+            offset = tf.cond(known >= 0, lambda: known, lambda: record_offset(index_path, first))
         records = _open_records(path, False, skip_corrupt, read_buffer, tf.maximum(offset, 0))
         records = records.skip(tf.where(offset < 0, first, tf.constant(0, tf.int64)))
     return _checked(records.take(count), path, count, skip_corrupt, labels, s3, first)
@@ -139,9 +146,10 @@ class SegmentReader:
     s3: bool = False
     read_buffer: Optional[int] = None
 
-    def __call__(self, path: tf.Tensor, index_path: tf.Tensor, first: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
+    def __call__(self, path: tf.Tensor, index_path: tf.Tensor, first: tf.Tensor, count: tf.Tensor,
+                 offset: Optional[tf.Tensor] = None) -> tf.data.Dataset:
         records = read_segment(path, index_path, first, count, self.skip_corrupt, self.labels, self.s3,
-                               self.read_buffer)
+                               self.read_buffer, offset)
         if self.skip_corrupt:
             records = records.concatenate(tf.data.Dataset.from_tensors(tf.constant(b"")).repeat()).take(count)
         return records
@@ -307,17 +315,18 @@ def interleave_records(
     s3: bool = False,
     read_buffer: Optional[int] = None,
 ) -> tf.data.Dataset:
-    """Parallel interleave of the shards in ``files`` (``(path, num_records)`` elements).
+    """Parallel interleave of the shards in ``files`` (``(path, num_records)`` elements; a masked split's
+    extents as :func:`file_order` gives them, each an input of the cycle: the order masks were read in).
 
     Today's form of the deprecated ``parallel_interleave``: ``cycle_length``
     shards are open at once, read on ``num_parallel_calls=AUTOTUNE`` threads;
     ``deterministic=False`` lets a slow shard be overtaken.
     """
     def read(path: tf.Tensor, count: tf.Tensor, index_path: Optional[tf.Tensor] = None,
-             first: Optional[tf.Tensor] = None) -> tf.data.Dataset:
+             first: Optional[tf.Tensor] = None, offset: Optional[tf.Tensor] = None) -> tf.data.Dataset:
         if first is None:
             return read_shard(path, count, skip_corrupt, labels, s3, read_buffer)
-        return read_segment(path, index_path, first, count, skip_corrupt, labels, s3, read_buffer)
+        return read_segment(path, index_path, first, count, skip_corrupt, labels, s3, read_buffer, offset)
 
     return files.interleave(
         read,

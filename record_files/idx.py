@@ -59,6 +59,21 @@ def offset_of(index: bytes, record: int) -> Optional[int]:
     return offset
 
 
+def sound_offsets(index: bytes, records: Optional[int] = None) -> list[int]:
+    """The byte offsets of the first ``records`` records (None: all) an index gives soundly, as
+    :func:`offset_of` judges them: up to the first line that does not parse or chain. One pass, for a reader that
+    needs several records' offsets of one file (a masked version's runs)."""
+    lines = index.split(b"\n") if records is None else index.split(b"\n", records)[:records]
+    offsets, expected = [], 0
+    for line in lines:
+        match = _LINE.match(line)
+        if not match or int(match.group(1)) != expected:
+            break
+        offsets.append(expected)
+        expected += int(match.group(2))
+    return offsets
+
+
 def is_complete(index: bytes, num_records: int, num_bytes: int) -> bool:
     """The whole index chains, has a line for each of ``num_records`` and ends where the shard ends."""
     lines = index.split(b"\n")

@@ -83,6 +83,15 @@ def test_an_index_is_the_frames_offsets_and_sizes(tf_file):
 ])
 def test_an_index_that_does_not_reach_a_record_soundly_gives_no_offset(text, record):
     assert idx.offset_of(text, record) is None
+    # The offsets read in one pass (a masked file's runs) stop where offset_of stops answering.
+    assert len(idx.sound_offsets(text)) <= record
+    assert idx.sound_offsets(text) == [idx.offset_of(text, r) for r in range(len(idx.sound_offsets(text)))]
+
+
+def test_sound_offsets_are_offset_of_for_every_record(tf_file):
+    text = idx.index_text((f.offset, f.size) for f in read_frames(io.BytesIO(tf_file))).encode()
+    assert idx.sound_offsets(text) == [idx.offset_of(text, i) for i in range(len(RECORDS))]
+    assert idx.sound_offsets(text, 3) == idx.sound_offsets(text)[:3]
 
 
 def test_the_graph_pattern_is_the_python_one():
