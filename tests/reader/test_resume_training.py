@@ -2,8 +2,8 @@
 
 Runs ``tests/reader/resumable_training.py``: once through (in this process: the
 reference, which nothing kills, needs no TensorFlow of its own), and in
-subprocesses once killed after step 11 of 18 (mid second epoch; the last backup
-is at step 8) and restarted. Each run logs "STEP DIGEST" per step; the batch a step
+processes of their own once killed after step 11 of 18 (mid second epoch; the last backup
+is at step 8) and restarted: forked from one that imported TensorFlow once (tests/reader/forked.py). Each run logs "STEP DIGEST" per step; the batch a step
 trained on is its last logged digest (steps redone after the restart log
 again). The restart must begin from the backup, not from step 0.
 """
@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.conftest import REPO
+from tests.reader import forked
 
 KILL_AFTER = 11  # steps logged before the SIGKILL
 
@@ -29,7 +28,7 @@ def _command(data, backup, log, mode, pipelines=1, slow=0.0) -> list[str]:
 
 
 def _run(command) -> None:
-    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = forked.run(command, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -53,13 +52,13 @@ def _backed_up(backup) -> bool:
 def _kill_after(command, log, steps: int, backup) -> None:
     """SIGKILL the run once it has logged ``steps`` steps and saved a backup: on 2 cores busy with other tests a
     save can lag the steps (the restart once found none at step 11, and began at step 0)."""
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = forked.start(command)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         if log.exists() and len(_steps(log)) >= steps and _backed_up(backup):
             break
         time.sleep(0.02)
-    assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read()[-3000:]}"
+    assert proc.poll() is None, f"the run ended before it could be killed: {proc.result().stderr[-3000:]}"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
 
@@ -128,7 +127,7 @@ def test_the_keras_recipe_survives_kills_inside_its_backup_saves(demo_dataset, t
     command = _command(demo_dataset, backup, log, "keras") + ["--save-freq", "1", "--hidden", "2048",
                                                                "--epochs", "4"]
     for kill in range(3):
-        proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = forked.start(command)
         whole = None
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
@@ -138,7 +137,7 @@ def test_the_keras_recipe_survives_kills_inside_its_backup_saves(demo_dataset, t
             elif whole and 0 <= size < whole * 0.9:  # being rewritten right now
                 break
             time.sleep(0.0005)  # a rewrite lasts milliseconds; polling without a pause held a core for the test
-        assert proc.poll() is None, f"run {kill} ended before a kill inside a save: {proc.stderr.read()[-3000:]}"
+        assert proc.poll() is None, f"run {kill} ended before a kill inside a save: {proc.result().stderr[-3000:]}"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     _run(command)

@@ -1,0 +1,207 @@
+"""Training runs in processes of their own, forked from one that imported TensorFlow once.
+
+The kill-and-restart tests (test_resume_training.py) and the examples' runs under MirroredStrategy
+(test_keras.py) need a process each: one is killed with SIGKILL, another sets up logical devices before
+TensorFlow's runtime starts. A new interpreter spends 5 s of CPU here importing TensorFlow, Keras and the
+reader before it trains a step (10-12 s on a slower machine): what these tests pin is how the run trains,
+resumes and splits its batches, not how its interpreter starts. So each run is forked from a process that
+imported them once (``_PRELOAD``: single-threaded after the imports, TensorFlow's runtime not started: the
+child starts its own, and sets its own logical devices), and then runs as ``python -m MODULE``, ``python
+SCRIPT`` or ``python -c CODE`` would, in the environment and folder it is given, with its own stdout, stderr
+and exit status. Tests of the process itself (what TensorFlow prints at start-up: test_first_contact.py)
+start a real interpreter instead.
+
+The forking process is this test process's, started at its first use and waited for at its exit (so its
+children's CPU is counted as this process's children's).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Optional
+
+from tests.conftest import REPO
+
+_PRELOAD = ["reader", "keras", "tensorflow"]
+# For each request (a JSON line: kind, target, argv, cwd, env, stdout and stderr files) it forks a child that runs
+# the target as the interpreter would, and answers with the child's pid, then its exit status (minus the signal
+# that ended it). One run at a time.
+_FORKER = r"""
+import json, os, sys
+for name in json.loads(sys.argv[1]):
+    __import__(name)
+replies = os.fdopen(os.dup(1), "w")
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.environ.clear()
+            os.environ.update(job["env"])
+            import tempfile
+            tempfile.tempdir = None  # from TMPDIR, as in a new process
+            os.chdir(job["cwd"])
+            for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["stdout"], os.O_WRONLY),
+                                    (2, job["stderr"], os.O_WRONLY)):
+                target = os.open(path, flags)
+                os.dup2(target, fd)
+                os.close(target)
+            sys.stdin = open(0, closefd=False)
+            import atexit, runpy
+            kind, target = job["kind"], job["target"]
+            sys.argv = [target if kind != "code" else "-c", *job["argv"]]
+            try:
+                if kind == "module":
+                    runpy.run_module(target, run_name="__main__", alter_sys=True)
+                elif kind == "script":
+                    sys.path.insert(0, os.path.dirname(os.path.abspath(target)))  # as `python SCRIPT` puts it
+                    runpy.run_path(target, run_name="__main__")
+                else:
+                    exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+                code = 0
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+                if isinstance(exit_.code, str):
+                    print(exit_.code, file=sys.stderr)
+            atexit._run_exitfuncs()  # as the interpreter's exit runs them
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+    replies.write(f"{pid}\n")
+    replies.flush()
+    _, status = os.waitpid(pid, 0)
+    replies.write(f"{os.waitstatus_to_exitcode(status)}\n")
+    replies.flush()
+"""
+_forker: Optional[subprocess.Popen] = None
+_LOCK = threading.Lock()
+
+
+def _forking_process() -> subprocess.Popen:
+    global _forker
+    if _forker is None or _forker.poll() is not None:
+        _forker = subprocess.Popen([sys.executable, "-c", _FORKER, json.dumps(_PRELOAD)], cwd=REPO,
+                                   env={**os.environ, "PYTHONPATH": REPO}, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+    return _forker
+
+
+@atexit.register
+def _close() -> None:
+    """The forking process ends when its input closes; waited for, its children's CPU is counted as ours."""
+    if _forker is not None and _forker.poll() is None:
+        _forker.stdin.close()
+        try:
+            _forker.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            _forker.kill()
+
+
+def _reply(forker: subprocess.Popen, timeout: float) -> str:
+    """The forking process's next line, read a byte at a time (nothing buffered past it); "" after ``timeout``."""
+    deadline, line = time.monotonic() + timeout, b""
+    while not line.endswith(b"\n"):
+        ready, _, _ = select.select([forker.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        byte = os.read(forker.stdout.fileno(), 1) if ready else b""
+        if not byte:
+            return ""
+        line += byte
+    return line.decode().strip()
+
+
+class Run:
+    """A forked run, as :class:`subprocess.Popen` is used here: ``pid``, ``poll()``, ``wait()``, ``send_signal()``;
+    its ``stdout`` and ``stderr`` text once it has ended (:meth:`result`)."""
+
+    def __init__(self, command: list, kind: str, target: str, argv: list, cwd: str, env: Optional[dict]) -> None:
+        self.command = command
+        self._folder = tempfile.TemporaryDirectory(prefix="forked-run-")
+        self._out = os.path.join(self._folder.name, "stdout")
+        self._err = os.path.join(self._folder.name, "stderr")
+        for path in (self._out, self._err):
+            open(path, "wb").close()
+        # one run at a time: released when the run has ended (a test that failed before it waited for its run
+        # leaves it running; the next waits for the run's end, killed by its own test's timeout at the latest)
+        assert _LOCK.acquire(timeout=900), "a forked run of an earlier test is still running"
+        self._forker = _forking_process()
+        self._forker.stdin.write(json.dumps({
+            "kind": kind, "target": target, "argv": [str(a) for a in argv], "cwd": cwd, "stdout": self._out,
+            "stderr": self._err, "env": {**os.environ, "PYTHONPATH": REPO, **(env or {})}}).encode() + b"\n")
+        self.pid = int(_reply(self._forker, 600) or 0)
+        if not self.pid:
+            _LOCK.release()
+            raise AssertionError("the forking process did not start the run (tests/reader/forked.py)")
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            status = _reply(self._forker, 0) if select.select([self._forker.stdout], [], [], 0)[0] else ""
+            if status:
+                self._ended(int(status))
+        return self.returncode
+
+    def wait(self, timeout: float = 300) -> int:
+        if self.returncode is None:
+            status = _reply(self._forker, timeout)
+            if not status:
+                os.kill(self.pid, signal.SIGKILL)
+                self._ended(int(_reply(self._forker, 60) or -9))
+                raise subprocess.TimeoutExpired(self.command, timeout)
+            self._ended(int(status))
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, number)
+
+    def _ended(self, status: int) -> None:
+        self.returncode = status
+        _LOCK.release()
+
+    def result(self) -> subprocess.CompletedProcess:
+        with open(self._out, encoding="utf-8", errors="replace") as out, \
+                open(self._err, encoding="utf-8", errors="replace") as err:
+            done = subprocess.CompletedProcess(self.command, self.returncode, out.read(), err.read())
+        self._folder.cleanup()
+        return done
+
+
+def start(command: list, cwd: str = REPO, env: Optional[dict] = None) -> Run:
+    """``[python, -m, MODULE, ...]``, ``[python, SCRIPT, ...]`` or ``[python, -c, CODE, ...]`` (``command[0]`` is
+    the interpreter, not run again), forked: see the module's docstring. ``env``: variables added to this
+    process's."""
+    if command[1] == "-m":
+        kind, target, argv = "module", command[2], command[3:]
+    elif command[1] == "-c":
+        kind, target, argv = "code", command[2], command[3:]
+    else:
+        kind, target, argv = "script", command[1], command[2:]
+    return Run(command, kind, target, argv, cwd, env)
+
+
+def run(command: list, cwd: str = REPO, env: Optional[dict] = None,
+        timeout: float = 300) -> subprocess.CompletedProcess:
+    """:func:`start`, waited for: as :func:`subprocess.run` with ``capture_output=True, text=True`` gives it."""
+    forked = start(command, cwd, env)
+    forked.wait(timeout)
+    return forked.result()
