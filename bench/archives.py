@@ -1,7 +1,7 @@
 """``python -m bench.archives``: converting archives against converting their extraction, in one run.
 
     python -m bench.archives                                   # the issue #28 targets (about 1 h)
-    python -m bench.archives --photos 300 --tiny 5000 --memory 0 --rounds 1   # a smoke run
+    python -m bench.archives --photos 300 --tiny 5000 --tiny-classes 10 --memory 0 --rounds 1   # a smoke run
 
 Speed: the same photos (``bench.data``) as a folder, an uncompressed tar, a zip
 (deflated, as ``zip -r`` makes it) and a ``.tar.gz``; and tiny 8x8 JPEGs as
@@ -133,6 +133,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.archives", description=__doc__.split("\n\n")[0])
     parser.add_argument("--photos", type=int, default=3000, help="photos in the folder/tar/zip/tar.gz comparison")
     parser.add_argument("--tiny", type=int, default=100_000, help="tiny images in the tar-of-tars comparison")
+    parser.add_argument("--tiny-classes", type=int, default=1000,
+                        help="their classes, a tar each (default: %(default)s, as ImageNet; a smoke run takes fewer)")
     parser.add_argument("--memory", default="100000,1000000", help="sizes of the one-tar memory runs (0: skip)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", default=None, help="keep generated data here (default: a temporary folder)")
@@ -148,9 +150,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         results["photos"] = {"what": f"{args.photos} photos",
                              **speed(photos, ["tar", "zip", "tar.gz"], work, args.rounds)}
         if args.tiny:
-            tiny = os.path.join(work, f"tiny-{args.tiny}")
-            make_tiny_jpegs(tiny, args.tiny)
-            results["tiny"] = {"what": f"{args.tiny} tiny images, 1000 classes",
+            tiny = os.path.join(work, f"tiny-{args.tiny}-{args.tiny_classes}")
+            make_tiny_jpegs(tiny, args.tiny, classes=args.tiny_classes)
+            results["tiny"] = {"what": f"{args.tiny} tiny images, {args.tiny_classes} classes",
                                **speed(tiny, ["tar of tars", *WORKER_SCANS], work, args.rounds)}
         sizes = [int(size) for size in args.memory.split(",") if int(size)]
         if sizes:
