@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import reader
 from tests.conftest import REPO
+from tests.reader import forked
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +62,10 @@ def test_a_small_cnn_learns_the_shapes_far_above_chance(shapes):
 
 
 def _example(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, os.path.join(REPO, "examples", "train_classifier.py"), *args,
-                           "--epochs", "1", "--steps-per-epoch", "1", "--image-size", "32"],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": REPO})
+    """``python examples/train_classifier.py ARGS`` in a process of its own, forked from one that imported
+    TensorFlow once (tests/reader/forked.py: its logical devices are the run's own, set before its runtime starts)."""
+    return forked.run([sys.executable, os.path.join(REPO, "examples", "train_classifier.py"), *args,
+                       "--epochs", "1", "--steps-per-epoch", "1", "--image-size", "32"], timeout=600)
 
 
 @pytest.mark.e2e
@@ -111,8 +113,7 @@ for images, labels in ds:
     sizes.append([int(t.shape[0]) for t in strategy.experimental_local_results(labels)])
 print(sizes)
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    proc = forked.run([sys.executable, "-c", code], env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     sizes = json.loads(proc.stdout.strip().splitlines()[-1])
     assert all(len(replicas) == 2 for replicas in sizes)
