@@ -277,13 +277,16 @@ def test_foreign_shards_by_glob_pattern_and_their_steps_per_epoch(tmp_path):
 @pytest.mark.e2e
 def test_import_reader_then_keras_and_a_pipeline_print_nothing_unless_the_environment_asks(demo_dataset):
     """TensorFlow 2.21 logs while it loads, before absl's logging starts, whatever TF_CPP_MIN_LOG_LEVEL says
-    (six lines, and "failed call to cuInit" at the first operation on a machine without CUDA)."""
+    (six lines, and "failed call to cuInit" at the first operation on a machine without CUDA). The same new
+    interpreter shows that importing the reader imports no Beam module (test_pipeline.py's own process for that
+    was a second TensorFlow start-up)."""
     import subprocess
     import sys
 
     from tests.conftest import REPO
 
     code = ("import reader\n"
+            "import sys; print(any(m.startswith('apache_beam') for m in sys.modules))\n"  # the reader never imports Beam
             "import keras\n"
             f"ds = reader.build_dataset({demo_dataset!r}, batch_size=4, image_size=16, seed=0)\n"
             "next(iter(ds))\n"
@@ -292,6 +295,7 @@ def test_import_reader_then_keras_and_a_pipeline_print_nothing_unless_the_enviro
     env["PYTHONPATH"] = REPO
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "False\n"  # importing the reader imported no apache_beam module (a user's trainer has none)
     assert proc.stderr == "python still writes to stderr\n"
     asked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                            env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"})

@@ -255,17 +255,6 @@ def test_errors_name_what_is_wrong(demo_dataset, tmp_path):
         reader.Augmentation(area_range=(0.5, 0.1))
 
 
-@pytest.mark.e2e
-def test_reader_never_imports_apache_beam():
-    import subprocess
-    import sys
-
-    code = "import sys, reader; print(any(m.startswith('apache_beam') for m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert out.stdout.strip() == "False"
-
-
 @pytest.fixture(scope="module")
 def large_photos_dataset(tmp_path_factory) -> str:
     """Six 960x1280 photos (two classes), converted: large enough for reduced-scale decoding at 224 px."""
