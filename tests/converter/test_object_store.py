@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -129,17 +130,21 @@ def test_overwriting_in_s3_shows_a_polling_reader_old_then_nothing_then_new_neve
     out = f"s3://{bucket}/data"
     run_converter("--src", images, "--out", out, "--shards", "2", *s3_server.flags, *FAST, check=True)
     old = s3_server.snapshot(bucket, "data")[record_schema.MANIFEST_FILE]
-    # A pause half-way through moving the new files, so the poller sees the publish in progress.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "converter", "--src", images, "--out", out, "--shards", "3", "--overwrite",
-         *s3_server.flags, *FAST],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, faults.ENV: "sleep:3@moving"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A pause half-way through moving the new files, so the poller sees the publish in progress. The run is a process
+    # of its own forked from one that imported Beam once (tests/in_process.py), waited for by a thread meanwhile:
+    # what the poller sees depends on the order of the writes, not on how the process started.
+    done: dict = {}
+    runner = threading.Thread(target=lambda: done.update(proc=cli_in_forked_process(
+        ["--src", images, "--out", out, "--shards", "3", "--overwrite", *s3_server.flags, *FAST],
+        env={faults.ENV: "sleep:3@moving"})))
+    runner.start()
     seen = []
-    while proc.poll() is None:
+    while runner.is_alive():
         state = _observe(s3_server, bucket, "data")
         if state != "changed" and (not seen or seen[-1] != state):
             seen.append(state)
+    runner.join()
+    proc = done["proc"]
     assert proc.returncode == 0, proc.stderr
     seen.append(_observe(s3_server, bucket, "data"))
     new = s3_server.snapshot(bucket, "data")[record_schema.MANIFEST_FILE]
