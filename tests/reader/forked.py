@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Optional
 
@@ -33,68 +32,80 @@ from tests.conftest import REPO
 
 _PRELOAD = ["reader", "keras", "tensorflow"]
 # For each request (a JSON line: kind, target, argv, cwd, env, stdout and stderr files) it forks a child that runs
-# the target as the interpreter would, and answers with the child's pid, then its exit status (minus the signal
-# that ended it). One run at a time.
+# the target as the interpreter would, and answers "pid PID"; "end PID STATUS" when a child has ended (its exit
+# status, minus the signal that ended it). Runs may overlap (a server and its clients); at the end of its input it
+# waits for its children.
 _FORKER = r"""
-import json, os, sys
+import json, os, select, sys
 for name in json.loads(sys.argv[1]):
     __import__(name)
 replies = os.fdopen(os.dup(1), "w")
-while True:
-    line = sys.stdin.readline()
-    if not line:
-        break
-    job = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.environ.clear()
-            os.environ.update(job["env"])
-            import tempfile
-            tempfile.tempdir = None  # from TMPDIR, as in a new process
-            os.chdir(job["cwd"])
-            for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["stdout"], os.O_WRONLY),
-                                    (2, job["stderr"], os.O_WRONLY)):
-                target = os.open(path, flags)
-                os.dup2(target, fd)
-                os.close(target)
-            sys.stdin = open(0, closefd=False)
-            import atexit, runpy
-            kind, target = job["kind"], job["target"]
-            sys.argv = [target if kind != "code" else "-c", *job["argv"]]
+children, pending, closed = set(), b"", False
+while not closed or children:
+    ready = select.select([] if closed else [0], [], [], 0.05)[0]
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if not pid:
+            break
+        children.discard(pid)
+        replies.write(f"end {pid} {os.waitstatus_to_exitcode(status)}\n")
+        replies.flush()
+    if not ready:
+        continue
+    chunk = os.read(0, 65536)
+    closed = not chunk
+    pending += chunk
+    while b"\n" in pending:
+        line, pending = pending.split(b"\n", 1)
+        job = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
             try:
-                if kind == "module":
-                    runpy.run_module(target, run_name="__main__", alter_sys=True)
-                elif kind == "script":
-                    sys.path.insert(0, os.path.dirname(os.path.abspath(target)))  # as `python SCRIPT` puts it
-                    runpy.run_path(target, run_name="__main__")
-                else:
-                    exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
-                code = 0
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-                if isinstance(exit_.code, str):
-                    print(exit_.code, file=sys.stderr)
-            atexit._run_exitfuncs()  # as the interpreter's exit runs them
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
+                os.environ.clear()
+                os.environ.update(job["env"])
+                import tempfile
+                tempfile.tempdir = None  # from TMPDIR, as in a new process
+                os.chdir(job["cwd"])
+                for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["stdout"], os.O_WRONLY),
+                                        (2, job["stderr"], os.O_WRONLY)):
+                    target = os.open(path, flags)
+                    os.dup2(target, fd)
+                    os.close(target)
+                sys.stdin = open(0, closefd=False)
+                import atexit, runpy
+                kind, target = job["kind"], job["target"]
+                sys.argv = [target if kind != "code" else "-c", *job["argv"]]
                 try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(code)
-    replies.write(f"{pid}\n")
-    replies.flush()
-    _, status = os.waitpid(pid, 0)
-    replies.write(f"{os.waitstatus_to_exitcode(status)}\n")
-    replies.flush()
+                    if kind == "module":
+                        runpy.run_module(target, run_name="__main__", alter_sys=True)
+                    elif kind == "script":
+                        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))  # as `python SCRIPT` has it
+                        runpy.run_path(target, run_name="__main__")
+                    else:
+                        exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+                    code = 0
+                except SystemExit as exit_:
+                    code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+                    if isinstance(exit_.code, str):
+                        print(exit_.code, file=sys.stderr)
+                atexit._run_exitfuncs()  # as the interpreter's exit runs them
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except (OSError, ValueError):
+                        pass
+                os._exit(code)
+        children.add(pid)
+        replies.write(f"pid {pid}\n")
+        replies.flush()
 """
 _forker: Optional[subprocess.Popen] = None
-_LOCK = threading.Lock()
+_ENDED: dict = {}  # pid -> exit status, as the forking process reports them
 
 
 def _forking_process() -> subprocess.Popen:
@@ -129,9 +140,18 @@ def _reply(forker: subprocess.Popen, timeout: float) -> str:
     return line.decode().strip()
 
 
+def _next(forker: subprocess.Popen, timeout: float) -> str:
+    """The forking process's next line ("" after ``timeout``), an ended run's status recorded."""
+    line = _reply(forker, timeout)
+    if line.startswith("end "):
+        _, pid, status = line.split()
+        _ENDED[int(pid)] = int(status)
+    return line
+
+
 class Run:
-    """A forked run, as :class:`subprocess.Popen` is used here: ``pid``, ``poll()``, ``wait()``, ``send_signal()``;
-    its ``stdout`` and ``stderr`` text once it has ended (:meth:`result`)."""
+    """A forked run, as :class:`subprocess.Popen` is used here: ``pid``, ``poll()``, ``wait()``, ``send_signal()``,
+    ``terminate()``; its ``stdout`` and ``stderr`` text once it has ended (:meth:`result`)."""
 
     def __init__(self, command: list, kind: str, target: str, argv: list, cwd: str, env: Optional[dict]) -> None:
         self.command = command
@@ -140,43 +160,43 @@ class Run:
         self._err = os.path.join(self._folder.name, "stderr")
         for path in (self._out, self._err):
             open(path, "wb").close()
-        # one run at a time: released when the run has ended (a test that failed before it waited for its run
-        # leaves it running; the next waits for the run's end, killed by its own test's timeout at the latest)
-        assert _LOCK.acquire(timeout=900), "a forked run of an earlier test is still running"
         self._forker = _forking_process()
         self._forker.stdin.write(json.dumps({
             "kind": kind, "target": target, "argv": [str(a) for a in argv], "cwd": cwd, "stdout": self._out,
             "stderr": self._err, "env": {**os.environ, "PYTHONPATH": REPO, **(env or {})}}).encode() + b"\n")
-        self.pid = int(_reply(self._forker, 600) or 0)
-        if not self.pid:
-            _LOCK.release()
-            raise AssertionError("the forking process did not start the run (tests/reader/forked.py)")
-        self.returncode: Optional[int] = None
+        line, deadline = "", time.monotonic() + 600
+        while not line.startswith("pid ") and time.monotonic() < deadline:
+            line = _next(self._forker, deadline - time.monotonic())
+        assert line.startswith("pid "), "the forking process did not start the run (tests/reader/forked.py)"
+        self.pid = int(line.split()[1])
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return _ENDED.get(self.pid)
 
     def poll(self) -> Optional[int]:
-        if self.returncode is None:
-            status = _reply(self._forker, 0) if select.select([self._forker.stdout], [], [], 0)[0] else ""
-            if status:
-                self._ended(int(status))
+        while self.returncode is None and select.select([self._forker.stdout], [], [], 0)[0]:
+            if not _next(self._forker, 1):
+                break
         return self.returncode
 
     def wait(self, timeout: float = 300) -> int:
+        deadline = time.monotonic() + timeout
+        while self.returncode is None and time.monotonic() < deadline:
+            _next(self._forker, deadline - time.monotonic())
         if self.returncode is None:
-            status = _reply(self._forker, timeout)
-            if not status:
-                os.kill(self.pid, signal.SIGKILL)
-                self._ended(int(_reply(self._forker, 60) or -9))
-                raise subprocess.TimeoutExpired(self.command, timeout)
-            self._ended(int(status))
+            os.kill(self.pid, signal.SIGKILL)
+            while self.returncode is None and _next(self._forker, 60):
+                pass
+            raise subprocess.TimeoutExpired(self.command, timeout)
         return self.returncode
 
     def send_signal(self, number: int) -> None:
-        if self.returncode is None:
+        if self.poll() is None:
             os.kill(self.pid, number)
 
-    def _ended(self, status: int) -> None:
-        self.returncode = status
-        _LOCK.release()
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
 
     def result(self) -> subprocess.CompletedProcess:
         with open(self._out, encoding="utf-8", errors="replace") as out, \

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import socket
-import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.conftest import REPO
+from tests.reader import forked
 
 pytestmark = pytest.mark.e2e  # every test here runs the command line, a subprocess or a server
 
@@ -23,8 +21,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _env():
-    return {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"}
+_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}  # added to this process's environment for each forked process
 
 
 def _wait_for_port(port: int, timeout: float = 60) -> None:
@@ -39,16 +36,17 @@ def _wait_for_port(port: int, timeout: float = 60) -> None:
 
 @pytest.fixture
 def data_service():
-    """A DispatchServer and two WorkerServers, each its own process, on loopback."""
+    """A DispatchServer and two WorkerServers, each its own process (``python -m reader.service``, forked from one
+    that imported TensorFlow once: tests/reader/forked.py), on loopback."""
     dispatcher_port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "reader.service", "dispatcher", "--port", str(dispatcher_port)],
-                              env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    procs = [forked.start([sys.executable, "-m", "reader.service", "dispatcher", "--port", str(dispatcher_port)],
+                          env=_ENV)]
     _wait_for_port(dispatcher_port)
     for _ in range(2):
         port = _free_port()
-        procs.append(subprocess.Popen(
+        procs.append(forked.start(
             [sys.executable, "-m", "reader.service", "worker", "--dispatcher", f"localhost:{dispatcher_port}",
-             "--port", str(port)], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+             "--port", str(port)], env=_ENV))
         _wait_for_port(port)
     try:
         yield f"grpc://localhost:{dispatcher_port}"
@@ -57,6 +55,7 @@ def data_service():
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=30)
+            proc.result()
 
 
 def _image_hashes(dataset) -> list[str]:
@@ -110,13 +109,13 @@ def test_multi_worker_mirrored_strategy_workers_read_disjoint_sets_that_cover_th
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
     procs = []
-    for index in range(2):
-        env = {**_env(), "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
-        procs.append(subprocess.Popen([sys.executable, str(script), demo_dataset, str(tmp_path / f"w{index}.json")],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for index in range(2):  # each worker a process of its own, forked (tests/reader/forked.py)
+        env = {**_ENV, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+        procs.append(forked.start([sys.executable, str(script), demo_dataset, str(tmp_path / f"w{index}.json")],
+                                  env=env))
     for proc in procs:
-        _, stderr = proc.communicate(timeout=600)
-        assert proc.returncode == 0, stderr[-3000:]
+        proc.wait(timeout=600)
+        assert proc.returncode == 0, proc.result().stderr[-3000:]
     seen = [json.loads((tmp_path / f"w{index}.json").read_text()) for index in range(2)]
     expected = _image_hashes(reader.build_dataset(demo_dataset, "train", batch_size=8, image_size=32, training=False,
                                                   dtype=tf.uint8))
