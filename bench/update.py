@@ -187,7 +187,19 @@ def read_rounds(updated: str, fresh: str, rounds: int, batches: int, batch: int)
             "images_per_s": {name: round(numbers["images_per_s"], 1) for name, numbers in measured.items()},
             "samples": {name: [round(value, 1) for value in numbers["samples"]] for name, numbers in measured.items()},
             "ratio_train": round(read_bench.paired_ratio(measured, "updated_train", "fresh_train"), 3),
-            "ratio_eval": round(read_bench.paired_ratio(measured, "updated_eval", "fresh_eval"), 3)}
+            "ratio_eval": round(read_bench.paired_ratio(measured, "updated_eval", "fresh_eval"), 3),
+            # The same in CPU time (this process's, an image; medians over rounds): fresh / updated, so > 1 is
+            # faster as the ratios above are. Steadier than wall time on a shared machine.
+            "cpu_ms_per_image": {name: round(numbers["cpu_ms_per_image"], 4) for name, numbers in measured.items()},
+            "cpu_ratio_train": _cpu_ratio(measured, "train"), "cpu_ratio_eval": _cpu_ratio(measured, "eval")}
+
+
+def _cpu_ratio(measured: dict, mode: str) -> float:
+    """The fresh conversion's CPU an image over the updated version's, median of the rounds' pairs."""
+    import statistics
+
+    pairs = zip(measured[f"fresh_{mode}"]["cpu_samples"], measured[f"updated_{mode}"]["cpu_samples"])
+    return round(statistics.median(fresh / updated for fresh, updated in pairs), 3)
 
 
 def bench_reads(work: str, photos: int, change: float, updates: int, rounds: int, batches: int, batch: int,

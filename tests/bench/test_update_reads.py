@@ -25,3 +25,4 @@ def test_reading_after_updates_measures_both_datasets_and_describes_their_shards
     assert shards["fresh"]["train"]["records_masked"] == 0
     assert set(results["reads"]["images_per_s"]) == {"updated_train", "fresh_train", "updated_eval", "fresh_eval"}
     assert results["reads"]["ratio_train"] > 0 and results["reads"]["ratio_eval"] > 0
+    assert results["reads"]["cpu_ratio_train"] > 0 and results["reads"]["cpu_ratio_eval"] > 0
