@@ -179,6 +179,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 "prune": dataset_commands.prune}[command](rest)
     except KeyboardInterrupt as err:  # before or after the run itself (while loading, verifying...)
         stop = err if isinstance(err, interrupt.Interrupted) else interrupt.Interrupted(signal.SIGINT)
-        with contextlib.suppress(OSError):
-            print("\n" + interrupt.exit_line(stop.signum), file=sys.stderr)
-        return stop.exit_status
+        return _stopped(stop)
+    except Exception as err:  # a stop that Python wrapped on its way (raised while a class was made: an import)
+        stop = interrupt.stop_behind(err)
+        if stop is None:
+            raise
+        return _stopped(stop)
+
+
+def _stopped(stop: interrupt.Interrupted) -> int:
+    """The one line a run stopped outside its own handling prints (OUT named when known); its exit status."""
+    with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+        print("\n" + interrupt.exit_line(stop.signum), file=sys.stderr)
+    return stop.exit_status

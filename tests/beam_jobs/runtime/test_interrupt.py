@@ -35,3 +35,16 @@ def test_a_run_inside_another_program_leaves_its_stop_state_handlers_and_hooks_a
     assert {signum: signal.getsignal(signum) for signum in STOPS} == handlers
     assert (sys.unraisablehook, threading.excepthook) == hooks
     assert not state.owns_process  # a reaper that run started stands down once it unwound
+
+
+def test_a_stop_that_python_wrapped_while_a_class_was_made_is_still_found_as_the_stop():
+    """Python 3.11 wraps an exception raised in ``__set_name__`` (a dataclass made during an import) in a
+    RuntimeError: the CLI must still see the SIGTERM behind it (one line, exit 143), not a failure."""
+    class Field:
+        def __set_name__(self, owner, name):
+            raise interrupt.Interrupted(signal.SIGTERM)
+
+    with pytest.raises(RuntimeError) as wrapped:
+        type("Made", (), {"field": Field()})
+    assert interrupt.stop_behind(wrapped.value).exit_status == 143
+    assert interrupt.stop_behind(RuntimeError("a real failure")) is None
