@@ -15,7 +15,8 @@ This order depends on the number of input pipelines and on the buffer's
 state, so it cannot resume; ``cache`` and the tf.data service read in it.
 Evaluation: files in manifest order -> interleave (deterministic) -> (cache)
 -> parse -> centre crop -> batches keeping the final partial one, with a
-known number of batches.
+known number of batches. A masked version's file is one input of that
+interleave, its live records in file order (``file_order(join_runs=True)``).
 """
 
 from __future__ import annotations
@@ -64,12 +65,15 @@ def buffered_batches(source: Source, options: ReadOptions, read: BufferedRead) -
     training, seed, deterministic, num_epochs = read.training, read.seed, read.deterministic, read.num_epochs
     pipelines, pipeline_id, batch, task = read.pipelines, read.pipeline_id, read.batch, read.task
     split_info, files, counts = source.split, source.split.files, source.counts
-    by_file = pipelines <= len(files)
+    # The interleave's inputs: evaluation reads a masked file as one (its runs in file order, as a fresh
+    # conversion's file); the buffer order reads each run as one, as it always has.
+    inputs = counts if training else source.file_counts
+    by_file = pipelines <= len(inputs)
     if not by_file:
         logger.warning(
             "%s has %d shard files for %d input pipelines: every pipeline reads all files and keeps 1/%d "
             "of the records. Convert with --shards >= %d to shard by file.",
-            split_info.name, len(files), pipelines, pipelines, pipelines,
+            split_info.name, len(inputs), pipelines, pipelines, pipelines,
         )
     if training and batch > split_info.num_examples // pipelines:
         logger.warning("split %s has %d examples%s, fewer than one batch of %d: every batch holds repeats of "
@@ -90,7 +94,7 @@ def buffered_batches(source: Source, options: ReadOptions, read: BufferedRead) -
         order = file_order(
             files, counts, seed=file_seed if shuffle else None, epoch=epoch,
             num_shards=pipelines if by_file else 1, shard_index=pipeline_id if by_file else 0,
-            extents=source.extents,  # a masked version's runs of files (None: whole files, as ever)
+            extents=source.extents, join_runs=not training,  # a masked version's runs (None: whole files)
         )
         records = interleave_records(order, options.cycle_length, options.block_length,
                                      deterministic=ordered or deterministic, skip_corrupt=source.skip_corrupt,
@@ -112,7 +116,7 @@ def buffered_batches(source: Source, options: ReadOptions, read: BufferedRead) -
     dataset = task.batch(dataset, batch, False)
     if not source.skip_corrupt and options.service is None:
         # Known length: Keras and progress bars see the number of batches, and a short read fails loudly.
-        records = _eval_records(counts, pipelines, pipeline_id, by_file)
+        records = _eval_records(inputs, pipelines, pipeline_id, by_file)
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-records // batch)))
     return dataset
 

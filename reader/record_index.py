@@ -112,6 +112,21 @@ def run_offsets(index_paths: Sequence[str], firsts: Sequence[int]) -> list[int]:
     return offsets
 
 
+def runs_by_file(extents: Sequence[ShardInfo]) -> list[range]:
+    """The places of a split's extents, grouped by file: each group one file's runs, in file order.
+
+    A manifest lists a masked file once, its ``live`` runs ascending, so a file's extents come one after another
+    in a split (as :func:`run_offsets` relies on too); a whole file is a group of one.
+    """
+    groups: list[range] = []
+    for place, extent in enumerate(extents):
+        if groups and extents[groups[-1].start].path == extent.path:
+            groups[-1] = range(groups[-1].start, place + 1)
+        else:
+            groups.append(range(place, place + 1))
+    return groups
+
+
 def _local_offsets(index_path: str) -> list[int]:
     """The sound offsets of a local index (none when it cannot be read: the reader reads through, as ever)."""
     try:

@@ -11,8 +11,6 @@ warning naming it and the number of records lost.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import sys
 from typing import Optional, Sequence
 
 import tensorflow as tf
@@ -21,6 +19,7 @@ from reader import record_index, storage
 from reader.info import DatasetInfo, ShardInfo, SplitInfo
 from reader.options import FeatureKeys
 from reader.order import OffsetTFRecordDataset
+from reader.shard_checks import RUNS, LabelRange, checked
 from record_files import idx
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -28,8 +27,6 @@ AUTOTUNE = tf.data.AUTOTUNE
 # 256 KiB default: 8 MiB read the same records 1.3x slower from the page cache (310 MB, 6 rounds).
 READ_BUFFER_BYTES = 8 << 20
 UNKNOWN_COUNT = -1
-# Records counted per call of the shard check (see read_shard).
-CHECK_BATCH = 256
 
 
 def file_order(
@@ -40,13 +37,18 @@ def file_order(
     num_shards: int = 1,
     shard_index: int = 0,
     extents: Optional[Sequence[ShardInfo]] = None,
+    join_runs: bool = False,
 ) -> tf.data.Dataset:
     """``(path, num_records)`` of the shard files one input pipeline reads in ``epoch``.
 
     ``extents``: a masked split's extents (``SplitInfo.shards`` when ``SplitInfo.masked``), one per entry of
     ``files``: the elements are then ``(path, num_records, index_path, first, offset)``, each a run of its file
     and its first byte (:func:`reader.record_index.extent_offsets`), which :func:`interleave_records` reads
-    with :func:`read_segment` (None: whole files, read with :func:`read_shard`).
+    with :func:`read_segment` (None: whole files, read with :func:`read_shard`). With ``join_runs`` each
+    *file* is one element instead, ``(path, num_records, index_path, firsts, counts, offsets)``: its runs in
+    file order (one entry of the last three a run; ``num_records`` their sum), read one after another by
+    :func:`read_runs`, as a fresh conversion's file is read whole (evaluation's order; the buffer order and a
+    mixture's evaluation keep a run an element). ``seed`` and ``num_shards`` then permute and share files.
 
     With a seed, files are shuffled by a stateless shuffle keyed on (seed,
     epoch) *before* being sharded across ``num_shards`` input pipelines, so
@@ -59,13 +61,15 @@ def file_order(
     if len(counts) != len(files):
         raise ValueError(f"counts has {len(counts)} entries for {len(files)} files")
     columns = [tf.constant(list(files), tf.string), tf.constant(list(counts), tf.int64)]
-    if extents is not None:
+    if extents is not None and join_runs:
+        columns = _runs_of_files(files, counts, extents)
+    elif extents is not None:
         columns += [tf.constant([e.index_path for e in extents], tf.string),
                     tf.constant([e.first for e in extents], tf.int64),
                     tf.constant(record_index.extent_offsets(extents), tf.int64)]
     if seed is not None:
         key = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
-        order = tf.random.experimental.stateless_shuffle(tf.range(len(files)), seed=key)
+        order = tf.random.experimental.stateless_shuffle(tf.range(columns[0].shape[0]), seed=key)
         columns = [tf.gather(column, order) for column in columns]
     dataset = tf.data.Dataset.from_tensor_slices(tuple(columns))
     if num_shards > 1:
@@ -73,18 +77,17 @@ def file_order(
     return dataset
 
 
-@dataclasses.dataclass(frozen=True)
-class LabelRange:
-    """Labels a shard's records must carry: ``0 <= label + offset < num_classes`` (no upper bound if 0).
+def _runs_of_files(files: Sequence[str], counts: Sequence[int], extents: Sequence[ShardInfo]) -> list:
+    """:func:`file_order`'s columns with ``join_runs``: a file a row, its runs' firsts, counts and offsets ragged."""
+    groups = record_index.runs_by_file(extents)
 
-    Checked while reading shards that the converter did not write, so a
-    foreign shard with a stray label fails naming the shard instead of
-    training on it (or reaching a loss function as an out-of-range index).
-    """
+    def by_file(values: list) -> tf.RaggedTensor:  # a file's runs are consecutive extents: rows in place
+        return tf.RaggedTensor.from_row_lengths(tf.constant(values, tf.int64), [len(group) for group in groups])
 
-    key: str
-    offset: int = 0
-    num_classes: int = 0
+    return [tf.constant([files[group.start] for group in groups], tf.string),
+            tf.constant([sum(counts[k] for k in group) for group in groups], tf.int64),
+            tf.constant([extents[group.start].index_path for group in groups], tf.string),
+            by_file([e.first for e in extents]), by_file(list(counts)), by_file(record_index.extent_offsets(extents))]
 
 
 def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = False,
@@ -100,11 +103,11 @@ def read_shard(path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool = Fal
     :data:`READ_BUFFER_BYTES`).
 
     The check costs next to nothing: records are counted in batches of
-    :data:`CHECK_BATCH` (a function call per record would cost more than
+    :data:`reader.shard_checks.CHECK_BATCH` (a function call per record would cost more than
     reading the record) and an empty batch marks the end of the shard, which
     ``unbatch`` then drops by itself.
     """
-    return _checked(_open_records(path, s3, skip_corrupt, read_buffer), path, num_records, skip_corrupt, labels, s3)
+    return checked(_open_records(path, s3, skip_corrupt, read_buffer), path, num_records, skip_corrupt, labels, s3)
 
 
 def read_segment(path: tf.Tensor, index_path: tf.Tensor, first: tf.Tensor, count: tf.Tensor,
@@ -118,6 +121,34 @@ def read_segment(path: tf.Tensor, index_path: tf.Tensor, first: tf.Tensor, count
     up here). Fewer than ``count`` records (a corrupt or truncated shard,
     or an index that does not match it) fail naming the shard.
     """
+    records = _run_records(path, index_path, first, count, skip_corrupt, s3, read_buffer, offset)
+    return checked(records, path, count, skip_corrupt, labels, s3, first)
+
+
+def read_runs(path: tf.Tensor, index_path: tf.Tensor, firsts: tf.Tensor, counts: tf.Tensor, offsets: tf.Tensor,
+              skip_corrupt: bool = False, labels: Optional[LabelRange] = None, s3: bool = False,
+              read_buffer: Optional[int] = None) -> tf.data.Dataset:
+    """A masked file's live records: its runs (``counts[k]`` records from record ``firsts[k]``, at byte
+    ``offsets[k]``, < 0: looked up as :func:`read_segment` looks it up) one after another, in file order.
+
+    Checked as a whole file is: the file opened once before its records (the probe), its presence once, and
+    one count check against the sum of ``counts`` at its end, naming the file (a run cut short, or an index
+    that does not match the file, leaves it short). The masked records between runs are sought over by their
+    offsets, never read. Read as runs instead, each an input of evaluation's interleave with its checks,
+    a masked file of ~11 runs cost ~9% more CPU an image than a fresh conversion's file (docs/update.md).
+    """
+    runs = tf.data.Dataset.from_tensor_slices((firsts, counts, offsets))
+    records = runs.flat_map(lambda first, count, offset: _run_records(
+        path, index_path, first, count, skip_corrupt, s3, read_buffer, offset, probe=False))
+    if not s3:  # s3: each stream names a missing object itself
+        records = _probe(path).concatenate(records)
+    return checked(records, path, tf.reduce_sum(counts), skip_corrupt, labels, s3, kind=RUNS)
+
+
+def _run_records(path: tf.Tensor, index_path: tf.Tensor, first: tf.Tensor, count: tf.Tensor, skip_corrupt: bool,
+                 s3: bool, read_buffer: Optional[int], offset: Optional[tf.Tensor],
+                 probe: bool = True) -> tf.data.Dataset:
+    """At most ``count`` records of ``path`` from record ``first`` (:func:`read_segment`'s, unchecked)."""
     if s3:  # the offset is looked up by the stream itself: TensorFlow cannot open s3:// files
         records = storage.s3_records(path, skip_corrupt, index_path=index_path, first=first)
     else:
@@ -126,9 +157,9 @@ def read_segment(path: tf.Tensor, index_path: tf.Tensor, first: tf.Tensor, count
         else:  # a masked file's runs (~10 a file after 10 updates): no read of the index for each
             known = tf.cast(offset, tf.int64)
             offset = tf.cond(known >= 0, lambda: known, lambda: record_offset(index_path, first))
-        records = _open_records(path, False, skip_corrupt, read_buffer, tf.maximum(offset, 0))
+        records = _open_records(path, False, skip_corrupt, read_buffer, tf.maximum(offset, 0), probe)
         records = records.skip(tf.where(offset < 0, first, tf.constant(0, tf.int64)))
-    return _checked(records.take(count), path, count, skip_corrupt, labels, s3, first)
+    return records.take(count)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,8 +221,11 @@ def _chained_offset(lines: tf.Tensor) -> tf.Tensor:
 
 
 def _open_records(path: tf.Tensor, s3: bool, skip_corrupt: bool, read_buffer: Optional[int],
-                  offset: Optional[tf.Tensor] = None) -> tf.data.Dataset:
-    """The records of ``path`` (from byte ``offset``), a corrupt record ending them (the count check reports it)."""
+                  offset: Optional[tf.Tensor] = None, probe: bool = True) -> tf.data.Dataset:
+    """The records of ``path`` (from byte ``offset``), a corrupt record ending them (the count check reports it).
+
+    ``probe``: the file opened first (:func:`_probe`); False where the caller probes it once for several reads.
+    """
     # ignore_errors must only ever see record errors: a file that cannot be opened makes
     # TFRecordDataset fail on every call, which ignore_errors would retry forever (a hang).
     if s3:
@@ -200,109 +234,13 @@ def _open_records(path: tf.Tensor, s3: bool, skip_corrupt: bool, read_buffer: Op
         records = tf.data.TFRecordDataset(path, buffer_size=read_buffer).ignore_errors()
     else:
         records = OffsetTFRecordDataset(path, offset, read_buffer).ignore_errors()
-    # Opening the file first, outside ignore_errors, makes an unreadable file fail at once with
-    # TensorFlow's error, which names it; the probe's byte itself is dropped.
-    probe = tf.data.FixedLengthRecordDataset(path, 1).take(1).filter(lambda _: False)
-    return probe.concatenate(records)
+    return _probe(path).concatenate(records) if probe else records
 
 
-def _checked(records: tf.data.Dataset, path: tf.Tensor, num_records: tf.Tensor, skip_corrupt: bool,
-             labels: Optional[LabelRange], s3: bool, first: Optional[tf.Tensor] = None) -> tf.data.Dataset:
-    """``records``, failing (or warning) at their end unless there were ``num_records`` (< 0: any number)."""
-    batches = records.batch(CHECK_BATCH)
-    end = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
-    step = _check_step(skip_corrupt, first is not None, labels)
-    start = tf.constant(0, tf.int64) if first is None else tf.cast(first, tf.int64)
-    path, num_records = tf.convert_to_tensor(path, tf.string), tf.cast(num_records, tf.int64)
-    checked = batches.concatenate(end).scan(tf.constant(0, tf.int64),
-                                            lambda count, batch: step(count, batch, path, num_records, start)).unbatch()
-    return checked if s3 else _if_present(path, checked, skip_corrupt)
-
-
-@functools.lru_cache(maxsize=None)
-def _check_step(skip_corrupt: bool, segment: bool, labels: Optional[LabelRange]):
-    """The count check's scan step ``(count, batch, path, num_records, first) -> (count, batch)``.
-
-    For whole shards, a ``tf.function`` traced once a process for each kind of check and called from every
-    shard's scan (traced in each, it cost a third of the check's CPU to build). For segments
-    (``segment``: the records are a run from record ``first``, the message says so), plain graph code:
-    their only caller, the training order, is traced once a process, and a function called from it is
-    instantiated again as each iterator starts (issue #50's first batch).
-    """
-    if segment:
-        template = "shard {} is corrupt or truncated: read {} of the {} records from record {}"
-    else:
-        template = "shard {} is corrupt or truncated: read {} of its {} records"
-
-    def step(count: tf.Tensor, batch: tf.Tensor, path: tf.Tensor, num_records: tf.Tensor, first: tf.Tensor) -> tuple:
-        size = tf.size(batch, out_type=tf.int64)
-
-        def at_end() -> tf.Tensor:
-            complete = tf.logical_or(num_records < 0, tf.equal(count, num_records))
-            message = tf.strings.format(template, (path, count, num_records, *((first,) if segment else ())))
-            if skip_corrupt:
-                check = tf.cond(
-                    complete,
-                    tf.no_op,
-                    lambda: tf.print("WARNING: skipping the rest of", message, output_stream=sys.stderr),
-                )
-            else:
-                check = tf.debugging.Assert(complete, [message])
-            with tf.control_dependencies([check]):
-                return tf.identity(batch)
-
-        if labels is None:
-            return count + size, tf.cond(tf.equal(size, 0), at_end, lambda: batch)
-        return count + size, tf.cond(tf.equal(size, 0), at_end,
-                                     lambda: _check_labels(batch, path, count + first, labels, skip_corrupt))
-
-    if segment:
-        return step
-    return tf.function(step, input_signature=[tf.TensorSpec([], tf.int64), tf.TensorSpec([None], tf.string),
-                                              tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
-                                              tf.TensorSpec([], tf.int64)], autograph=False)
-
-
-def _check_labels(batch: tf.Tensor, path: tf.Tensor, first: tf.Tensor, labels: LabelRange,
-                  skip_corrupt: bool) -> tf.Tensor:
-    """``batch`` (records ``first``... of ``path``) if every label is in range; else fail or drop."""
-    values = tf.io.parse_example(batch, {labels.key: tf.io.FixedLenFeature([], tf.int64)})[labels.key] + labels.offset
-    good = values >= 0
-    if labels.num_classes:
-        good = tf.logical_and(good, values < labels.num_classes)
-    bad = tf.where(tf.logical_not(good))[:, 0]
-    index = tf.concat([bad, tf.zeros([1], tf.int64)], 0)[0]  # the first bad record (0 when there is none)
-    valid = f"[0, {labels.num_classes})" if labels.num_classes else ">= 0"
-    message = tf.strings.format(
-        "shard {} record {} has label {} (after label_offset {}), outside " + valid + "; {} such records in this batch",
-        (path, first + index, tf.gather(values, index), labels.offset, tf.size(bad)))
-    ok = tf.equal(tf.size(bad), 0)
-    if skip_corrupt:
-        check = tf.cond(ok, tf.no_op, lambda: tf.print("WARNING: skipping records:", message, output_stream=sys.stderr))
-        with tf.control_dependencies([check]):
-            return tf.boolean_mask(batch, good)
-    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
-        return tf.identity(batch)
-
-
-def _if_present(path: tf.Tensor, records: tf.data.Dataset, skip_corrupt: bool) -> tf.data.Dataset:
-    """``records``, or for a missing file an error naming it (with ``skip_corrupt``, a warning and nothing)."""
-    found = tf.size(tf.io.matching_files(_glob_escape(path))) > 0
-    message = tf.strings.format("shard {} is listed in the manifest but does not exist", path)
-    if skip_corrupt:
-        warn = tf.cond(found, tf.no_op,
-                       lambda: tf.print("WARNING: skipping", message, "(all its records)", output_stream=sys.stderr))
-        with tf.control_dependencies([warn]):
-            found = tf.identity(found)
-        return records.take(tf.where(found, tf.constant(-1, tf.int64), 0))
-    with tf.control_dependencies([tf.debugging.Assert(found, [message])]):
-        found = tf.identity(found)
-    return records.take(tf.where(found, tf.constant(-1, tf.int64), 0))
-
-
-def _glob_escape(path: tf.Tensor) -> tf.Tensor:
-    """``path`` as a pattern that matches only itself (``matching_files`` globs ``*?[`` and ``\\``)."""
-    return tf.strings.regex_replace(path, r"([*?\[\]\\])", r"\\\1")
+def _probe(path: tf.Tensor) -> tf.data.Dataset:
+    """No records: the file opened outside ``ignore_errors``, so an unreadable file fails at once with
+    TensorFlow's error, which names it (the probe's byte itself is dropped)."""
+    return tf.data.FixedLengthRecordDataset(path, 1).take(1).filter(lambda _: False)
 
 
 def interleave_records(
@@ -316,17 +254,19 @@ def interleave_records(
     read_buffer: Optional[int] = None,
 ) -> tf.data.Dataset:
     """Parallel interleave of the shards in ``files`` (``(path, num_records)`` elements; a masked split's
-    extents as :func:`file_order` gives them, each an input of the cycle: the order masks were read in).
+    extents or its files' joined runs as :func:`file_order` gives them, each element an input of the cycle).
 
     Today's form of the deprecated ``parallel_interleave``: ``cycle_length``
     shards are open at once, read on ``num_parallel_calls=AUTOTUNE`` threads;
     ``deterministic=False`` lets a slow shard be overtaken.
     """
-    def read(path: tf.Tensor, count: tf.Tensor, index_path: Optional[tf.Tensor] = None,
-             first: Optional[tf.Tensor] = None, offset: Optional[tf.Tensor] = None) -> tf.data.Dataset:
-        if first is None:
+    def read(path: tf.Tensor, count: tf.Tensor, *extent: tf.Tensor) -> tf.data.Dataset:
+        if not extent:
             return read_shard(path, count, skip_corrupt, labels, s3, read_buffer)
-        return read_segment(path, index_path, first, count, skip_corrupt, labels, s3, read_buffer, offset)
+        if len(extent) == 4:  # a masked file, its runs joined: (index_path, firsts, counts, offsets)
+            return read_runs(path, *extent, skip_corrupt, labels, s3, read_buffer)
+        index_path, first, *offset = extent
+        return read_segment(path, index_path, first, count, skip_corrupt, labels, s3, read_buffer, *offset)
 
     return files.interleave(
         read,
@@ -388,6 +328,13 @@ class Source:
     def extents(self) -> Optional[tuple[ShardInfo, ...]]:
         """The split's extents for :func:`file_order` when it is masked; None (whole files) otherwise."""
         return self.split.shards if self.split.masked else None
+
+    @property
+    def file_counts(self) -> list[int]:
+        """Records read from each file: a masked file's runs summed (evaluation reads a file as one input)."""
+        if not self.split.masked:
+            return self.counts
+        return [sum(self.counts[k] for k in group) for group in record_index.runs_by_file(self.split.shards)]
 
     @property
     def s3(self) -> bool:

@@ -1,19 +1,27 @@
 """Reading a masked version's runs (issue #59, docs/update.md "Reading after 10 updates"): each run's first byte
-is read from its file's ``.idx`` once, when the pipeline is built, not looked up again by every run's stream.
+is read from its file's ``.idx`` once, when the pipeline is built, not looked up again by every run's stream; in
+evaluation a masked file is one input of the interleave, its live records in file order, as a fresh
+conversion's file is.
 
-What must not change with it: the order of the records in evaluation, the buffer order and the training order
-(resume positions are steps in it), and that no masked record is read. One real conversion and one real update
-(in this process, the in-memory runner) of small generated class folders: a train shard loses three scattered
-records (four runs), the other one (two runs). The masked frames are then overwritten with garbage, so a read of
-any of them fails. "Before" is the reader as it was: every run's offset looked up in the graph
-(``records.read_segment`` without ``offset``; ``order.host_records_graph``, which mixtures still call).
+What is pinned: evaluation's order against an independent computation from the manifest's runs (each file's
+live records read by the Python frame reader, files interleaved as whole files are); the order of the buffer
+order and a mixture's evaluation (a run an input, as before) and the training order (resume positions are
+steps in it) against the reader as it was; that no masked record is read; that a truncated or missing masked
+file is named. One real conversion and one real update (in this process, the in-memory runner) of small
+generated class folders: a train shard loses three scattered records (four runs), the other one (two runs).
+The masked frames are then overwritten with garbage, so a read of any of them fails. "Before" is the reader as
+it was: every run's offset looked up in the graph (``records.read_segment`` without ``offset``;
+``order.host_records_graph``, which mixtures still call).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import os
 import random
+import shutil
 
 import pytest
 import tensorflow as tf
@@ -25,7 +33,8 @@ from beam_jobs import pipeline as conversion
 from beam_jobs import update
 from beam_jobs.options import ConvertOptions
 from reader import order, record_index
-from reader.records import AUTOTUNE, SegmentReader, file_order, interleave_records, read_segment
+from reader.records import AUTOTUNE, SegmentReader, Source, file_order, interleave_records, read_segment
+from reader.options import FeatureKeys
 from record_files import idx, versions
 
 FAST = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -96,8 +105,71 @@ def test_each_runs_first_byte_is_read_from_its_index_once(masked):
     assert record_index.run_offsets([cut.index_path], [0]) == [0]
 
 
+def _manifest_files(out: str) -> list[list[str]]:
+    """Each train file's live records (their image paths), in file order, from the manifest's runs alone: read
+    with the Python frame reader at the offsets of the file's ``.idx`` (no code of the TensorFlow reader)."""
+    from record_files.tfrecord import read_frames
+
+    manifest = json.loads(open(os.path.join(out, versions.manifest_path(2))).read())  # the fixture's latest
+    files = []
+    for shard in manifest["splits"]["train"]["shards"]:
+        path = os.path.join(out, shard["file"])
+        frames = _frames(path + idx.SUFFIX)
+        live = shard.get("live", [[0, len(frames)]])
+        with open(path, "rb") as handle:
+            data = handle.read()
+        records = [data[frames[k][0]:frames[k][0] + frames[k][1]] for first, count in live
+                   for k in range(first, first + count)]
+        files.append([_path_of(frame.data) for frame in read_frames(io.BytesIO(b"".join(records)), path)])
+    return files
+
+
+def _interleaved(files: list[list[str]], cycle, block: int) -> list[str]:
+    """``files`` interleaved as a fresh conversion's whole files are: tf.data's deterministic interleave."""
+    rows = tf.data.Dataset.from_tensor_slices(tf.ragged.constant(files))
+    return [p.decode() for p in rows.interleave(
+        tf.data.Dataset.from_tensor_slices, cycle_length=cycle if cycle is not None else AUTOTUNE,
+        block_length=block, num_parallel_calls=AUTOTUNE, deterministic=True).as_numpy_iterator()]
+
+
+@pytest.mark.parametrize(("cycle", "block"), [(None, 1), (3, 2), (1, 1)])
+def test_evaluation_reads_each_masked_file_as_one_input_its_live_records_in_file_order(masked, cycle, block):
+    info = reader.dataset_info(masked)
+    split = info.split("train")
+    expected = _interleaved(_manifest_files(masked), cycle, block)
+    assert sorted(expected) == sorted(_live_paths(split)) and len(set(expected)) == len(expected)
+    counts = [s.num_examples for s in split.shards]
+    now = interleave_records(file_order(split.files, counts, extents=split.shards, join_runs=True), cycle, block,
+                             deterministic=True)
+    assert [_path_of(raw) for raw in now.as_numpy_iterator()] == expected
+    if cycle == 3:  # the order it had (a run an input) is another here: this test tells them apart (AUTOTUNE's
+        # cycle is the machine's; at cycle 1 both orders are file order)
+        runs = interleave_records(file_order(split.files, counts, extents=split.shards), cycle, block,
+                                  deterministic=True)
+        assert [_path_of(raw) for raw in runs.as_numpy_iterator()] != expected
+    evaluation = reader.build_dataset(info, "train", batch_size=4, image_size=16, training=False,
+                                      options=reader.ReadOptions(cycle_length=cycle, block_length=block))
+    labels = [int(label) for _, batch in evaluation for label in batch.numpy()]
+    assert labels == [info.classes.index(path.split("/")[0]) for path in expected]
+
+
+def test_evaluation_shares_masked_files_between_input_pipelines_as_whole_files(masked):
+    """Two input pipelines: each reads its share of the files (every run of a file in one), counted right."""
+    info = reader.dataset_info(masked)
+    files = _manifest_files(masked)
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline)
+        evaluation = reader.build_dataset(info, "train", batch_size=4, image_size=16, training=False,
+                                          input_context=context)
+        labels = [int(label) for _, batch in evaluation for label in batch.numpy()]
+        assert labels == [info.classes.index(path.split("/")[0]) for path in _interleaved(files[pipeline::2], None, 1)]
+    source = Source(info, info.split("train"), FeatureKeys(), 0, False)
+    assert source.file_counts == [len(records) for records in files]
+
+
 @pytest.mark.parametrize(("cycle", "block"), [(None, 1), (3, 2)])
-def test_evaluation_reads_the_masked_versions_records_in_the_order_it_had(masked, cycle, block):
+def test_the_buffer_order_and_a_mixtures_evaluation_read_runs_in_the_order_they_had(masked, cycle, block):
+    """Without ``join_runs`` (the buffer order; a mixture's evaluation) each run is still an input."""
     split = reader.dataset_info(masked).split("train")
     counts = [s.num_examples for s in split.shards]
     now = interleave_records(file_order(split.files, counts, extents=split.shards), cycle, block, deterministic=True)
@@ -116,9 +188,7 @@ def test_evaluation_seeks_with_the_offsets_it_was_built_with(masked, tmp_path):
     """Built, then every ``.idx`` gone: a lookup would read through the garbage before each run and fail."""
     info = reader.dataset_info(masked)
     split = info.split("train")
-    before = [_path_of(raw) for raw in interleave_records(
-        file_order(split.files, [s.num_examples for s in split.shards], extents=split.shards),
-        deterministic=True).as_numpy_iterator()]
+    expected = _interleaved(_manifest_files(masked), None, 1)
     evaluation = reader.build_dataset(info, "train", batch_size=4, image_size=16, training=False)
     moved = {}
     for shard in split.shards:
@@ -130,7 +200,28 @@ def test_evaluation_seeks_with_the_offsets_it_was_built_with(masked, tmp_path):
     finally:
         for index_path, kept in moved.items():
             os.rename(kept, index_path)
-    assert labels == [info.classes.index(path.split("/")[0]) for path in before]
+    assert labels == [info.classes.index(path.split("/")[0]) for path in expected]
+
+
+def test_a_truncated_or_missing_masked_file_is_named(masked, tmp_path):
+    """One count check a file (against its live records) and one presence check still name the file."""
+    split = reader.dataset_info(masked).split("train")
+    runs = [s for s in split.shards if s.path == split.shards[0].path]
+    assert len(runs) >= 2
+    cut = str(tmp_path / "cut.tfrecord")
+    shutil.copy(runs[0].path, cut)
+    last = runs[-1]
+    offset, size = _frames(last.index_path)[last.first + last.num_examples - 1]
+    os.truncate(cut, offset)  # the last run loses its last record, at a record boundary
+    live = sum(s.num_examples for s in runs)
+    for path, message in ((cut, rf"cut\.tfrecord\W* is corrupt or truncated: read {live - 1} of the {live} records its "
+                                "version reads"),
+                          (str(tmp_path / "gone.tfrecord"), r"gone\.tfrecord\W* is listed in the manifest but does not exist")):
+        extents = [dataclasses.replace(s, path=path) for s in runs]
+        files = interleave_records(file_order([path] * len(runs), [s.num_examples for s in runs], extents=extents,
+                                              join_runs=True))
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            list(files.as_numpy_iterator())
 
 
 def test_the_training_order_and_its_resume_positions_are_the_ones_it_had(masked):
