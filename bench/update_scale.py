@@ -49,13 +49,18 @@ def change_tiny(src: str, count: int, seed: int = 1) -> dict:
     changed = deleted = count // 3
     added = count - changed - deleted
     classes = sorted(name for name in os.listdir(src) if not name.startswith("."))
-    picked: dict[str, str] = {}  # folder -> its image picked: one a folder, from folders of two or more, so no
-    while len(picked) < changed + deleted:  # class folder is left empty (the converter refuses an empty one)
+    # Random images without listing every folder, each folder keeping one image it is not picked for (the
+    # converter refuses an empty class folder); more than its folders can give is refused.
+    listed: dict[str, list[str]] = {}
+    picked: set[str] = set()
+    while len(picked) < changed + deleted:
         folder = classes[int(rng.integers(len(classes)))]
-        names = sorted(os.listdir(os.path.join(src, folder)))
-        if folder not in picked and len(names) > 1:
-            picked[folder] = os.path.join(folder, names[int(rng.integers(len(names)))])
-    doomed = sorted(picked.values())
+        names = listed.setdefault(folder, sorted(os.listdir(os.path.join(src, folder))))
+        if len(names) > 1:
+            picked.add(os.path.join(folder, names.pop(int(rng.integers(len(names))))))
+        elif all(len(listed.get(name, "..")) <= 1 for name in classes):
+            raise ValueError(f"{src}: too few images to change {count} and leave one in each class folder")
+    doomed = sorted(picked)
     rng.shuffle(doomed)
     pixels = rng.integers(0, 256, size=(changed + added, 8, 8, 3), dtype=np.uint8)
     for image, name in zip(pixels[:changed], doomed[:changed]):
