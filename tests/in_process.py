@@ -17,14 +17,14 @@ import io
 import json
 import logging
 import os
-import select
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from typing import Optional
+
+from tests import forking
 
 # Loggers whose levels the CLI sets (converter/cli_logging.py's configure_logging).
 _LOGGERS = ("converter", "beam_jobs", "reader", "apache_beam")
@@ -113,6 +113,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # multiprocessing state is untouched, so a run's workers start from the run's own forkserver, as in a new process.
 _FORKER = r"""
 import json, os, sys
+from tests.forking import run as run_child
 for name in json.loads(sys.argv[1]):
     try:
         __import__(name)
@@ -126,39 +127,11 @@ while True:
     job = json.loads(line)
     pid = os.fork()
     if pid == 0:
-        code = 1
-        try:
-            os.environ.clear()
-            os.environ.update(job["env"])
-            import tempfile
-            tempfile.tempdir = None  # from TMPDIR, as in a new process
-            os.chdir(job["cwd"])
-            for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["stdout"], os.O_WRONLY),
-                                    (2, job["stderr"], os.O_WRONLY)):
-                target = os.open(path, flags)
-                os.dup2(target, fd)
-                os.close(target)
-            sys.stdin = open(0, closefd=False)
+        def body():
+            import runpy
             sys.argv = ["converter", *job["argv"]]
-            import atexit, runpy
-            try:
-                runpy.run_module("converter", run_name="__main__", alter_sys=True)
-                code = 0
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-                if isinstance(exit_.code, str):
-                    print(exit_.code, file=sys.stderr)
-            atexit._run_exitfuncs()  # as the interpreter's exit runs them
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(code)
+            runpy.run_module("converter", run_name="__main__", alter_sys=True)
+        run_child(job, body)
     replies.write(f"{pid}\n")
     replies.flush()
     _, status = os.waitpid(pid, 0)
@@ -176,18 +149,6 @@ def _forking_process() -> subprocess.Popen:
                                    env={**os.environ, "PYTHONPATH": _REPO}, stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, bufsize=0)
     return _forker
-
-
-def _reply(forker: subprocess.Popen, timeout: float) -> str:
-    """The forking process's next line, read a byte at a time (nothing buffered past it); "" after ``timeout``."""
-    deadline, line = time.monotonic() + timeout, b""
-    while not line.endswith(b"\n"):
-        ready, _, _ = select.select([forker.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        byte = os.read(forker.stdout.fileno(), 1) if ready else b""
-        if not byte:
-            return ""
-        line += byte
-    return line.decode().strip()
 
 
 def cli_in_forked_process(argv: list[str], cwd: str = _REPO, env: Optional[dict] = None,
@@ -212,12 +173,12 @@ def cli_in_forked_process(argv: list[str], cwd: str = _REPO, env: Optional[dict]
         forker = _forking_process()
         forker.stdin.write(json.dumps({"argv": list(argv), "cwd": cwd, "stdout": out_path, "stderr": err_path,
                                        "env": {**os.environ, "PYTHONPATH": _REPO, **(env or {})}}).encode() + b"\n")
-        pid = int(_reply(forker, 600) or 0)
+        pid = int(forking.reply(forker, 600) or 0)
         assert pid, "the forking process did not start the run (tests/in_process.py)"
-        status = _reply(forker, timeout)
+        status = forking.reply(forker, timeout)
         if not status:
             os.kill(pid, signal.SIGKILL)
-            _reply(forker, 60)
+            forking.reply(forker, 60)
             raise subprocess.TimeoutExpired(command, timeout)
         with open(out_path, encoding="utf-8", errors="replace") as out, \
                 open(err_path, encoding="utf-8", errors="replace") as err:

@@ -28,6 +28,7 @@ import tempfile
 import time
 from typing import Optional
 
+from tests import forking
 from tests.conftest import REPO
 
 _PRELOAD = ["reader", "keras", "tensorflow"]
@@ -37,6 +38,7 @@ _PRELOAD = ["reader", "keras", "tensorflow"]
 # waits for its children.
 _FORKER = r"""
 import json, os, select, sys
+from tests.forking import run as run_child
 for name in json.loads(sys.argv[1]):
     __import__(name)
 replies = os.fdopen(os.dup(1), "w")
@@ -60,46 +62,19 @@ while not closed or children:
         job = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            code = 1
-            try:
-                os.environ.clear()
-                os.environ.update(job["env"])
-                import tempfile
-                tempfile.tempdir = None  # from TMPDIR, as in a new process
-                os.chdir(job["cwd"])
-                for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["stdout"], os.O_WRONLY),
-                                        (2, job["stderr"], os.O_WRONLY)):
-                    target = os.open(path, flags)
-                    os.dup2(target, fd)
-                    os.close(target)
-                sys.stdin = open(0, closefd=False)
-                import atexit, runpy
-                kind, target = job["kind"], job["target"]
+            kind, target = job["kind"], job["target"]
+
+            def body():
+                import runpy
                 sys.argv = [target if kind != "code" else "-c", *job["argv"]]
-                try:
-                    if kind == "module":
-                        runpy.run_module(target, run_name="__main__", alter_sys=True)
-                    elif kind == "script":
-                        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))  # as `python SCRIPT` has it
-                        runpy.run_path(target, run_name="__main__")
-                    else:
-                        exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
-                    code = 0
-                except SystemExit as exit_:
-                    code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-                    if isinstance(exit_.code, str):
-                        print(exit_.code, file=sys.stderr)
-                atexit._run_exitfuncs()  # as the interpreter's exit runs them
-            except BaseException:
-                import traceback
-                traceback.print_exc()
-            finally:
-                for stream in (sys.stdout, sys.stderr):
-                    try:
-                        stream.flush()
-                    except (OSError, ValueError):
-                        pass
-                os._exit(code)
+                if kind == "module":
+                    runpy.run_module(target, run_name="__main__", alter_sys=True)
+                elif kind == "script":
+                    sys.path.insert(0, os.path.dirname(os.path.abspath(target)))  # as `python SCRIPT` has it
+                    runpy.run_path(target, run_name="__main__")
+                else:
+                    exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+            run_child(job, body)
         children.add(pid)
         replies.write(f"pid {pid}\n")
         replies.flush()
@@ -128,21 +103,9 @@ def _close() -> None:
             _forker.kill()
 
 
-def _reply(forker: subprocess.Popen, timeout: float) -> str:
-    """The forking process's next line, read a byte at a time (nothing buffered past it); "" after ``timeout``."""
-    deadline, line = time.monotonic() + timeout, b""
-    while not line.endswith(b"\n"):
-        ready, _, _ = select.select([forker.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        byte = os.read(forker.stdout.fileno(), 1) if ready else b""
-        if not byte:
-            return ""
-        line += byte
-    return line.decode().strip()
-
-
 def _next(forker: subprocess.Popen, timeout: float) -> str:
     """The forking process's next line ("" after ``timeout``), an ended run's status recorded."""
-    line = _reply(forker, timeout)
+    line = forking.reply(forker, timeout)
     if line.startswith("end "):
         _, pid, status = line.split()
         _ENDED[int(pid)] = int(status)
