@@ -191,6 +191,8 @@ def read_rounds(updated: str, fresh: str, rounds: int, batches: int, batch: int)
             # The same in CPU time (this process's, an image; medians over rounds): fresh / updated, so > 1 is
             # faster as the ratios above are. Steadier than wall time on a shared machine.
             "cpu_ms_per_image": {name: round(numbers["cpu_ms_per_image"], 4) for name, numbers in measured.items()},
+            "cpu_samples": {name: [round(value, 4) for value in numbers["cpu_samples"]]
+                            for name, numbers in measured.items()},
             "cpu_ratio_train": _cpu_ratio(measured, "train"), "cpu_ratio_eval": _cpu_ratio(measured, "eval")}
 
 

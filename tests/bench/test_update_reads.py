@@ -26,3 +26,5 @@ def test_reading_after_updates_measures_both_datasets_and_describes_their_shards
     assert set(results["reads"]["images_per_s"]) == {"updated_train", "fresh_train", "updated_eval", "fresh_eval"}
     assert results["reads"]["ratio_train"] > 0 and results["reads"]["ratio_eval"] > 0
     assert results["reads"]["cpu_ratio_train"] > 0 and results["reads"]["cpu_ratio_eval"] > 0
+    assert {name: len(values) for name, values in results["reads"]["cpu_samples"].items()} \
+        == {name: 1 for name in results["reads"]["images_per_s"]}  # every round's CPU an image, as its wall
