@@ -207,11 +207,12 @@ class _Split:
 
 
 def _with(group: pa.Table, **columns: np.ndarray) -> pa.Table:
-    """``group`` with ``columns`` replaced, each cast to the schema's type."""
+    """``group`` with ``columns`` replaced, each cast to the schema's type (by Arrow: ``to_pandas_dtype`` needs
+    pandas, which a plain ``pip install .`` does not have)."""
     for name, values in columns.items():
         field = records_table.SCHEMA.field(name)
         group = group.set_column(group.schema.get_field_index(name), field,
-                                 pa.array(np.asarray(values).astype(field.type.to_pandas_dtype())))
+                                 pa.array(np.asarray(values)).cast(field.type))
     return group
 
 

@@ -43,3 +43,31 @@ def test_a_removed_records_figures_are_the_scans(task, ints, floats):
     tables._count(counted, tables._features(data), task)
     assert counted.to_json() == scanned.to_json()
     assert tables._features(data)[record_schema.IMAGE_ENCODED] == [3000]  # its length: the bytes not copied
+
+
+@pytest.mark.e2e  # a process whose imports refuse pandas
+def test_a_reused_shards_rows_are_renumbered_without_pandas_which_a_plain_install_lacks():
+    """``pip install .`` brings pyarrow, not pandas: an update that masked or moved records crashed composing its
+    records table (``DataType.to_pandas_dtype`` imports pandas), after its pipeline had run. Only the test extras
+    install pandas, so the suite never saw it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = ("import sys\n"
+            "class Refuse:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'pandas':\n"
+            "            raise ImportError('pandas refused: a plain install has none')\n"
+            "sys.meta_path.insert(0, Refuse())\n"
+            "import numpy as np, pyarrow as pa\n"
+            "from beam_jobs.update import tables\n"
+            "from record_files import records_table\n"
+            "columns = {f.name: pa.nulls(2, f.type) for f in records_table.SCHEMA}\n"
+            "columns['shard'] = pa.array([0, 0], pa.uint32())\n"
+            "group = pa.table(columns, schema=records_table.SCHEMA)\n"
+            "moved = tables._with(group, shard=np.full(2, 7))\n"
+            "assert moved.column('shard').to_pylist() == [7, 7] and moved.schema == records_table.SCHEMA\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
